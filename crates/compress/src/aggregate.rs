@@ -1,0 +1,171 @@
+//! Combining the messages of N workers.
+//!
+//! Dense aggregation is [`crate::codec::accumulate`] (or
+//! [`Message::add_to`]) with weight 1/N into a zeroed buffer. TernGrad with a
+//! shared scaler aggregates in the integers instead (ALGORITHMS.md §1.2): the
+//! parameter server sums the codes, `m_j ∈ −N..=N`, and downloads them in
+//! `ceil(log2(2N+1))` bits each ([`TernarySumMessage`]), which every worker
+//! decodes to `s·m/N`.
+
+use crate::codec::{self, CodecError, MAX_WORKERS};
+use crate::message::{Message, MessageKind, TernaryMessage, TernarySumMessage};
+
+/// Averages encoded messages into `out` (zeroed first): `out = (1/N) Σ decode(m_i)`.
+pub fn average_encoded<'a>(
+    messages: impl ExactSizeIterator<Item = &'a [u8]>,
+    out: &mut [f32],
+) -> Result<(), CodecError> {
+    let w = 1.0 / messages.len().max(1) as f32;
+    out.fill(0.0);
+    for m in messages {
+        codec::accumulate(m, w, out)?;
+    }
+    Ok(())
+}
+
+/// The parameter server's integer sum of ternary codes.
+#[derive(Clone, Debug, Default)]
+pub struct TernarySum {
+    sum: TernarySumMessage,
+    scratch: Message,
+}
+
+impl TernarySum {
+    /// Starts a sum over units of `len` elements.
+    pub fn reset(&mut self, len: usize) {
+        self.sum.workers = 0;
+        self.sum.scale = 0.0;
+        self.sum.sums.clear();
+        self.sum.sums.resize(len, 0);
+    }
+
+    /// Adds one worker's encoded ternary message. Every worker must have used
+    /// the same (shared) scaler and length; otherwise the integer sum would be
+    /// meaningless, so it is an error.
+    pub fn add_encoded(&mut self, bytes: &[u8]) -> Result<(), CodecError> {
+        let h = codec::decode(bytes, &mut self.scratch)?;
+        if h.kind != MessageKind::Ternary {
+            return Err(CodecError::Invalid("the ternary sum takes only ternary messages"));
+        }
+        let Message::Ternary(m) = &self.scratch else {
+            unreachable!("decode of a ternary header yields a ternary message")
+        };
+        add_codes_checked(m, &mut self.sum)
+    }
+
+    /// Adds one worker's in-memory ternary message (e.g. the server's own, when
+    /// it is co-located with a worker).
+    pub fn add(&mut self, m: &TernaryMessage) -> Result<(), CodecError> {
+        add_codes_checked(m, &mut self.sum)
+    }
+
+    /// The aggregate so far.
+    pub fn result(&self) -> &TernarySumMessage {
+        &self.sum
+    }
+
+    /// Moves the aggregate into `out` as a [`Message::TernarySum`] (for encoding).
+    pub fn take_into(&mut self, out: &mut Message) {
+        std::mem::swap(out.ternary_sum_mut(), &mut self.sum);
+    }
+}
+
+fn add_codes_checked(m: &TernaryMessage, sum: &mut TernarySumMessage) -> Result<(), CodecError> {
+    if m.len != sum.sums.len() {
+        return Err(CodecError::LenMismatch {
+            expected: sum.sums.len(),
+            got: m.len,
+        });
+    }
+    if sum.workers == 0 {
+        sum.scale = m.scale;
+    } else if sum.scale.to_bits() != m.scale.to_bits() {
+        return Err(CodecError::Invalid(
+            "workers sent different ternary scalers; scalar sharing must run before the sum",
+        ));
+    }
+    if sum.workers >= MAX_WORKERS {
+        return Err(CodecError::Invalid("more than 32767 workers in one ternary sum"));
+    }
+    sum.workers += 1;
+    add_ternary_codes(&m.packed, &mut sum.sums);
+    Ok(())
+}
+
+/// `sums[j] += code_j` for 2-bit packed ternary codes.
+pub fn add_ternary_codes(packed: &[u8], sums: &mut [i16]) {
+    const CODE: [i16; 4] = [0, 1, -1, 0];
+    let (full, tail) = sums.split_at_mut(sums.len() / 4 * 4);
+    for (s, &b) in full.chunks_exact_mut(4).zip(packed) {
+        s[0] += CODE[(b & 3) as usize];
+        s[1] += CODE[(b >> 2 & 3) as usize];
+        s[2] += CODE[(b >> 4 & 3) as usize];
+        s[3] += CODE[(b >> 6) as usize];
+    }
+    if let Some(&b) = packed.get(full.len() / 4) {
+        for (j, s) in tail.iter_mut().enumerate() {
+            *s += CODE[(b >> (2 * j) & 3) as usize];
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compressor::{Compressor, UnitContext};
+    use crate::quantize::TernGrad;
+    use crate::rng::RngKey;
+
+    #[test]
+    fn server_sum_decodes_to_the_average_of_the_workers() {
+        let n = 5;
+        let len = 103;
+        let grads: Vec<Vec<f32>> = (0..n)
+            .map(|w| (0..len).map(|j| ((j * 7 + w * 13) % 17) as f32 - 8.0).collect())
+            .collect();
+        let t = TernGrad::default();
+        let shared = grads.iter().map(|g| t.local_scalar(g).unwrap()).fold(0.0f32, f32::max);
+        let mut server = TernarySum::default();
+        server.reset(len);
+        let mut want = vec![0.0f32; len];
+        for (w, g) in grads.iter().enumerate() {
+            let mut msg = Message::default();
+            let ctx = UnitContext {
+                key: RngKey::new(0, w as u32, 0, 0),
+                shared_scalar: Some(shared),
+            };
+            TernGrad::default().compress(g, &ctx, &mut msg);
+            msg.add_to(1.0 / n as f32, &mut want);
+            let mut bytes = Vec::new();
+            codec::encode(&msg, 0, &mut bytes);
+            server.add_encoded(&bytes).unwrap();
+        }
+        assert_eq!(server.result().workers, 5);
+        let mut down = Message::default();
+        server.take_into(&mut down);
+        let mut bytes = Vec::new();
+        let written = codec::encode(&down, 0, &mut bytes);
+        // N = 5 -> 4 bits per element.
+        assert_eq!(written, codec::HEADER_LEN + 8 + (len * 4).div_ceil(8));
+        let mut got = vec![0.0f32; len];
+        codec::accumulate(&bytes, 1.0, &mut got).unwrap();
+        for (a, b) in got.iter().zip(&want) {
+            assert!((a - b).abs() < 1e-5, "{a} vs {b}");
+        }
+    }
+
+    #[test]
+    fn mismatched_scalers_are_rejected() {
+        let mut server = TernarySum::default();
+        server.reset(4);
+        let m = |scale| TernaryMessage {
+            len: 4,
+            scale,
+            packed: vec![0b01],
+            ..Default::default()
+        };
+        server.add(&m(1.0)).unwrap();
+        assert!(server.add(&m(2.0)).is_err());
+        assert!(server.add(&TernaryMessage { len: 3, ..m(1.0) }).is_err());
+    }
+}

@@ -1,0 +1,222 @@
+//! Choosing a compressor by name, as a configuration file does.
+//!
+//! ```toml
+//! [compressor]
+//! name = "gaussiank"
+//! density = 0.001
+//! wire = { indices = "varint", values = "f16" }
+//! ```
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use crate::compressor::{Compressor, Dense};
+use crate::quantize::{qsgd, Fp16, OneBit, OneBitConfig, Qsgd, QsgdConfig, TernGrad, TernGradConfig};
+use crate::sparsify::{
+    DgcK, DgcKConfig, GaussianK, GaussianKConfig, RandK, RandKConfig, Threshold, ThresholdConfig, TopK,
+    TopKConfig, TrimmedK, TrimmedKConfig,
+};
+
+/// Every compressor and its options, tagged by `name`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "name", rename_all = "lowercase", deny_unknown_fields)]
+pub enum CompressorConfig {
+    /// No compression: fp32 values. (Braces, so unknown keys are rejected.)
+    Dense {},
+    Fp16 {},
+    Terngrad(TernGradConfig),
+    Qsgd(QsgdConfig),
+    Onebit(OneBitConfig),
+    Topk(TopKConfig),
+    Gaussiank(GaussianKConfig),
+    Dgck(DgcKConfig),
+    Trimmedk(TrimmedKConfig),
+    Randk(RandKConfig),
+    Threshold(ThresholdConfig),
+}
+
+impl Default for CompressorConfig {
+    fn default() -> Self {
+        CompressorConfig::Dense {}
+    }
+}
+
+/// A compressor option outside its valid range.
+#[derive(Debug, Error, Clone, PartialEq)]
+#[error("compressor.{key}: {problem}")]
+pub struct InvalidOption {
+    /// The option's key under `compressor`.
+    pub key: &'static str,
+    pub problem: String,
+}
+
+fn check(ok: bool, key: &'static str, problem: impl FnOnce() -> String) -> Result<(), InvalidOption> {
+    if ok {
+        Ok(())
+    } else {
+        Err(InvalidOption {
+            key,
+            problem: problem(),
+        })
+    }
+}
+
+fn check_density(rho: f64) -> Result<(), InvalidOption> {
+    check(rho > 0.0 && rho <= 1.0, "density", || {
+        format!("{rho} is not in (0, 1]; e.g. 0.001 keeps one element in a thousand")
+    })
+}
+
+impl CompressorConfig {
+    /// All configuration names, in the benchmark's order.
+    pub const NAMES: [&'static str; 11] = [
+        "dense",
+        "fp16",
+        "terngrad",
+        "qsgd",
+        "onebit",
+        "topk",
+        "gaussiank",
+        "dgck",
+        "trimmedk",
+        "randk",
+        "threshold",
+    ];
+
+    /// The default configuration of the compressor called `name`.
+    pub fn named(name: &str) -> Option<Self> {
+        Some(match name {
+            "dense" => Self::Dense {},
+            "fp16" => Self::Fp16 {},
+            "terngrad" => Self::Terngrad(Default::default()),
+            "qsgd" => Self::Qsgd(Default::default()),
+            "onebit" => Self::Onebit(Default::default()),
+            "topk" => Self::Topk(Default::default()),
+            "gaussiank" => Self::Gaussiank(Default::default()),
+            "dgck" => Self::Dgck(Default::default()),
+            "trimmedk" => Self::Trimmedk(Default::default()),
+            "randk" => Self::Randk(Default::default()),
+            "threshold" => Self::Threshold(Default::default()),
+            _ => return None,
+        })
+    }
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Dense {} => "dense",
+            Self::Fp16 {} => "fp16",
+            Self::Terngrad(_) => "terngrad",
+            Self::Qsgd(_) => "qsgd",
+            Self::Onebit(_) => "onebit",
+            Self::Topk(_) => "topk",
+            Self::Gaussiank(_) => "gaussiank",
+            Self::Dgck(_) => "dgck",
+            Self::Trimmedk(_) => "trimmedk",
+            Self::Randk(_) => "randk",
+            Self::Threshold(_) => "threshold",
+        }
+    }
+
+    /// The target density, for sparsifiers that have one.
+    pub fn density(&self) -> Option<f64> {
+        match self {
+            Self::Topk(c) => Some(c.density),
+            Self::Gaussiank(c) => Some(c.density),
+            Self::Dgck(c) => Some(c.density),
+            Self::Trimmedk(c) => Some(c.density),
+            Self::Randk(c) => Some(c.density),
+            _ => None,
+        }
+    }
+
+    /// Sets the target density of a sparsifier; returns false for other compressors.
+    pub fn set_density(&mut self, rho: f64) -> bool {
+        let slot = match self {
+            Self::Topk(c) => &mut c.density,
+            Self::Gaussiank(c) => &mut c.density,
+            Self::Dgck(c) => &mut c.density,
+            Self::Trimmedk(c) => &mut c.density,
+            Self::Randk(c) => &mut c.density,
+            _ => return false,
+        };
+        *slot = rho;
+        true
+    }
+
+    /// Checks every option's range.
+    pub fn validate(&self) -> Result<(), InvalidOption> {
+        if let Some(rho) = self.density() {
+            check_density(rho)?;
+        }
+        match self {
+            Self::Terngrad(c) => check(c.c > 0.0 && c.c.is_finite(), "c", || {
+                format!("{} must be a positive number (the paper uses 2.5)", c.c)
+            }),
+            Self::Qsgd(c) => {
+                check((1..=qsgd::MAX_LEVELS).contains(&c.levels), "levels", || {
+                    format!("{} is not in 1..={}", c.levels, qsgd::MAX_LEVELS)
+                })?;
+                check(c.bucket >= 1 && c.bucket <= u32::MAX as usize, "bucket", || {
+                    format!("{} must be at least 1", c.bucket)
+                })
+            }
+            Self::Dgck(c) => check(c.sample_fraction > 0.0 && c.sample_fraction <= 1.0, "sample_fraction", || {
+                format!("{} is not in (0, 1]", c.sample_fraction)
+            }),
+            Self::Threshold(c) => check(c.threshold >= 0.0 && c.threshold.is_finite(), "threshold", || {
+                format!("{} must be a finite number ≥ 0", c.threshold)
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// Builds the compressor. Call [`CompressorConfig::validate`] first.
+    pub fn build(&self) -> Box<dyn Compressor> {
+        match self {
+            Self::Dense {} => Box::new(Dense),
+            Self::Fp16 {} => Box::new(Fp16),
+            Self::Terngrad(c) => Box::new(TernGrad::new(c.clone())),
+            Self::Qsgd(c) => Box::new(Qsgd::new(c.clone())),
+            Self::Onebit(_) => Box::new(OneBit),
+            Self::Topk(c) => Box::new(TopK::compressor(c)),
+            Self::Gaussiank(c) => Box::new(GaussianK::compressor(c)),
+            Self::Dgck(c) => Box::new(DgcK::compressor(c)),
+            Self::Trimmedk(c) => Box::new(TrimmedK::compressor(c)),
+            Self::Randk(c) => Box::new(RandK::compressor(c)),
+            Self::Threshold(c) => Box::new(Threshold::compressor(c)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_name_builds_a_compressor_of_that_name() {
+        for name in CompressorConfig::NAMES {
+            let c = CompressorConfig::named(name).unwrap();
+            c.validate().unwrap();
+            assert_eq!(c.name(), name);
+            assert_eq!(c.build().name(), name);
+        }
+        assert!(CompressorConfig::named("zip").is_none());
+    }
+
+    #[test]
+    fn parses_from_toml_like_value_and_rejects_unknown_keys() {
+        let c: CompressorConfig = serde_json::from_str(r#"{"name":"topk","density":0.01,"wire":{"indices":"varint"}}"#).unwrap();
+        assert_eq!(c.density(), Some(0.01));
+        assert!(serde_json::from_str::<CompressorConfig>(r#"{"name":"topk","densty":0.01}"#).is_err());
+        assert!(serde_json::from_str::<CompressorConfig>(r#"{"name":"dense","density":0.01}"#).is_err());
+    }
+
+    #[test]
+    fn validation_names_the_key() {
+        let mut c = CompressorConfig::named("gaussiank").unwrap();
+        c.set_density(0.0);
+        assert_eq!(c.validate().unwrap_err().key, "density");
+        let q = CompressorConfig::Qsgd(QsgdConfig { levels: 0, bucket: 4 });
+        assert!(q.validate().unwrap_err().to_string().starts_with("compressor.levels"));
+    }
+}

@@ -1,0 +1,29 @@
+//! gradcomp-compress: the gradient-compression algorithms of gradcomp, on
+//! plain `&[f32]` buffers.
+//!
+//! - [`quantize`]: TernGrad, QSGD, 1-bit sign, fp16.
+//! - [`sparsify`]: exact Top-k, Gaussian-k, DGC-k, trimmed top-k, Rand-k, threshold.
+//! - [`memory`]: error feedback (raw and lr-scaled), DGC momentum correction, density warm-up.
+//! - [`codec`]: the versioned wire format; [`aggregate`]: sums of N workers' messages.
+//! - [`stats`]: contraction ratio and bounds, TernGrad's bound ratio, histograms.
+//!
+//! Everything follows `docs/ALGORITHMS.md`. No I/O, no threads, no burn: the
+//! trainer drives one [`Compressor`] and one [`memory::Memory`] per
+//! compression unit (see [`compressor`] for the protocol).
+
+pub mod aggregate;
+pub mod codec;
+pub mod compressor;
+pub mod config;
+pub mod memory;
+pub mod message;
+pub mod quantize;
+pub mod reduce;
+pub mod rng;
+pub mod sparsify;
+pub mod stats;
+
+pub use compressor::{k_for, Combine, Compressor, Dense, UnitContext};
+pub use config::CompressorConfig;
+pub use message::Message;
+pub use rng::{RngKey, UnitRng};

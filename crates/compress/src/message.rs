@@ -1,0 +1,359 @@
+//! The in-memory form of one compressed unit.
+//!
+//! A [`Message`] is what a [`Compressor`](crate::Compressor) writes and what the
+//! [codec](crate::codec) serializes. Its payload is already in wire precision
+//! (ternary codes packed 2 bits per element, f16-rounded values where the wire
+//! carries f16), so encoding is a copy and error feedback sees exactly what the
+//! other workers will decode. Buffers are reused across steps: a compressor
+//! calls one of the `*_mut` accessors, which switches the variant only when the
+//! kind changes (the first call), so steady-state compression does not allocate.
+
+use serde::{Deserialize, Serialize};
+
+/// How the 2-bit-per-element ternary codes are laid out on the wire. In memory
+/// codes are always 2-bit packed: `0b00` = 0, `0b01` = +1, `0b10` = −1,
+/// element `j` in bits `2*(j%4)..` of byte `j/4`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TernaryPacking {
+    /// 4 codes per byte (2 bits each): the practical packing.
+    #[default]
+    TwoBit,
+    /// 5 trits per byte (3^5 = 243 ≤ 256): 1.6 bits per element, close to log2(3).
+    Base3,
+}
+
+/// How sparse indices are written on the wire.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IndexEncoding {
+    /// 4 bytes per index.
+    #[default]
+    U32,
+    /// LEB128 varints of the gaps between consecutive (ascending) indices.
+    Varint,
+}
+
+/// How sparse values are written on the wire.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ValueEncoding {
+    #[default]
+    F32,
+    /// IEEE half precision; the compressor rounds the values it keeps, so the
+    /// residual of error feedback accounts for the rounding.
+    F16,
+}
+
+/// The wire options of a sparse message.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SparseWire {
+    pub indices: IndexEncoding,
+    pub values: ValueEncoding,
+}
+
+/// Uncompressed f32 values (dense baseline, excluded units).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct DenseMessage {
+    pub values: Vec<f32>,
+}
+
+/// IEEE half-precision bit patterns, one per element.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct HalfMessage {
+    pub values: Vec<u16>,
+}
+
+/// TernGrad's message: `len` codes in {−1, 0, +1} times one scaler.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TernaryMessage {
+    pub len: usize,
+    pub scale: f32,
+    /// Wire layout chosen by the compressor; memory layout is always 2-bit.
+    pub packing: TernaryPacking,
+    /// `ceil(len / 4)` bytes, 2 bits per element; unused high bits are zero.
+    pub packed: Vec<u8>,
+}
+
+/// The parameter server's aggregate of N ternary messages that shared one
+/// scaler: integer sums `m_j` in `−N..=N` (ALGORITHMS.md §1.2). It decodes to
+/// `scale * m_j / workers`, the average gradient.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TernarySumMessage {
+    pub scale: f32,
+    pub workers: u32,
+    pub sums: Vec<i16>,
+}
+
+/// A sparse vector of logical length `len`: strictly ascending indices and
+/// their values (in wire precision).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SparseMessage {
+    pub len: usize,
+    pub wire: SparseWire,
+    pub indices: Vec<u32>,
+    pub values: Vec<f32>,
+}
+
+/// QSGD's message: per bucket of `bucket` elements one f32 norm, per element a
+/// signed level in `−levels..=levels`; it decodes to `norm * level / levels`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct QsgdMessage {
+    pub levels: u32,
+    pub bucket: u32,
+    pub norms: Vec<f32>,
+    pub codes: Vec<i16>,
+}
+
+/// 1-bit SGD's message: a sign bit per element and the two reconstruction
+/// values (mean of the non-negative inputs, mean of the negative ones).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SignMessage {
+    pub len: usize,
+    pub positive: f32,
+    pub negative: f32,
+    /// Bit `j % 8` of byte `j / 8` is 1 when element `j` was ≥ 0.
+    pub bits: Vec<u8>,
+}
+
+/// One compressed unit (a tensor, or the whole flattened model).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Message {
+    Dense(DenseMessage),
+    Half(HalfMessage),
+    Ternary(TernaryMessage),
+    TernarySum(TernarySumMessage),
+    Sparse(SparseMessage),
+    Qsgd(QsgdMessage),
+    Sign(SignMessage),
+}
+
+/// The kind of a message, as written in the wire header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum MessageKind {
+    Dense = 1,
+    Half = 2,
+    Ternary = 3,
+    TernarySum = 4,
+    Sparse = 5,
+    Qsgd = 6,
+    Sign = 7,
+}
+
+impl MessageKind {
+    pub fn from_u8(b: u8) -> Option<Self> {
+        Some(match b {
+            1 => Self::Dense,
+            2 => Self::Half,
+            3 => Self::Ternary,
+            4 => Self::TernarySum,
+            5 => Self::Sparse,
+            6 => Self::Qsgd,
+            7 => Self::Sign,
+            _ => return None,
+        })
+    }
+}
+
+impl Default for Message {
+    fn default() -> Self {
+        Message::Dense(DenseMessage::default())
+    }
+}
+
+macro_rules! variant_mut {
+    ($fn:ident, $variant:ident, $ty:ty) => {
+        /// The payload of this kind, switching the variant (and dropping the old
+        /// buffers) only if the message currently holds another kind.
+        pub fn $fn(&mut self) -> &mut $ty {
+            if !matches!(self, Message::$variant(_)) {
+                *self = Message::$variant(<$ty>::default());
+            }
+            match self {
+                Message::$variant(m) => m,
+                _ => unreachable!(),
+            }
+        }
+    };
+}
+
+impl Message {
+    variant_mut!(dense_mut, Dense, DenseMessage);
+    variant_mut!(half_mut, Half, HalfMessage);
+    variant_mut!(ternary_mut, Ternary, TernaryMessage);
+    variant_mut!(ternary_sum_mut, TernarySum, TernarySumMessage);
+    variant_mut!(sparse_mut, Sparse, SparseMessage);
+    variant_mut!(qsgd_mut, Qsgd, QsgdMessage);
+    variant_mut!(sign_mut, Sign, SignMessage);
+
+    pub fn kind(&self) -> MessageKind {
+        match self {
+            Message::Dense(_) => MessageKind::Dense,
+            Message::Half(_) => MessageKind::Half,
+            Message::Ternary(_) => MessageKind::Ternary,
+            Message::TernarySum(_) => MessageKind::TernarySum,
+            Message::Sparse(_) => MessageKind::Sparse,
+            Message::Qsgd(_) => MessageKind::Qsgd,
+            Message::Sign(_) => MessageKind::Sign,
+        }
+    }
+
+    /// The logical (dense) length of the unit.
+    pub fn len(&self) -> usize {
+        match self {
+            Message::Dense(m) => m.values.len(),
+            Message::Half(m) => m.values.len(),
+            Message::Ternary(m) => m.len,
+            Message::TernarySum(m) => m.sums.len(),
+            Message::Sparse(m) => m.len,
+            Message::Qsgd(m) => m.codes.len(),
+            Message::Sign(m) => m.len,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// How many elements the message carries a nonzero for (sparsifiers: the
+    /// selected count; quantizers: the nonzero codes; dense: the length).
+    pub fn selected(&self) -> usize {
+        match self {
+            Message::Dense(m) => m.values.len(),
+            Message::Half(m) => m.values.len(),
+            Message::Ternary(m) => m
+                .packed
+                .iter()
+                .map(|&b| (b & 0x55 | (b >> 1) & 0x55).count_ones() as usize)
+                .sum(),
+            Message::TernarySum(m) => m.sums.iter().filter(|&&s| s != 0).count(),
+            Message::Sparse(m) => m.indices.len(),
+            Message::Qsgd(m) => m.codes.iter().filter(|&&c| c != 0).count(),
+            Message::Sign(m) => m.len,
+        }
+    }
+
+    /// `out += weight * decompress(self)`. `out.len()` must equal `self.len()`.
+    ///
+    /// This is the aggregation primitive: averaging N messages is N calls with
+    /// `weight = 1/N` into a zeroed buffer, and error feedback's residual update
+    /// is one call with `weight = -1`.
+    pub fn add_to(&self, weight: f32, out: &mut [f32]) {
+        assert_eq!(out.len(), self.len(), "message length differs from the buffer");
+        match self {
+            Message::Dense(m) => {
+                for (o, v) in out.iter_mut().zip(&m.values) {
+                    *o += weight * v;
+                }
+            }
+            Message::Half(m) => {
+                for (o, &v) in out.iter_mut().zip(&m.values) {
+                    *o += weight * half::f16::from_bits(v).to_f32();
+                }
+            }
+            Message::Ternary(m) => add_ternary(&m.packed, weight * m.scale, out),
+            Message::TernarySum(m) => {
+                let w = weight * m.scale / m.workers.max(1) as f32;
+                for (o, &s) in out.iter_mut().zip(&m.sums) {
+                    *o += w * f32::from(s);
+                }
+            }
+            Message::Sparse(m) => {
+                for (&i, &v) in m.indices.iter().zip(&m.values) {
+                    out[i as usize] += weight * v;
+                }
+            }
+            Message::Qsgd(m) => {
+                let inv = weight / m.levels.max(1) as f32;
+                let bucket = m.bucket.max(1) as usize;
+                for ((o, c), &norm) in out
+                    .chunks_mut(bucket)
+                    .zip(m.codes.chunks(bucket))
+                    .zip(&m.norms)
+                {
+                    let w = norm * inv;
+                    for (o, &c) in o.iter_mut().zip(c) {
+                        *o += w * f32::from(c);
+                    }
+                }
+            }
+            Message::Sign(m) => {
+                let (p, n) = (weight * m.positive, weight * m.negative);
+                for (o, &byte) in out.chunks_mut(8).zip(&m.bits) {
+                    for (bit, o) in o.iter_mut().enumerate() {
+                        *o += if byte >> bit & 1 == 1 { p } else { n };
+                    }
+                }
+            }
+        }
+    }
+
+    /// `out = decompress(self)`.
+    pub fn decompress_into(&self, out: &mut [f32]) {
+        out.fill(0.0);
+        self.add_to(1.0, out);
+    }
+}
+
+/// `out[j] += w * code_j` for 2-bit packed ternary codes. Shared by
+/// [`Message::add_to`] and the codec's fused decode-and-aggregate.
+#[inline]
+pub(crate) fn add_ternary(packed: &[u8], w: f32, out: &mut [f32]) {
+    let table = [0.0, w, -w, 0.0];
+    let (full, tail) = out.split_at_mut(out.len() / 4 * 4);
+    for (o, &b) in full.chunks_exact_mut(4).zip(packed) {
+        o[0] += table[(b & 3) as usize];
+        o[1] += table[(b >> 2 & 3) as usize];
+        o[2] += table[(b >> 4 & 3) as usize];
+        o[3] += table[(b >> 6) as usize];
+    }
+    if let Some(&b) = packed.get(full.len() / 4) {
+        for (j, o) in tail.iter_mut().enumerate() {
+            *o += table[(b >> (2 * j) & 3) as usize];
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ternary_selected_counts_nonzero_codes() {
+        let m = Message::Ternary(TernaryMessage {
+            len: 5,
+            scale: 1.0,
+            packing: TernaryPacking::TwoBit,
+            // codes: +1, 0, -1, +1 | -1
+            packed: vec![0b01_10_00_01, 0b10],
+        });
+        assert_eq!(m.selected(), 4);
+        let mut out = vec![0.0; 5];
+        m.decompress_into(&mut out);
+        assert_eq!(out, [1.0, 0.0, -1.0, 1.0, -1.0]);
+    }
+
+    #[test]
+    fn sign_message_decompresses_to_means() {
+        let m = Message::Sign(SignMessage {
+            len: 10,
+            positive: 2.0,
+            negative: -3.0,
+            bits: vec![0b0000_0101, 0b10],
+        });
+        let mut out = vec![0.0; 10];
+        m.decompress_into(&mut out);
+        assert_eq!(out, [2.0, -3.0, 2.0, -3.0, -3.0, -3.0, -3.0, -3.0, -3.0, 2.0]);
+    }
+
+    #[test]
+    fn accessor_reuses_buffers_of_same_kind() {
+        let mut m = Message::default();
+        m.sparse_mut().indices.reserve(100);
+        let cap = m.sparse_mut().indices.capacity();
+        assert_eq!(m.sparse_mut().indices.capacity(), cap);
+        assert_eq!(m.kind(), MessageKind::Sparse);
+    }
+}
