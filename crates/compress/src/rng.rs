@@ -111,6 +111,15 @@ impl UnitRng {
         (self.next_u64() >> 11) as f64 * (1.0 / 9_007_199_254_740_992.0)
     }
 
+    /// A standard normal draw (Box–Muller; one of the pair is discarded, which
+    /// keeps the generator stateless beyond xoshiro's words).
+    pub fn next_gaussian(&mut self) -> f64 {
+        // 1 − u is in (0, 1], so the log is finite.
+        let u1 = 1.0 - self.next_f64();
+        let u2 = self.next_f64();
+        (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
+    }
+
     /// Uniform integer in `0..n` (Lemire's multiply-shift with rejection, unbiased). `n > 0`.
     #[inline]
     pub fn below(&mut self, n: u64) -> u64 {
@@ -160,6 +169,20 @@ mod tests {
             sum += f64::from(x);
         }
         assert!((sum / n as f64 - 0.5).abs() < 0.005);
+    }
+
+    #[test]
+    fn gaussian_draws_have_unit_variance() {
+        let mut r = UnitRng::from_parts(&[11]);
+        let n = 100_000;
+        let (mut s, mut q) = (0.0, 0.0);
+        for _ in 0..n {
+            let x = r.next_gaussian();
+            s += x;
+            q += x * x;
+        }
+        let mean = s / n as f64;
+        assert!(mean.abs() < 0.02 && (q / n as f64 - 1.0).abs() < 0.02);
     }
 
     #[test]

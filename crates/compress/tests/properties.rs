@@ -1,0 +1,299 @@
+//! Property tests of the compressors, memories and codec (issue #2, item 3).
+
+use gradcomp_compress::codec;
+use gradcomp_compress::memory::{ErrorFeedback, Memory, ResidualForm};
+use gradcomp_compress::message::{
+    IndexEncoding, Message, SparseWire, TernaryPacking, ValueEncoding,
+};
+use gradcomp_compress::quantize::{Qsgd, QsgdConfig, TernGrad, TernGradConfig};
+use gradcomp_compress::sparsify::{GaussianK, GaussianKConfig, RandK, RandKConfig, TopK, TopKConfig};
+use gradcomp_compress::{k_for, Compressor, CompressorConfig, RngKey, UnitContext, UnitRng};
+use proptest::prelude::*;
+
+fn ctx(rank: u32, step: u64) -> UnitContext {
+    UnitContext {
+        key: RngKey::new(17, rank, step, 3),
+        shared_scalar: None,
+    }
+}
+
+fn gaussian(n: usize, seed: u64) -> Vec<f32> {
+    let mut r = UnitRng::from_parts(&[seed]);
+    (0..n).map(|_| r.next_gaussian() as f32).collect()
+}
+
+/// Every compressor in every wire variant, for round-trip tests.
+fn all_configs() -> Vec<CompressorConfig> {
+    let mut v: Vec<CompressorConfig> = CompressorConfig::NAMES
+        .iter()
+        .map(|n| CompressorConfig::named(n).unwrap())
+        .collect();
+    v.push(CompressorConfig::Terngrad(TernGradConfig {
+        packing: TernaryPacking::Base3,
+        clipping: false,
+        ..Default::default()
+    }));
+    v.push(CompressorConfig::Qsgd(QsgdConfig { levels: 3, bucket: 7 }));
+    for indices in [IndexEncoding::U32, IndexEncoding::Varint] {
+        for values in [ValueEncoding::F32, ValueEncoding::F16] {
+            v.push(CompressorConfig::Topk(TopKConfig {
+                density: 0.3,
+                wire: SparseWire { indices, values },
+            }));
+        }
+    }
+    v.push(CompressorConfig::Randk(RandKConfig {
+        density: 0.5,
+        same_seed: true,
+        unbiased: true,
+        wire: SparseWire {
+            indices: IndexEncoding::Varint,
+            values: ValueEncoding::F32,
+        },
+    }));
+    v
+}
+
+fn values() -> impl Strategy<Value = Vec<f32>> {
+    prop::collection::vec(
+        prop_oneof![
+            8 => -10.0f32..10.0,
+            1 => Just(0.0f32),
+            1 => -1e-3f32..1e-3,
+        ],
+        0..300,
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    /// encode → decode gives the same message; the byte count is exact; the
+    /// fused decode-and-accumulate equals the in-memory decompression.
+    #[test]
+    fn codec_round_trip(x in values(), unit in any::<u32>(), step in 0u64..1000) {
+        for cfg in all_configs() {
+            let mut c = cfg.build();
+            let mut msg = Message::default();
+            c.compress(&x, &ctx(0, step), &mut msg);
+            let mut bytes = vec![0xAA]; // encode appends
+            let written = codec::encode(&msg, unit, &mut bytes);
+            prop_assert_eq!(written, codec::encoded_len(&msg));
+            prop_assert_eq!(bytes.len(), 1 + written);
+            let bytes = &bytes[1..];
+            let mut back = Message::default();
+            let h = codec::decode(bytes, &mut back).unwrap();
+            prop_assert_eq!(h.unit, unit);
+            prop_assert_eq!(h.len as usize, x.len());
+            prop_assert_eq!(&back, &msg, "{}", cfg.name());
+            let mut want = vec![0.5f32; x.len()];
+            msg.add_to(0.25, &mut want);
+            let mut got = vec![0.5f32; x.len()];
+            codec::accumulate(bytes, 0.25, &mut got).unwrap();
+            for (a, b) in got.iter().zip(&want) {
+                prop_assert!((a - b).abs() <= 1e-5 * b.abs().max(1.0), "{}: {} vs {}", cfg.name(), a, b);
+            }
+            // Concatenated messages split back at the right place.
+            let mut two = bytes.to_vec();
+            two.extend_from_slice(bytes);
+            let (first, rest) = codec::split_first(&two).unwrap();
+            prop_assert_eq!(first, bytes);
+            prop_assert_eq!(rest, bytes);
+        }
+    }
+
+    /// Exact Top-k equals the k largest |x| found by a full sort (ties to the
+    /// lower index).
+    #[test]
+    fn topk_equals_sort(x in values(), rho in 0.001f64..1.0) {
+        let mut c = TopK::compressor(&TopKConfig { density: rho, ..Default::default() });
+        let mut msg = Message::default();
+        c.compress(&x, &ctx(0, 0), &mut msg);
+        let Message::Sparse(m) = &msg else { panic!() };
+        let k = k_for(rho, x.len());
+        let mut idx: Vec<u32> = (0..x.len() as u32).collect();
+        idx.sort_by(|&a, &b| x[b as usize].abs().total_cmp(&x[a as usize].abs()).then(a.cmp(&b)));
+        idx.truncate(k);
+        idx.sort_unstable();
+        prop_assert_eq!(&m.indices, &idx);
+        for (&i, &v) in m.indices.iter().zip(&m.values) {
+            prop_assert_eq!(v, x[i as usize]);
+        }
+    }
+
+    /// Error feedback conserves mass: sent + residual = compensated input,
+    /// for every compressor.
+    #[test]
+    fn error_feedback_conserves_mass(x in values(), e0 in values()) {
+        for cfg in all_configs() {
+            let mut ef = ErrorFeedback::new(ResidualForm::Raw);
+            let mut c = cfg.build();
+            let mut msg = Message::default();
+            // A first step leaves some residual behind.
+            let mut g0 = e0.clone();
+            g0.resize(x.len(), 0.0);
+            let acc = ef.compensate(&g0, 1.0).to_vec();
+            c.compress(&acc, &ctx(0, 0), &mut msg);
+            ef.update(&msg);
+            let acc = ef.compensate(&x, 1.0).to_vec();
+            c.compress(&acc, &ctx(0, 1), &mut msg);
+            ef.update(&msg);
+            let mut sent = vec![0.0; x.len()];
+            msg.decompress_into(&mut sent);
+            for ((s, r), a) in sent.iter().zip(ef.residual()).zip(&acc) {
+                prop_assert!((s + r - a).abs() <= 1e-5 * a.abs().max(1.0), "{}: {} + {} != {}", cfg.name(), s, r, a);
+            }
+        }
+    }
+}
+
+/// Mean of `draws` decompressions of `c(x)`, each with a fresh stream.
+fn mean_decompression(c: &mut dyn Compressor, x: &[f32], draws: u64) -> Vec<f64> {
+    let mut sum = vec![0.0f64; x.len()];
+    let mut msg = Message::default();
+    let mut out = vec![0.0f32; x.len()];
+    for step in 0..draws {
+        c.compress(x, &ctx(0, step), &mut msg);
+        msg.decompress_into(&mut out);
+        for (s, &o) in sum.iter_mut().zip(&out) {
+            *s += f64::from(o);
+        }
+    }
+    sum.iter().map(|s| s / draws as f64).collect()
+}
+
+/// Checks `|mean_j − x_j| ≤ 5 · sd_j / √draws` for every element, where sd_j
+/// bounds the per-draw standard deviation: a 5-sigma test at a fixed seed.
+fn assert_unbiased(name: &str, mean: &[f64], x: &[f32], sd: impl Fn(usize) -> f64, draws: u64) {
+    for (j, (&m, &v)) in mean.iter().zip(x).enumerate() {
+        let tol = 5.0 * sd(j) / (draws as f64).sqrt() + 1e-6;
+        assert!(
+            (m - f64::from(v)).abs() <= tol,
+            "{name}: element {j}: mean {m} vs {v} (tolerance {tol})"
+        );
+    }
+}
+
+#[test]
+fn terngrad_is_unbiased_without_clipping() {
+    let x = gaussian(200, 1);
+    let draws = 4000;
+    let mut c = TernGrad::new(TernGradConfig {
+        clipping: false,
+        ..Default::default()
+    });
+    let s = f64::from(c.scaler(&x));
+    let mean = mean_decompression(&mut c, &x, draws);
+    // b ~ Bernoulli(p): sd of s·b is s·sqrt(p(1−p)) ≤ s/2.
+    assert_unbiased("terngrad", &mean, &x, |_| s / 2.0, draws);
+}
+
+#[test]
+fn terngrad_with_clipping_is_unbiased_inside_the_clip_level() {
+    let x = gaussian(200, 2);
+    let draws = 4000;
+    let mut c = TernGrad::default();
+    let s = c.scaler(&x);
+    let mean = mean_decompression(&mut c, &x, draws);
+    let clipped: Vec<f32> = x.iter().map(|v| v.clamp(-s, s)).collect();
+    assert_unbiased("terngrad clip", &mean, &clipped, |_| f64::from(s) / 2.0, draws);
+}
+
+#[test]
+fn qsgd_is_unbiased() {
+    let x = gaussian(300, 3);
+    let draws = 3000;
+    let cfg = QsgdConfig { levels: 4, bucket: 64 };
+    let norms: Vec<f64> = x
+        .chunks(64)
+        .map(|b| b.iter().map(|&v| f64::from(v).powi(2)).sum::<f64>().sqrt())
+        .collect();
+    let mean = mean_decompression(&mut Qsgd::new(cfg), &x, draws);
+    // One draw deviates by at most one level, n/s.
+    assert_unbiased("qsgd", &mean, &x, |j| norms[j / 64] / 4.0 / 2.0, draws);
+}
+
+#[test]
+fn unbiased_randk_is_unbiased_and_plain_randk_shrinks_by_k_over_d() {
+    let x = gaussian(100, 4);
+    let draws = 20_000;
+    let mut c = RandK::compressor(&RandKConfig {
+        density: 0.2,
+        unbiased: true,
+        ..Default::default()
+    });
+    let mean = mean_decompression(&mut c, &x, draws);
+    // Each element is (d/k)·x w.p. k/d: sd = |x|·sqrt(d/k − 1) = 2|x|.
+    assert_unbiased("randk", &mean, &x, |j| 2.0 * f64::from(x[j].abs()), draws);
+    let mut plain = RandK::compressor(&RandKConfig {
+        density: 0.2,
+        ..Default::default()
+    });
+    let mean = mean_decompression(&mut plain, &x, draws);
+    let shrunk: Vec<f32> = x.iter().map(|v| v * 0.2).collect();
+    assert_unbiased("randk plain", &mean, &shrunk, |j| 0.4 * f64::from(x[j].abs()), draws);
+}
+
+#[test]
+fn randk_same_seed_agrees_across_ranks_and_differs_otherwise() {
+    let x = gaussian(1000, 5);
+    let pick = |same_seed, rank| {
+        let mut c = RandK::compressor(&RandKConfig {
+            density: 0.05,
+            same_seed,
+            ..Default::default()
+        });
+        let mut msg = Message::default();
+        c.compress(&x, &ctx(rank, 9), &mut msg);
+        let Message::Sparse(m) = msg else { panic!() };
+        assert_eq!(m.indices.len(), 50);
+        assert!(m.indices.windows(2).all(|w| w[0] < w[1]));
+        m.indices
+    };
+    assert_eq!(pick(true, 0), pick(true, 3));
+    assert_ne!(pick(false, 0), pick(false, 3));
+}
+
+#[test]
+fn gaussiank_count_is_within_its_bounds_on_gaussian_data() {
+    for (n, rho, seed) in [(100_000, 0.001, 6), (100_000, 0.01, 7), (1_000_000, 0.001, 8), (20_000, 0.05, 9)] {
+        let x = gaussian(n, seed);
+        let k = k_for(rho, n) as f64;
+        let mut c = GaussianK::compressor(&GaussianKConfig {
+            density: rho,
+            ..Default::default()
+        });
+        let mut msg = Message::default();
+        c.compress(&x, &ctx(0, 0), &mut msg);
+        let got = msg.selected() as f64;
+        assert!(
+            got >= 2.0 * k / 3.0 && got <= 4.0 * k / 3.0,
+            "n={n} rho={rho}: selected {got}, k={k}"
+        );
+    }
+}
+
+#[test]
+fn every_sparsifier_selects_about_k_on_gaussian_data() {
+    let n = 200_000;
+    let x = gaussian(n, 10);
+    for name in ["topk", "gaussiank", "dgck", "trimmedk", "randk"] {
+        for rho in [0.001, 0.01] {
+            let mut cfg = CompressorConfig::named(name).unwrap();
+            cfg.set_density(rho);
+            let mut c = cfg.build();
+            let mut msg = Message::default();
+            c.compress(&x, &ctx(0, 0), &mut msg);
+            let k = k_for(rho, n) as f64;
+            let got = msg.selected() as f64;
+            let (lo, hi) = match name {
+                "gaussiank" => (2.0 / 3.0, 4.0 / 3.0),
+                "dgck" => (0.8, 1.3),
+                _ => (1.0, 1.0),
+            };
+            assert!(got >= lo * k && got <= hi * k, "{name} rho={rho}: {got} vs k={k}");
+            let Message::Sparse(m) = &msg else { panic!() };
+            assert!(m.indices.windows(2).all(|w| w[0] < w[1]), "{name}: indices not ascending");
+        }
+    }
+}
