@@ -72,10 +72,7 @@ impl TernarySum {
 
 fn add_codes_checked(m: &TernaryMessage, sum: &mut TernarySumMessage) -> Result<(), CodecError> {
     if m.len != sum.sums.len() {
-        return Err(CodecError::LenMismatch {
-            expected: sum.sums.len(),
-            got: m.len,
-        });
+        return Err(CodecError::LenMismatch { expected: sum.sums.len(), got: m.len });
     }
     if sum.workers == 0 {
         sum.scale = m.scale;
@@ -120,9 +117,8 @@ mod tests {
     fn server_sum_decodes_to_the_average_of_the_workers() {
         let n = 5;
         let len = 103;
-        let grads: Vec<Vec<f32>> = (0..n)
-            .map(|w| (0..len).map(|j| ((j * 7 + w * 13) % 17) as f32 - 8.0).collect())
-            .collect();
+        let grads: Vec<Vec<f32>> =
+            (0..n).map(|w| (0..len).map(|j| ((j * 7 + w * 13) % 17) as f32 - 8.0).collect()).collect();
         let t = TernGrad::default();
         let shared = grads.iter().map(|g| t.local_scalar(g).unwrap()).fold(0.0f32, f32::max);
         let mut server = TernarySum::default();
@@ -130,10 +126,7 @@ mod tests {
         let mut want = vec![0.0f32; len];
         for (w, g) in grads.iter().enumerate() {
             let mut msg = Message::default();
-            let ctx = UnitContext {
-                key: RngKey::new(0, w as u32, 0, 0),
-                shared_scalar: Some(shared),
-            };
+            let ctx = UnitContext { key: RngKey::new(0, w as u32, 0, 0), shared_scalar: Some(shared) };
             TernGrad::default().compress(g, &ctx, &mut msg);
             msg.add_to(1.0 / n as f32, &mut want);
             let mut bytes = Vec::new();
@@ -158,12 +151,7 @@ mod tests {
     fn mismatched_scalers_are_rejected() {
         let mut server = TernarySum::default();
         server.reset(4);
-        let m = |scale| TernaryMessage {
-            len: 4,
-            scale,
-            packed: vec![0b01],
-            ..Default::default()
-        };
+        let m = |scale| TernaryMessage { len: 4, scale, packed: vec![0b01], ..Default::default() };
         server.add(&m(1.0)).unwrap();
         assert!(server.add(&m(2.0)).is_err());
         assert!(server.add(&TernaryMessage { len: 3, ..m(1.0) }).is_err());

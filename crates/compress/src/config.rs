@@ -54,10 +54,7 @@ fn check(ok: bool, key: &'static str, problem: impl FnOnce() -> String) -> Resul
     if ok {
         Ok(())
     } else {
-        Err(InvalidOption {
-            key,
-            problem: problem(),
-        })
+        Err(InvalidOption { key, problem: problem() })
     }
 }
 
@@ -160,9 +157,11 @@ impl CompressorConfig {
                     format!("{} must be at least 1", c.bucket)
                 })
             }
-            Self::Dgck(c) => check(c.sample_fraction > 0.0 && c.sample_fraction <= 1.0, "sample_fraction", || {
-                format!("{} is not in (0, 1]", c.sample_fraction)
-            }),
+            Self::Dgck(c) => {
+                check(c.sample_fraction > 0.0 && c.sample_fraction <= 1.0, "sample_fraction", || {
+                    format!("{} is not in (0, 1]", c.sample_fraction)
+                })
+            }
             Self::Threshold(c) => check(c.threshold >= 0.0 && c.threshold.is_finite(), "threshold", || {
                 format!("{} must be a finite number ≥ 0", c.threshold)
             }),
@@ -205,7 +204,8 @@ mod tests {
 
     #[test]
     fn parses_from_toml_like_value_and_rejects_unknown_keys() {
-        let c: CompressorConfig = serde_json::from_str(r#"{"name":"topk","density":0.01,"wire":{"indices":"varint"}}"#).unwrap();
+        let c: CompressorConfig =
+            serde_json::from_str(r#"{"name":"topk","density":0.01,"wire":{"indices":"varint"}}"#).unwrap();
         assert_eq!(c.density(), Some(0.01));
         assert!(serde_json::from_str::<CompressorConfig>(r#"{"name":"topk","densty":0.01}"#).is_err());
         assert!(serde_json::from_str::<CompressorConfig>(r#"{"name":"dense","density":0.01}"#).is_err());

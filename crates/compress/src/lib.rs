@@ -11,6 +11,9 @@
 //! trainer drives one [`Compressor`] and one [`memory::Memory`] per
 //! compression unit (see [`compressor`] for the protocol).
 
+#[macro_use]
+mod simd;
+
 pub mod aggregate;
 pub mod codec;
 pub mod compressor;

@@ -223,11 +223,9 @@ impl Message {
         match self {
             Message::Dense(m) => m.values.len(),
             Message::Half(m) => m.values.len(),
-            Message::Ternary(m) => m
-                .packed
-                .iter()
-                .map(|&b| (b & 0x55 | (b >> 1) & 0x55).count_ones() as usize)
-                .sum(),
+            Message::Ternary(m) => {
+                m.packed.iter().map(|&b| (b & 0x55 | (b >> 1) & 0x55).count_ones() as usize).sum()
+            }
             Message::TernarySum(m) => m.sums.iter().filter(|&&s| s != 0).count(),
             Message::Sparse(m) => m.indices.len(),
             Message::Qsgd(m) => m.codes.iter().filter(|&&c| c != 0).count(),
@@ -268,11 +266,7 @@ impl Message {
             Message::Qsgd(m) => {
                 let inv = weight / m.levels.max(1) as f32;
                 let bucket = m.bucket.max(1) as usize;
-                for ((o, c), &norm) in out
-                    .chunks_mut(bucket)
-                    .zip(m.codes.chunks(bucket))
-                    .zip(&m.norms)
-                {
+                for ((o, c), &norm) in out.chunks_mut(bucket).zip(m.codes.chunks(bucket)).zip(&m.norms) {
                     let w = norm * inv;
                     for (o, &c) in o.iter_mut().zip(c) {
                         *o += w * f32::from(c);

@@ -42,10 +42,7 @@ pub struct ContractionBounds {
 impl ContractionBounds {
     pub fn new(k: usize, d: usize) -> Self {
         let q = if d == 0 { 0.0 } else { 1.0 - k as f64 / d as f64 };
-        Self {
-            classic: q,
-            tight: q * q,
-        }
+        Self { classic: q, tight: q * q }
     }
 }
 
@@ -77,14 +74,7 @@ impl Histogram {
     /// `bins` equal bins over `[lo, hi]` (`hi > lo`, `bins ≥ 1`).
     pub fn new(lo: f32, hi: f32, bins: usize) -> Self {
         assert!(hi > lo && bins >= 1, "histogram needs hi > lo and at least one bin");
-        Self {
-            lo,
-            hi,
-            counts: vec![0; bins],
-            below: 0,
-            above: 0,
-            nan: 0,
-        }
+        Self { lo, hi, counts: vec![0; bins], below: 0, above: 0, nan: 0 }
     }
 
     /// A histogram symmetric around 0 spanning the largest |value|.
@@ -115,9 +105,7 @@ impl Histogram {
     /// The bin edges, `bins + 1` of them.
     pub fn edges(&self) -> Vec<f32> {
         let n = self.counts.len();
-        (0..=n)
-            .map(|i| self.lo + (self.hi - self.lo) * i as f32 / n as f32)
-            .collect()
+        (0..=n).map(|i| self.lo + (self.hi - self.lo) * i as f32 / n as f32).collect()
     }
 }
 

@@ -2,19 +2,14 @@
 
 use gradcomp_compress::codec;
 use gradcomp_compress::memory::{ErrorFeedback, Memory, ResidualForm};
-use gradcomp_compress::message::{
-    IndexEncoding, Message, SparseWire, TernaryPacking, ValueEncoding,
-};
+use gradcomp_compress::message::{IndexEncoding, Message, SparseWire, TernaryPacking, ValueEncoding};
 use gradcomp_compress::quantize::{Qsgd, QsgdConfig, TernGrad, TernGradConfig};
 use gradcomp_compress::sparsify::{GaussianK, GaussianKConfig, RandK, RandKConfig, TopK, TopKConfig};
 use gradcomp_compress::{k_for, Compressor, CompressorConfig, RngKey, UnitContext, UnitRng};
 use proptest::prelude::*;
 
 fn ctx(rank: u32, step: u64) -> UnitContext {
-    UnitContext {
-        key: RngKey::new(17, rank, step, 3),
-        shared_scalar: None,
-    }
+    UnitContext { key: RngKey::new(17, rank, step, 3), shared_scalar: None }
 }
 
 fn gaussian(n: usize, seed: u64) -> Vec<f32> {
@@ -24,10 +19,8 @@ fn gaussian(n: usize, seed: u64) -> Vec<f32> {
 
 /// Every compressor in every wire variant, for round-trip tests.
 fn all_configs() -> Vec<CompressorConfig> {
-    let mut v: Vec<CompressorConfig> = CompressorConfig::NAMES
-        .iter()
-        .map(|n| CompressorConfig::named(n).unwrap())
-        .collect();
+    let mut v: Vec<CompressorConfig> =
+        CompressorConfig::NAMES.iter().map(|n| CompressorConfig::named(n).unwrap()).collect();
     v.push(CompressorConfig::Terngrad(TernGradConfig {
         packing: TernaryPacking::Base3,
         clipping: false,
@@ -36,20 +29,14 @@ fn all_configs() -> Vec<CompressorConfig> {
     v.push(CompressorConfig::Qsgd(QsgdConfig { levels: 3, bucket: 7 }));
     for indices in [IndexEncoding::U32, IndexEncoding::Varint] {
         for values in [ValueEncoding::F32, ValueEncoding::F16] {
-            v.push(CompressorConfig::Topk(TopKConfig {
-                density: 0.3,
-                wire: SparseWire { indices, values },
-            }));
+            v.push(CompressorConfig::Topk(TopKConfig { density: 0.3, wire: SparseWire { indices, values } }));
         }
     }
     v.push(CompressorConfig::Randk(RandKConfig {
         density: 0.5,
         same_seed: true,
         unbiased: true,
-        wire: SparseWire {
-            indices: IndexEncoding::Varint,
-            values: ValueEncoding::F32,
-        },
+        wire: SparseWire { indices: IndexEncoding::Varint, values: ValueEncoding::F32 },
     }));
     v
 }
@@ -167,10 +154,7 @@ fn mean_decompression(c: &mut dyn Compressor, x: &[f32], draws: u64) -> Vec<f64>
 fn assert_unbiased(name: &str, mean: &[f64], x: &[f32], sd: impl Fn(usize) -> f64, draws: u64) {
     for (j, (&m, &v)) in mean.iter().zip(x).enumerate() {
         let tol = 5.0 * sd(j) / (draws as f64).sqrt() + 1e-6;
-        assert!(
-            (m - f64::from(v)).abs() <= tol,
-            "{name}: element {j}: mean {m} vs {v} (tolerance {tol})"
-        );
+        assert!((m - f64::from(v)).abs() <= tol, "{name}: element {j}: mean {m} vs {v} (tolerance {tol})");
     }
 }
 
@@ -178,10 +162,7 @@ fn assert_unbiased(name: &str, mean: &[f64], x: &[f32], sd: impl Fn(usize) -> f6
 fn terngrad_is_unbiased_without_clipping() {
     let x = gaussian(200, 1);
     let draws = 4000;
-    let mut c = TernGrad::new(TernGradConfig {
-        clipping: false,
-        ..Default::default()
-    });
+    let mut c = TernGrad::new(TernGradConfig { clipping: false, ..Default::default() });
     let s = f64::from(c.scaler(&x));
     let mean = mean_decompression(&mut c, &x, draws);
     // b ~ Bernoulli(p): sd of s·b is s·sqrt(p(1−p)) ≤ s/2.
@@ -204,10 +185,8 @@ fn qsgd_is_unbiased() {
     let x = gaussian(300, 3);
     let draws = 3000;
     let cfg = QsgdConfig { levels: 4, bucket: 64 };
-    let norms: Vec<f64> = x
-        .chunks(64)
-        .map(|b| b.iter().map(|&v| f64::from(v).powi(2)).sum::<f64>().sqrt())
-        .collect();
+    let norms: Vec<f64> =
+        x.chunks(64).map(|b| b.iter().map(|&v| f64::from(v).powi(2)).sum::<f64>().sqrt()).collect();
     let mean = mean_decompression(&mut Qsgd::new(cfg), &x, draws);
     // One draw deviates by at most one level, n/s.
     assert_unbiased("qsgd", &mean, &x, |j| norms[j / 64] / 4.0 / 2.0, draws);
@@ -217,18 +196,11 @@ fn qsgd_is_unbiased() {
 fn unbiased_randk_is_unbiased_and_plain_randk_shrinks_by_k_over_d() {
     let x = gaussian(100, 4);
     let draws = 20_000;
-    let mut c = RandK::compressor(&RandKConfig {
-        density: 0.2,
-        unbiased: true,
-        ..Default::default()
-    });
+    let mut c = RandK::compressor(&RandKConfig { density: 0.2, unbiased: true, ..Default::default() });
     let mean = mean_decompression(&mut c, &x, draws);
     // Each element is (d/k)·x w.p. k/d: sd = |x|·sqrt(d/k − 1) = 2|x|.
     assert_unbiased("randk", &mean, &x, |j| 2.0 * f64::from(x[j].abs()), draws);
-    let mut plain = RandK::compressor(&RandKConfig {
-        density: 0.2,
-        ..Default::default()
-    });
+    let mut plain = RandK::compressor(&RandKConfig { density: 0.2, ..Default::default() });
     let mean = mean_decompression(&mut plain, &x, draws);
     let shrunk: Vec<f32> = x.iter().map(|v| v * 0.2).collect();
     assert_unbiased("randk plain", &mean, &shrunk, |j| 0.4 * f64::from(x[j].abs()), draws);
@@ -238,11 +210,7 @@ fn unbiased_randk_is_unbiased_and_plain_randk_shrinks_by_k_over_d() {
 fn randk_same_seed_agrees_across_ranks_and_differs_otherwise() {
     let x = gaussian(1000, 5);
     let pick = |same_seed, rank| {
-        let mut c = RandK::compressor(&RandKConfig {
-            density: 0.05,
-            same_seed,
-            ..Default::default()
-        });
+        let mut c = RandK::compressor(&RandKConfig { density: 0.05, same_seed, ..Default::default() });
         let mut msg = Message::default();
         c.compress(&x, &ctx(rank, 9), &mut msg);
         let Message::Sparse(m) = msg else { panic!() };
@@ -256,20 +224,15 @@ fn randk_same_seed_agrees_across_ranks_and_differs_otherwise() {
 
 #[test]
 fn gaussiank_count_is_within_its_bounds_on_gaussian_data() {
-    for (n, rho, seed) in [(100_000, 0.001, 6), (100_000, 0.01, 7), (1_000_000, 0.001, 8), (20_000, 0.05, 9)] {
+    for (n, rho, seed) in [(100_000, 0.001, 6), (100_000, 0.01, 7), (1_000_000, 0.001, 8), (20_000, 0.05, 9)]
+    {
         let x = gaussian(n, seed);
         let k = k_for(rho, n) as f64;
-        let mut c = GaussianK::compressor(&GaussianKConfig {
-            density: rho,
-            ..Default::default()
-        });
+        let mut c = GaussianK::compressor(&GaussianKConfig { density: rho, ..Default::default() });
         let mut msg = Message::default();
         c.compress(&x, &ctx(0, 0), &mut msg);
         let got = msg.selected() as f64;
-        assert!(
-            got >= 2.0 * k / 3.0 && got <= 4.0 * k / 3.0,
-            "n={n} rho={rho}: selected {got}, k={k}"
-        );
+        assert!(got >= 2.0 * k / 3.0 && got <= 4.0 * k / 3.0, "n={n} rho={rho}: selected {got}, k={k}");
     }
 }
 

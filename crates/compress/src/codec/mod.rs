@@ -27,9 +27,7 @@ mod ternary;
 
 use thiserror::Error;
 
-use crate::message::{
-    IndexEncoding, Message, MessageKind, SparseWire, TernaryPacking, ValueEncoding,
-};
+use crate::message::{IndexEncoding, Message, MessageKind, SparseWire, TernaryPacking, ValueEncoding};
 
 pub const MAGIC: u8 = 0x67;
 pub const VERSION: u8 = 1;
@@ -46,11 +44,7 @@ pub const MAX_WORKERS: u32 = i16::MAX as u32;
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum CodecError {
     #[error("message truncated: {what} needs {needed} bytes but {available} remain")]
-    Truncated {
-        what: &'static str,
-        needed: usize,
-        available: usize,
-    },
+    Truncated { what: &'static str, needed: usize, available: usize },
     #[error("not a gradcomp message: first byte {0:#04x}, expected 0x67")]
     BadMagic(u8),
     #[error("wire version {0} is not supported (this build speaks version 1); run the same gradcomp version on every worker")]
@@ -60,11 +54,7 @@ pub enum CodecError {
     #[error("unknown flag bits {flags:#04x} on a {kind:?} message")]
     Flags { kind: MessageKind, flags: u8 },
     #[error("{what}: expected {expected} bytes, got {got}")]
-    Length {
-        what: &'static str,
-        expected: usize,
-        got: usize,
-    },
+    Length { what: &'static str, expected: usize, got: usize },
     #[error("invalid message: {0}")]
     Invalid(&'static str),
     #[error("sparse index {index} is out of range for a unit of {len} elements")]
@@ -94,11 +84,7 @@ struct Reader<'a> {
 impl<'a> Reader<'a> {
     fn take(&mut self, n: usize, what: &'static str) -> Result<&'a [u8], CodecError> {
         if n > self.bytes.len() {
-            return Err(CodecError::Truncated {
-                what,
-                needed: n,
-                available: self.bytes.len(),
-            });
+            return Err(CodecError::Truncated { what, needed: n, available: self.bytes.len() });
         }
         let (head, rest) = self.bytes.split_at(n);
         self.bytes = rest;
@@ -126,33 +112,11 @@ impl<'a> Reader<'a> {
 enum View<'a> {
     Dense(&'a [u8]),
     Half(&'a [u8]),
-    Ternary {
-        scale: f32,
-        packing: TernaryPacking,
-        codes: &'a [u8],
-    },
-    TernarySum {
-        scale: f32,
-        workers: u32,
-        packed: &'a [u8],
-    },
-    Sparse {
-        wire: SparseWire,
-        count: usize,
-        indices: &'a [u8],
-        values: &'a [u8],
-    },
-    Qsgd {
-        levels: u32,
-        bucket: u32,
-        norms: &'a [u8],
-        packed: &'a [u8],
-    },
-    Sign {
-        positive: f32,
-        negative: f32,
-        bits: &'a [u8],
-    },
+    Ternary { scale: f32, packing: TernaryPacking, codes: &'a [u8] },
+    TernarySum { scale: f32, workers: u32, packed: &'a [u8] },
+    Sparse { wire: SparseWire, count: usize, indices: &'a [u8], values: &'a [u8] },
+    Qsgd { levels: u32, bucket: u32, norms: &'a [u8], packed: &'a [u8] },
+    Sign { positive: f32, negative: f32, bits: &'a [u8] },
 }
 
 fn parse(bytes: &[u8]) -> Result<(Header, View<'_>, &[u8]), CodecError> {
@@ -168,12 +132,7 @@ fn parse(bytes: &[u8]) -> Result<(Header, View<'_>, &[u8]), CodecError> {
     let flags = h[3];
     let len = r.u32("header")?;
     let unit = r.u32("header")?;
-    let header = Header {
-        kind,
-        flags,
-        len,
-        unit,
-    };
+    let header = Header { kind, flags, len, unit };
     let allowed = match kind {
         MessageKind::Ternary => FLAG_BASE3,
         MessageKind::Sparse => FLAG_VARINT | FLAG_F16,
@@ -191,17 +150,10 @@ fn parse(bytes: &[u8]) -> Result<(Header, View<'_>, &[u8]), CodecError> {
             if scale < 0.0 {
                 return Err(CodecError::Invalid("negative ternary scale"));
             }
-            let packing = if flags & FLAG_BASE3 != 0 {
-                TernaryPacking::Base3
-            } else {
-                TernaryPacking::TwoBit
-            };
+            let packing =
+                if flags & FLAG_BASE3 != 0 { TernaryPacking::Base3 } else { TernaryPacking::TwoBit };
             let codes = r.take(ternary::wire_len(n, packing), "ternary codes")?;
-            View::Ternary {
-                scale,
-                packing,
-                codes,
-            }
+            View::Ternary { scale, packing, codes }
         }
         MessageKind::TernarySum => {
             let scale = r.finite_f32("ternary-sum scale")?;
@@ -210,11 +162,7 @@ fn parse(bytes: &[u8]) -> Result<(Header, View<'_>, &[u8]), CodecError> {
                 return Err(CodecError::Invalid("worker count outside 1..=32767"));
             }
             let packed = r.take(bits::packed_len(n, bits::width_for(2 * workers)), "integer sums")?;
-            View::TernarySum {
-                scale,
-                workers,
-                packed,
-            }
+            View::TernarySum { scale, workers, packed }
         }
         MessageKind::Sparse => {
             let count = r.u32("sparse count")? as usize;
@@ -222,16 +170,8 @@ fn parse(bytes: &[u8]) -> Result<(Header, View<'_>, &[u8]), CodecError> {
                 return Err(CodecError::Invalid("sparse count exceeds the unit length"));
             }
             let wire = SparseWire {
-                indices: if flags & FLAG_VARINT != 0 {
-                    IndexEncoding::Varint
-                } else {
-                    IndexEncoding::U32
-                },
-                values: if flags & FLAG_F16 != 0 {
-                    ValueEncoding::F16
-                } else {
-                    ValueEncoding::F32
-                },
+                indices: if flags & FLAG_VARINT != 0 { IndexEncoding::Varint } else { IndexEncoding::U32 },
+                values: if flags & FLAG_F16 != 0 { ValueEncoding::F16 } else { ValueEncoding::F32 },
             };
             let indices = match wire.indices {
                 IndexEncoding::U32 => r.take(count * 4, "sparse indices")?,
@@ -249,12 +189,7 @@ fn parse(bytes: &[u8]) -> Result<(Header, View<'_>, &[u8]), CodecError> {
                 ValueEncoding::F16 => 2,
             };
             let values = r.take(count * vsize, "sparse values")?;
-            View::Sparse {
-                wire,
-                count,
-                indices,
-                values,
-            }
+            View::Sparse { wire, count, indices, values }
         }
         MessageKind::Qsgd => {
             let levels = r.u32("qsgd levels")?;
@@ -268,12 +203,7 @@ fn parse(bytes: &[u8]) -> Result<(Header, View<'_>, &[u8]), CodecError> {
             let nb = n.div_ceil(bucket as usize);
             let norms = r.take(nb * 4, "qsgd norms")?;
             let packed = r.take(bits::packed_len(n, bits::width_for(2 * levels)), "qsgd levels")?;
-            View::Qsgd {
-                levels,
-                bucket,
-                norms,
-                packed,
-            }
+            View::Qsgd { levels, bucket, norms, packed }
         }
         MessageKind::Sign => {
             let positive = r.finite_f32("sign mean")?;
@@ -282,20 +212,14 @@ fn parse(bytes: &[u8]) -> Result<(Header, View<'_>, &[u8]), CodecError> {
             if n % 8 != 0 && bits.last().is_some_and(|&b| b >> (n % 8) != 0) {
                 return Err(CodecError::Invalid("nonzero padding bits"));
             }
-            View::Sign {
-                positive,
-                negative,
-                bits,
-            }
+            View::Sign { positive, negative, bits }
         }
     };
     Ok((header, view, r.bytes))
 }
 
 fn f32s(bytes: &[u8]) -> impl Iterator<Item = f32> + '_ {
-    bytes
-        .chunks_exact(4)
-        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
 }
 
 fn u16s(bytes: &[u8]) -> impl Iterator<Item = u16> + '_ {
@@ -382,16 +306,11 @@ pub fn encoded_len(msg: &Message) -> usize {
 }
 
 fn varint_gaps(indices: &[u32]) -> impl Iterator<Item = u32> + '_ {
-    indices
-        .iter()
-        .enumerate()
-        .map(move |(j, &i)| if j == 0 { i } else { i - indices[j - 1] - 1 })
+    indices.iter().enumerate().map(move |(j, &i)| if j == 0 { i } else { i - indices[j - 1] - 1 })
 }
 
 fn varint_indices_len(indices: &[u32]) -> usize {
-    varint_gaps(indices)
-        .map(|g| (32 - g.leading_zeros()).max(1).div_ceil(7) as usize)
-        .sum()
+    varint_gaps(indices).map(|g| (32 - g.leading_zeros()).max(1).div_ceil(7) as usize).sum()
 }
 
 /// Appends the encoding of `msg` for compression unit `unit` to `out` and
@@ -510,11 +429,7 @@ pub fn decode(bytes: &[u8], msg: &mut Message) -> Result<Header, CodecError> {
             m.values.clear();
             m.values.extend(u16s(b));
         }
-        View::Ternary {
-            scale,
-            packing,
-            codes,
-        } => {
+        View::Ternary { scale, packing, codes } => {
             let m = msg.ternary_mut();
             m.len = n;
             m.scale = scale;
@@ -528,11 +443,7 @@ pub fn decode(bytes: &[u8], msg: &mut Message) -> Result<Header, CodecError> {
                 TernaryPacking::Base3 => ternary::from_base3(codes, n, &mut m.packed)?,
             }
         }
-        View::TernarySum {
-            scale,
-            workers,
-            packed,
-        } => {
+        View::TernarySum { scale, workers, packed } => {
             let m = msg.ternary_sum_mut();
             m.scale = scale;
             m.workers = workers;
@@ -544,12 +455,7 @@ pub fn decode(bytes: &[u8], msg: &mut Message) -> Result<Header, CodecError> {
                 Ok(())
             })?;
         }
-        View::Sparse {
-            wire,
-            count,
-            indices,
-            values,
-        } => {
+        View::Sparse { wire, count, indices, values } => {
             let m = msg.sparse_mut();
             m.len = n;
             m.wire = wire;
@@ -560,12 +466,7 @@ pub fn decode(bytes: &[u8], msg: &mut Message) -> Result<Header, CodecError> {
             m.values.clear();
             m.values.extend(sparse_values(wire, values));
         }
-        View::Qsgd {
-            levels,
-            bucket,
-            norms,
-            packed,
-        } => {
+        View::Qsgd { levels, bucket, norms, packed } => {
             let m = msg.qsgd_mut();
             m.levels = levels;
             m.bucket = bucket;
@@ -582,11 +483,7 @@ pub fn decode(bytes: &[u8], msg: &mut Message) -> Result<Header, CodecError> {
                 Ok(())
             })?;
         }
-        View::Sign {
-            positive,
-            negative,
-            bits,
-        } => {
+        View::Sign { positive, negative, bits } => {
             let m = msg.sign_mut();
             m.len = n;
             m.positive = positive;
@@ -612,64 +509,46 @@ fn centered(v: u32, center: u32, err: &'static str) -> Result<i16, CodecError> {
 pub fn accumulate(bytes: &[u8], weight: f32, out: &mut [f32]) -> Result<Header, CodecError> {
     let (h, view) = exactly_one(bytes)?;
     if h.len as usize != out.len() {
-        return Err(CodecError::LenMismatch {
-            expected: out.len(),
-            got: h.len as usize,
-        });
+        return Err(CodecError::LenMismatch { expected: out.len(), got: h.len as usize });
     }
     match view {
         View::Dense(b) => out.iter_mut().zip(f32s(b)).for_each(|(o, v)| *o += weight * v),
-        View::Half(b) => out
-            .iter_mut()
-            .zip(u16s(b))
-            .for_each(|(o, v)| *o += weight * half::f16::from_bits(v).to_f32()),
-        View::Ternary {
-            scale,
-            packing,
-            codes,
-        } => match packing {
+        View::Half(b) => {
+            out.iter_mut().zip(u16s(b)).for_each(|(o, v)| *o += weight * half::f16::from_bits(v).to_f32())
+        }
+        View::Ternary { scale, packing, codes } => match packing {
             TernaryPacking::TwoBit => {
                 ternary::check_two_bit(codes, out.len())?;
                 crate::message::add_ternary(codes, weight * scale, out);
             }
             TernaryPacking::Base3 => ternary::add_base3(codes, weight * scale, out)?,
         },
-        View::TernarySum {
-            scale,
-            workers,
-            packed,
-        } => {
+        View::TernarySum { scale, workers, packed } => {
             let width = bits::width_for(2 * workers);
-            bits::unpack(packed, width, out.len(), |_, v| centered(v, workers, "integer sum exceeds ±workers").map(drop))?;
+            bits::unpack(packed, width, out.len(), |_, v| {
+                centered(v, workers, "integer sum exceeds ±workers").map(drop)
+            })?;
             let w = weight * scale / workers as f32;
             bits::unpack(packed, width, out.len(), |i, v| {
                 out[i] += w * (v as i32 - workers as i32) as f32;
                 Ok(())
             })?;
         }
-        View::Sparse {
-            wire,
-            count,
-            indices,
-            values,
-        } => {
+        View::Sparse { wire, count, indices, values } => {
             for_each_index(wire, count, indices, h.len, drop)?;
             let mut vals = sparse_values(wire, values);
             for_each_index(wire, count, indices, h.len, |i| {
                 out[i as usize] += weight * vals.next().expect("count checked by parse");
             })?;
         }
-        View::Qsgd {
-            levels,
-            bucket,
-            norms,
-            packed,
-        } => {
+        View::Qsgd { levels, bucket, norms, packed } => {
             if f32s(norms).any(|v| !v.is_finite() || v < 0.0) {
                 return Err(CodecError::Invalid("qsgd norm is negative or not finite"));
             }
             let width = bits::width_for(2 * levels);
-            bits::unpack(packed, width, out.len(), |_, v| centered(v, levels, "qsgd level exceeds ±levels").map(drop))?;
+            bits::unpack(packed, width, out.len(), |_, v| {
+                centered(v, levels, "qsgd level exceeds ±levels").map(drop)
+            })?;
             let b = bucket as usize;
             let inv = weight / levels as f32;
             let norm_at = |i: usize| {
@@ -681,11 +560,7 @@ pub fn accumulate(bytes: &[u8], weight: f32, out: &mut [f32]) -> Result<Header, 
                 Ok(())
             })?;
         }
-        View::Sign {
-            positive,
-            negative,
-            bits,
-        } => {
+        View::Sign { positive, negative, bits } => {
             let (p, n) = (weight * positive, weight * negative);
             for (o, &byte) in out.chunks_mut(8).zip(bits) {
                 for (bit, o) in o.iter_mut().enumerate() {

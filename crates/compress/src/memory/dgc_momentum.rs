@@ -15,11 +15,7 @@ pub struct DgcMomentum {
 
 impl DgcMomentum {
     pub fn new(momentum: f32) -> Self {
-        Self {
-            momentum,
-            u: Vec::new(),
-            v: Vec::new(),
-        }
+        Self { momentum, u: Vec::new(), v: Vec::new() }
     }
 }
 

@@ -28,10 +28,7 @@ pub struct ErrorFeedback {
 
 impl ErrorFeedback {
     pub fn new(form: ResidualForm) -> Self {
-        Self {
-            form,
-            residual: Vec::new(),
-        }
+        Self { form, residual: Vec::new() }
     }
 }
 
@@ -83,10 +80,7 @@ mod tests {
     #[test]
     fn residual_is_what_was_not_sent() {
         let mut ef = ErrorFeedback::new(ResidualForm::Raw);
-        let mut c = TopK::compressor(&TopKConfig {
-            density: 0.25,
-            ..Default::default()
-        });
+        let mut c = TopK::compressor(&TopKConfig { density: 0.25, ..Default::default() });
         let mut msg = Message::default();
         let g = [1.0, -4.0, 2.0, 0.5];
         let acc = ef.compensate(&g, 0.1).to_vec();

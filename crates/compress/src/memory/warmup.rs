@@ -36,9 +36,7 @@ mod tests {
 
     #[test]
     fn schedules() {
-        let l = DensitySchedule::List {
-            densities: vec![1.0 / 64.0, 1.0 / 250.0],
-        };
+        let l = DensitySchedule::List { densities: vec![1.0 / 64.0, 1.0 / 250.0] };
         assert_eq!(l.density(0, 0.001), 1.0 / 64.0);
         assert_eq!(l.density(1, 0.001), 1.0 / 250.0);
         assert_eq!(l.density(2, 0.001), 0.001);

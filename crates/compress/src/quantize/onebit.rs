@@ -29,26 +29,56 @@ impl Compressor for OneBit {
         m.len = input.len();
         m.bits.clear();
         m.bits.resize(input.len().div_ceil(8), 0);
-        let (mut pos_sum, mut pos_n, mut neg_sum) = (0.0f64, 0usize, 0.0f64);
-        for (byte, c) in m.bits.iter_mut().zip(input.chunks(8)) {
-            let mut b = 0u8;
-            for (j, &x) in c.iter().enumerate() {
-                // NaN counts as negative so the bit pattern stays defined.
-                let nonneg = x >= 0.0;
-                b |= u8::from(nonneg) << j;
-                if nonneg {
-                    pos_sum += f64::from(x);
-                    pos_n += 1;
-                } else {
-                    neg_sum += f64::from(x);
-                }
-            }
-            *byte = b;
-        }
+        let (pos_sum, pos_n, neg_sum) = sign_bits(input, &mut m.bits);
         let neg_n = input.len() - pos_n;
         m.positive = if pos_n > 0 { (pos_sum / pos_n as f64) as f32 } else { 0.0 };
         m.negative = if neg_n > 0 { (neg_sum / neg_n as f64) as f32 } else { 0.0 };
     }
+}
+
+multiversion! {
+/// Writes the sign bits of `x` (1 = non-negative; NaN counts as negative so
+/// the pattern stays defined) and returns (Σ of non-negatives, their count,
+/// Σ of negatives). Sums are kept per 8-element group in f32 and folded into
+/// f64 per block of 1024.
+fn sign_bits(x: &[f32], bits: &mut [u8]) -> (f64, usize, f64) {
+    const BLOCK_BYTES: usize = 128;
+    let (mut pos, mut neg, mut n_pos) = (0.0f64, 0.0f64, 0usize);
+    for (xb, bb) in x.chunks(8 * BLOCK_BYTES).zip(bits.chunks_mut(BLOCK_BYTES)) {
+        let (mut p, mut q) = ([0.0f32; 8], [0.0f32; 8]);
+        let mut xs = xb.chunks_exact(8);
+        for (c, byte) in (&mut xs).zip(bb.iter_mut()) {
+            let c: &[f32; 8] = c.try_into().expect("chunks_exact yields 8");
+            let mut b = 0u8;
+            for j in 0..8 {
+                let nonneg = c[j] >= 0.0;
+                b |= u8::from(nonneg) << j;
+                p[j] += if nonneg { c[j] } else { 0.0 };
+                q[j] += if nonneg { 0.0 } else { c[j] };
+            }
+            n_pos += b.count_ones() as usize;
+            *byte = b;
+        }
+        let rem = xs.remainder();
+        if !rem.is_empty() {
+            let mut b = 0u8;
+            for (j, &v) in rem.iter().enumerate() {
+                let nonneg = v >= 0.0;
+                b |= u8::from(nonneg) << j;
+                if nonneg {
+                    p[j] += v;
+                } else {
+                    q[j] += v;
+                }
+            }
+            n_pos += b.count_ones() as usize;
+            *bb.last_mut().expect("a remainder has its byte") = b;
+        }
+        pos += p.iter().map(|&v| f64::from(v)).sum::<f64>();
+        neg += q.iter().map(|&v| f64::from(v)).sum::<f64>();
+    }
+    (pos, n_pos, neg)
+}
 }
 
 #[cfg(test)]

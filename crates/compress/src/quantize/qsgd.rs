@@ -4,11 +4,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::two_u32;
 use crate::compressor::{Combine, Compressor, UnitContext};
 use crate::message::Message;
 use crate::reduce;
-use crate::rng::UnitRng;
+use crate::rng::{LaneRng, LANES};
 
 /// Largest supported level count: signed levels are held in i16.
 pub const MAX_LEVELS: u32 = i16::MAX as u32;
@@ -25,10 +24,7 @@ pub struct QsgdConfig {
 
 impl Default for QsgdConfig {
     fn default() -> Self {
-        Self {
-            levels: 256,
-            bucket: 512,
-        }
+        Self { levels: 256, bucket: 512 }
     }
 }
 
@@ -61,42 +57,48 @@ impl Compressor for Qsgd {
         m.norms.clear();
         m.codes.clear();
         m.codes.resize(input.len(), 0);
-        let mut rng = ctx.key.rng();
+        let mut lanes = LaneRng::from_rng(&mut ctx.key.rng());
         for (v, codes) in input.chunks(bucket).zip(m.codes.chunks_mut(bucket)) {
             let norm = reduce::sum_of_squares(v).sqrt() as f32;
             let norm = if norm.is_finite() { norm } else { 0.0 };
             m.norms.push(norm);
             if norm > 0.0 {
-                quantize_bucket(v, levels as f32 / norm, levels as i16, &mut rng, codes);
+                quantize_bucket(v, levels as f32 / norm, levels as i16, &mut lanes, codes);
             }
         }
     }
 }
 
-/// Stochastic rounding of `|v|·scale` to an integer level, signed.
-fn quantize_bucket(v: &[f32], scale: f32, max: i16, rng: &mut UnitRng, codes: &mut [i16]) {
-    const TWO_32: f32 = 4_294_967_296.0;
-    let level = |x: f32, u: u32| -> i16 {
-        let r = x.abs() * scale;
-        let floor = r.floor();
-        let up = u64::from(u) < ((r - floor) * TWO_32) as u64;
-        let l = (floor as i16 + i16::from(up)).min(max);
-        if x.is_sign_negative() {
-            -l
-        } else {
-            l
+multiversion! {
+/// Stochastic rounding of `|v|·scale` to an integer level, signed, with one
+/// 24-bit uniform draw per element from the lanes.
+fn quantize_bucket(v: &[f32], scale: f32, max: i16, lanes: &mut LaneRng, codes: &mut [i16]) {
+    #[inline(always)]
+    fn levels(x: &[f32; LANES], u: &[u32; LANES], scale: f32, max: i16, out: &mut [i16; LANES]) {
+        for l in 0..LANES {
+            let r = x[l].abs() * scale;
+            let floor = r.floor();
+            let draw = ((u[l] >> 8) as i32) as f32 * (1.0 / 16_777_216.0);
+            let level = (floor as i32 + i32::from(draw < r - floor)).min(i32::from(max)) as i16;
+            out[l] = if x[l].is_sign_negative() { -level } else { level };
         }
-    };
-    let mut pairs_v = v.chunks_exact(2);
-    let mut pairs_c = codes.chunks_exact_mut(2);
-    for (x, c) in (&mut pairs_v).zip(&mut pairs_c) {
-        let [u0, u1] = two_u32(rng.next_u64());
-        c[0] = level(x[0], u0);
-        c[1] = level(x[1], u1);
     }
-    if let ([x], [c]) = (pairs_v.remainder(), pairs_c.into_remainder()) {
-        *c = level(*x, rng.next_u64() as u32);
+    let mut xs = v.chunks_exact(LANES);
+    let mut cs = codes.chunks_exact_mut(LANES);
+    for (x, c) in (&mut xs).zip(&mut cs) {
+        let x: &[f32; LANES] = x.try_into().expect("chunks_exact yields LANES");
+        let c: &mut [i16; LANES] = c.try_into().expect("chunks_exact yields LANES");
+        levels(x, &lanes.next_u32s(), scale, max, c);
     }
+    let (x, c) = (xs.remainder(), cs.into_remainder());
+    if !x.is_empty() {
+        let mut padded = [0.0f32; LANES];
+        padded[..x.len()].copy_from_slice(x);
+        let mut out = [0i16; LANES];
+        levels(&padded, &lanes.next_u32s(), scale, max, &mut out);
+        c.copy_from_slice(&out[..c.len()]);
+    }
+}
 }
 
 #[cfg(test)]
@@ -107,15 +109,9 @@ mod tests {
     #[test]
     fn levels_are_bounded_and_buckets_have_norms() {
         let g: Vec<f32> = (0..1100).map(|i| ((i * 37) % 101) as f32 - 50.0).collect();
-        let mut q = Qsgd::new(QsgdConfig {
-            levels: 4,
-            bucket: 512,
-        });
+        let mut q = Qsgd::new(QsgdConfig { levels: 4, bucket: 512 });
         let mut msg = Message::default();
-        let ctx = UnitContext {
-            key: RngKey::new(0, 0, 0, 0),
-            shared_scalar: None,
-        };
+        let ctx = UnitContext { key: RngKey::new(0, 0, 0, 0), shared_scalar: None };
         q.compress(&g, &ctx, &mut msg);
         let Message::Qsgd(m) = &msg else { panic!() };
         assert_eq!(m.norms.len(), 3);

@@ -5,11 +5,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::two_u32;
 use crate::compressor::{Combine, Compressor, UnitContext};
 use crate::message::{Message, TernaryPacking};
 use crate::reduce;
-use crate::rng::UnitRng;
+use crate::rng::{LaneRng, UnitRng, LANES};
 
 /// TernGrad's options; defaults are the authors' code (§1.1).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -28,12 +27,7 @@ pub struct TernGradConfig {
 
 impl Default for TernGradConfig {
     fn default() -> Self {
-        Self {
-            clipping: true,
-            c: 2.5,
-            share_scaler: true,
-            packing: TernaryPacking::TwoBit,
-        }
+        Self { clipping: true, c: 2.5, share_scaler: true, packing: TernaryPacking::TwoBit }
     }
 }
 
@@ -86,43 +80,58 @@ impl Compressor for TernGrad {
     }
 }
 
+multiversion! {
 /// Draws the stochastic ternary codes of `g` for scaler `s` into `out`
 /// (2 bits per element, see [`crate::message::TernaryPacking`]).
 ///
-/// `b_k = 1` iff a uniform 32-bit draw is below `|g_k|/s · 2^32`, so
-/// `P(b_k = 1) = min(1, |g_k|/s)` to within 2^-32 (plus f32 rounding of the
-/// ratio); elements with `|g_k| ≥ s` are always kept, which is the clipping.
-/// `s = 0` gives all-zero codes.
+/// `b_k = 1` iff a uniform draw `u` on the 2^-24 grid of [0, 1) is below
+/// `|g_k|/s`, so `P(b_k = 1) = min(1, |g_k|/s)` to within 2^-24 (the
+/// precision of the f32 ratio itself); elements with `|g_k| ≥ s` are always
+/// kept, which is the clipping. `s = 0` gives all-zero codes. Draws come 16 at
+/// a time from a [`LaneRng`] so the loop vectorizes.
 pub fn pack_ternary(g: &[f32], s: f32, rng: &mut UnitRng, out: &mut Vec<u8>) {
     out.clear();
     out.resize(g.len().div_ceil(4), 0);
     if s <= 0.0 {
         return;
     }
-    let to_threshold = 4_294_967_296.0f32 / s;
-    // One element's 2-bit code: 0b01 = +1, 0b10 = −1, 0 = dropped.
-    #[inline(always)]
-    fn code(x: f32, u: u32, to_threshold: f32) -> u8 {
-        let keep = u64::from(u) < (x.abs() * to_threshold) as u64;
-        u8::from(keep) << u8::from(x.is_sign_negative())
-    }
-    let chunks = g.chunks_exact(4);
+    let inv_s = 1.0 / s;
+    let mut lanes = LaneRng::from_rng(rng);
+    let chunks = g.chunks_exact(LANES);
     let tail = chunks.remainder();
-    for (byte, c) in out.iter_mut().zip(chunks) {
-        let [u0, u1] = two_u32(rng.next_u64());
-        let [u2, u3] = two_u32(rng.next_u64());
-        *byte = code(c[0], u0, to_threshold)
-            | code(c[1], u1, to_threshold) << 2
-            | code(c[2], u2, to_threshold) << 4
-            | code(c[3], u3, to_threshold) << 6;
+    let (body, last) = out.split_at_mut(chunks.len() * LANES / 4);
+    for (bytes, c) in body.chunks_exact_mut(LANES / 4).zip(chunks) {
+        let c: &[f32; LANES] = c.try_into().expect("chunks_exact yields LANES");
+        let word = ternary_word(c, &lanes.next_u32s(), inv_s);
+        bytes.copy_from_slice(&word.to_le_bytes());
     }
     if !tail.is_empty() {
-        let mut b = 0u8;
-        for (j, &x) in tail.iter().enumerate() {
-            b |= code(x, rng.next_u64() as u32, to_threshold) << (2 * j);
-        }
-        *out.last_mut().expect("tail implies a last byte") = b;
+        // Zero padding draws code 0, so the padding bits stay zero.
+        let mut padded = [0.0f32; LANES];
+        padded[..tail.len()].copy_from_slice(tail);
+        let word = ternary_word(&padded, &lanes.next_u32s(), inv_s).to_le_bytes();
+        last.copy_from_slice(&word[..last.len()]);
     }
+}
+}
+
+/// The 2-bit codes of [`LANES`] elements packed into one word, element
+/// `j` in bits `2j..2j+2`: `0b01` = +1, `0b10` = −1, 0 = dropped. Branch- and
+/// shift-free per element so it vectorizes.
+#[inline(always)]
+fn ternary_word(x: &[f32; LANES], u: &[u32; LANES], inv_s: f32) -> u32 {
+    let mut word = 0u32;
+    for j in 0..LANES {
+        let (bits, u) = (x[j].to_bits(), u[j]);
+        let p = f32::from_bits(bits & 0x7fff_ffff) * inv_s;
+        // u >> 8 < 2^24 fits i32, whose conversion to f32 is one SIMD instruction.
+        let draw = ((u >> 8) as i32) as f32 * (1.0 / 16_777_216.0);
+        // NaN compares false: dropped.
+        let keep = u32::from(draw < p);
+        let code = keep + (keep & (bits >> 31));
+        word |= code << (2 * j);
+    }
+    word
 }
 
 #[cfg(test)]
@@ -131,19 +140,13 @@ mod tests {
     use crate::rng::RngKey;
 
     fn ctx(step: u64) -> UnitContext {
-        UnitContext {
-            key: RngKey::new(1, 0, step, 0),
-            shared_scalar: None,
-        }
+        UnitContext { key: RngKey::new(1, 0, step, 0), shared_scalar: None }
     }
 
     #[test]
     fn codes_are_ternary_multiples_of_the_scaler() {
         let g: Vec<f32> = (0..101).map(|i| (i as f32 - 50.0) / 10.0).collect();
-        let mut t = TernGrad::new(TernGradConfig {
-            clipping: false,
-            ..Default::default()
-        });
+        let mut t = TernGrad::new(TernGradConfig { clipping: false, ..Default::default() });
         let mut msg = Message::default();
         t.compress(&g, &ctx(0), &mut msg);
         let mut out = vec![0.0; g.len()];
@@ -179,10 +182,7 @@ mod tests {
         let mut t = TernGrad::default();
         assert_eq!(t.combine(), Combine::TernarySum);
         let mut msg = Message::default();
-        let c = UnitContext {
-            shared_scalar: Some(4.0),
-            ..ctx(0)
-        };
+        let c = UnitContext { shared_scalar: Some(4.0), ..ctx(0) };
         t.compress(&g, &c, &mut msg);
         match &msg {
             Message::Ternary(m) => assert_eq!(m.scale, 4.0),

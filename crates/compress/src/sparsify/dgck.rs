@@ -5,10 +5,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::select::{keep_top_k_of, select_top_k};
+use super::select::{keep_top_k, select_top_k};
 use super::{Selector, Sparsifier};
 use crate::compressor::UnitContext;
-use crate::message::SparseWire;
+use crate::message::{SparseMessage, SparseWire};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -22,11 +22,7 @@ pub struct DgcKConfig {
 
 impl Default for DgcKConfig {
     fn default() -> Self {
-        Self {
-            density: 0.001,
-            sample_fraction: 0.01,
-            wire: SparseWire::default(),
-        }
+        Self { density: 0.001, sample_fraction: 0.01, wire: SparseWire::default() }
     }
 }
 
@@ -39,10 +35,7 @@ pub struct DgcK {
 
 impl DgcK {
     pub fn compressor(config: &DgcKConfig) -> Sparsifier<DgcK> {
-        let selector = DgcK {
-            sample_fraction: config.sample_fraction,
-            ..Default::default()
-        };
+        let selector = DgcK { sample_fraction: config.sample_fraction, ..Default::default() };
         Sparsifier::new(selector, config.density, config.wire)
     }
 }
@@ -55,7 +48,7 @@ impl Selector for DgcK {
         "dgck"
     }
 
-    fn select(&mut self, x: &[f32], k: usize, ctx: &UnitContext, out: &mut Vec<u32>) {
+    fn select(&mut self, x: &[f32], k: usize, ctx: &UnitContext, out: &mut SparseMessage) {
         let d = x.len();
         if k == 0 || d == 0 {
             return;
@@ -76,11 +69,13 @@ impl Selector for DgcK {
         // whole buffer is cheaper than materializing the candidates.
         let cap = 4 * k;
         for _ in 0..MAX_ADAPT {
-            out.clear();
-            let count = crate::reduce::collect_abs_above(x, thr, true, cap, out);
+            out.indices.clear();
+            out.values.clear();
+            let count =
+                crate::reduce::collect_abs_above(x, thr, true, cap, &mut out.indices, &mut out.values);
             if count as f64 > high {
                 if count <= cap {
-                    keep_top_k_of(x, out, k);
+                    keep_top_k(out, k, &mut self.scratch);
                 } else {
                     select_top_k(x, k, &mut self.scratch, out);
                 }

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{Selector, Sparsifier};
 use crate::compressor::UnitContext;
-use crate::message::SparseWire;
+use crate::message::{SparseMessage, SparseWire};
 use crate::reduce;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -19,41 +19,82 @@ pub struct GaussianKConfig {
 
 impl Default for GaussianKConfig {
     fn default() -> Self {
-        Self {
-            density: 0.001,
-            wire: SparseWire::default(),
-        }
+        Self { density: 0.001, wire: SparseWire::default() }
     }
 }
 
 #[derive(Clone, Debug, Default)]
-pub struct GaussianK;
+pub struct GaussianK {
+    sample: Vec<f32>,
+    /// Elements above the provisional bound, found during the statistics pass.
+    candidates: SparseMessage,
+}
 
 impl GaussianK {
     pub fn compressor(config: &GaussianKConfig) -> Sparsifier<GaussianK> {
-        Sparsifier::new(GaussianK, config.density, config.wire)
+        Sparsifier::new(GaussianK::default(), config.density, config.wire)
     }
 }
+
+/// Elements in the strided sample that sets the provisional bound.
+const SAMPLE: usize = 4096;
+/// The provisional bound is this fraction of the sample's threshold estimate:
+/// far enough below it that the exact threshold almost never falls under it.
+const BOUND_MARGIN: f64 = 0.9;
 
 impl Selector for GaussianK {
     fn name(&self) -> &'static str {
         "gaussiank"
     }
 
-    fn select(&mut self, x: &[f32], k: usize, _ctx: &UnitContext, out: &mut Vec<u32>) {
+    /// The rule of ALGORITHMS.md §3.3, in one pass over `x` in the common case.
+    ///
+    /// The exact mean and deviation need a full pass before any threshold is
+    /// known. To avoid a second pass, a strided sample first gives a
+    /// provisional bound `L` below the threshold to come, and the statistics
+    /// pass also collects the (few) elements above `L`. Every mask evaluation
+    /// at a threshold `t ≥ L` is then a filter of those candidates, which gives
+    /// exactly the set `{|x| > t}`; a threshold below `L` (the correction
+    /// halved it) or an overflowing candidate list falls back to a full pass.
+    fn select(&mut self, x: &[f32], k: usize, _ctx: &UnitContext, out: &mut SparseMessage) {
         let d = x.len();
         if d == 0 {
             return;
         }
-        let rho = k as f64 / d as f64;
-        let (mu, sd) = reduce::mean_and_sample_std(x);
-        let mut thr = (mu + normal_quantile(1.0 - rho / 2.0) * sd) as f32;
+        let z = normal_quantile(1.0 - k as f64 / d as f64 / 2.0);
+        let stride = (d / SAMPLE).max(1);
+        self.sample.clear();
+        self.sample.extend(x.iter().step_by(stride));
+        let (mu_s, sd_s) = reduce::mean_and_sample_std(&self.sample);
+        let bound = (BOUND_MARGIN * (mu_s + z * sd_s)).max(0.0) as f32;
+
+        let cap = 4 * k + 64;
+        let c = &mut self.candidates;
+        c.indices.clear();
+        c.values.clear();
+        let (s, q, n_cand) = reduce::sum_squares_and_collect(x, bound, cap, &mut c.indices, &mut c.values);
+        let complete = n_cand <= cap;
+        let (mu, sd) = reduce::mean_and_std_from_sums(s, q, d, 1);
+        let mut thr = (mu + z * sd) as f32;
+
         let (low, high) = (2.0 * k as f64 / 3.0, 4.0 * k as f64 / 3.0);
         // Rounds 0 and 1 may move the threshold; round 2's set is final.
         for round in 0..3 {
-            out.clear();
+            out.indices.clear();
+            out.values.clear();
             let cap = if round == 2 { usize::MAX } else { high as usize + 1 };
-            let count = reduce::collect_abs_above(x, thr, false, cap, out) as f64;
+            let count = if complete && thr >= bound {
+                let c = &self.candidates;
+                let n =
+                    reduce::collect_abs_above(&c.values, thr, false, cap, &mut out.indices, &mut out.values);
+                // Positions in the candidate list -> indices into x.
+                for i in &mut out.indices {
+                    *i = c.indices[*i as usize];
+                }
+                n
+            } else {
+                reduce::collect_abs_above(x, thr, false, cap, &mut out.indices, &mut out.values)
+            } as f64;
             if round == 2 {
                 break;
             }
@@ -101,12 +142,8 @@ pub fn normal_quantile(p: f64) -> f64 {
         4.374_664_141_464_968,
         2.938_163_982_698_783,
     ];
-    const D: [f64; 4] = [
-        7.784_695_709_041_462e-3,
-        3.224_671_290_700_398e-1,
-        2.445_134_137_142_996,
-        3.754_408_661_907_416,
-    ];
+    const D: [f64; 4] =
+        [7.784_695_709_041_462e-3, 3.224_671_290_700_398e-1, 2.445_134_137_142_996, 3.754_408_661_907_416];
     const P_LOW: f64 = 0.02425;
     let tail = |q: f64| {
         (((((C[0] * q + C[1]) * q + C[2]) * q + C[3]) * q + C[4]) * q + C[5])
@@ -127,6 +164,54 @@ pub fn normal_quantile(p: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rng::UnitRng;
+
+    /// ALGORITHMS.md §3.3 written out directly, one full mask pass per round.
+    fn reference(x: &[f32], k: usize) -> Vec<u32> {
+        let rho = k as f64 / x.len() as f64;
+        let (mu, sd) = reduce::mean_and_sample_std(x);
+        let mut thr = (mu + normal_quantile(1.0 - rho / 2.0) * sd) as f32;
+        let mut set = Vec::new();
+        for round in 0..3 {
+            set = (0..x.len() as u32).filter(|&j| x[j as usize].abs() > thr).collect();
+            let c = set.len() as f64;
+            if round == 2 {
+                break;
+            }
+            if c < 2.0 * k as f64 / 3.0 {
+                thr *= 0.5;
+            } else if c > 4.0 * k as f64 / 3.0 {
+                thr *= 1.5;
+            } else {
+                break;
+            }
+        }
+        set
+    }
+
+    #[test]
+    fn one_pass_form_selects_exactly_the_reference_set() {
+        let mut r = UnitRng::from_parts(&[99]);
+        let n = 50_000;
+        let gaussian: Vec<f32> = (0..n).map(|_| r.next_gaussian() as f32).collect();
+        let uniform: Vec<f32> = (0..n).map(|_| r.next_f32() - 0.5).collect();
+        let heavy: Vec<f32> = (0..n).map(|_| (r.next_gaussian().powi(3)) as f32).collect();
+        let mut spikes = vec![0.0f32; n];
+        for j in (0..n).step_by(97) {
+            spikes[j] = 1.0 + j as f32;
+        }
+        let shifted: Vec<f32> = gaussian.iter().map(|v| v + 3.0).collect();
+        let constant = vec![1.0f32; n];
+        for x in [&gaussian, &uniform, &heavy, &spikes, &shifted, &constant] {
+            for rho in [0.0005, 0.001, 0.01, 0.1, 0.5] {
+                let k = crate::k_for(rho, n);
+                let mut got = SparseMessage::default();
+                GaussianK::default().select(x, k, &UnitContext::default(), &mut got);
+                assert_eq!(got.indices, reference(x, k), "rho={rho}");
+                assert!(got.indices.iter().zip(&got.values).all(|(&i, &v)| x[i as usize] == v));
+            }
+        }
+    }
 
     #[test]
     fn quantiles_match_tables() {

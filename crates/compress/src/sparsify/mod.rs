@@ -19,18 +19,21 @@ pub use topk::{TopK, TopKConfig};
 pub use trimmedk::{TrimmedK, TrimmedKConfig};
 
 use crate::compressor::{k_for, Combine, Compressor, UnitContext};
-use crate::message::{Message, SparseWire, ValueEncoding};
+use crate::message::{Message, SparseMessage, SparseWire, ValueEncoding};
 
 /// Chooses which coordinates of a buffer to send.
 pub trait Selector: Send {
     /// The configuration name.
     fn name(&self) -> &'static str;
 
-    /// Appends the chosen indices of `x`, strictly ascending, to the empty
-    /// `out`; `k` is the target count from the density (a selector may send
-    /// more or fewer where its algorithm says so). Must not allocate once
-    /// `out` and the selector's scratch buffers reached steady-state size.
-    fn select(&mut self, x: &[f32], k: usize, ctx: &UnitContext, out: &mut Vec<u32>);
+    /// Writes the chosen indices of `x`, strictly ascending, and `x`'s values
+    /// at them into `out` (whose `indices` and `values` are empty on entry);
+    /// `k` is the target count from the density (a selector may send more or
+    /// fewer where its algorithm says so). Selectors that scan `x` record each
+    /// value as they find it, so no second, cache-missing gather is needed.
+    /// Must not allocate once `out` and the selector's scratch buffers reached
+    /// steady-state size.
+    fn select(&mut self, x: &[f32], k: usize, ctx: &UnitContext, out: &mut SparseMessage);
 
     /// The factor the kept values are multiplied by (Rand-k's `d/k` when unbiased).
     fn value_scale(&self, _k: usize, _d: usize) -> f32 {
@@ -57,11 +60,7 @@ pub struct Sparsifier<S> {
 
 impl<S: Selector> Sparsifier<S> {
     pub fn new(selector: S, density: f64, wire: SparseWire) -> Self {
-        Self {
-            selector,
-            density,
-            wire,
-        }
+        Self { selector, density, wire }
     }
 }
 
@@ -80,10 +79,13 @@ impl<S: Selector> Compressor for Sparsifier<S> {
         m.len = input.len();
         m.wire = self.wire;
         m.indices.clear();
-        self.selector.select(input, k, ctx, &mut m.indices);
-        let scale = self.selector.value_scale(k, input.len());
         m.values.clear();
-        m.values.extend(m.indices.iter().map(|&i| input[i as usize] * scale));
+        self.selector.select(input, k, ctx, m);
+        debug_assert_eq!(m.indices.len(), m.values.len());
+        let scale = self.selector.value_scale(k, input.len());
+        if scale != 1.0 {
+            m.values.iter_mut().for_each(|v| *v *= scale);
+        }
         if self.wire.values == ValueEncoding::F16 {
             for v in &mut m.values {
                 *v = half::f16::from_f32(*v).to_f32();

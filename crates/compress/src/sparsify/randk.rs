@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{Selector, Sparsifier};
 use crate::compressor::{Combine, UnitContext};
-use crate::message::SparseWire;
+use crate::message::{SparseMessage, SparseWire};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -23,12 +23,7 @@ pub struct RandKConfig {
 
 impl Default for RandKConfig {
     fn default() -> Self {
-        Self {
-            density: 0.001,
-            same_seed: false,
-            unbiased: false,
-            wire: SparseWire::default(),
-        }
+        Self { density: 0.001, same_seed: false, unbiased: false, wire: SparseWire::default() }
     }
 }
 
@@ -41,11 +36,7 @@ pub struct RandK {
 
 impl RandK {
     pub fn compressor(config: &RandKConfig) -> Sparsifier<RandK> {
-        let selector = RandK {
-            same_seed: config.same_seed,
-            unbiased: config.unbiased,
-            bitmap: Vec::new(),
-        };
+        let selector = RandK { same_seed: config.same_seed, unbiased: config.unbiased, bitmap: Vec::new() };
         Sparsifier::new(selector, config.density, config.wire)
     }
 }
@@ -55,14 +46,10 @@ impl Selector for RandK {
         "randk"
     }
 
-    fn select(&mut self, x: &[f32], k: usize, ctx: &UnitContext, out: &mut Vec<u32>) {
+    fn select(&mut self, x: &[f32], k: usize, ctx: &UnitContext, out: &mut SparseMessage) {
         let d = x.len();
         let k = k.min(d);
-        let mut rng = if self.same_seed {
-            ctx.key.shared_rng()
-        } else {
-            ctx.key.rng()
-        };
+        let mut rng = if self.same_seed { ctx.key.shared_rng() } else { ctx.key.rng() };
         self.bitmap.clear();
         self.bitmap.resize(d.div_ceil(64), 0);
         // Floyd: for j in d−k..d pick t in 0..=j; take t, or j if t was taken.
@@ -74,7 +61,9 @@ impl Selector for RandK {
         for (w, &word) in self.bitmap.iter().enumerate() {
             let mut bits = word;
             while bits != 0 {
-                out.push((w * 64) as u32 + bits.trailing_zeros());
+                let j = w * 64 + bits.trailing_zeros() as usize;
+                out.indices.push(j as u32);
+                out.values.push(x[j]);
                 bits &= bits - 1;
             }
         }

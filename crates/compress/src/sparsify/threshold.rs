@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{Selector, Sparsifier};
 use crate::compressor::UnitContext;
-use crate::message::SparseWire;
+use crate::message::{SparseMessage, SparseWire};
 use crate::reduce;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -18,10 +18,7 @@ pub struct ThresholdConfig {
 
 impl Default for ThresholdConfig {
     fn default() -> Self {
-        Self {
-            threshold: 0.01,
-            wire: SparseWire::default(),
-        }
+        Self { threshold: 0.01, wire: SparseWire::default() }
     }
 }
 
@@ -32,13 +29,7 @@ pub struct Threshold {
 
 impl Threshold {
     pub fn compressor(config: &ThresholdConfig) -> Sparsifier<Threshold> {
-        Sparsifier::new(
-            Threshold {
-                threshold: config.threshold,
-            },
-            1.0,
-            config.wire,
-        )
+        Sparsifier::new(Threshold { threshold: config.threshold }, 1.0, config.wire)
     }
 }
 
@@ -47,8 +38,8 @@ impl Selector for Threshold {
         "threshold"
     }
 
-    fn select(&mut self, x: &[f32], _k: usize, _ctx: &UnitContext, out: &mut Vec<u32>) {
-        reduce::collect_abs_above(x, self.threshold, false, usize::MAX, out);
+    fn select(&mut self, x: &[f32], _k: usize, _ctx: &UnitContext, out: &mut SparseMessage) {
+        reduce::collect_abs_above(x, self.threshold, false, usize::MAX, &mut out.indices, &mut out.values);
     }
 
     fn uses_density(&self) -> bool {

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use super::select::select_top_k;
 use super::{Selector, Sparsifier};
 use crate::compressor::UnitContext;
-use crate::message::SparseWire;
+use crate::message::{SparseMessage, SparseWire};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -17,10 +17,7 @@ pub struct TopKConfig {
 
 impl Default for TopKConfig {
     fn default() -> Self {
-        Self {
-            density: 0.001,
-            wire: SparseWire::default(),
-        }
+        Self { density: 0.001, wire: SparseWire::default() }
     }
 }
 
@@ -41,7 +38,7 @@ impl Selector for TopK {
         "topk"
     }
 
-    fn select(&mut self, x: &[f32], k: usize, _ctx: &UnitContext, out: &mut Vec<u32>) {
+    fn select(&mut self, x: &[f32], k: usize, _ctx: &UnitContext, out: &mut SparseMessage) {
         select_top_k(x, k, &mut self.scratch, out);
     }
 }

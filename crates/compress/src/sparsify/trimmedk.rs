@@ -4,10 +4,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::select::{keep_top_k_of, select_top_k};
+use super::select::{keep_top_k, select_top_k};
 use super::{Selector, Sparsifier};
 use crate::compressor::UnitContext;
-use crate::message::SparseWire;
+use crate::message::{SparseMessage, SparseWire};
 use crate::reduce;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -19,10 +19,7 @@ pub struct TrimmedKConfig {
 
 impl Default for TrimmedKConfig {
     fn default() -> Self {
-        Self {
-            density: 0.001,
-            wire: SparseWire::default(),
-        }
+        Self { density: 0.001, wire: SparseWire::default() }
     }
 }
 
@@ -45,7 +42,7 @@ impl Selector for TrimmedK {
         "trimmedk"
     }
 
-    fn select(&mut self, x: &[f32], k: usize, _ctx: &UnitContext, out: &mut Vec<u32>) {
+    fn select(&mut self, x: &[f32], k: usize, _ctx: &UnitContext, out: &mut SparseMessage) {
         if k == 0 || x.is_empty() {
             return;
         }
@@ -54,8 +51,8 @@ impl Selector for TrimmedK {
         for r in RATIOS {
             let thr = mean + r * (max - mean);
             if reduce::count_abs_above(x, thr) >= k {
-                reduce::collect_abs_above(x, thr, false, usize::MAX, out);
-                keep_top_k_of(x, out, k);
+                reduce::collect_abs_above(x, thr, false, usize::MAX, &mut out.indices, &mut out.values);
+                keep_top_k(out, k, &mut self.scratch);
                 return;
             }
         }

@@ -1,0 +1,18 @@
+//! Repeated timing with a median, the shared clock of every `bench`.
+
+use std::time::{Duration, Instant};
+
+/// Runs `f` once to warm up, then until `min_time` has passed and at least
+/// `min_reps` runs were made; returns the median seconds per run.
+pub fn median_seconds(min_time: Duration, min_reps: usize, mut f: impl FnMut()) -> f64 {
+    f();
+    let mut times = Vec::new();
+    let start = Instant::now();
+    while times.len() < min_reps || start.elapsed() < min_time {
+        let t = Instant::now();
+        f();
+        times.push(t.elapsed().as_secs_f64());
+    }
+    times.sort_by(f64::total_cmp);
+    times[times.len() / 2]
+}
