@@ -209,7 +209,7 @@ fn parse(bytes: &[u8]) -> Result<(Header, View<'_>, &[u8]), CodecError> {
             let positive = r.finite_f32("sign mean")?;
             let negative = r.finite_f32("sign mean")?;
             let bits = r.take(n.div_ceil(8), "sign bits")?;
-            if n % 8 != 0 && bits.last().is_some_and(|&b| b >> (n % 8) != 0) {
+            if !n.is_multiple_of(8) && bits.last().is_some_and(|&b| b >> (n % 8) != 0) {
                 return Err(CodecError::Invalid("nonzero padding bits"));
             }
             View::Sign { positive, negative, bits }

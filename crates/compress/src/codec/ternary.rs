@@ -41,7 +41,7 @@ pub(super) fn to_base3(packed: &[u8], len: usize, out: &mut Vec<u8>) {
             pow *= 3;
         }
     }
-    if len % 5 != 0 {
+    if !len.is_multiple_of(5) {
         out.push(byte);
     }
 }
