@@ -1,20 +1,27 @@
-//! gradcomp-comm: moving bytes between workers.
+//! gradcomp-comm: moving bytes between workers, counting them, and pricing
+//! them on a network that is not this one.
 //!
-//! This crate will hold the `Collective` trait, the in-process and MPI
-//! backends, the byte meter and the network model (issue #3). Until then it
-//! holds only the cost model's basic unit so that the workspace layering of
-//! `docs/ARCHITECTURE.md` is in place.
+//! - [`Collective`]: what a worker sees: its rank, the world size and the
+//!   operations. [`InProcessCollective`] runs N workers as threads of one
+//!   process (the default); `MpiCollective` (feature `mpi`) runs one worker
+//!   per MPI rank. Both implement the same trait, and the trainer cannot tell
+//!   them apart.
+//! - [`ByteMeter`]: exact bytes per rank, per operation kind, per step.
+//! - [`NetworkModel`]: α–β costs of ring and recursive-doubling allreduce,
+//!   allgatherv, broadcast and the parameter server, for N workers at
+//!   bandwidth B, and their calibration by measurement.
+//!
+//! This crate knows nothing of gradients or compressors: messages are bytes
+//! or numbers. `gradcomp-train` joins it with `gradcomp-compress`.
 
-/// Seconds to move `bytes` over a link of latency `alpha` (s) and bandwidth
-/// `bytes_per_second`: the α–β model every collective's cost is built from.
-pub fn link_seconds(alpha: f64, bytes_per_second: f64, bytes: u64) -> f64 {
-    alpha + bytes as f64 / bytes_per_second
-}
+mod collective;
+mod in_process;
+pub mod meter;
+#[cfg(feature = "mpi")]
+pub mod mpi;
+pub mod netmodel;
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn alpha_beta() {
-        assert_eq!(super::link_seconds(1e-4, 1e9, 1_000_000), 1e-4 + 1e-3);
-    }
-}
+pub use collective::{Collective, CommError, Gathered, OpKind, ServerPlacement};
+pub use in_process::{InProcessCollective, InProcessGroup};
+pub use meter::{ByteMeter, OpBytes, StepBytes};
+pub use netmodel::{AllreduceAlgorithm, NetworkModel};

@@ -1,0 +1,209 @@
+//! The [`Collective`] trait: the contract every backend implements.
+
+use thiserror::Error;
+
+use crate::meter::ByteMeter;
+
+/// Operation kinds, as recorded by the byte meter and compared across ranks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum OpKind {
+    AllreduceSumF32,
+    AllreduceSumI32,
+    AllreduceMaxF32,
+    Allgatherv,
+    Broadcast,
+    Barrier,
+    /// Parameter server: every worker's upload to the server.
+    PsPush,
+    /// Parameter server: the server's download to every worker.
+    PsPull,
+}
+
+impl OpKind {
+    pub const ALL: [OpKind; 8] = [
+        OpKind::AllreduceSumF32,
+        OpKind::AllreduceSumI32,
+        OpKind::AllreduceMaxF32,
+        OpKind::Allgatherv,
+        OpKind::Broadcast,
+        OpKind::Barrier,
+        OpKind::PsPush,
+        OpKind::PsPull,
+    ];
+
+    /// The name used in records (`steps.jsonl`) and benchmark tables.
+    pub fn name(self) -> &'static str {
+        match self {
+            OpKind::AllreduceSumF32 => "allreduce_sum_f32",
+            OpKind::AllreduceSumI32 => "allreduce_sum_i32",
+            OpKind::AllreduceMaxF32 => "allreduce_max_f32",
+            OpKind::Allgatherv => "allgatherv",
+            OpKind::Broadcast => "broadcast",
+            OpKind::Barrier => "barrier",
+            OpKind::PsPush => "ps_push",
+            OpKind::PsPull => "ps_pull",
+        }
+    }
+}
+
+/// Why a collective operation failed. Every rank taking part gets an error
+/// (never a hang) when any of them fails.
+#[derive(Debug, Error, Clone, PartialEq)]
+pub enum CommError {
+    #[error("worker {rank} failed or left the group; the run cannot continue without it")]
+    PeerFailed { rank: usize },
+    #[error("timed out after {seconds:.0} s in {op} waiting for worker(s) {waiting_for:?}; raise the collective timeout if they are just slow")]
+    Timeout { op: &'static str, seconds: f64, waiting_for: Vec<usize> },
+    #[error("workers disagree on the operation: {detail}")]
+    Mismatch { detail: String },
+    #[error("{op} message of {bytes} bytes exceeds the limit of {limit} bytes")]
+    TooLarge { op: &'static str, bytes: usize, limit: usize },
+    #[error("invalid argument: {0}")]
+    Invalid(String),
+    #[error("the parameter server's aggregation failed: {0}")]
+    Aggregate(String),
+    #[error("MPI: {0}")]
+    Mpi(String),
+}
+
+/// Where the parameter server runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ServerPlacement {
+    /// Rank 0 is both a worker and the server (its upload never crosses a link).
+    #[default]
+    CoLocated,
+    /// The last rank is a server only: it uploads nothing and trains nothing.
+    Dedicated,
+}
+
+impl ServerPlacement {
+    /// The server's rank in a world of `world_size` ranks.
+    pub fn server_rank(self, world_size: usize) -> usize {
+        match self {
+            ServerPlacement::CoLocated => 0,
+            ServerPlacement::Dedicated => world_size - 1,
+        }
+    }
+}
+
+/// The messages of all ranks after an allgatherv, in rank order, in one
+/// reused buffer.
+#[derive(Clone, Debug, Default)]
+pub struct Gathered {
+    bytes: Vec<u8>,
+    /// `ends[r]` is where rank r's message ends in `bytes`.
+    ends: Vec<usize>,
+}
+
+impl Gathered {
+    pub fn clear(&mut self) {
+        self.bytes.clear();
+        self.ends.clear();
+    }
+
+    /// Appends the next rank's message.
+    pub fn push(&mut self, msg: &[u8]) {
+        self.bytes.extend_from_slice(msg);
+        self.ends.push(self.bytes.len());
+    }
+
+    /// Rebuilds from a concatenation and per-rank lengths.
+    pub fn set_from_parts(&mut self, lens: impl IntoIterator<Item = usize>) -> &mut Vec<u8> {
+        self.ends.clear();
+        let mut end = 0;
+        for l in lens {
+            end += l;
+            self.ends.push(end);
+        }
+        self.bytes.clear();
+        self.bytes.resize(end, 0);
+        &mut self.bytes
+    }
+
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+
+    /// Rank `r`'s message.
+    pub fn get(&self, r: usize) -> &[u8] {
+        let start = if r == 0 { 0 } else { self.ends[r - 1] };
+        &self.bytes[start..self.ends[r]]
+    }
+
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = &[u8]> {
+        (0..self.len()).map(|r| self.get(r))
+    }
+
+    /// Total bytes of all messages.
+    pub fn total_bytes(&self) -> usize {
+        self.bytes.len()
+    }
+}
+
+/// The aggregation a parameter server runs on the uploads (rank order; the
+/// dedicated server's own empty upload is not included) to produce the
+/// download. An `Err` reaches every rank as [`CommError::Aggregate`].
+pub type Aggregate<'a> = dyn FnMut(&Gathered, &mut Vec<u8>) -> Result<(), String> + 'a;
+
+/// A worker's view of the group: its rank, the world size, and collective
+/// operations that every rank calls in the same order with matching
+/// arguments.
+///
+/// # Contract
+/// - Every operation blocks until all ranks have called it. A rank that
+///   panics, returns early or leaves the group makes the others' calls return
+///   [`CommError::PeerFailed`] naming it; a rank that does not arrive within
+///   the backend's timeout makes them return [`CommError::Timeout`]. Nothing
+///   hangs.
+/// - Ranks that call different operations, or allreduce buffers of
+///   different lengths, get [`CommError::Mismatch`] on every rank.
+/// - Buffers are caller-owned; the in-process backend does not allocate per
+///   call once `Gathered` and download buffers have grown to size.
+/// - Results are bitwise identical on all ranks (every element of a reduction
+///   is computed once and copied), so replicas stay identical.
+/// - Every operation records its bytes in [`Collective::meter`] (logical
+///   message sizes: what the codec produced, not backend-internal traffic,
+///   which the [`NetworkModel`](crate::NetworkModel) derives per algorithm).
+pub trait Collective: Send {
+    fn rank(&self) -> usize;
+    fn world_size(&self) -> usize;
+
+    /// Elementwise sum across ranks, in place.
+    fn allreduce_sum_f32(&mut self, buf: &mut [f32]) -> Result<(), CommError>;
+
+    /// Elementwise sum of small integers (TernGrad's code sums), in place.
+    fn allreduce_sum_i32(&mut self, buf: &mut [i32]) -> Result<(), CommError>;
+
+    /// Elementwise max across ranks, in place (TernGrad's shared scalers).
+    fn allreduce_max_f32(&mut self, buf: &mut [f32]) -> Result<(), CommError>;
+
+    /// Every rank contributes a message of any length; every rank receives
+    /// all of them in rank order.
+    fn allgatherv(&mut self, send: &[u8], recv: &mut Gathered) -> Result<(), CommError>;
+
+    /// `buf` on every rank becomes the root's `buf`.
+    fn broadcast(&mut self, buf: &mut Vec<u8>, root: usize) -> Result<(), CommError>;
+
+    fn barrier(&mut self) -> Result<(), CommError>;
+
+    /// The parameter-server pattern: every worker pushes `upload` to the
+    /// server rank; the server runs `aggregate` on the uploads and every rank
+    /// receives its result in `download`. `aggregate` is called on the
+    /// server only. With [`ServerPlacement::Dedicated`] the server rank's own
+    /// `upload` must be empty and is not passed to `aggregate`.
+    fn push_pull(
+        &mut self,
+        placement: ServerPlacement,
+        upload: &[u8],
+        aggregate: &mut Aggregate<'_>,
+        download: &mut Vec<u8>,
+    ) -> Result<(), CommError>;
+
+    /// This rank's byte counts.
+    fn meter(&self) -> &ByteMeter;
+    fn meter_mut(&mut self) -> &mut ByteMeter;
+}

@@ -1,0 +1,481 @@
+//! N workers as threads of one process (the embedded default).
+//!
+//! Every operation is one or two rounds of the same three-phase exchange:
+//! 1. **arrive**: each rank posts a description of its contribution (the
+//!    operation, a pointer to its buffer, a length) and waits, with a
+//!    timeout, until all ranks have posted. The last to arrive checks that
+//!    the posts agree; every rank sees the same verdict.
+//! 2. **work**: each rank reads what it needs straight from its peers'
+//!    buffers (no intermediate copies): an allreduce splits the elements into
+//!    N chunks, rank r sums chunk r over all ranks in rank order and writes
+//!    the result into every rank's buffer, so each element is computed once
+//!    and every replica gets the same bits.
+//! 3. **release**: each rank waits until all have finished reading, so no
+//!    buffer is returned to its owner while a peer may still touch it. This
+//!    wait has no timeout because phase 2 never blocks.
+//!
+//! A handle dropped while its thread unwinds from a panic (or dropped at all
+//! while others still expect it) marks its rank as failed; every waiting or
+//! later call then returns [`CommError::PeerFailed`] naming it.
+
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use crate::collective::{Aggregate, Collective, CommError, Gathered, OpKind, ServerPlacement};
+use crate::meter::ByteMeter;
+
+/// Options of an in-process group; `build` makes the per-rank handles.
+#[derive(Clone, Debug)]
+pub struct InProcessGroup {
+    pub workers: usize,
+    /// How long an operation waits for peers to arrive.
+    pub timeout: Duration,
+    /// Largest message (bytes) an allgatherv, broadcast or push may carry.
+    pub max_message_bytes: usize,
+}
+
+impl InProcessGroup {
+    pub fn new(workers: usize) -> Self {
+        Self { workers, timeout: Duration::from_secs(300), max_message_bytes: 1 << 31 }
+    }
+
+    pub fn timeout(mut self, t: Duration) -> Self {
+        self.timeout = t;
+        self
+    }
+
+    pub fn max_message_bytes(mut self, b: usize) -> Self {
+        self.max_message_bytes = b;
+        self
+    }
+
+    /// One handle per rank, in rank order; move each to its worker thread.
+    pub fn build(self) -> Result<Vec<InProcessCollective>, CommError> {
+        let n = self.workers;
+        if n == 0 {
+            return Err(CommError::Invalid("a group needs at least one worker".into()));
+        }
+        let shared = Arc::new(Shared {
+            n,
+            timeout: self.timeout,
+            max_message: self.max_message_bytes,
+            state: Mutex::new(State {
+                generation: 0,
+                arrived: vec![false; n],
+                n_arrived: 0,
+                posts: vec![Post::default(); n],
+                verdict: Ok(()),
+                readers: 0,
+                failed: None,
+                aggregate_error: None,
+            }),
+            cv: Condvar::new(),
+        });
+        Ok((0..n)
+            .map(|rank| InProcessCollective {
+                rank,
+                shared: Arc::clone(&shared),
+                posts: vec![Post::default(); n],
+                meter: ByteMeter::default(),
+                uploads: Gathered::default(),
+            })
+            .collect())
+    }
+}
+
+/// One rank's contribution to a round.
+#[derive(Clone, Copy, Debug, Default)]
+struct Post {
+    op: Option<OpKind>,
+    /// Address of the rank's buffer (a pointer kept as an integer so posts are `Send`).
+    addr: usize,
+    /// Elements (reductions) or bytes (byte messages).
+    len: usize,
+    /// Broadcast root, or parameter-server rank.
+    root: usize,
+    /// Parameter-server placement code, to check that all ranks agree.
+    placement: u8,
+}
+
+struct State {
+    generation: u64,
+    arrived: Vec<bool>,
+    n_arrived: usize,
+    posts: Vec<Post>,
+    verdict: Result<(), CommError>,
+    readers: usize,
+    failed: Option<usize>,
+    aggregate_error: Option<String>,
+}
+
+struct Shared {
+    n: usize,
+    timeout: Duration,
+    max_message: usize,
+    state: Mutex<State>,
+    cv: Condvar,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A poisoned lock means a thread panicked while holding it; the state
+        // itself is still consistent (every critical section is panic-free),
+        // and the panicking rank is recorded as failed by its handle's drop.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// A rank's handle to an in-process group. See the module docs.
+pub struct InProcessCollective {
+    rank: usize,
+    shared: Arc<Shared>,
+    /// This round's posts, copied out of the shared state (no allocation per call).
+    posts: Vec<Post>,
+    meter: ByteMeter,
+    /// The server's view of the uploads.
+    uploads: Gathered,
+}
+
+/// Decrements the reader count even if the work phase unwinds.
+struct ReleaseGuard<'a> {
+    shared: &'a Shared,
+}
+
+impl Drop for ReleaseGuard<'_> {
+    fn drop(&mut self) {
+        let mut st = self.shared.lock();
+        st.readers -= 1;
+        if st.readers == 0 {
+            self.shared.cv.notify_all();
+        } else {
+            while st.readers > 0 {
+                st = self.shared.cv.wait(st).unwrap_or_else(|e| e.into_inner());
+            }
+        }
+    }
+}
+
+fn check_posts(posts: &[Post], max_message: usize) -> Result<(), CommError> {
+    let first = posts[0];
+    for (r, p) in posts.iter().enumerate() {
+        if p.op != first.op {
+            return Err(CommError::Mismatch {
+                detail: format!("rank 0 called {}, rank {r} called {}", name(first.op), name(p.op)),
+            });
+        }
+        let op = p.op.expect("arrived posts carry an op");
+        match op {
+            OpKind::AllreduceSumF32 | OpKind::AllreduceSumI32 | OpKind::AllreduceMaxF32
+                if p.len != first.len =>
+            {
+                return Err(CommError::Mismatch {
+                    detail: format!(
+                        "{}: rank 0 has {} elements, rank {r} has {}",
+                        op.name(),
+                        first.len,
+                        p.len
+                    ),
+                });
+            }
+            OpKind::Broadcast | OpKind::PsPush | OpKind::PsPull
+                if p.root != first.root || p.placement != first.placement =>
+            {
+                return Err(CommError::Mismatch {
+                    detail: format!(
+                        "{}: rank 0 names root {}, rank {r} names root {}",
+                        op.name(),
+                        first.root,
+                        p.root
+                    ),
+                });
+            }
+            OpKind::Allgatherv | OpKind::Broadcast | OpKind::PsPush | OpKind::PsPull
+                if p.len > max_message =>
+            {
+                return Err(CommError::TooLarge { op: op.name(), bytes: p.len, limit: max_message });
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+fn name(op: Option<OpKind>) -> &'static str {
+    op.map_or("nothing", OpKind::name)
+}
+
+impl InProcessCollective {
+    /// Runs one round: arrive, `work` on all posts, release.
+    fn round<R>(&mut self, post: Post, work: impl FnOnce(&[Post]) -> R) -> Result<R, CommError> {
+        let shared = Arc::clone(&self.shared);
+        let op = post.op.expect("rounds carry an op");
+        let mut st = shared.lock();
+        if let Some(r) = st.failed {
+            return Err(CommError::PeerFailed { rank: r });
+        }
+        st.posts[self.rank] = post;
+        st.arrived[self.rank] = true;
+        st.n_arrived += 1;
+        let generation = st.generation;
+        if st.n_arrived == shared.n {
+            st.n_arrived = 0;
+            st.arrived.iter_mut().for_each(|a| *a = false);
+            st.generation += 1;
+            st.verdict = check_posts(&st.posts, shared.max_message);
+            st.readers = if st.verdict.is_ok() { shared.n } else { 0 };
+            shared.cv.notify_all();
+        } else {
+            let deadline = Instant::now() + shared.timeout;
+            while st.generation == generation {
+                if let Some(r) = st.failed {
+                    return Err(CommError::PeerFailed { rank: r });
+                }
+                let now = Instant::now();
+                if now >= deadline {
+                    let waiting_for: Vec<usize> = (0..shared.n).filter(|&r| !st.arrived[r]).collect();
+                    // Break the group so the other waiters fail now, not after their own timeout.
+                    st.failed = waiting_for.first().copied();
+                    shared.cv.notify_all();
+                    return Err(CommError::Timeout {
+                        op: op.name(),
+                        seconds: shared.timeout.as_secs_f64(),
+                        waiting_for,
+                    });
+                }
+                st = shared.cv.wait_timeout(st, deadline - now).unwrap_or_else(|e| e.into_inner()).0;
+            }
+        }
+        st.verdict.clone()?;
+        self.posts.copy_from_slice(&st.posts);
+        drop(st);
+        let _release = ReleaseGuard { shared: &shared };
+        Ok(work(&self.posts))
+    }
+
+    /// Rank r's share `[lo, hi)` of `len` elements.
+    fn chunk(&self, len: usize) -> (usize, usize) {
+        let n = self.shared.n;
+        (len * self.rank / n, len * (self.rank + 1) / n)
+    }
+
+    fn reduce<T: Copy + Default>(
+        &mut self,
+        op: OpKind,
+        buf: &mut [T],
+        combine: fn(T, T) -> T,
+    ) -> Result<(), CommError> {
+        let start = Instant::now();
+        let post =
+            Post { op: Some(op), addr: buf.as_mut_ptr() as usize, len: buf.len(), ..Default::default() };
+        let (lo, hi) = self.chunk(buf.len());
+        self.round(post, |posts| {
+            // SAFETY: every post points at a live buffer of `len` T whose
+            // owner is blocked in this round until all ranks release; this
+            // rank alone reads and writes elements lo..hi of every buffer
+            // (the chunks of different ranks are disjoint), and slices are
+            // made only over those elements.
+            unsafe { reduce_chunk(posts, lo, hi, combine) }
+        })?;
+        let bytes = buf.len() * std::mem::size_of::<T>();
+        self.meter.record(op, bytes, bytes, start.elapsed());
+        Ok(())
+    }
+}
+
+/// Elements per block of the reduction: fits L1 with room for N inputs.
+const BLOCK: usize = 1024;
+
+/// Computes `combine` over all posts (in rank order) for elements `lo..hi`
+/// and writes the result into every post's buffer.
+///
+/// # Safety
+/// Each post's `addr` must point at a live buffer of at least `hi` elements
+/// of `T` that no one else touches in `lo..hi` during the call.
+unsafe fn reduce_chunk<T: Copy + Default>(posts: &[Post], lo: usize, hi: usize, combine: fn(T, T) -> T) {
+    let mut acc = [T::default(); BLOCK];
+    let mut at = lo;
+    while at < hi {
+        let n = (hi - at).min(BLOCK);
+        let acc = &mut acc[..n];
+        let part = |p: &Post| unsafe { std::slice::from_raw_parts_mut((p.addr as *mut T).add(at), n) };
+        acc.copy_from_slice(part(&posts[0]));
+        for p in &posts[1..] {
+            for (a, &v) in acc.iter_mut().zip(part(p).iter()) {
+                *a = combine(*a, v);
+            }
+        }
+        for p in posts {
+            part(p).copy_from_slice(acc);
+        }
+        at += n;
+    }
+}
+
+/// The bytes a post describes.
+///
+/// # Safety
+/// The post must describe a live byte buffer that is not written during the borrow.
+unsafe fn bytes_of<'a>(p: &Post) -> &'a [u8] {
+    if p.len == 0 {
+        return &[];
+    }
+    unsafe { std::slice::from_raw_parts(p.addr as *const u8, p.len) }
+}
+
+fn byte_post(op: OpKind, bytes: &[u8], root: usize, placement: u8) -> Post {
+    Post { op: Some(op), addr: bytes.as_ptr() as usize, len: bytes.len(), root, placement }
+}
+
+impl Collective for InProcessCollective {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn world_size(&self) -> usize {
+        self.shared.n
+    }
+
+    fn allreduce_sum_f32(&mut self, buf: &mut [f32]) -> Result<(), CommError> {
+        self.reduce(OpKind::AllreduceSumF32, buf, |a, b| a + b)
+    }
+
+    fn allreduce_sum_i32(&mut self, buf: &mut [i32]) -> Result<(), CommError> {
+        self.reduce(OpKind::AllreduceSumI32, buf, i32::wrapping_add)
+    }
+
+    fn allreduce_max_f32(&mut self, buf: &mut [f32]) -> Result<(), CommError> {
+        self.reduce(OpKind::AllreduceMaxF32, buf, f32::max)
+    }
+
+    fn allgatherv(&mut self, send: &[u8], recv: &mut Gathered) -> Result<(), CommError> {
+        let start = Instant::now();
+        self.round(byte_post(OpKind::Allgatherv, send, 0, 0), |posts| {
+            let dst = recv.set_from_parts(posts.iter().map(|p| p.len));
+            let mut at = 0;
+            for p in posts {
+                // SAFETY: peers' send buffers are live and unmodified until release.
+                dst[at..at + p.len].copy_from_slice(unsafe { bytes_of(p) });
+                at += p.len;
+            }
+        })?;
+        let total = recv.total_bytes();
+        self.meter.record(OpKind::Allgatherv, send.len(), total - send.len(), start.elapsed());
+        Ok(())
+    }
+
+    fn broadcast(&mut self, buf: &mut Vec<u8>, root: usize) -> Result<(), CommError> {
+        if root >= self.shared.n {
+            return Err(CommError::Invalid(format!("broadcast root {root} outside 0..{}", self.shared.n)));
+        }
+        let start = Instant::now();
+        let me = self.rank;
+        let post = byte_post(OpKind::Broadcast, buf, root, 0);
+        let len = self.round(post, |posts| {
+            let src = posts[root];
+            if me != root {
+                buf.clear();
+                // SAFETY: the root's buffer is live and unmodified until release.
+                buf.extend_from_slice(unsafe { bytes_of(&src) });
+            }
+            src.len
+        })?;
+        let (sent, received) = if me == root { (len, 0) } else { (0, len) };
+        self.meter.record(OpKind::Broadcast, sent, received, start.elapsed());
+        Ok(())
+    }
+
+    fn barrier(&mut self) -> Result<(), CommError> {
+        let start = Instant::now();
+        self.round(Post { op: Some(OpKind::Barrier), ..Default::default() }, |_| ())?;
+        self.meter.record(OpKind::Barrier, 0, 0, start.elapsed());
+        Ok(())
+    }
+
+    fn push_pull(
+        &mut self,
+        placement: ServerPlacement,
+        upload: &[u8],
+        aggregate: &mut Aggregate<'_>,
+        download: &mut Vec<u8>,
+    ) -> Result<(), CommError> {
+        let n = self.shared.n;
+        let server = placement.server_rank(n);
+        let me = self.rank;
+        let dedicated = placement == ServerPlacement::Dedicated;
+        if dedicated && me == server && !upload.is_empty() {
+            return Err(CommError::Invalid("a dedicated server uploads nothing".into()));
+        }
+        let code = dedicated as u8;
+        let start = Instant::now();
+        // Round 1: uploads reach the server, which aggregates.
+        let mut uploads = std::mem::take(&mut self.uploads);
+        let shared = Arc::clone(&self.shared);
+        let received = self.round(byte_post(OpKind::PsPush, upload, server, code), |posts| {
+            if me != server {
+                return 0;
+            }
+            uploads.clear();
+            for (r, p) in posts.iter().enumerate() {
+                if !(dedicated && r == server) {
+                    // SAFETY: uploads are live and unmodified until release.
+                    uploads.push(unsafe { bytes_of(p) });
+                }
+            }
+            download.clear();
+            // Set or cleared every round; the workers read it after round 2,
+            // before anyone can reach the next round's work phase.
+            shared.lock().aggregate_error = aggregate(&uploads, download).err();
+            uploads.total_bytes() - if dedicated { 0 } else { upload.len() }
+        });
+        self.uploads = uploads;
+        let received = received?;
+        self.meter.record(
+            OpKind::PsPush,
+            if me == server { 0 } else { upload.len() },
+            received,
+            start.elapsed(),
+        );
+
+        // Round 2: the download (or the server's error) reaches every rank.
+        let start = Instant::now();
+        let post = if me == server {
+            byte_post(OpKind::PsPull, download, server, code)
+        } else {
+            Post { op: Some(OpKind::PsPull), root: server, placement: code, ..Default::default() }
+        };
+        let len = self.round(post, |posts| {
+            let src = posts[server];
+            if me != server {
+                download.clear();
+                // SAFETY: the server's download is live and unmodified until release.
+                download.extend_from_slice(unsafe { bytes_of(&src) });
+            }
+            src.len
+        })?;
+        // Set in round 1's work phase, which ended before round 2 began.
+        if let Some(e) = self.shared.lock().aggregate_error.clone() {
+            return Err(CommError::Aggregate(e));
+        }
+        let (sent, received) = if me == server { (len * (n - 1), 0) } else { (0, len) };
+        self.meter.record(OpKind::PsPull, sent, received, start.elapsed());
+        Ok(())
+    }
+
+    fn meter(&self) -> &ByteMeter {
+        &self.meter
+    }
+
+    fn meter_mut(&mut self) -> &mut ByteMeter {
+        &mut self.meter
+    }
+}
+
+impl Drop for InProcessCollective {
+    fn drop(&mut self) {
+        let mut st = self.shared.lock();
+        if st.failed.is_none() {
+            st.failed = Some(self.rank);
+        }
+        self.shared.cv.notify_all();
+    }
+}
