@@ -276,7 +276,7 @@ impl InProcessCollective {
             // made only over those elements.
             unsafe { reduce_chunk(posts, lo, hi, combine) }
         })?;
-        let bytes = buf.len() * std::mem::size_of::<T>();
+        let bytes = std::mem::size_of_val(buf);
         self.meter.record(op, bytes, bytes, start.elapsed());
         Ok(())
     }

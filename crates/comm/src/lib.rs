@@ -15,6 +15,7 @@
 //! or numbers. `gradcomp-train` joins it with `gradcomp-compress`.
 
 mod collective;
+pub mod conformance;
 mod in_process;
 pub mod meter;
 #[cfg(feature = "mpi")]

@@ -1,1 +1,404 @@
-//! MPI backend (in progress).
+//! The MPI backend (feature `mpi`): one worker per MPI rank, launched with
+//! `mpirun -np N`. Built on the `mpi` crate (rsmpi) and the system's MPI
+//! (Debian: `libopenmpi-dev openmpi-bin`, plus `libclang-dev` for bindgen).
+//!
+//! Operations are MPI's blocking collectives (the fastest path Open MPI
+//! has). Bounded waits come from a watchdog thread: before each call the
+//! rank arms a deadline, and if the call has not returned by then the
+//! watchdog prints which rank timed out in which operation and exits the
+//! process non-zero, which makes `mpirun` terminate the whole job. A rank
+//! that panics, or drops its collective while panicking, calls `MPI_Abort`
+//! the same way. So under MPI a failure ends the job within the timeout with
+//! the failed rank named on stderr; it does not come back as a `Result` on
+//! the other ranks (MPI cannot cancel a collective in flight).
+
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use mpi::datatype::PartitionMut;
+use mpi::topology::SimpleCommunicator;
+use mpi::traits::*;
+use mpi::Count;
+
+use crate::collective::{Aggregate, Collective, CommError, Gathered, OpKind, ServerPlacement};
+use crate::meter::ByteMeter;
+
+/// Exit code of a rank whose collective timed out.
+pub const TIMEOUT_EXIT_CODE: i32 = 75;
+
+/// The deadline the watchdog enforces, if a call is in flight.
+#[derive(Default)]
+struct Armed {
+    deadline: Option<(Instant, &'static str)>,
+}
+
+struct Watchdog {
+    armed: Mutex<Armed>,
+    cv: Condvar,
+}
+
+impl Watchdog {
+    fn start(rank: usize) -> Arc<Self> {
+        let w = Arc::new(Watchdog { armed: Mutex::new(Armed::default()), cv: Condvar::new() });
+        let watch = Arc::clone(&w);
+        std::thread::Builder::new()
+            .name("gradcomp-mpi-watchdog".into())
+            .spawn(move || {
+                let mut a = watch.armed.lock().unwrap_or_else(|e| e.into_inner());
+                loop {
+                    match a.deadline {
+                        None => a = watch.cv.wait(a).unwrap_or_else(|e| e.into_inner()),
+                        Some((deadline, op)) => {
+                            let now = Instant::now();
+                            if now >= deadline {
+                                eprintln!(
+                                    "error: MPI rank {rank} timed out in {op}: a peer failed or stalled; ending the job"
+                                );
+                                std::process::exit(TIMEOUT_EXIT_CODE);
+                            }
+                            a = watch.cv.wait_timeout(a, deadline - now).unwrap_or_else(|e| e.into_inner()).0;
+                        }
+                    }
+                }
+            })
+            .expect("spawning the MPI watchdog thread");
+        w
+    }
+
+    fn arm(&self, op: &'static str, timeout: Duration) {
+        self.armed.lock().unwrap_or_else(|e| e.into_inner()).deadline = Some((Instant::now() + timeout, op));
+        self.cv.notify_all();
+    }
+
+    fn disarm(&self) {
+        self.armed.lock().unwrap_or_else(|e| e.into_inner()).deadline = None;
+    }
+}
+
+/// This process's rank of an MPI job.
+pub struct MpiCollective {
+    world: SimpleCommunicator,
+    rank: usize,
+    size: usize,
+    timeout: Duration,
+    max_message: usize,
+    watchdog: Arc<Watchdog>,
+    meter: ByteMeter,
+    scratch_f32: Vec<f32>,
+    scratch_i32: Vec<i32>,
+    counts: Vec<Count>,
+    displs: Vec<Count>,
+    uploads: Gathered,
+    // Declared last: finalizes MPI after everything above is dropped.
+    _universe: mpi::environment::Universe,
+}
+
+impl MpiCollective {
+    /// Initializes MPI. `expected_workers` is the world size the run was
+    /// configured for: a different one means the binary was started without
+    /// `mpirun`, with the wrong `-np`, or by another MPI's launcher (which
+    /// silently starts N independent size-1 jobs), and is an error.
+    pub fn init(expected_workers: Option<usize>, timeout: Duration) -> Result<Self, CommError> {
+        // Serialized: MPI may be called from any thread, one at a time, which
+        // ownership of this handle guarantees (see the `Send` impl).
+        let (universe, level) = mpi::initialize_with_threading(mpi::Threading::Serialized)
+            .ok_or_else(|| CommError::Mpi("MPI was already initialized in this process".into()))?;
+        if level < mpi::Threading::Serialized {
+            return Err(CommError::Mpi(format!(
+                "the MPI library offers thread level {level:?}; gradcomp needs Serialized"
+            )));
+        }
+        let world = universe.world();
+        let (rank, size) = (world.rank() as usize, world.size() as usize);
+        if let Some(n) = expected_workers {
+            if n != size {
+                return Err(CommError::Mpi(format!(
+                    "the MPI world has {size} rank(s) but {n} workers were configured; launch with \
+                     `mpirun -np {n} ...` using the mpirun of the MPI this binary was built against \
+                     (Open MPI here); another MPI's launcher starts {n} separate single-rank jobs"
+                )));
+            }
+        }
+        Ok(Self {
+            world,
+            rank,
+            size,
+            timeout,
+            max_message: 1 << 31,
+            watchdog: Watchdog::start(rank),
+            meter: ByteMeter::default(),
+            scratch_f32: Vec::new(),
+            scratch_i32: Vec::new(),
+            counts: Vec::new(),
+            displs: Vec::new(),
+            uploads: Gathered::default(),
+            _universe: universe,
+        })
+    }
+
+    pub fn max_message_bytes(mut self, b: usize) -> Self {
+        self.max_message = b;
+        self
+    }
+
+    /// Ends the whole job now (all ranks), with `code` as exit status.
+    pub fn abort(&self, code: i32) -> ! {
+        self.world.abort(code)
+    }
+
+    /// Runs one blocking MPI call under the watchdog.
+    fn guarded<R>(&self, op: OpKind, f: impl FnOnce(&SimpleCommunicator) -> R) -> R {
+        self.watchdog.arm(op.name(), self.timeout);
+        let r = f(&self.world);
+        self.watchdog.disarm();
+        r
+    }
+
+    fn check_len(&self, op: OpKind, bytes: usize) -> Result<(), CommError> {
+        if bytes > self.max_message {
+            return Err(CommError::TooLarge { op: op.name(), bytes, limit: self.max_message });
+        }
+        Ok(())
+    }
+
+    /// Checks that every rank called the same operation with the same
+    /// element count (one small allgather), so a mismatch is an error on
+    /// every rank rather than undefined behaviour inside MPI.
+    fn agree(&mut self, op: OpKind, len: usize) -> Result<(), CommError> {
+        let mine = [op as u64, len as u64];
+        let mut all = vec![0u64; 2 * self.size];
+        self.guarded(op, |w| w.all_gather_into(&mine[..], &mut all[..]));
+        for (r, pair) in all.chunks_exact(2).enumerate() {
+            if pair[0] != mine[0] {
+                return Err(CommError::Mismatch {
+                    detail: format!(
+                        "rank {} called {}, rank {r} called another operation",
+                        self.rank,
+                        op.name()
+                    ),
+                });
+            }
+            if pair[1] != mine[1] {
+                return Err(CommError::Mismatch {
+                    detail: format!(
+                        "{}: rank {} has {len} elements, rank {r} has {}",
+                        op.name(),
+                        self.rank,
+                        pair[1]
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn gather_lengths(&mut self, op: OpKind, len: usize) -> Result<(), CommError> {
+        let mine = len as Count;
+        self.counts.clear();
+        self.counts.resize(self.size, 0);
+        let counts = &mut self.counts;
+        self.watchdog.arm(op.name(), self.timeout);
+        self.world.all_gather_into(&mine, &mut counts[..]);
+        self.watchdog.disarm();
+        self.displs.clear();
+        let mut at: Count = 0;
+        for &c in &self.counts {
+            self.displs.push(at);
+            at = at.checked_add(c).ok_or(CommError::TooLarge {
+                op: op.name(),
+                bytes: usize::MAX,
+                limit: self.max_message,
+            })?;
+        }
+        Ok(())
+    }
+}
+
+// SAFETY: MPI was initialized with `Threading::Serialized`, so its calls may
+// come from any thread as long as they do not overlap; every call goes
+// through `&mut self` or `&self` of this single owner, so they cannot.
+unsafe impl Send for MpiCollective {}
+
+impl Collective for MpiCollective {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn world_size(&self) -> usize {
+        self.size
+    }
+
+    fn allreduce_sum_f32(&mut self, buf: &mut [f32]) -> Result<(), CommError> {
+        let start = Instant::now();
+        self.agree(OpKind::AllreduceSumF32, buf.len())?;
+        self.scratch_f32.clear();
+        self.scratch_f32.extend_from_slice(buf);
+        let send = &self.scratch_f32;
+        self.watchdog.arm(OpKind::AllreduceSumF32.name(), self.timeout);
+        self.world.all_reduce_into(&send[..], buf, mpi::collective::SystemOperation::sum());
+        self.watchdog.disarm();
+        self.meter.record(OpKind::AllreduceSumF32, buf.len() * 4, buf.len() * 4, start.elapsed());
+        Ok(())
+    }
+
+    fn allreduce_sum_i32(&mut self, buf: &mut [i32]) -> Result<(), CommError> {
+        let start = Instant::now();
+        self.agree(OpKind::AllreduceSumI32, buf.len())?;
+        self.scratch_i32.clear();
+        self.scratch_i32.extend_from_slice(buf);
+        let send = &self.scratch_i32;
+        self.watchdog.arm(OpKind::AllreduceSumI32.name(), self.timeout);
+        self.world.all_reduce_into(&send[..], buf, mpi::collective::SystemOperation::sum());
+        self.watchdog.disarm();
+        self.meter.record(OpKind::AllreduceSumI32, buf.len() * 4, buf.len() * 4, start.elapsed());
+        Ok(())
+    }
+
+    fn allreduce_max_f32(&mut self, buf: &mut [f32]) -> Result<(), CommError> {
+        let start = Instant::now();
+        self.agree(OpKind::AllreduceMaxF32, buf.len())?;
+        self.scratch_f32.clear();
+        self.scratch_f32.extend_from_slice(buf);
+        let send = &self.scratch_f32;
+        self.watchdog.arm(OpKind::AllreduceMaxF32.name(), self.timeout);
+        self.world.all_reduce_into(&send[..], buf, mpi::collective::SystemOperation::max());
+        self.watchdog.disarm();
+        self.meter.record(OpKind::AllreduceMaxF32, buf.len() * 4, buf.len() * 4, start.elapsed());
+        Ok(())
+    }
+
+    fn allgatherv(&mut self, send: &[u8], recv: &mut Gathered) -> Result<(), CommError> {
+        let start = Instant::now();
+        self.agree(OpKind::Allgatherv, 0)?;
+        self.check_len(OpKind::Allgatherv, send.len())?;
+        self.gather_lengths(OpKind::Allgatherv, send.len())?;
+        let dst = recv.set_from_parts(self.counts.iter().map(|&c| c as usize));
+        let mut part = PartitionMut::new(&mut dst[..], &self.counts[..], &self.displs[..]);
+        self.watchdog.arm(OpKind::Allgatherv.name(), self.timeout);
+        self.world.all_gather_varcount_into(send, &mut part);
+        self.watchdog.disarm();
+        let total = recv.total_bytes();
+        self.meter.record(OpKind::Allgatherv, send.len(), total - send.len(), start.elapsed());
+        Ok(())
+    }
+
+    fn broadcast(&mut self, buf: &mut Vec<u8>, root: usize) -> Result<(), CommError> {
+        if root >= self.size {
+            return Err(CommError::Invalid(format!("broadcast root {root} outside 0..{}", self.size)));
+        }
+        let start = Instant::now();
+        self.agree(OpKind::Broadcast, root)?;
+        let mut len = buf.len() as u64;
+        self.guarded(OpKind::Broadcast, |w| w.process_at_rank(root as i32).broadcast_into(&mut len));
+        self.check_len(OpKind::Broadcast, len as usize)?;
+        buf.resize(len as usize, 0);
+        let data = &mut buf[..];
+        self.watchdog.arm(OpKind::Broadcast.name(), self.timeout);
+        self.world.process_at_rank(root as i32).broadcast_into(data);
+        self.watchdog.disarm();
+        let (sent, received) = if self.rank == root { (buf.len(), 0) } else { (0, buf.len()) };
+        self.meter.record(OpKind::Broadcast, sent, received, start.elapsed());
+        Ok(())
+    }
+
+    fn barrier(&mut self) -> Result<(), CommError> {
+        let start = Instant::now();
+        // The agreement round is itself a barrier (an allgather completes only
+        // when every rank contributed) and catches mismatched calls.
+        self.agree(OpKind::Barrier, 0)?;
+        self.meter.record(OpKind::Barrier, 0, 0, start.elapsed());
+        Ok(())
+    }
+
+    fn push_pull(
+        &mut self,
+        placement: ServerPlacement,
+        upload: &[u8],
+        aggregate: &mut Aggregate<'_>,
+        download: &mut Vec<u8>,
+    ) -> Result<(), CommError> {
+        let server = placement.server_rank(self.size);
+        let dedicated = placement == ServerPlacement::Dedicated;
+        if dedicated && self.rank == server && !upload.is_empty() {
+            return Err(CommError::Invalid("a dedicated server uploads nothing".into()));
+        }
+        let start = Instant::now();
+        self.agree(OpKind::PsPush, server)?;
+        self.check_len(OpKind::PsPush, upload.len())?;
+        self.gather_lengths(OpKind::PsPush, upload.len())?;
+        let root = self.world.process_at_rank(server as i32);
+        let mut received = 0;
+        if self.rank == server {
+            let mut all = std::mem::take(&mut self.uploads);
+            let total: usize = self.counts.iter().map(|&c| c as usize).sum();
+            let mut flat = vec![0u8; total];
+            {
+                let mut part = PartitionMut::new(&mut flat[..], &self.counts[..], &self.displs[..]);
+                self.watchdog.arm(OpKind::PsPush.name(), self.timeout);
+                root.gather_varcount_into_root(upload, &mut part);
+                self.watchdog.disarm();
+            }
+            all.clear();
+            for (r, (&c, &d)) in self.counts.iter().zip(&self.displs).enumerate() {
+                if !(dedicated && r == server) {
+                    all.push(&flat[d as usize..(d + c) as usize]);
+                }
+            }
+            received = all.total_bytes() - if dedicated { 0 } else { upload.len() };
+            download.clear();
+            let status = aggregate(&all, download);
+            self.uploads = all;
+            // Tell everyone whether the aggregation worked before the download.
+            let mut code: u8 = u8::from(status.is_err());
+            self.guarded(OpKind::PsPull, |w| w.process_at_rank(server as i32).broadcast_into(&mut code));
+            if let Err(e) = status {
+                let mut msg = e.clone().into_bytes();
+                self.broadcast(&mut msg, server)?;
+                return Err(CommError::Aggregate(e));
+            }
+        } else {
+            self.watchdog.arm(OpKind::PsPush.name(), self.timeout);
+            root.gather_varcount_into(upload);
+            self.watchdog.disarm();
+            let mut code = 0u8;
+            self.guarded(OpKind::PsPull, |w| w.process_at_rank(server as i32).broadcast_into(&mut code));
+            if code != 0 {
+                let mut msg = Vec::new();
+                self.broadcast(&mut msg, server)?;
+                return Err(CommError::Aggregate(String::from_utf8_lossy(&msg).into_owned()));
+            }
+        }
+        let me_sent = if self.rank == server { 0 } else { upload.len() };
+        self.meter.record(OpKind::PsPush, me_sent, received, start.elapsed());
+
+        let start = Instant::now();
+        let mut len = download.len() as u64;
+        self.guarded(OpKind::PsPull, |w| w.process_at_rank(server as i32).broadcast_into(&mut len));
+        download.resize(len as usize, 0);
+        let data = &mut download[..];
+        self.watchdog.arm(OpKind::PsPull.name(), self.timeout);
+        self.world.process_at_rank(server as i32).broadcast_into(data);
+        self.watchdog.disarm();
+        let (sent, received) =
+            if self.rank == server { (download.len() * (self.size - 1), 0) } else { (0, download.len()) };
+        self.meter.record(OpKind::PsPull, sent, received, start.elapsed());
+        Ok(())
+    }
+
+    fn meter(&self) -> &ByteMeter {
+        &self.meter
+    }
+
+    fn meter_mut(&mut self) -> &mut ByteMeter {
+        &mut self.meter
+    }
+}
+
+impl Drop for MpiCollective {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("error: MPI rank {} panicked; aborting the job", self.rank);
+            self.world.abort(1);
+        }
+    }
+}

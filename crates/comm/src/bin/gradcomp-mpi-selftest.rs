@@ -1,0 +1,72 @@
+//! Exercises the MPI backend under `mpirun`; used by the comm crate's MPI
+//! tests (`tests/mpi.rs`) and by hand:
+//!
+//! ```text
+//! mpirun -np 4 gradcomp-mpi-selftest ops        # every operation, checked
+//! mpirun -np 2 gradcomp-mpi-selftest exit       # rank 1 exits mid-run
+//! mpirun -np 2 gradcomp-mpi-selftest panic      # rank 1 panics mid-run
+//! mpirun -np 2 gradcomp-mpi-selftest stall      # rank 1 stalls past the timeout
+//! mpirun -np 2 gradcomp-mpi-selftest mismatch   # ranks call different operations
+//! gradcomp-mpi-selftest expect 4                # world size 1, 4 expected
+//! ```
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use gradcomp_comm::mpi::MpiCollective;
+use gradcomp_comm::{conformance, Collective};
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let scenario = args.first().map(String::as_str).unwrap_or("ops");
+    let expected = if scenario == "expect" { args.get(1).and_then(|s| s.parse().ok()) } else { None };
+    let mut c = match MpiCollective::init(expected, Duration::from_secs(3)) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let rank = c.rank();
+    let mut buf = vec![1.0f32; 1000];
+    match scenario {
+        "ops" => {
+            if let Err(e) = conformance::check_all(&mut c) {
+                eprintln!("rank {rank}: FAILED: {e}");
+                return ExitCode::from(1);
+            }
+            println!("rank {rank} of {}: ok", c.world_size());
+        }
+        "exit" | "panic" | "stall" => {
+            c.allreduce_sum_f32(&mut buf).expect("first allreduce");
+            if rank == 1 {
+                match scenario {
+                    "exit" => {
+                        eprintln!("rank 1: exiting on purpose");
+                        std::process::exit(3);
+                    }
+                    "panic" => panic!("rank 1 panics on purpose"),
+                    _ => std::thread::sleep(Duration::from_secs(60)),
+                }
+            }
+            c.allreduce_sum_f32(&mut buf).expect("second allreduce");
+            println!("rank {rank}: unexpectedly finished");
+        }
+        "mismatch" => {
+            let r = if rank == 0 {
+                c.barrier().and_then(|_| c.allreduce_sum_f32(&mut buf))
+            } else {
+                c.allreduce_max_f32(&mut buf)
+            };
+            match r {
+                Err(e) => println!("rank {rank}: error: {e}"),
+                Ok(()) => println!("rank {rank}: no error"),
+            }
+        }
+        other => {
+            eprintln!("unknown scenario {other}");
+            return ExitCode::from(2);
+        }
+    }
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,98 @@
+//! A conformance check every backend must pass: each operation with known
+//! inputs per rank, the expected results, and the byte meter's counts. The
+//! in-process tests run it on threads; the MPI self-test binary runs it under
+//! `mpirun`. Every rank must call [`check_all`] at the same time.
+
+use crate::collective::{Collective, Gathered, OpKind, ServerPlacement};
+
+fn ensure(ok: bool, what: impl FnOnce() -> String) -> Result<(), String> {
+    if ok {
+        Ok(())
+    } else {
+        Err(what())
+    }
+}
+
+/// Runs every operation on `c` and checks the results; returns a
+/// description of the first discrepancy.
+pub fn check_all(c: &mut dyn Collective) -> Result<(), String> {
+    let (rank, n) = (c.rank(), c.world_size());
+    let err = |e: crate::CommError| e.to_string();
+    c.meter_mut().take_step();
+
+    // Reductions, on a length that does not divide evenly among ranks.
+    let len = 3001;
+    let mut f: Vec<f32> = (0..len).map(|i| (i * (rank + 1)) as f32).collect();
+    c.allreduce_sum_f32(&mut f).map_err(err)?;
+    let tri = (n * (n + 1) / 2) as f32;
+    ensure(f.iter().enumerate().all(|(i, &v)| v == i as f32 * tri), || "allreduce_sum_f32 result".into())?;
+    let mut m: Vec<f32> = (0..len).map(|i| ((i + rank * 7) % 13) as f32).collect();
+    c.allreduce_max_f32(&mut m).map_err(err)?;
+    ensure(
+        m.iter()
+            .enumerate()
+            .all(|(i, &v)| v == (0..n).map(|r| ((i + r * 7) % 13) as f32).fold(f32::MIN, f32::max)),
+        || "allreduce_max_f32 result".into(),
+    )?;
+    let mut z: Vec<i32> = (0..len).map(|i| if (i + rank) % 3 == 0 { 1 } else { -1 }).collect();
+    c.allreduce_sum_i32(&mut z).map_err(err)?;
+    ensure(
+        z.iter()
+            .enumerate()
+            .all(|(i, &v)| v == (0..n).map(|r| if (i + r) % 3 == 0 { 1 } else { -1 }).sum::<i32>()),
+        || "allreduce_sum_i32 result".into(),
+    )?;
+
+    // Messages of different lengths, including an empty one.
+    let msg = vec![rank as u8; rank * 10];
+    let mut g = Gathered::default();
+    c.allgatherv(&msg, &mut g).map_err(err)?;
+    ensure(g.len() == n, || format!("allgatherv returned {} messages", g.len()))?;
+    for r in 0..n {
+        ensure(g.get(r) == vec![r as u8; r * 10].as_slice(), || format!("allgatherv message of rank {r}"))?;
+    }
+    let root = n - 1;
+    let mut b = if rank == root { b"hello".to_vec() } else { vec![9; 100] };
+    c.broadcast(&mut b, root).map_err(err)?;
+    ensure(b == b"hello", || "broadcast result".into())?;
+    c.barrier().map_err(err)?;
+
+    for placement in [ServerPlacement::CoLocated, ServerPlacement::Dedicated] {
+        let server = placement.server_rank(n);
+        let dedicated_server = placement == ServerPlacement::Dedicated && rank == server;
+        let upload = if dedicated_server { vec![] } else { vec![rank as u8 + 1; 3] };
+        let mut down = Vec::new();
+        let mut calls = 0;
+        let mut agg = |ups: &Gathered, out: &mut Vec<u8>| {
+            calls += 1;
+            out.push(ups.len() as u8);
+            out.extend(ups.iter().map(|u| u.iter().map(|&b| u32::from(b)).sum::<u32>() as u8));
+            Ok(())
+        };
+        c.push_pull(placement, &upload, &mut agg, &mut down).map_err(err)?;
+        let workers: Vec<u8> = (0..n as u8)
+            .filter(|&r| !(placement == ServerPlacement::Dedicated && r as usize == server))
+            .collect();
+        let mut want = vec![workers.len() as u8];
+        want.extend(workers.iter().map(|r| 3 * (r + 1)));
+        ensure(down == want, || format!("{placement:?} push_pull download {down:?}, want {want:?}"))?;
+        ensure(calls == usize::from(rank == server), || "aggregate ran off the server".into())?;
+    }
+
+    // Bytes: logical message sizes.
+    let s = c.meter_mut().take_step();
+    let ag = s.get(OpKind::Allgatherv);
+    let total: usize = (0..n).map(|r| r * 10).sum();
+    ensure(ag.sent == (rank * 10) as u64 && ag.received == (total - rank * 10) as u64, || {
+        format!("allgatherv bytes {ag:?}")
+    })?;
+    ensure(s.get(OpKind::AllreduceSumF32).sent == len as u64 * 4, || "allreduce bytes".into())?;
+    let bc = s.get(OpKind::Broadcast);
+    ensure((bc.sent, bc.received) == if rank == root { (5, 0) } else { (0, 5) }, || {
+        format!("broadcast bytes {bc:?}")
+    })?;
+    ensure(s.get(OpKind::PsPush).calls == 2 && s.get(OpKind::PsPull).calls == 2, || {
+        "push_pull calls".into()
+    })?;
+    Ok(())
+}

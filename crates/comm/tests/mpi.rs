@@ -1,0 +1,99 @@
+//! The MPI backend under `mpirun` (feature `mpi`): every operation at 2 and 4
+//! ranks, and the failure paths, each within a time bound.
+#![cfg(feature = "mpi")]
+
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+struct Outcome {
+    code: Option<i32>,
+    output: String,
+    elapsed: Duration,
+}
+
+/// `mpirun -np N gradcomp-mpi-selftest ARGS`, killed if it outlives `limit`.
+fn mpirun(np: usize, args: &[&str], limit: Duration) -> Outcome {
+    let start = Instant::now();
+    let mut child = Command::new("mpirun")
+        .args(["--oversubscribe", "-np", &np.to_string(), env!("CARGO_BIN_EXE_gradcomp-mpi-selftest")])
+        .args(args)
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("mpirun is on PATH (install openmpi-bin)");
+    let code = loop {
+        if let Some(status) = child.try_wait().expect("waiting on mpirun") {
+            break status.code();
+        }
+        if start.elapsed() > limit {
+            child.kill().ok();
+            child.wait().ok();
+            panic!("mpirun {args:?} hung past {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut output = String::new();
+    child.stdout.take().unwrap().read_to_string(&mut output).unwrap();
+    child.stderr.take().unwrap().read_to_string(&mut output).unwrap();
+    Outcome { code, output, elapsed: start.elapsed() }
+}
+
+#[test]
+fn every_operation_at_two_and_four_ranks() {
+    for np in [2, 4] {
+        let o = mpirun(np, &["ops"], Duration::from_secs(60));
+        assert_eq!(o.code, Some(0), "{}", o.output);
+        for r in 0..np {
+            assert!(o.output.contains(&format!("rank {r} of {np}: ok")), "{}", o.output);
+        }
+    }
+}
+
+#[test]
+fn mismatched_calls_are_errors_on_every_rank() {
+    let o = mpirun(2, &["mismatch"], Duration::from_secs(60));
+    assert_eq!(o.code, Some(0), "{}", o.output);
+    assert!(o.output.contains("rank 0: error: workers disagree"), "{}", o.output);
+    assert!(o.output.contains("rank 1: error: workers disagree"), "{}", o.output);
+}
+
+#[test]
+fn a_rank_that_exits_ends_the_job_promptly() {
+    let o = mpirun(2, &["exit"], Duration::from_secs(60));
+    assert_ne!(o.code, Some(0));
+    assert!(!o.output.contains("unexpectedly finished"), "{}", o.output);
+    assert!(o.elapsed < Duration::from_secs(30), "took {:?}", o.elapsed);
+}
+
+#[test]
+fn a_rank_that_panics_aborts_the_job_naming_it() {
+    let o = mpirun(2, &["panic"], Duration::from_secs(60));
+    assert_ne!(o.code, Some(0));
+    assert!(o.output.contains("MPI rank 1 panicked"), "{}", o.output);
+    assert!(o.elapsed < Duration::from_secs(30), "took {:?}", o.elapsed);
+}
+
+#[test]
+fn a_stalled_rank_makes_its_peers_time_out() {
+    let o = mpirun(2, &["stall"], Duration::from_secs(60));
+    assert_ne!(o.code, Some(0));
+    assert!(o.output.contains("MPI rank 0 timed out in allreduce"), "{}", o.output);
+    // 3 s timeout plus start-up and teardown; far below the 60 s stall.
+    assert!(o.elapsed < Duration::from_secs(30), "took {:?}", o.elapsed);
+}
+
+#[test]
+fn a_wrong_world_size_is_a_clear_error() {
+    let out = Command::new(env!("CARGO_BIN_EXE_gradcomp-mpi-selftest"))
+        .args(["expect", "4"])
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("has 1 rank(s) but 4 workers were configured"), "{err}");
+}

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs the system packages gradcomp's MPI backend builds against (Open MPI
+# and libclang for bindgen) when they are missing. Needs root and apt; on other
+# systems it says what to install and exits 1.
+set -euo pipefail
+
+have_mpi() { command -v mpicc >/dev/null && command -v mpirun >/dev/null; }
+have_libclang() { ls /usr/lib/llvm-*/lib/libclang*.so* /usr/lib/x86_64-linux-gnu/libclang*.so* >/dev/null 2>&1; }
+
+if have_mpi && have_libclang; then
+    exit 0
+fi
+packages="libopenmpi-dev openmpi-bin libclang-dev make"
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "installing $packages" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq $packages >/dev/null
+else
+    echo "error: gradcomp's MPI backend needs Open MPI and libclang; install them (Debian/Ubuntu: sudo apt-get install $packages) or run this as root" >&2
+    exit 1
+fi

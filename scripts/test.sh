@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# The test suite: every crate, the MPI backend included (its tests start
+# `mpirun -np 2` and `-np 4`). Installs the MPI system packages if missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh
+cargo test --workspace --features gradcomp-comm/mpi "$@"
