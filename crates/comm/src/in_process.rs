@@ -258,11 +258,11 @@ impl InProcessCollective {
         (len * self.rank / n, len * (self.rank + 1) / n)
     }
 
-    fn reduce<T: Copy + Default>(
+    fn reduce<T: Copy + Default, F: Fn(T, T) -> T>(
         &mut self,
         op: OpKind,
         buf: &mut [T],
-        combine: fn(T, T) -> T,
+        combine: F,
     ) -> Result<(), CommError> {
         let start = Instant::now();
         let post =
@@ -291,7 +291,7 @@ const BLOCK: usize = 1024;
 /// # Safety
 /// Each post's `addr` must point at a live buffer of at least `hi` elements
 /// of `T` that no one else touches in `lo..hi` during the call.
-unsafe fn reduce_chunk<T: Copy + Default>(posts: &[Post], lo: usize, hi: usize, combine: fn(T, T) -> T) {
+unsafe fn reduce_chunk<T: Copy + Default, F: Fn(T, T) -> T>(posts: &[Post], lo: usize, hi: usize, combine: F) {
     let mut acc = [T::default(); BLOCK];
     let mut at = lo;
     while at < hi {

@@ -89,6 +89,8 @@ pub struct MpiCollective {
     counts: Vec<Count>,
     displs: Vec<Count>,
     uploads: Gathered,
+    /// The server's receive buffer for the uploads.
+    flat: Vec<u8>,
     // Declared last: finalizes MPI after everything above is dropped.
     _universe: mpi::environment::Universe,
 }
@@ -132,6 +134,7 @@ impl MpiCollective {
             counts: Vec::new(),
             displs: Vec::new(),
             uploads: Gathered::default(),
+            flat: Vec::new(),
             _universe: universe,
         })
     }
@@ -144,6 +147,12 @@ impl MpiCollective {
     /// Ends the whole job now (all ranks), with `code` as exit status.
     pub fn abort(&self, code: i32) -> ! {
         self.world.abort(code)
+    }
+
+    /// `MPI_Allreduce` through the `mpi` crate with no checks, metering or
+    /// watchdog: the baseline the benchmark compares this backend against.
+    pub fn raw_allreduce_sum_f32(&self, send: &[f32], recv: &mut [f32]) {
+        self.world.all_reduce_into(send, recv, mpi::collective::SystemOperation::sum());
     }
 
     /// Runs one blocking MPI call under the watchdog.
@@ -331,7 +340,8 @@ impl Collective for MpiCollective {
         if self.rank == server {
             let mut all = std::mem::take(&mut self.uploads);
             let total: usize = self.counts.iter().map(|&c| c as usize).sum();
-            let mut flat = vec![0u8; total];
+            let mut flat = std::mem::take(&mut self.flat);
+            flat.resize(total, 0);
             {
                 let mut part = PartitionMut::new(&mut flat[..], &self.counts[..], &self.displs[..]);
                 self.watchdog.arm(OpKind::PsPush.name(), self.timeout);
@@ -348,6 +358,7 @@ impl Collective for MpiCollective {
             download.clear();
             let status = aggregate(&all, download);
             self.uploads = all;
+            self.flat = flat;
             // Tell everyone whether the aggregation worked before the download.
             let mut code: u8 = u8::from(status.is_err());
             self.guarded(OpKind::PsPull, |w| w.process_at_rank(server as i32).broadcast_into(&mut code));

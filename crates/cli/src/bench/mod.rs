@@ -1,5 +1,6 @@
 //! `gradcomp bench ...`: measurements that print tables (or JSON lines).
 
+mod comm;
 mod compress;
 mod timing;
 
@@ -9,10 +10,13 @@ use clap::Subcommand;
 pub enum BenchCommand {
     /// Compressor, codec and aggregation throughput against a plain read pass.
     Compress(compress::Args),
+    /// Collective operations: measured time beside the network model's prediction.
+    Comm(comm::Args),
 }
 
 pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     match cmd {
         BenchCommand::Compress(a) => compress::run(&a),
+        BenchCommand::Comm(a) => comm::run(&a),
     }
 }

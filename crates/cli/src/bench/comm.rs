@@ -1,0 +1,250 @@
+//! `gradcomp bench comm`: each collective's measured time beside the
+//! network model's prediction, for message sizes 4 KB … 100 MB.
+//!
+//! In-process (`--backend in-process --workers N`) runs N threads here; MPI
+//! (`--backend mpi`) runs one rank per process under `mpirun` (for shaped
+//! links: `scripts/netsim.sh run N 100mbit gradcomp bench comm --backend mpi`).
+//! The model's α and B are calibrated in the same run through the same
+//! collective (a 1-byte and a 16 MB broadcast), or B is the nominal link rate
+//! with `--link-bits-per-second`.
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Result};
+use clap::{Args as ClapArgs, ValueEnum};
+use gradcomp_comm::{AllreduceAlgorithm, Collective, Gathered, InProcessGroup, NetworkModel, ServerPlacement};
+use serde::Serialize;
+
+
+const SIZES: [usize; 5] = [4 << 10, 64 << 10, 1 << 20, 16 << 20, 100 << 20];
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Backend {
+    InProcess,
+    Mpi,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Algorithm {
+    Ring,
+    RecursiveDoubling,
+}
+
+#[derive(ClapArgs, Clone)]
+pub struct Args {
+    #[arg(long, value_enum, default_value = "in-process")]
+    backend: Backend,
+    /// Workers (in-process); with MPI the world size, which must match if given.
+    #[arg(long)]
+    workers: Option<usize>,
+    /// Only this message size in bytes.
+    #[arg(long)]
+    bytes: Option<usize>,
+    /// Use this nominal link rate for predictions instead of the calibrated bandwidth.
+    #[arg(long)]
+    link_bits_per_second: Option<f64>,
+    /// The allreduce algorithm the backend runs, for the prediction (Open MPI:
+    /// `--mca coll_tuned_use_dynamic_rules 1 --mca coll_tuned_allreduce_algorithm 3`
+    /// selects recursive doubling, as scripts/netsim.sh does).
+    #[arg(long, value_enum, default_value = "ring")]
+    allreduce_algorithm: Algorithm,
+    /// One JSON object per line.
+    #[arg(long)]
+    json: bool,
+    /// Minimum measuring time per case, in seconds (at least 3 repetitions run).
+    #[arg(long, default_value_t = 0.3)]
+    min_time: f64,
+}
+
+#[derive(Serialize)]
+struct Row {
+    op: &'static str,
+    backend: &'static str,
+    workers: usize,
+    bytes: usize,
+    seconds: f64,
+    /// Algorithmic bandwidth: message bytes per rank / seconds.
+    gbytes_per_s: f64,
+    predicted_seconds: f64,
+}
+
+pub fn run(args: &Args) -> Result<()> {
+    if let Some(b) = args.bytes {
+        if b == 0 || b % 4 != 0 {
+            bail!("--bytes must be a positive multiple of 4 (allreduce moves f32)");
+        }
+    }
+    match args.backend {
+        Backend::InProcess => {
+            let n = args.workers.unwrap_or(4);
+            if n == 0 {
+                bail!("--workers must be at least 1");
+            }
+            let handles = InProcessGroup::new(n).build()?;
+            let results: Vec<Result<Vec<Row>>> = std::thread::scope(|s| {
+                let threads: Vec<_> = handles
+                    .into_iter()
+                    .map(|mut c| {
+                        let args = args.clone();
+                        s.spawn(move || measure(&mut c, &args, "in-process"))
+                    })
+                    .collect();
+                threads.into_iter().map(|t| t.join().expect("bench worker panicked")).collect()
+            });
+            for r in results.into_iter().take(1) {
+                print_rows(&r?, args.json);
+            }
+            Ok(())
+        }
+        Backend::Mpi => run_mpi(args),
+    }
+}
+
+#[cfg(feature = "mpi")]
+fn run_mpi(args: &Args) -> Result<()> {
+    let mut c = gradcomp_comm::mpi::MpiCollective::init(args.workers, Duration::from_secs(600))?;
+    let mut rows = measure(&mut c, args, "mpi")?;
+    rows.extend(raw_mpi_allreduce(&mut c, args)?);
+    if c.rank() == 0 {
+        print_rows(&rows, args.json);
+    }
+    Ok(())
+}
+
+#[cfg(not(feature = "mpi"))]
+fn run_mpi(_args: &Args) -> Result<()> {
+    bail!("this gradcomp was built without MPI; rebuild with `cargo build --release -p gradcomp-cli --features mpi`")
+}
+
+/// The same allreduce through the `mpi` crate directly, for the overhead target.
+#[cfg(feature = "mpi")]
+fn raw_mpi_allreduce(c: &mut gradcomp_comm::mpi::MpiCollective, args: &Args) -> Result<Vec<Row>> {
+    let n = c.world_size();
+    let mut rows = Vec::new();
+    for bytes in sizes(args) {
+        let send = vec![1.0f32; bytes / 4];
+        let mut recv = vec![0.0f32; bytes / 4];
+        let seconds = timed(c, args, |c| {
+            c.raw_allreduce_sum_f32(&send, &mut recv);
+            Ok(())
+        })?;
+        rows.push(row("allreduce_raw_mpi", "mpi", n, bytes, seconds, f64::NAN));
+    }
+    Ok(rows)
+}
+
+fn sizes(args: &Args) -> Vec<usize> {
+    args.bytes.map_or_else(|| SIZES.to_vec(), |b| vec![b])
+}
+
+fn row(op: &'static str, backend: &'static str, workers: usize, bytes: usize, seconds: f64, predicted: f64) -> Row {
+    Row { op, backend, workers, bytes, seconds, gbytes_per_s: bytes as f64 / seconds / 1e9, predicted_seconds: predicted }
+}
+
+/// Seconds of each repetition of `op` followed by a barrier. The number of
+/// repetitions comes from rank 0's warm-up run and is broadcast, so every
+/// rank makes the same calls.
+fn agreed_times<C: Collective + ?Sized>(
+    c: &mut C,
+    min_time: f64,
+    mut op: impl FnMut(&mut C) -> Result<()>,
+) -> Result<Vec<f64>> {
+    let t0 = Instant::now();
+    op(c)?;
+    c.barrier()?;
+    let warm = t0.elapsed().as_secs_f64().max(1e-9);
+    let mut reps = ((min_time / warm) as u64).clamp(3, 1000).to_le_bytes().to_vec();
+    c.broadcast(&mut reps, 0)?;
+    let reps = u64::from_le_bytes(reps.as_slice().try_into()?) as usize;
+    let mut times = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        c.barrier()?;
+        let t = Instant::now();
+        op(c)?;
+        c.barrier()?;
+        times.push(t.elapsed().as_secs_f64());
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(times)
+}
+
+/// The median time of `op`, less the median time of a bare barrier (the
+/// closing barrier every repetition includes).
+fn timed<C: Collective + ?Sized>(c: &mut C, args: &Args, op: impl FnMut(&mut C) -> Result<()>) -> Result<f64> {
+    let barrier = agreed_times(c, args.min_time.min(0.1), |_| Ok(()))?;
+    let times = agreed_times(c, args.min_time, op)?;
+    let (b, t) = (barrier[barrier.len() / 2], times[times.len() / 2]);
+    // A barrier can cost more than a tiny op measured beside it; never report below half the fastest run.
+    Ok((t - b).max(times[0] * 0.5))
+}
+
+fn measure(c: &mut dyn Collective, args: &Args, backend: &'static str) -> Result<Vec<Row>> {
+    let n = c.world_size();
+    let mut model = if n > 1 { NetworkModel::calibrate(c, 16 << 20, 5)? } else { NetworkModel::from_bits_per_second(1e12, 0.0) };
+    if let Some(bps) = args.link_bits_per_second {
+        model.bandwidth = bps / 8.0;
+    }
+    model.allreduce = match args.allreduce_algorithm {
+        Algorithm::Ring => AllreduceAlgorithm::Ring,
+        Algorithm::RecursiveDoubling => AllreduceAlgorithm::RecursiveDoubling,
+    };
+    let mut rows = Vec::new();
+    for bytes in sizes(args) {
+        let mut f = vec![1.0f32; bytes / 4];
+        let s = timed(c, args, |c| Ok(c.allreduce_sum_f32(black_box(&mut f))?))?;
+        rows.push(row("allreduce", backend, n, bytes, s, model.allreduce(n, bytes as u64)));
+
+        let msg = vec![7u8; bytes];
+        let mut g = Gathered::default();
+        let s = timed(c, args, |c| Ok(c.allgatherv(&msg, &mut g)?))?;
+        rows.push(row("allgatherv", backend, n, bytes, s, model.allgatherv_uniform(n, bytes as u64)));
+
+        let mut b = msg.clone();
+        let s = timed(c, args, |c| Ok(c.broadcast(&mut b, 0)?))?;
+        rows.push(row("broadcast", backend, n, bytes, s, model.broadcast(n, bytes as u64)));
+
+        let mut down = Vec::new();
+        let mut first = |ups: &Gathered, out: &mut Vec<u8>| {
+            out.extend_from_slice(ups.get(0));
+            Ok(())
+        };
+        let s = timed(c, args, |c| Ok(c.push_pull(ServerPlacement::CoLocated, &msg, &mut first, &mut down)?))?;
+        let predicted = model.push_pull(n, ServerPlacement::CoLocated, bytes as u64, bytes as u64);
+        rows.push(row("push_pull", backend, n, bytes, s, predicted));
+    }
+    if c.rank() == 0 && !args.json {
+        println!(
+            "model: alpha = {:.1} us, bandwidth = {:.3} GB/s ({}), allreduce {:?}",
+            model.alpha * 1e6,
+            model.bandwidth / 1e9,
+            if args.link_bits_per_second.is_some() { "nominal link rate" } else { "calibrated in this run" },
+            model.allreduce
+        );
+    }
+    Ok(rows)
+}
+
+fn print_rows(rows: &[Row], json: bool) {
+    if json {
+        for r in rows {
+            println!("{}", serde_json::to_string(r).expect("rows serialize"));
+        }
+        return;
+    }
+    println!(
+        "{:<18} {:<10} {:>7} {:>11} {:>11} {:>9} {:>12} {:>8}",
+        "op", "backend", "workers", "bytes", "seconds", "GB/s", "predicted s", "error"
+    );
+    for r in rows {
+        let err = if r.predicted_seconds.is_nan() {
+            "-".to_string()
+        } else {
+            format!("{:+.0}%", (r.predicted_seconds / r.seconds - 1.0) * 100.0)
+        };
+        println!(
+            "{:<18} {:<10} {:>7} {:>11} {:>11.6} {:>9.3} {:>12.6} {:>8}",
+            r.op, r.backend, r.workers, r.bytes, r.seconds, r.gbytes_per_s, r.predicted_seconds, err
+        );
+    }
+}

@@ -1,0 +1,70 @@
+//! A 2-layer LSTM language model (Zaremba et al.'s PTB setup, as in the Top-k
+//! and CELGC papers): embedding → LSTM → LSTM → linear decoder over the
+//! vocabulary. Each batch is a truncated-BPTT segment starting from zero
+//! state.
+
+use burn::module::Module;
+use burn::nn::{Embedding, EmbeddingConfig, Linear, LinearConfig, Lstm, LstmConfig};
+use burn::tensor::{Device, Int, Tensor, TensorData};
+use serde::{Deserialize, Serialize};
+
+use super::{classification_stats, cross_entropy, Batch, EvalStats, Net};
+
+/// Sizes of the language model.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LstmLmConfig {
+    pub vocab: usize,
+    pub embed: usize,
+    pub hidden: usize,
+}
+
+impl Default for LstmLmConfig {
+    fn default() -> Self {
+        Self { vocab: 10_000, embed: 200, hidden: 200 }
+    }
+}
+
+#[derive(Module, Debug)]
+pub struct LstmLm {
+    embed: Embedding,
+    lstm1: Lstm,
+    lstm2: Lstm,
+    decoder: Linear,
+}
+
+impl LstmLm {
+    pub fn new(c: &LstmLmConfig, device: &Device) -> Self {
+        Self {
+            embed: EmbeddingConfig::new(c.vocab, c.embed).init(device),
+            lstm1: LstmConfig::new(c.embed, c.hidden, true).init(device),
+            lstm2: LstmConfig::new(c.hidden, c.hidden, true).init(device),
+            decoder: LinearConfig::new(c.hidden, c.vocab).init(device),
+        }
+    }
+
+    fn logits_and_targets(&self, batch: &Batch, device: &Device) -> (Tensor<2>, Tensor<1, Int>) {
+        let Batch::Tokens { inputs, targets, batch, steps } = batch else {
+            panic!("the language model was given an image batch")
+        };
+        let x: Tensor<2, Int> = Tensor::from_data(TensorData::new(inputs.clone(), [*batch, *steps]), device);
+        let y: Tensor<1, Int> = Tensor::from_data(TensorData::new(targets.clone(), [batch * steps]), device);
+        let h = self.embed.forward(x);
+        let (h, _) = self.lstm1.forward(h, None);
+        let (h, _) = self.lstm2.forward(h, None);
+        let [b, t, d] = h.dims();
+        (self.decoder.forward(h.reshape([b * t, d])), y)
+    }
+}
+
+impl Net for LstmLm {
+    fn loss(&self, batch: &Batch, device: &Device) -> Tensor<1> {
+        let (logits, y) = self.logits_and_targets(batch, device);
+        cross_entropy(logits, y)
+    }
+
+    fn evaluate(&self, batch: &Batch, device: &Device) -> EvalStats {
+        let (logits, y) = self.logits_and_targets(batch, device);
+        classification_stats(logits, y)
+    }
+}

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Bandwidth-limited "hosts" on one machine: network namespaces joined by a
+# bridge, every link shaped with tbf in both directions, and MPI jobs run
+# across them. Needs root, iproute2 and Open MPI. Facts: docs/NETWORK.md.
+#
+#   scripts/netsim.sh up   N RATE        create hosts PFX-h1..N at RATE (e.g. 100mbit, 1gbit, none)
+#   scripts/netsim.sh down N             remove them
+#   scripts/netsim.sh run  N RATE CMD... up, mpirun -np N CMD across the hosts, down (always)
+#
+# Environment: NETSIM_PREFIX (default gcns; names are machine-wide, so give
+# parallel runs their own), NETSIM_SUBNET (default 10.77.0), NETSIM_TIMEOUT
+# (seconds for the MPI job, default 1800), NETSIM_MPIRUN_ARGS (extra mpirun flags).
+set -euo pipefail
+
+PFX="${NETSIM_PREFIX:-gcns}"
+SUBNET="${NETSIM_SUBNET:-10.77.0}"
+HERE="$(cd "$(dirname "$0")" && pwd)"
+
+usage() { sed -n '2,14p' "$0" >&2; exit 2; }
+need_root() { [ "$(id -u)" = 0 ] || { echo "error: netsim needs root (network namespaces and tc)" >&2; exit 1; }; }
+
+shape() { # NS DEV RATE
+    [ "$3" = none ] && return 0
+    ip netns exec "$1" tc qdisc replace dev "$2" root tbf rate "$3" burst 256kb latency 50ms
+}
+
+up() {
+    local n=$1 rate=$2
+    need_root
+    down "$n" 2>/dev/null || true
+    ip netns add "$PFX-sw"
+    ip netns exec "$PFX-sw" ip link add br0 type bridge
+    ip netns exec "$PFX-sw" ip link set br0 up
+    ip netns exec "$PFX-sw" ip link set lo up
+    for i in $(seq 1 "$n"); do
+        local h="$PFX-h$i"
+        ip netns add "$h"
+        ip link add "p$i" netns "$PFX-sw" type veth peer name eth0 netns "$h"
+        ip netns exec "$PFX-sw" ip link set "p$i" master br0
+        ip netns exec "$PFX-sw" ip link set "p$i" up
+        ip netns exec "$h" ip addr add "$SUBNET.$i/24" dev eth0
+        ip netns exec "$h" ip link set eth0 up
+        ip netns exec "$h" ip link set lo up
+        shape "$h" eth0 "$rate"
+        shape "$PFX-sw" "p$i" "$rate"
+    done
+}
+
+down() {
+    local n=$1
+    for i in $(seq 1 "$n"); do ip netns del "$PFX-h$i" 2>/dev/null || true; done
+    ip netns del "$PFX-sw" 2>/dev/null || true
+}
+
+run() {
+    local n=$1 rate=$2; shift 2
+    [ $# -ge 1 ] || usage
+    trap 'down '"$n" EXIT
+    up "$n" "$rate"
+    local hosts
+    hosts=$(seq -s, -f "$PFX-h%g" 1 "$n")
+    local agent="$HERE/netsim-agent.sh"
+    # mpirun runs inside host 1; the agent starts the other ranks' daemons in
+    # their own namespaces (each with its own hostname, so MPI sees N nodes).
+    # All "hosts" share this machine's cores: without mpi_yield_when_idle the
+    # busy-polling ranks starve the kernel's packet processing and every
+    # message round costs a scheduler tick (8 ms measured; 61 us with it).
+    # Allreduce is pinned to recursive doubling: Open MPI's default reached
+    # only ~60% of the line rate at 2 ranks (docs/NETWORK.md), and a fixed,
+    # known algorithm is what the network model can price.
+    ip netns exec "$PFX-h1" unshare --uts sh -c "hostname $PFX-h1; exec timeout ${NETSIM_TIMEOUT:-1800} \
+        mpirun --allow-run-as-root -np $n --host $hosts \
+        --mca plm_rsh_agent $agent --mca pml ob1 --mca btl self,tcp \
+        --mca oob_tcp_if_include $SUBNET.0/24 --mca btl_tcp_if_include $SUBNET.0/24 \
+        --mca mpi_yield_when_idle 1 \
+        --mca coll_tuned_use_dynamic_rules 1 --mca coll_tuned_allreduce_algorithm 3 \
+        ${NETSIM_MPIRUN_ARGS:-} $(printf '%q ' "$@")"
+}
+
+[ $# -ge 2 ] || usage
+cmd=$1; shift
+case "$cmd" in
+    up) [ $# -eq 2 ] || usage; up "$1" "$2" ;;
+    down) down "$1" ;;
+    run) run "$@" ;;
+    *) usage ;;
+esac
