@@ -1,5 +1,6 @@
 //! gradcomp-train: the data-parallel training engine on burn.
 
+pub mod data;
 pub mod layout;
 pub mod models;
 pub mod params;

@@ -1,0 +1,44 @@
+//! Synthetic data for tests: learnable, tiny, and needing no files.
+
+use std::sync::Arc;
+
+use gradcomp_compress::UnitRng;
+
+use super::ImageDataset;
+
+/// `n` 28×28 images of 10 classes: each class a fixed random stroke pattern,
+/// each example that pattern plus noise. A small network learns it in a few
+/// dozen steps.
+pub fn images(n: usize, seed: u64) -> ImageDataset {
+    let mut rng = UnitRng::from_parts(&[seed, 0x5359_4e]);
+    let protos: Vec<Vec<u8>> =
+        (0..10).map(|_| (0..784).map(|_| if rng.next_f32() < 0.15 { 255 } else { 0 }).collect()).collect();
+    let mut pixels = Vec::with_capacity(n * 784);
+    let mut labels = Vec::with_capacity(n);
+    for _ in 0..n {
+        let c = rng.below(10) as usize;
+        labels.push(c as u8);
+        pixels.extend(protos[c].iter().map(|&p| {
+            let noise = (rng.next_f32() * 60.0) as u8;
+            if rng.next_f32() < 0.05 {
+                255 - p.min(200)
+            } else {
+                p.saturating_sub(noise).max(noise / 2)
+            }
+        }));
+    }
+    ImageDataset { pixels: Arc::new(pixels), labels: Arc::new(labels), rows: 28, cols: 28, classes: 10 }
+}
+
+/// A token stream over `vocab` words from a noisy deterministic chain
+/// (mostly `next = (3·t + 1) mod vocab`), so a language model's loss falls fast.
+pub fn tokens(n: usize, vocab: u32, seed: u64) -> Vec<u32> {
+    let mut rng = UnitRng::from_parts(&[seed, 0x544f_4b]);
+    let mut t = 0u32;
+    (0..n)
+        .map(|_| {
+            t = if rng.next_f32() < 0.1 { rng.below(u64::from(vocab)) as u32 } else { (3 * t + 1) % vocab };
+            t
+        })
+        .collect()
+}
