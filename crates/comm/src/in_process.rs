@@ -291,7 +291,12 @@ const BLOCK: usize = 1024;
 /// # Safety
 /// Each post's `addr` must point at a live buffer of at least `hi` elements
 /// of `T` that no one else touches in `lo..hi` during the call.
-unsafe fn reduce_chunk<T: Copy + Default, F: Fn(T, T) -> T>(posts: &[Post], lo: usize, hi: usize, combine: F) {
+unsafe fn reduce_chunk<T: Copy + Default, F: Fn(T, T) -> T>(
+    posts: &[Post],
+    lo: usize,
+    hi: usize,
+    combine: F,
+) {
     let mut acc = [T::default(); BLOCK];
     let mut at = lo;
     while at < hi {

@@ -108,6 +108,25 @@ impl NetworkModel {
         2.0 * self.alpha + remote * (upload + download) as f64 / self.bandwidth
     }
 
+    /// Parameter server with the actual upload sizes (rank order) and the
+    /// download size: the server's link carries every remote upload in and
+    /// the download out to every remote worker.
+    pub fn push_pull_sizes(&self, placement: ServerPlacement, uploads: &[u64], download: u64) -> f64 {
+        let n = uploads.len();
+        let server = placement.server_rank(n.max(1));
+        let remote_up: u64 = match placement {
+            ServerPlacement::CoLocated => {
+                uploads.iter().enumerate().filter(|(r, _)| *r != server).map(|(_, &b)| b).sum()
+            }
+            ServerPlacement::Dedicated => uploads.iter().sum(),
+        };
+        let recipients = n.saturating_sub(1) as u64;
+        if recipients == 0 {
+            return 0.0;
+        }
+        2.0 * self.alpha + (remote_up + download * recipients) as f64 / self.bandwidth
+    }
+
     /// Measures α and B through `c`: the median time of a 1-byte broadcast
     /// gives α, that of a `large` broadcast gives B, both divided by the
     /// binomial tree's ⌈log2 N⌉ rounds. Every rank must call it; all get the
@@ -160,6 +179,8 @@ mod tests {
         // Co-located server with 4 workers: 3 uploads in, 3 downloads out through one link.
         let ps = m.push_pull(4, ServerPlacement::CoLocated, 1_000_000, 2_000_000);
         assert!((ps - 3.0 * 3_000_000.0 * 8.0 / 1e9).abs() < 1e-9);
+        let sizes = m.push_pull_sizes(ServerPlacement::CoLocated, &[1_000_000; 4], 2_000_000);
+        assert!((sizes - ps).abs() < 1e-12);
         let latency = NetworkModel::from_bits_per_second(1e9, 1e-4);
         assert!((latency.allreduce(4, 0) - 6e-4).abs() < 1e-12);
     }

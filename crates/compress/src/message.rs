@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 /// codes are always 2-bit packed: `0b00` = 0, `0b01` = +1, `0b10` = −1,
 /// element `j` in bits `2*(j%4)..` of byte `j/4`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[serde(rename_all = "kebab-case")]
 pub enum TernaryPacking {
     /// 4 codes per byte (2 bits each): the practical packing.
     #[default]
@@ -25,7 +25,7 @@ pub enum TernaryPacking {
 
 /// How sparse indices are written on the wire.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[serde(rename_all = "kebab-case")]
 pub enum IndexEncoding {
     /// 4 bytes per index.
     #[default]
@@ -36,7 +36,7 @@ pub enum IndexEncoding {
 
 /// How sparse values are written on the wire.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[serde(rename_all = "kebab-case")]
 pub enum ValueEncoding {
     #[default]
     F32,

@@ -1,9 +1,16 @@
 //! gradcomp-train: the data-parallel training engine on burn.
 
+pub mod checkpoint;
+pub mod config;
 pub mod data;
 pub mod layout;
+pub mod metrics;
 pub mod models;
+pub mod optim;
 pub mod params;
+pub mod schedule;
+pub mod strategy;
+pub mod trainer;
 
 pub use layout::{GradientLayout, ParamSlot};
 

@@ -13,9 +13,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
 use clap::{Args as ClapArgs, ValueEnum};
-use gradcomp_comm::{AllreduceAlgorithm, Collective, Gathered, InProcessGroup, NetworkModel, ServerPlacement};
+use gradcomp_comm::{
+    AllreduceAlgorithm, Collective, Gathered, InProcessGroup, NetworkModel, ServerPlacement,
+};
 use serde::Serialize;
-
 
 const SIZES: [usize; 5] = [4 << 10, 64 << 10, 1 << 20, 16 << 20, 100 << 20];
 
@@ -138,8 +139,23 @@ fn sizes(args: &Args) -> Vec<usize> {
     args.bytes.map_or_else(|| SIZES.to_vec(), |b| vec![b])
 }
 
-fn row(op: &'static str, backend: &'static str, workers: usize, bytes: usize, seconds: f64, predicted: f64) -> Row {
-    Row { op, backend, workers, bytes, seconds, gbytes_per_s: bytes as f64 / seconds / 1e9, predicted_seconds: predicted }
+fn row(
+    op: &'static str,
+    backend: &'static str,
+    workers: usize,
+    bytes: usize,
+    seconds: f64,
+    predicted: f64,
+) -> Row {
+    Row {
+        op,
+        backend,
+        workers,
+        bytes,
+        seconds,
+        gbytes_per_s: bytes as f64 / seconds / 1e9,
+        predicted_seconds: predicted,
+    }
 }
 
 /// Seconds of each repetition of `op` followed by a barrier. The number of
@@ -171,7 +187,11 @@ fn agreed_times<C: Collective + ?Sized>(
 
 /// The median time of `op`, less the median time of a bare barrier (the
 /// closing barrier every repetition includes).
-fn timed<C: Collective + ?Sized>(c: &mut C, args: &Args, op: impl FnMut(&mut C) -> Result<()>) -> Result<f64> {
+fn timed<C: Collective + ?Sized>(
+    c: &mut C,
+    args: &Args,
+    op: impl FnMut(&mut C) -> Result<()>,
+) -> Result<f64> {
     let barrier = agreed_times(c, args.min_time.min(0.1), |_| Ok(()))?;
     let times = agreed_times(c, args.min_time, op)?;
     let (b, t) = (barrier[barrier.len() / 2], times[times.len() / 2]);
@@ -181,7 +201,11 @@ fn timed<C: Collective + ?Sized>(c: &mut C, args: &Args, op: impl FnMut(&mut C) 
 
 fn measure(c: &mut dyn Collective, args: &Args, backend: &'static str) -> Result<Vec<Row>> {
     let n = c.world_size();
-    let mut model = if n > 1 { NetworkModel::calibrate(c, 16 << 20, 5)? } else { NetworkModel::from_bits_per_second(1e12, 0.0) };
+    let mut model = if n > 1 {
+        NetworkModel::calibrate(c, 16 << 20, 5)?
+    } else {
+        NetworkModel::from_bits_per_second(1e12, 0.0)
+    };
     if let Some(bps) = args.link_bits_per_second {
         model.bandwidth = bps / 8.0;
     }
@@ -209,7 +233,8 @@ fn measure(c: &mut dyn Collective, args: &Args, backend: &'static str) -> Result
             out.extend_from_slice(ups.get(0));
             Ok(())
         };
-        let s = timed(c, args, |c| Ok(c.push_pull(ServerPlacement::CoLocated, &msg, &mut first, &mut down)?))?;
+        let s =
+            timed(c, args, |c| Ok(c.push_pull(ServerPlacement::CoLocated, &msg, &mut first, &mut down)?))?;
         let predicted = model.push_pull(n, ServerPlacement::CoLocated, bytes as u64, bytes as u64);
         rows.push(row("push_pull", backend, n, bytes, s, predicted));
     }

@@ -8,7 +8,7 @@ use crate::message::Message;
 
 /// Where the learning rate enters (ALGORITHMS.md §6.1). Never mix them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[serde(rename_all = "kebab-case")]
 pub enum ResidualForm {
     /// `acc = g + e`: the residual holds raw gradients; lr, momentum and weight
     /// decay are applied after aggregation (the authors' code; default).

@@ -34,7 +34,10 @@ fn be_u32(bytes: &[u8], at: usize) -> Option<u32> {
 pub(super) fn parse_images(bytes: &[u8], path: &Path) -> Result<(Vec<u8>, usize, usize, usize), DataError> {
     let magic = be_u32(bytes, 0).ok_or_else(|| DataError::corrupt(path, "shorter than an IDX header"))?;
     if magic != IMAGES_MAGIC {
-        return Err(DataError::corrupt(path, format!("magic {magic:#010x} is not an IDX image file (0x00000803)")));
+        return Err(DataError::corrupt(
+            path,
+            format!("magic {magic:#010x} is not an IDX image file (0x00000803)"),
+        ));
     }
     let dims: Vec<usize> = (0..3)
         .map(|i| be_u32(bytes, 4 + 4 * i).map(|v| v as usize))
@@ -55,11 +58,17 @@ pub(super) fn parse_images(bytes: &[u8], path: &Path) -> Result<(Vec<u8>, usize,
 pub(super) fn parse_labels(bytes: &[u8], path: &Path) -> Result<Vec<u8>, DataError> {
     let magic = be_u32(bytes, 0).ok_or_else(|| DataError::corrupt(path, "shorter than an IDX header"))?;
     if magic != LABELS_MAGIC {
-        return Err(DataError::corrupt(path, format!("magic {magic:#010x} is not an IDX label file (0x00000801)")));
+        return Err(DataError::corrupt(
+            path,
+            format!("magic {magic:#010x} is not an IDX label file (0x00000801)"),
+        ));
     }
     let n = be_u32(bytes, 4).ok_or_else(|| DataError::corrupt(path, "truncated IDX header"))? as usize;
     if n.checked_add(8) != Some(bytes.len()) {
-        return Err(DataError::corrupt(path, format!("header says {n} labels but the file has {} bytes", bytes.len())));
+        return Err(DataError::corrupt(
+            path,
+            format!("header says {n} labels but the file has {} bytes", bytes.len()),
+        ));
     }
     Ok(bytes[8..].to_vec())
 }

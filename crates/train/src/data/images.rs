@@ -76,7 +76,10 @@ impl ImageDataset {
         let (pixels, n, rows, cols) = idx::parse_images(&idx::read_maybe_gz(&ipath)?, &ipath)?;
         let labels = idx::parse_labels(&idx::read_maybe_gz(&lpath)?, &lpath)?;
         if labels.len() != n {
-            return Err(DataError::corrupt(&lpath, format!("{} labels for {n} images in {}", labels.len(), ipath.display())));
+            return Err(DataError::corrupt(
+                &lpath,
+                format!("{} labels for {n} images in {}", labels.len(), ipath.display()),
+            ));
         }
         if let Some(&bad) = labels.iter().find(|&&l| l >= 10) {
             return Err(DataError::corrupt(&lpath, format!("label {bad} outside 0..10")));

@@ -102,7 +102,14 @@ impl TokenLoader {
 
     /// Worker `rank`'s contiguous share of `tokens` among `world` workers,
     /// shifted by `rotation` (CELGC rotates shards each epoch).
-    pub fn shard(tokens: &[u32], rank: usize, world: usize, rotation: usize, batch: usize, steps: usize) -> Self {
+    pub fn shard(
+        tokens: &[u32],
+        rank: usize,
+        world: usize,
+        rotation: usize,
+        batch: usize,
+        steps: usize,
+    ) -> Self {
         let per = tokens.len() / world.max(1);
         let s = (rank + rotation) % world.max(1);
         Self::new(&tokens[s * per..(s + 1) * per], batch, steps)
@@ -133,8 +140,9 @@ mod tests {
 
     #[test]
     fn shards_are_disjoint_and_epochs_reshuffle() {
-        let data = synthetic::images(1000, 3);
-        let loaders: Vec<ImageLoader> = (0..4).map(|r| ImageLoader::shard(data.clone(), r, 4, 10, 7)).collect();
+        let data = synthetic::images(1000, 3, 0);
+        let loaders: Vec<ImageLoader> =
+            (0..4).map(|r| ImageLoader::shard(data.clone(), r, 4, 10, 7)).collect();
         let mut seen: Vec<u32> = loaders.iter().flat_map(|l| l.shard.clone()).collect();
         seen.sort_unstable();
         seen.dedup();

@@ -49,7 +49,12 @@ impl Vocabulary {
             for w in line.split_whitespace().chain(std::iter::once("<eos>")) {
                 match self.id(w).or(unk) {
                     Some(id) => out.push(id),
-                    None => return Err(DataError::corrupt(path, format!("word {w:?} is not in the training vocabulary"))),
+                    None => {
+                        return Err(DataError::corrupt(
+                            path,
+                            format!("word {w:?} is not in the training vocabulary"),
+                        ))
+                    }
                 }
             }
         }
@@ -80,7 +85,8 @@ impl Corpus {
                     fetch: "ptb",
                 });
             }
-            let bytes = std::fs::read(&path).map_err(|source| DataError::Io { path: path.clone(), source })?;
+            let bytes =
+                std::fs::read(&path).map_err(|source| DataError::Io { path: path.clone(), source })?;
             let text = String::from_utf8(bytes).map_err(|_| DataError::corrupt(&path, "not UTF-8 text"))?;
             if text.trim().is_empty() {
                 return Err(DataError::corrupt(&path, "empty"));

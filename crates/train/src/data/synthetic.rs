@@ -6,13 +6,15 @@ use gradcomp_compress::UnitRng;
 
 use super::ImageDataset;
 
-/// `n` 28×28 images of 10 classes: each class a fixed random stroke pattern,
-/// each example that pattern plus noise. A small network learns it in a few
-/// dozen steps.
-pub fn images(n: usize, seed: u64) -> ImageDataset {
+/// `n` 28×28 images of 10 classes: each class a fixed random stroke pattern
+/// (from `seed`), each example that pattern plus noise (from `seed` and
+/// `split`, so a test split shares the classes but not the examples). A small
+/// network learns it in a few dozen steps.
+pub fn images(n: usize, seed: u64, split: u64) -> ImageDataset {
     let mut rng = UnitRng::from_parts(&[seed, 0x5359_4e]);
     let protos: Vec<Vec<u8>> =
         (0..10).map(|_| (0..784).map(|_| if rng.next_f32() < 0.15 { 255 } else { 0 }).collect()).collect();
+    let mut rng = UnitRng::from_parts(&[seed, 0x5359_4e, split]);
     let mut pixels = Vec::with_capacity(n * 784);
     let mut labels = Vec::with_capacity(n);
     for _ in 0..n {
@@ -31,9 +33,10 @@ pub fn images(n: usize, seed: u64) -> ImageDataset {
 }
 
 /// A token stream over `vocab` words from a noisy deterministic chain
-/// (mostly `next = (3·t + 1) mod vocab`), so a language model's loss falls fast.
-pub fn tokens(n: usize, vocab: u32, seed: u64) -> Vec<u32> {
-    let mut rng = UnitRng::from_parts(&[seed, 0x544f_4b]);
+/// (mostly `next = (3·t + 1) mod vocab`), so a language model's loss falls
+/// fast; `split` varies the noise only.
+pub fn tokens(n: usize, vocab: u32, seed: u64, split: u64) -> Vec<u32> {
+    let mut rng = UnitRng::from_parts(&[seed, 0x544f_4b, split]);
     let mut t = 0u32;
     (0..n)
         .map(|_| {

@@ -1,0 +1,561 @@
+//! The training configuration: a TOML file plus `--set key=value`
+//! overrides, validated in full before any work starts. Every option has a
+//! default; the resolved configuration is written into the run directory.
+
+use std::path::{Path, PathBuf};
+
+use gradcomp_comm::ServerPlacement;
+use gradcomp_compress::memory::{DensitySchedule, ResidualForm};
+use gradcomp_compress::{Combine, CompressorConfig};
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use crate::models::LstmLmConfig;
+
+/// A configuration problem: names the key and says what is wrong.
+#[derive(Debug, Error, Clone, PartialEq)]
+#[error("config: {key}: {problem}")]
+pub struct ConfigError {
+    pub key: String,
+    pub problem: String,
+}
+
+fn err(key: &str, problem: impl Into<String>) -> ConfigError {
+    ConfigError { key: key.to_string(), problem: problem.into() }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TrainConfig {
+    /// Run name; the run directory defaults to `runs/<name>`.
+    pub name: String,
+    /// Where the run writes (config, manifest, records, checkpoints).
+    pub run_dir: Option<PathBuf>,
+    pub seed: u64,
+    /// Data-parallel workers.
+    pub workers: usize,
+    pub backend: Backend,
+    pub data: DataConfig,
+    pub model: ModelConfig,
+    pub optimizer: OptimizerConfig,
+    pub schedule: ScheduleConfig,
+    pub train: LoopConfig,
+    pub compressor: CompressorConfig,
+    pub compression: CompressionConfig,
+    pub comm: CommConfig,
+    pub network: NetworkConfig,
+}
+
+impl Default for TrainConfig {
+    fn default() -> Self {
+        Self {
+            name: "run".into(),
+            run_dir: None,
+            seed: 1,
+            workers: 1,
+            backend: Backend::InProcess,
+            data: DataConfig::default(),
+            model: ModelConfig::default(),
+            optimizer: OptimizerConfig::default(),
+            schedule: ScheduleConfig::default(),
+            train: LoopConfig::default(),
+            compressor: CompressorConfig::default(),
+            compression: CompressionConfig::default(),
+            comm: CommConfig::default(),
+            network: NetworkConfig::default(),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Backend {
+    /// N worker threads in this process.
+    InProcess,
+    /// One worker per MPI rank (`mpirun -np N gradcomp train ...`).
+    Mpi,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Dataset {
+    Mnist,
+    FashionMnist,
+    Ptb,
+    /// Generated images (tests, smoke runs).
+    SyntheticImages,
+    /// A generated token stream (tests, smoke runs).
+    SyntheticTokens,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DataConfig {
+    pub dataset: Dataset,
+    /// Data directory; default `$GRADCOMP_DATA`, else `~/.cache/gradcomp/data`.
+    pub dir: Option<PathBuf>,
+    /// Minibatch per worker.
+    pub batch_size: usize,
+    /// Use only this many training examples (0: all), for quick runs.
+    pub train_examples: usize,
+    /// Evaluate on at most this many test examples (0: all).
+    pub test_examples: usize,
+    /// Truncated-BPTT length (language models).
+    pub bptt: usize,
+    /// Synthetic datasets: examples (images) or tokens.
+    pub synthetic_size: usize,
+    /// Rotate language-model shards among workers every epoch (CELGC).
+    pub rotate_shards: bool,
+}
+
+impl Default for DataConfig {
+    fn default() -> Self {
+        Self {
+            dataset: Dataset::Mnist,
+            dir: None,
+            batch_size: 16,
+            train_examples: 0,
+            test_examples: 0,
+            bptt: 35,
+            synthetic_size: 2048,
+            rotate_shards: false,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ModelName {
+    Fcn5,
+    Lenet5,
+    FashionCnn,
+    Lstm,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ModelConfig {
+    pub name: ModelName,
+    /// Language model sizes (`vocab` is set from the corpus).
+    pub lstm: LstmLmConfig,
+}
+
+impl Default for ModelConfig {
+    fn default() -> Self {
+        Self { name: ModelName::Lenet5, lstm: LstmLmConfig::default() }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OptimizerName {
+    Sgd,
+    Adam,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct OptimizerConfig {
+    pub name: OptimizerName,
+    pub lr: f64,
+    pub momentum: f64,
+    pub nesterov: bool,
+    pub weight_decay: f64,
+    /// No weight decay on 1-D parameters (biases), as in Shi et al.'s code.
+    pub no_decay_on_biases: bool,
+    pub beta1: f64,
+    pub beta2: f64,
+    pub eps: f64,
+}
+
+impl Default for OptimizerConfig {
+    fn default() -> Self {
+        Self {
+            name: OptimizerName::Sgd,
+            lr: 0.01,
+            momentum: 0.9,
+            nesterov: false,
+            weight_decay: 0.0,
+            no_decay_on_biases: false,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ScheduleKind {
+    Constant,
+    /// lr × gamma^(epoch / step_epochs).
+    Step,
+    /// lr × (1 − t/T)^power over all steps (TernGrad's default, power 0.5).
+    Poly,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ScheduleConfig {
+    pub kind: ScheduleKind,
+    pub step_epochs: u32,
+    pub gamma: f64,
+    pub power: f64,
+    /// Linear warm-up from lr/warmup_steps to lr over this many epochs.
+    pub warmup_epochs: f64,
+}
+
+impl Default for ScheduleConfig {
+    fn default() -> Self {
+        Self { kind: ScheduleKind::Constant, step_epochs: 1, gamma: 0.1, power: 0.5, warmup_epochs: 0.0 }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OnNonFinite {
+    /// Stop the run with the step, worker and tensor named.
+    Stop,
+    /// Skip the step on every worker and go on.
+    Skip,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LoopConfig {
+    pub epochs: u32,
+    /// Stop after this many steps in all (0: no limit).
+    pub max_steps: u64,
+    /// Compare a parameter checksum across workers every this many steps (0: never).
+    pub checksum_every: u64,
+    pub on_nonfinite: OnNonFinite,
+    /// Write a checkpoint every this many epochs (0: only on Ctrl-C).
+    pub checkpoint_every: u32,
+    /// Measure the contraction ratio and gradient histogram every this many steps (0: never).
+    pub stats_every: u64,
+    /// Evaluate on the test set after every epoch.
+    pub eval: bool,
+}
+
+impl Default for LoopConfig {
+    fn default() -> Self {
+        Self {
+            epochs: 1,
+            max_steps: 0,
+            checksum_every: 50,
+            on_nonfinite: OnNonFinite::Stop,
+            checkpoint_every: 1,
+            stats_every: 50,
+            eval: true,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Granularity {
+    /// Each tensor is a compression unit.
+    Layer,
+    /// The whole flattened model is one unit.
+    Global,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MemoryKind {
+    /// Error feedback for sparsifiers and 1-bit, none for the rest.
+    Auto,
+    None,
+    ErrorFeedback,
+    DgcMomentum,
+}
+
+/// Which tensors stay dense (layer granularity).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Exclusions {
+    /// Tensors with fewer elements stay dense (1: none excluded).
+    pub min_size: usize,
+    /// The output layer (weight and bias) stays dense.
+    pub last_layer: bool,
+    /// 1-D tensors (biases) stay dense (DGC).
+    pub biases: bool,
+}
+
+impl Default for Exclusions {
+    fn default() -> Self {
+        Self { min_size: 1, last_layer: false, biases: false }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CompressionConfig {
+    pub granularity: Granularity,
+    pub memory: MemoryKind,
+    /// Where the learning rate enters error feedback.
+    pub residual: ResidualForm,
+    /// DGC momentum correction factor.
+    pub dgc_momentum: f32,
+    pub warmup: DensitySchedule,
+    pub exclude: Exclusions,
+}
+
+impl Default for CompressionConfig {
+    fn default() -> Self {
+        Self {
+            granularity: Granularity::Layer,
+            memory: MemoryKind::Auto,
+            residual: ResidualForm::Raw,
+            dgc_momentum: 0.9,
+            warmup: DensitySchedule::None,
+            exclude: Exclusions::default(),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Topology {
+    /// Summable messages through allreduce.
+    Allreduce,
+    /// Every worker's messages to every worker (allgatherv), summed locally.
+    Allgather,
+    /// Upload to a server that aggregates and broadcasts (TernGrad's protocol).
+    ParameterServer,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ServerPlace {
+    CoLocated,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CommConfig {
+    pub topology: Topology,
+    pub server: ServerPlace,
+    /// Seconds a collective waits for a peer before failing.
+    pub timeout_seconds: f64,
+}
+
+impl Default for CommConfig {
+    fn default() -> Self {
+        Self { topology: Topology::Allreduce, server: ServerPlace::CoLocated, timeout_seconds: 300.0 }
+    }
+}
+
+impl CommConfig {
+    pub fn placement(&self) -> ServerPlacement {
+        match self.server {
+            ServerPlace::CoLocated => ServerPlacement::CoLocated,
+        }
+    }
+}
+
+/// The links a run's wall-clock is predicted for.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct NetworkConfig {
+    /// Link bandwidths in bit/s.
+    pub links_bps: Vec<f64>,
+    /// Per-message latency α in seconds.
+    pub alpha: f64,
+    pub allreduce: AllreduceAlgo,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AllreduceAlgo {
+    Ring,
+    RecursiveDoubling,
+}
+
+impl Default for NetworkConfig {
+    fn default() -> Self {
+        Self { links_bps: vec![1e8, 1e9, 1e10], alpha: 1e-4, allreduce: AllreduceAlgo::Ring }
+    }
+}
+
+/// Sets `key` (dotted path) to `value` in a TOML table. The value is parsed
+/// as a TOML literal (`0.01`, `true`, `[1, 2]`, `"x"`), else taken as a string.
+pub fn set_key(table: &mut toml::Table, key: &str, value: &str) -> Result<(), ConfigError> {
+    let parsed: toml::Value = toml::from_str::<toml::Table>(&format!("v = {value}"))
+        .ok()
+        .and_then(|mut t| t.remove("v"))
+        .unwrap_or_else(|| toml::Value::String(value.to_string()));
+    let mut parts = key.split('.').peekable();
+    let mut cur = table;
+    while let Some(part) = parts.next() {
+        if part.is_empty() {
+            return Err(err(key, "empty key segment"));
+        }
+        if parts.peek().is_none() {
+            cur.insert(part.to_string(), parsed);
+            return Ok(());
+        }
+        let next = cur.entry(part.to_string()).or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        cur = next.as_table_mut().ok_or_else(|| err(key, format!("{part} is not a table")))?;
+    }
+    Err(err(key, "empty key"))
+}
+
+impl TrainConfig {
+    /// Parses TOML text with `--set` overrides applied, then validates.
+    pub fn from_toml(text: &str, overrides: &[(String, String)]) -> Result<Self, ConfigError> {
+        let mut table: toml::Table =
+            toml::from_str(text).map_err(|e| err("(file)", one_line(&e.to_string())))?;
+        for (k, v) in overrides {
+            set_key(&mut table, k, v)?;
+        }
+        let cfg: TrainConfig = toml::Value::Table(table).try_into().map_err(|e: toml::de::Error| {
+            let msg = one_line(&e.to_string());
+            let key = msg
+                .split('`')
+                .nth(1)
+                .filter(|_| msg.contains("unknown field"))
+                .map_or_else(|| "(value)".to_string(), str::to_string);
+            err(&key, msg)
+        })?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// Reads a config file with overrides.
+    pub fn load(path: &Path, overrides: &[(String, String)]) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| err("--config", format!("cannot read {}: {e}", path.display())))?;
+        Self::from_toml(&text, overrides)
+    }
+
+    pub fn to_toml(&self) -> String {
+        toml::to_string_pretty(self).expect("configs serialize")
+    }
+
+    pub fn run_dir(&self) -> PathBuf {
+        self.run_dir.clone().unwrap_or_else(|| PathBuf::from("runs").join(&self.name))
+    }
+
+    pub fn is_language_model(&self) -> bool {
+        self.model.name == ModelName::Lstm
+    }
+
+    /// Every check that can be made before any work starts.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.name.is_empty() || self.name.contains('/') {
+            return Err(err("name", "must be a non-empty name without '/'"));
+        }
+        if self.workers == 0 {
+            return Err(err("workers", "must be at least 1"));
+        }
+        if self.data.batch_size == 0 {
+            return Err(err("data.batch_size", "must be at least 1"));
+        }
+        let lm_data = matches!(self.data.dataset, Dataset::Ptb | Dataset::SyntheticTokens);
+        if lm_data != self.is_language_model() {
+            return Err(err(
+                "model.name",
+                format!("{:?} does not fit dataset {:?} (the LSTM takes ptb or synthetic-tokens; the others take images)", self.model.name, self.data.dataset),
+            ));
+        }
+        if self.data.bptt == 0 {
+            return Err(err("data.bptt", "must be at least 1"));
+        }
+        let o = &self.optimizer;
+        for (key, v, ok) in [
+            ("optimizer.lr", o.lr, o.lr > 0.0 && o.lr.is_finite()),
+            ("optimizer.momentum", o.momentum, (0.0..1.0).contains(&o.momentum)),
+            ("optimizer.weight_decay", o.weight_decay, o.weight_decay >= 0.0 && o.weight_decay.is_finite()),
+            ("optimizer.beta1", o.beta1, (0.0..1.0).contains(&o.beta1)),
+            ("optimizer.beta2", o.beta2, (0.0..1.0).contains(&o.beta2)),
+            ("optimizer.eps", o.eps, o.eps > 0.0),
+        ] {
+            if !ok {
+                return Err(err(key, format!("{v} is out of range")));
+            }
+        }
+        if o.nesterov && o.momentum == 0.0 {
+            return Err(err("optimizer.nesterov", "needs momentum > 0"));
+        }
+        let s = &self.schedule;
+        if s.kind == ScheduleKind::Step && (s.step_epochs == 0 || !(s.gamma > 0.0)) {
+            return Err(err("schedule", "step schedule needs step_epochs ≥ 1 and gamma > 0"));
+        }
+        if !(s.warmup_epochs >= 0.0) {
+            return Err(err("schedule.warmup_epochs", "must be ≥ 0"));
+        }
+        if self.train.epochs == 0 && self.train.max_steps == 0 {
+            return Err(err("train.epochs", "must be at least 1 (or set train.max_steps)"));
+        }
+        self.compressor.validate().map_err(|e| err(&format!("compressor.{}", e.key), e.problem))?;
+        if let DensitySchedule::List { densities } = &self.compression.warmup {
+            if let Some(d) = densities.iter().find(|d| !(**d > 0.0 && **d <= 1.0)) {
+                return Err(err("compression.warmup.densities", format!("{d} is not in (0, 1]")));
+            }
+        }
+        if !(self.compression.dgc_momentum >= 0.0 && self.compression.dgc_momentum < 1.0) {
+            return Err(err("compression.dgc_momentum", "must be in [0, 1)"));
+        }
+        if self.compression.exclude.min_size == 0 {
+            return Err(err("compression.exclude.min_size", "must be at least 1 (1 excludes nothing)"));
+        }
+        let combine = self.compressor.build().combine();
+        if self.comm.topology == Topology::Allreduce && combine == Combine::Gather {
+            return Err(err(
+                "comm.topology",
+                format!(
+                    "compressor {} sends per-worker messages that allreduce cannot sum; use topology = \"allgather\" or \"parameter-server\"",
+                    self.compressor.name()
+                ),
+            ));
+        }
+        if !(self.comm.timeout_seconds > 0.0) {
+            return Err(err("comm.timeout_seconds", "must be positive"));
+        }
+        if self.network.links_bps.iter().any(|b| !(*b > 0.0)) || !(self.network.alpha >= 0.0) {
+            return Err(err("network", "links_bps must be positive and alpha ≥ 0"));
+        }
+        Ok(())
+    }
+}
+
+fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_validate_and_round_trip() {
+        let c = TrainConfig::default();
+        c.validate().unwrap();
+        let back = TrainConfig::from_toml(&c.to_toml(), &[]).unwrap();
+        assert_eq!(back, c);
+    }
+
+    #[test]
+    fn overrides_and_errors_name_the_key() {
+        let text =
+            "name = \"t\"\nworkers = 4\n[compressor]\nname = \"topk\"\n[comm]\ntopology = \"allgather\"\n";
+        let c = TrainConfig::from_toml(text, &[("compressor.density".into(), "0.01".into())]).unwrap();
+        assert_eq!(c.compressor.density(), Some(0.01));
+        assert_eq!(c.workers, 4);
+        let e = TrainConfig::from_toml(text, &[("compressor.densty".into(), "0.01".into())]).unwrap_err();
+        assert!(e.to_string().contains("densty"), "{e}");
+        let e = TrainConfig::from_toml(text, &[("comm.topology".into(), "allreduce".into())]).unwrap_err();
+        assert_eq!(e.key, "comm.topology");
+        let e = TrainConfig::from_toml(text, &[("workers".into(), "0".into())]).unwrap_err();
+        assert_eq!(e.key, "workers");
+        let e = TrainConfig::from_toml(text, &[("compressor.density".into(), "2".into())]).unwrap_err();
+        assert_eq!(e.key, "compressor.density");
+        let e = TrainConfig::from_toml("[optimizer]\nlr = -1\n", &[]).unwrap_err();
+        assert_eq!(e.key, "optimizer.lr");
+        let e = TrainConfig::from_toml("bogus = 1\n", &[]).unwrap_err();
+        assert_eq!(e.key, "bogus");
+        let e = TrainConfig::from_toml("[model]\nname = \"lstm\"\n", &[]).unwrap_err();
+        assert_eq!(e.key, "model.name");
+    }
+}

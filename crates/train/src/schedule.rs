@@ -1,0 +1,56 @@
+//! Learning-rate schedules, as a function of the global step.
+
+use crate::config::{ScheduleConfig, ScheduleKind};
+
+/// lr at a step, given the steps per epoch and the total number of steps.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Schedule {
+    base: f64,
+    c: ScheduleConfig,
+    steps_per_epoch: u64,
+    total_steps: u64,
+}
+
+impl Schedule {
+    pub fn new(base: f64, c: &ScheduleConfig, steps_per_epoch: u64, total_steps: u64) -> Self {
+        Self { base, c: c.clone(), steps_per_epoch: steps_per_epoch.max(1), total_steps: total_steps.max(1) }
+    }
+
+    pub fn lr(&self, step: u64) -> f64 {
+        let epoch = step / self.steps_per_epoch;
+        let decayed = match self.c.kind {
+            ScheduleKind::Constant => self.base,
+            ScheduleKind::Step => {
+                self.base * self.c.gamma.powi((epoch / u64::from(self.c.step_epochs)) as i32)
+            }
+            ScheduleKind::Poly => {
+                self.base * (1.0 - step as f64 / self.total_steps as f64).max(0.0).powf(self.c.power)
+            }
+        };
+        let warm = self.c.warmup_epochs * self.steps_per_epoch as f64;
+        if warm > 0.0 && (step as f64) < warm {
+            decayed * (step as f64 + 1.0) / warm
+        } else {
+            decayed
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shapes() {
+        let step =
+            ScheduleConfig { kind: ScheduleKind::Step, step_epochs: 2, gamma: 0.5, ..Default::default() };
+        let s = Schedule::new(1.0, &step, 10, 100);
+        assert_eq!((s.lr(0), s.lr(19), s.lr(20), s.lr(45)), (1.0, 1.0, 0.5, 0.25));
+        let poly = ScheduleConfig { kind: ScheduleKind::Poly, power: 0.5, ..Default::default() };
+        let p = Schedule::new(1.0, &poly, 10, 100);
+        assert!((p.lr(75) - 0.5).abs() < 1e-12);
+        let warm = ScheduleConfig { warmup_epochs: 1.0, ..Default::default() };
+        let w = Schedule::new(1.0, &warm, 10, 100);
+        assert!((w.lr(0) - 0.1).abs() < 1e-12 && w.lr(9) == 1.0 && w.lr(50) == 1.0);
+    }
+}

@@ -1,0 +1,10 @@
+//! Training strategies: how the workers' gradients (or models) are combined.
+//!
+//! [`sync::GradientExchange`] is synchronous compressed SGD: every step,
+//! every worker's gradient goes memory → compressor → codec → collective →
+//! decode → aggregate → memory update, and all workers obtain the same
+//! averaged gradient.
+
+pub mod sync;
+
+pub use sync::{ExchangeStats, GradientExchange};
