@@ -1,6 +1,7 @@
 //! The `gradcomp` command.
 
 mod bench;
+mod train;
 
 use std::process::ExitCode;
 
@@ -19,21 +20,43 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Train a model with N workers and a compression method.
+    Train(train::TrainArgs),
+    /// Evaluate a run's latest checkpoint on the test set.
+    Eval(train::EvalArgs),
     /// Measure the speed of gradcomp's parts on this machine.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
 }
 
+/// A mistake of the user's (bad config, missing data): one line, exit code 2.
+#[derive(Debug)]
+pub struct UserError(pub String);
+
+impl std::fmt::Display for UserError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UserError {}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Train(a) => train::run(&a),
+        Command::Eval(a) => train::eval(&a),
         Command::Bench(b) => bench::run(b),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
-            ExitCode::from(1)
+            if e.downcast_ref::<UserError>().is_some() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::from(1)
+            }
         }
     }
 }

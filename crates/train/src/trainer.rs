@@ -9,6 +9,8 @@
 //! `train.checksum_every` steps proves the replicas stayed identical.
 
 use std::collections::BTreeMap;
+
+use burn::module::Module;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -23,6 +25,8 @@ use gradcomp_compress::{k_for, Combine};
 use serde::Serialize;
 
 use crate::checkpoint::{CheckpointError, Sections, Values};
+#[allow(unused_imports)]
+use crate::config::ConfigError;
 use crate::config::{AllreduceAlgo, Backend, Dataset, ModelName, OnNonFinite, TrainConfig};
 use crate::data::{self, eval_batches, Corpus, DataError, ImageDataset, ImageLoader, ImageSet, TokenLoader};
 use crate::layout::GradientLayout;
@@ -1143,4 +1147,44 @@ fn write_manifest(
     let path = dir.join("manifest.json");
     write_atomic(&path, serde_json::to_string_pretty(&m).expect("manifest serializes").as_bytes())
         .map_err(io(&path))
+}
+
+/// Evaluates the parameters of a run directory's latest checkpoint on the
+/// test split (one process, no workers).
+pub fn evaluate_run(run_dir: &Path, data_dir: Option<&Path>) -> Result<(TrainConfig, EvalStats), TrainError> {
+    let cfg_path = run_dir.join("config.toml");
+    let mut cfg = TrainConfig::load(&cfg_path, &[])?;
+    if let Some(d) = data_dir {
+        cfg.data.dir = Some(d.to_path_buf());
+    }
+    let state = load_latest(run_dir, cfg.workers)?;
+    let params = state.f32("params").map_err(TrainError::Checkpoint)?.to_vec();
+    let data = TrainData::load(&cfg)?;
+    let stats = with_model!(cfg, &data, |make| {
+        let device = crate::default_device();
+        let model = make(&device);
+        if params::layout(&model).total() != params.len() {
+            return Err(TrainError::Checkpoint(
+                "the checkpoint's parameters do not fit the configured model".into(),
+            ));
+        }
+        let model = params::write_params(model, &params, &device).valid();
+        let plain = device.clone().inner();
+        let mut stats = EvalStats::default();
+        match &data {
+            TrainData::Images { test, .. } => {
+                for batch in eval_batches(test, 500) {
+                    stats.add(&model.evaluate(&batch, &plain));
+                }
+            }
+            TrainData::Tokens { test, .. } => {
+                let l = TokenLoader::new(test, 10, cfg.data.bptt);
+                for b in 0..l.batches_per_epoch() {
+                    stats.add(&model.evaluate(&l.batch(b), &plain));
+                }
+            }
+        }
+        stats
+    });
+    Ok((cfg, stats))
 }

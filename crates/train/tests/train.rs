@@ -5,8 +5,21 @@
 use gradcomp_train::config::TrainConfig;
 use gradcomp_train::trainer::{self, RunOptions, Silent};
 
+/// Merges `b` into `a`, table by table.
+fn merge(a: &mut toml::Table, b: toml::Table) {
+    for (k, v) in b {
+        match (a.get_mut(&k), v) {
+            (Some(toml::Value::Table(x)), toml::Value::Table(y)) => merge(x, y),
+            (_, v) => {
+                a.insert(k, v);
+            }
+        }
+    }
+}
+
+/// The base test configuration with `extra` (TOML) merged over it.
 fn config(dir: &std::path::Path, extra: &str) -> TrainConfig {
-    let text = format!(
+    let base = format!(
         r#"
 name = "t"
 run_dir = "{}"
@@ -25,10 +38,12 @@ momentum = 0.9
 epochs = 2
 checksum_every = 5
 stats_every = 10
-{extra}
 "#,
         dir.display()
     );
+    let mut table: toml::Table = toml::from_str(&base).unwrap();
+    merge(&mut table, toml::from_str(extra).unwrap_or_else(|e| panic!("{e}\n{extra}")));
+    let text = toml::to_string(&table).unwrap();
     TrainConfig::from_toml(&text, &[]).unwrap_or_else(|e| panic!("{e}\n{text}"))
 }
 
@@ -94,4 +109,151 @@ fn every_strategy_learns_and_keeps_replicas_identical() {
         let steps = std::fs::read_to_string(d.path().join("steps.jsonl")).unwrap();
         assert_eq!(steps.lines().count() as u64, s.steps, "{extra}");
     }
+}
+
+/// FCN-5's tensors: (784×200, 200, 200×200, 200, 200×10, 10).
+const FCN5: [usize; 6] = [784 * 200, 200, 200 * 200, 200, 200 * 10, 10];
+
+fn first_step(d: &tempdir::Dir) -> serde_json::Value {
+    let steps = std::fs::read_to_string(d.path().join("steps.jsonl")).unwrap();
+    serde_json::from_str(steps.lines().next().unwrap()).unwrap()
+}
+
+#[test]
+fn terngrad_parameter_server_bytes_match_the_codec() {
+    let (_, d) = train(
+        "[compressor]\nname = \"terngrad\"\n[comm]\ntopology = \"parameter-server\"\n[train]\nmax_steps = 3",
+    );
+    let r = first_step(&d);
+    // Upload per worker: a 12-byte header, a 4-byte scaler and 2 bits per element, per tensor.
+    let up: u64 = FCN5.iter().map(|&l| 12 + 4 + l.div_ceil(4) as u64).sum();
+    // Download: header, scaler, worker count, and ceil(log2(2·3+1)) = 3 bits per element.
+    let down: u64 = FCN5.iter().map(|&l| 12 + 8 + (l * 3).div_ceil(8) as u64).sum();
+    assert_eq!(r["wire_bytes"], 3 * up);
+    assert_eq!(r["bytes_up"]["ps_push"], 2 * up, "two remote workers upload");
+    assert_eq!(r["bytes_down"]["ps_push"], 2 * up, "the server receives them");
+    assert_eq!(r["bytes_up"]["ps_pull"], 2 * down, "the server sends the download to two workers");
+    assert_eq!(r["bytes_down"]["ps_pull"], 2 * down);
+    // One f32 scaler per tensor, max-reduced.
+    assert_eq!(r["bytes_up"]["allreduce_max_f32"], 3 * 4 * 6);
+}
+
+#[test]
+fn sparse_allgather_bytes_match_the_codec() {
+    let (_, d) = train("[compressor]\nname = \"topk\"\ndensity = 0.01\n[comm]\ntopology = \"allgather\"\n[compression]\ngranularity = \"global\"\n[train]\nmax_steps = 2");
+    let r = first_step(&d);
+    let total: usize = FCN5.iter().sum();
+    let k = (total as f64 * 0.01) as u64;
+    let msg = 12 + 4 + 8 * k; // header, count, u32 index + f32 value each
+    assert_eq!(r["wire_bytes"], 3 * msg);
+    assert_eq!(r["bytes_up"]["allgatherv"], 3 * msg);
+    assert_eq!(r["bytes_down"]["allgatherv"], 3 * 2 * msg);
+    let c = r["contraction"].as_f64().unwrap();
+    assert!(c > 0.0 && c <= r["bound_classic"].as_f64().unwrap(), "{r}");
+}
+
+#[test]
+fn an_interrupted_run_resumes_bit_exactly() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let extra = "[compressor]\nname = \"gaussiank\"\ndensity = 0.05\n[comm]\ntopology = \"allgather\"\n[train]\ncheckpoint_every = 1";
+    let (full, _d) = train(extra);
+
+    struct StopAt(Arc<AtomicBool>, u64);
+    impl trainer::Observer for StopAt {
+        fn step(&mut self, p: &trainer::Progress) {
+            if u64::from(p.epoch) * p.steps_per_epoch + p.step_in_epoch >= self.1 {
+                self.0.store(true, Ordering::SeqCst);
+            }
+        }
+    }
+    let d = tempdir::Dir::new();
+    let cfg = config(d.path(), extra);
+    let stop = Arc::new(AtomicBool::new(false));
+    // Stop in the middle of the second epoch (25 steps per epoch).
+    let part = trainer::train(
+        &cfg,
+        RunOptions { resume: false, stop: Arc::clone(&stop) },
+        Box::new(StopAt(stop, 37)),
+    )
+    .unwrap();
+    assert!(part.interrupted);
+    assert!(part.steps < full.steps);
+    let rest =
+        trainer::train(&cfg, RunOptions { resume: true, ..Default::default() }, Box::new(Silent)).unwrap();
+    assert!(!rest.interrupted);
+    assert_eq!(rest.steps, full.steps);
+    assert_eq!(rest.params_checksum, full.params_checksum, "resumed run differs from the uninterrupted one");
+    assert_eq!(rest.final_params, full.final_params);
+}
+
+#[test]
+fn a_diverging_run_stops_naming_step_worker_and_tensor_or_skips() {
+    let d = tempdir::Dir::new();
+    let cfg = config(d.path(), "[compressor]\nname = \"dense\"\n[optimizer]\nlr = 1e30\nmomentum = 0.0");
+    let e = trainer::train(&cfg, RunOptions::default(), Box::new(Silent)).unwrap_err().to_string();
+    assert!(e.contains("non-finite") && e.contains("step") && e.contains("worker"), "{e}");
+    assert!(e.contains("tensor"), "{e}");
+    let d = tempdir::Dir::new();
+    let cfg = config(d.path(), "[compressor]\nname = \"dense\"\n[optimizer]\nlr = 1e30\nmomentum = 0.0\n[train]\non_nonfinite = \"skip\"\nmax_steps = 10");
+    let s = trainer::train(&cfg, RunOptions::default(), Box::new(Silent)).unwrap();
+    let steps = std::fs::read_to_string(d.path().join("steps.jsonl")).unwrap();
+    assert!(steps.contains("\"skipped\":true"), "expected skipped steps");
+    assert_eq!(s.steps, 10);
+}
+
+#[test]
+fn a_missing_dataset_says_how_to_fetch_it() {
+    let d = tempdir::Dir::new();
+    let mut cfg = config(d.path(), "");
+    cfg.data.dataset = gradcomp_train::config::Dataset::Mnist;
+    cfg.data.dir = Some(d.path().join("nothing-here"));
+    let e = trainer::train(&cfg, RunOptions::default(), Box::new(Silent)).unwrap_err().to_string();
+    assert!(e.contains("MNIST not found") && e.contains("scripts/fetch-data.sh mnist"), "{e}");
+}
+
+#[test]
+fn a_truncated_dataset_file_is_named() {
+    let d = tempdir::Dir::new();
+    let dir = d.path().join("data/mnist");
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut images = 0x0803u32.to_be_bytes().to_vec();
+    for v in [10u32, 28, 28] {
+        images.extend_from_slice(&v.to_be_bytes());
+    }
+    images.extend(vec![0u8; 100]); // far fewer than 10·28·28 pixels
+    std::fs::write(dir.join("train-images-idx3-ubyte"), images).unwrap();
+    std::fs::write(dir.join("train-labels-idx1-ubyte"), [0u8, 0, 8, 1, 0, 0, 0, 0]).unwrap();
+    let mut cfg = config(d.path(), "");
+    cfg.data.dataset = gradcomp_train::config::Dataset::Mnist;
+    cfg.data.dir = Some(d.path().join("data"));
+    let e = trainer::train(&cfg, RunOptions::default(), Box::new(Silent)).unwrap_err().to_string();
+    assert!(e.contains("train-images-idx3-ubyte") && e.contains("header says 10 images"), "{e}");
+}
+
+#[test]
+fn the_language_model_learns_synthetic_text() {
+    let d = tempdir::Dir::new();
+    let text = format!(
+        "name = \"lm\"\nrun_dir = \"{}\"\nworkers = 2\n[data]\ndataset = \"synthetic-tokens\"\nsynthetic_size = 6000\nbatch_size = 4\nbptt = 10\n[model]\nname = \"lstm\"\nlstm = {{ vocab = 50, embed = 32, hidden = 32 }}\n[optimizer]\nname = \"adam\"\nlr = 0.01\nmomentum = 0.0\n[train]\nepochs = 2\n[compressor]\nname = \"topk\"\ndensity = 0.1\n[comm]\ntopology = \"allgather\"",
+        d.path().display()
+    );
+    let cfg = TrainConfig::from_toml(&text, &[]).unwrap();
+    let s = trainer::train(&cfg, RunOptions::default(), Box::new(Silent)).unwrap();
+    let p = s.epochs.last().unwrap().test_perplexity.unwrap();
+    assert!(p < 20.0, "perplexity {p} (vocabulary 50)");
+}
+
+#[test]
+fn every_experiment_config_is_valid() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../experiments");
+    let mut n = 0;
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "toml") {
+            TrainConfig::load(&p, &[]).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+            n += 1;
+        }
+    }
+    assert!(n >= 8);
 }

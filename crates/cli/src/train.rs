@@ -1,0 +1,212 @@
+//! `gradcomp train` and `gradcomp eval`.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use clap::Args as ClapArgs;
+use gradcomp_train::config::{ConfigError, TrainConfig};
+use gradcomp_train::metrics::EpochRecord;
+use gradcomp_train::trainer::{self, Observer, Progress, RunOptions, TrainError};
+
+use crate::UserError;
+
+#[derive(ClapArgs)]
+pub struct TrainArgs {
+    /// The run's configuration (TOML); see experiments/ for ready ones.
+    #[arg(long)]
+    config: PathBuf,
+    /// Override a key: --set compressor.density=0.01 (repeatable).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    set: Vec<String>,
+    /// Continue from the run directory's latest checkpoint.
+    #[arg(long)]
+    resume: bool,
+    /// Print only the final summary.
+    #[arg(long)]
+    quiet: bool,
+    /// Where the datasets are (default $GRADCOMP_DATA or ~/.cache/gradcomp/data).
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// `in-process` (default: N threads) or `mpi` (under `mpirun -np N`).
+    #[arg(long)]
+    backend: Option<String>,
+}
+
+#[derive(ClapArgs)]
+pub struct EvalArgs {
+    /// A run directory with a checkpoint.
+    run: PathBuf,
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+}
+
+fn overrides(a: &TrainArgs) -> Result<Vec<(String, String)>, UserError> {
+    let mut out = Vec::new();
+    for s in &a.set {
+        let (k, v) = s.split_once('=').ok_or_else(|| UserError(format!("--set {s}: expected KEY=VALUE")))?;
+        out.push((k.trim().to_string(), v.trim().to_string()));
+    }
+    if let Some(d) = &a.data_dir {
+        out.push(("data.dir".into(), format!("\"{}\"", d.display())));
+    }
+    if let Some(b) = &a.backend {
+        out.push(("backend".into(), format!("\"{b}\"")));
+    }
+    Ok(out)
+}
+
+/// A progress bar on a terminal, plain lines otherwise.
+struct Printer {
+    tty: bool,
+    quiet: bool,
+    start: Instant,
+    last_line: Instant,
+}
+
+impl Printer {
+    fn status(p: &Progress) -> String {
+        let metric = match (p.last_accuracy, p.last_perplexity) {
+            (Some(a), _) => format!(" acc {:.2}%", a * 100.0),
+            (_, Some(ppl)) => format!(" ppl {ppl:.1}"),
+            _ => String::new(),
+        };
+        format!(
+            "epoch {}/{} step {}/{} loss {:.4}{} sent {:.1} MB",
+            p.epoch + 1,
+            p.epochs,
+            p.step_in_epoch,
+            p.steps_per_epoch,
+            p.loss,
+            metric,
+            p.bytes_sent as f64 / 1e6
+        )
+    }
+}
+
+impl Observer for Printer {
+    fn step(&mut self, p: &Progress) {
+        if self.quiet {
+            return;
+        }
+        if self.tty {
+            let width = 30;
+            let done = (p.step_in_epoch as usize * width) / p.steps_per_epoch.max(1) as usize;
+            eprint!("\r[{}{}] {}\x1b[K", "#".repeat(done), ".".repeat(width - done), Self::status(p));
+        } else if self.last_line.elapsed().as_secs_f64() > 10.0 {
+            eprintln!("{} ({:.0} s)", Self::status(p), self.start.elapsed().as_secs_f64());
+            self.last_line = Instant::now();
+        }
+    }
+
+    fn epoch(&mut self, r: &EpochRecord) {
+        if self.quiet {
+            return;
+        }
+        if self.tty {
+            eprint!("\r\x1b[K");
+        }
+        let metric = match (r.test_accuracy, r.test_perplexity) {
+            (Some(a), _) => format!("test accuracy {:.2}%", a * 100.0),
+            (_, Some(p)) => format!("test perplexity {p:.2}"),
+            _ => "no evaluation".into(),
+        };
+        eprintln!(
+            "epoch {}: train loss {:.4}, {metric}, sent {:.1} MB, {:.1} s",
+            r.epoch + 1,
+            r.train_loss,
+            r.bytes_sent as f64 / 1e6,
+            r.wall_seconds
+        );
+    }
+}
+
+pub fn run(a: &TrainArgs) -> Result<()> {
+    let ov = overrides(a)?;
+    let cfg = TrainConfig::load(&a.config, &ov).map_err(config_error)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    {
+        let stop = Arc::clone(&stop);
+        // A second Ctrl-C exits at once.
+        let _ = ctrlc::set_handler(move || {
+            if stop.swap(true, Ordering::SeqCst) {
+                std::process::exit(130);
+            }
+            eprintln!("\ninterrupt: checkpointing at the next step (Ctrl-C again to quit now)");
+        });
+    }
+    let printer = Printer {
+        tty: std::io::stderr().is_terminal(),
+        quiet: a.quiet,
+        start: Instant::now(),
+        last_line: Instant::now(),
+    };
+    let summary = trainer::train(&cfg, RunOptions { resume: a.resume, stop }, Box::new(printer))
+        .map_err(train_error)?;
+    if summary.epochs.is_empty() && summary.steps == 0 {
+        return Ok(()); // an MPI rank other than 0
+    }
+    let last = summary.epochs.last();
+    println!("run: {}", summary.run_dir.display());
+    if let Some(r) = last {
+        if let Some(acc) = r.test_accuracy {
+            println!("test accuracy: {:.2}%", acc * 100.0);
+        }
+        if let Some(p) = r.test_perplexity {
+            println!("test perplexity: {p:.2}");
+        }
+        println!("train loss: {:.4}", r.train_loss);
+        println!("bytes sent (all workers): {:.1} MB", r.bytes_sent as f64 / 1e6);
+        println!("wall-clock (training): {:.1} s", r.wall_seconds);
+        for (bps, s) in &r.predicted_wall_seconds {
+            let bps: f64 = bps.parse().unwrap_or(0.0);
+            println!("predicted on a {} cluster: {:.1} s", human_bps(bps), s);
+        }
+    }
+    println!(
+        "steps: {}{}",
+        summary.steps,
+        if summary.interrupted { " (interrupted; resume with --resume)" } else { "" }
+    );
+    Ok(())
+}
+
+fn human_bps(b: f64) -> String {
+    if b >= 1e9 {
+        format!("{} Gbit/s", b / 1e9)
+    } else {
+        format!("{} Mbit/s", b / 1e6)
+    }
+}
+
+fn config_error(e: ConfigError) -> anyhow::Error {
+    UserError(e.to_string()).into()
+}
+
+fn train_error(e: TrainError) -> anyhow::Error {
+    match e {
+        TrainError::Config(c) => config_error(c),
+        TrainError::Data(d) => UserError(d.to_string()).into(),
+        other => anyhow::Error::new(other),
+    }
+}
+
+pub fn eval(a: &EvalArgs) -> Result<()> {
+    let (cfg, stats) = trainer::evaluate_run(&a.run, a.data_dir.as_deref())
+        .map_err(train_error)
+        .with_context(|| format!("evaluating {}", a.run.display()))?;
+    if cfg.is_language_model() {
+        println!("test perplexity: {:.2} ({} tokens)", stats.perplexity(), stats.count);
+    } else {
+        println!(
+            "test accuracy: {:.2}% ({} examples), loss {:.4}",
+            stats.accuracy() * 100.0,
+            stats.count,
+            stats.mean_loss()
+        );
+    }
+    Ok(())
+}
