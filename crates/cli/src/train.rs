@@ -166,12 +166,22 @@ pub fn run(a: &TrainArgs) -> Result<()> {
             println!("predicted on a {} cluster: {:.1} s", human_bps(bps), s);
         }
     }
+    if let Some(peak) = peak_memory_mb() {
+        println!("peak memory: {peak:.0} MB");
+    }
     println!(
         "steps: {}{}",
         summary.steps,
         if summary.interrupted { " (interrupted; resume with --resume)" } else { "" }
     );
     Ok(())
+}
+
+/// The process's peak resident memory (Linux `VmHWM`), in MB.
+fn peak_memory_mb() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kb: f64 = status.lines().find_map(|l| l.strip_prefix("VmHWM:"))?.trim().trim_end_matches("kB").trim().parse().ok()?;
+    Some(kb / 1024.0)
 }
 
 fn human_bps(b: f64) -> String {

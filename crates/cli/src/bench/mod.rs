@@ -3,6 +3,7 @@
 mod comm;
 mod compress;
 mod timing;
+mod train;
 
 use clap::Subcommand;
 
@@ -12,11 +13,14 @@ pub enum BenchCommand {
     Compress(compress::Args),
     /// Collective operations: measured time beside the network model's prediction.
     Comm(comm::Args),
+    /// The trainer's overhead against a plain burn loop, compression overhead, peak memory.
+    Train(train::Args),
 }
 
 pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     match cmd {
         BenchCommand::Compress(a) => compress::run(&a),
         BenchCommand::Comm(a) => comm::run(&a),
+        BenchCommand::Train(a) => train::run(&a),
     }
 }

@@ -1,0 +1,155 @@
+//! `gradcomp bench train`: the trainer's own cost.
+//!
+//! 1. Overhead: steps/s of `gradcomp`'s trainer with one worker and no
+//!    compression, against a plain burn loop (burn's SGD optimizer) on the
+//!    same model and minibatches, measured in one run.
+//! 2. Compression overhead: time in compression and decoding as a fraction
+//!    of forward/backward time, for TernGrad and Gaussian-k on LeNet-5.
+//! 3. Peak memory of N in-process LeNet-5 workers (a child `gradcomp train`).
+
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use burn::optim::momentum::MomentumConfig;
+use burn::optim::{GradientsParams, SgdConfig};
+use clap::Args as ClapArgs;
+use gradcomp_train::config::TrainConfig;
+use gradcomp_train::data::{synthetic, ImageLoader};
+use gradcomp_train::models::{LeNet5, Net};
+use gradcomp_train::trainer::{self, RunOptions, Silent};
+
+#[derive(ClapArgs)]
+pub struct Args {
+    /// Training steps per measurement.
+    #[arg(long, default_value_t = 200)]
+    steps: usize,
+    /// Minibatch per worker.
+    #[arg(long, default_value_t = 16)]
+    batch: usize,
+    /// Workers for the peak-memory measurement (0 skips it).
+    #[arg(long, default_value_t = 16)]
+    memory_workers: usize,
+}
+
+fn base_config(run_dir: &std::path::Path, batch: usize, steps: usize, extra: &[(&str, &str)]) -> Result<TrainConfig> {
+    let mut ov: Vec<(String, String)> = vec![
+        ("name".into(), "\"bench\"".into()),
+        ("run_dir".into(), format!("\"{}\"", run_dir.display())),
+        ("data.dataset".into(), "\"synthetic-images\"".into()),
+        ("data.synthetic_size".into(), (batch * steps).to_string()),
+        ("data.batch_size".into(), batch.to_string()),
+        ("model.name".into(), "\"lenet5\"".into()),
+        ("train.epochs".into(), "1".into()),
+        ("train.eval".into(), "false".into()),
+        ("train.checksum_every".into(), "0".into()),
+        ("train.stats_every".into(), "0".into()),
+        ("train.checkpoint_every".into(), "0".into()),
+    ];
+    ov.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    Ok(TrainConfig::from_toml("", &ov)?)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+pub fn run(a: &Args) -> Result<()> {
+    if a.steps < 10 || a.batch == 0 {
+        bail!("--steps must be at least 10 and --batch at least 1");
+    }
+    let tmp = std::env::temp_dir().join(format!("gradcomp-bench-train-{}", std::process::id()));
+
+    // 1. A plain burn loop: forward, backward, burn's SGD step.
+    let device = gradcomp_train::default_device();
+    device.seed(1);
+    let data = synthetic::images(a.batch * a.steps, 1, 0);
+    let mut loader = ImageLoader::shard(data, 0, 1, a.batch, 1);
+    let batches: Vec<_> = (0..loader.batches_per_epoch()).map(|i| loader.batch(0, i)).collect();
+    let mut model = LeNet5::new(&device);
+    let mut optim = SgdConfig::new().with_momentum(Some(MomentumConfig::new().with_momentum(0.9).with_dampening(0.0))).init();
+    let warm = 5;
+    let mut t_plain = None;
+    for (i, b) in batches.iter().enumerate() {
+        if i == warm {
+            t_plain = Some(Instant::now());
+        }
+        let loss = model.loss(b, &device);
+        let grads = GradientsParams::from_grads(loss.backward(), &model);
+        model = optim.step(0.01, model, grads);
+    }
+    let plain_steps_per_s = (batches.len() - warm) as f64 / t_plain.expect("steps > warm-up").elapsed().as_secs_f64();
+    drop(model);
+
+    // 1b. gradcomp's trainer, one worker, dense.
+    let cfg = base_config(&tmp.join("dense"), a.batch, a.steps, &[("compressor.name", "\"dense\"")])?;
+    let start = Instant::now();
+    trainer::train(&cfg, RunOptions::default(), Box::new(Silent))?;
+    let _ = start;
+    let walls = read_column(&tmp.join("dense/steps.jsonl"), "wall_s")?;
+    let ours_steps_per_s = (walls.len() - warm) as f64 / walls[warm..].iter().sum::<f64>();
+    println!("trainer overhead (LeNet-5, batch {}, {} steps, 1 worker, no compression):", a.batch, a.steps);
+    println!("  plain burn loop      {plain_steps_per_s:8.1} steps/s");
+    println!("  gradcomp trainer     {ours_steps_per_s:8.1} steps/s");
+    println!(
+        "  ratio                {:8.3}   (target >= 0.90: {})",
+        ours_steps_per_s / plain_steps_per_s,
+        if ours_steps_per_s / plain_steps_per_s >= 0.9 { "met" } else { "MISSED" }
+    );
+
+    // 2. Compression overhead against compute, one worker so nothing else competes for the cores.
+    println!("compression overhead (LeNet-5, 1 worker; median per step):");
+    for (name, extra) in [
+        ("terngrad", vec![("compressor.name", "\"terngrad\"")]),
+        ("gaussiank", vec![("compressor.name", "\"gaussiank\""), ("compressor.density", "0.001"), ("comm.topology", "\"allgather\"")]),
+    ] {
+        let dir = tmp.join(name);
+        let cfg = base_config(&dir, a.batch, a.steps, &extra)?;
+        trainer::train(&cfg, RunOptions::default(), Box::new(Silent))?;
+        let compute = median(read_column(&dir.join("steps.jsonl"), "compute_s")?);
+        let compress = median(read_column(&dir.join("steps.jsonl"), "compress_s")?);
+        let decode = median(read_column(&dir.join("steps.jsonl"), "decode_s")?);
+        let frac = (compress + decode) / compute;
+        println!(
+            "  {name:<10} compute {:7.2} ms  compress {:6.3} ms  memory update {:6.3} ms  = {:5.1}% of compute (target <= 10%: {})",
+            compute * 1e3,
+            compress * 1e3,
+            decode * 1e3,
+            frac * 100.0,
+            if frac <= 0.10 { "met" } else { "MISSED" }
+        );
+    }
+    std::fs::remove_dir_all(&tmp).ok();
+
+    // 3. Peak memory of N in-process workers, in a child process so the figure is its own.
+    if a.memory_workers > 0 {
+        let exe = std::env::current_exe().context("locating the gradcomp binary")?;
+        let dir = tmp.join("memory");
+        let cfg = tmp.join("memory.toml");
+        std::fs::create_dir_all(&tmp)?;
+        std::fs::write(&cfg, base_config(&dir, a.batch, a.memory_workers * 20, &[("workers", &a.memory_workers.to_string())])?.to_toml())?;
+        let out = std::process::Command::new(exe).args(["train", "--quiet", "--config"]).arg(&cfg).output()?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        if !out.status.success() {
+            bail!("the memory run failed: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        let peak = text.lines().find_map(|l| l.strip_prefix("peak memory: ")).unwrap_or("?").to_string();
+        println!("peak memory with {} in-process LeNet-5 workers: {peak} (target <= 2048 MB)", a.memory_workers);
+        std::fs::remove_dir_all(&tmp).ok();
+    }
+    Ok(())
+}
+
+/// One numeric column of `steps.jsonl`; per-worker arrays give their mean.
+fn read_column(path: &std::path::Path, key: &str) -> Result<Vec<f64>> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    text.lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l)?;
+            Ok(match &v[key] {
+                serde_json::Value::Array(a) => a.iter().filter_map(|x| x.as_f64()).sum::<f64>() / a.len().max(1) as f64,
+                x => x.as_f64().unwrap_or(f64::NAN),
+            })
+        })
+        .collect()
+}
