@@ -169,6 +169,7 @@ pub fn run(a: &TrainArgs) -> Result<()> {
     if let Some(peak) = peak_memory_mb() {
         println!("peak memory: {peak:.0} MB");
     }
+    println!("parameter checksum: {:016x}", summary.params_checksum);
     println!(
         "steps: {}{}",
         summary.steps,
@@ -180,7 +181,14 @@ pub fn run(a: &TrainArgs) -> Result<()> {
 /// The process's peak resident memory (Linux `VmHWM`), in MB.
 fn peak_memory_mb() -> Option<f64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let kb: f64 = status.lines().find_map(|l| l.strip_prefix("VmHWM:"))?.trim().trim_end_matches("kB").trim().parse().ok()?;
+    let kb: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
     Some(kb / 1024.0)
 }
 

@@ -97,6 +97,24 @@ pub fn abs_sum_and_max(x: &[f32]) -> (f64, f32) {
 }
 
 multiversion! {
+/// Whether every element is finite: a value is infinite or NaN exactly when
+/// its exponent bits are all ones, and an integer max over the exponents
+/// vectorizes where an early-exit search does not.
+pub fn all_finite(x: &[f32]) -> bool {
+    const EXP: u32 = 0x7f80_0000;
+    let mut mx = [0u32; LANES];
+    let chunks = x.chunks_exact(LANES);
+    let rem = chunks.remainder();
+    for c in chunks {
+        for l in 0..LANES {
+            mx[l] = mx[l].max(c[l].to_bits() & EXP);
+        }
+    }
+    mx.iter().copied().chain(rem.iter().map(|v| v.to_bits() & EXP)).all(|e| e != EXP)
+}
+}
+
+multiversion! {
 /// max |x| (0 for an empty slice). NaN elements are ignored.
 pub fn max_abs(x: &[f32]) -> f32 {
     let mut mx = [0.0f32; LANES];
@@ -243,15 +261,25 @@ pub fn collect_abs_above(
 multiversion! {
 /// [`sum_and_squares`] and [`collect_abs_above`] (exclusive) fused into one
 /// pass over memory: each block is summed and screened while it is in cache.
-/// Returns (Σ x, Σ x², count).
-pub fn sum_squares_and_collect(x: &[f32], thr: f32, cap: usize, out: &mut Vec<u32>, values: &mut Vec<f32>) -> (f64, f64, usize) {
+/// Returns (Σ x, Σ x², count), where count is exact when it is at most `cap`;
+/// past `cap` the screening stops (the caller only needs to know the list
+/// overflowed) and count is some value above `cap`.
+pub fn sum_squares_and_collect(
+    x: &[f32],
+    thr: f32,
+    cap: usize,
+    out: &mut Vec<u32>,
+    values: &mut Vec<f32>,
+) -> (f64, f64, usize) {
     let limit = out.len().saturating_add(cap);
     let (mut s, mut q, mut count) = (0.0, 0.0, 0);
     for (b, block) in x.chunks(BLOCK).enumerate() {
         let (bs, bq) = block_sums(block);
         s += bs;
         q += bq;
-        collect_block(block, b * BLOCK, thr, false, limit, &mut count, out, values);
+        if count <= cap {
+            collect_block(block, b * BLOCK, thr, false, limit, &mut count, out, values);
+        }
     }
     (s, q, count)
 }
@@ -294,7 +322,12 @@ mod tests {
                 let mut fused = Vec::new();
                 let mut fused_values = Vec::new();
                 let (fs, fq, fc) = sum_squares_and_collect(&x, thr, 5, &mut fused, &mut fused_values);
-                assert_eq!((fc, &fused[..]), (want.len(), &want[..want.len().min(5)]));
+                if want.len() <= 5 {
+                    assert_eq!(fc, want.len());
+                } else {
+                    assert!(fc > 5);
+                }
+                assert_eq!(&fused[..], &want[..want.len().min(5)]);
                 assert!(fused.iter().zip(&fused_values).all(|(&i, &v)| x[i as usize] == v));
                 assert_eq!((fs, fq), sum_and_squares(&x));
                 let mut incl = Vec::new();
@@ -302,6 +335,22 @@ mod tests {
                 assert_eq!(incl.len(), x.iter().filter(|v| v.abs() >= thr).count());
             }
         }
+    }
+
+    #[test]
+    fn finiteness() {
+        let mut x = data(1000);
+        assert!(all_finite(&x));
+        for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+            for at in [0, 500, 999] {
+                let keep = x[at];
+                x[at] = bad;
+                assert!(!all_finite(&x), "{bad} at {at}");
+                x[at] = keep;
+            }
+        }
+        assert!(all_finite(&[]));
+        assert!(all_finite(&[f32::MAX, f32::MAX, -f32::MAX]));
     }
 
     #[test]

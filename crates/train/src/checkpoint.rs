@@ -75,11 +75,7 @@ impl Sections {
             Ok(a)
         };
         let mut s = Sections::default();
-        loop {
-            let len_bytes = match take(4) {
-                Ok(b) => b,
-                Err(_) => break,
-            };
+        while let Ok(len_bytes) = take(4) {
             let len = u32::from_le_bytes(len_bytes.try_into().expect("4 bytes")) as usize;
             let name =
                 std::str::from_utf8(take(len)?).map_err(|_| bad("section name is not UTF-8"))?.to_string();

@@ -479,10 +479,10 @@ impl TrainConfig {
             return Err(err("optimizer.nesterov", "needs momentum > 0"));
         }
         let s = &self.schedule;
-        if s.kind == ScheduleKind::Step && (s.step_epochs == 0 || !(s.gamma > 0.0)) {
+        if s.kind == ScheduleKind::Step && (s.step_epochs == 0 || !positive(s.gamma)) {
             return Err(err("schedule", "step schedule needs step_epochs ≥ 1 and gamma > 0"));
         }
-        if !(s.warmup_epochs >= 0.0) {
+        if !non_negative(s.warmup_epochs) {
             return Err(err("schedule.warmup_epochs", "must be ≥ 0"));
         }
         if self.train.epochs == 0 && self.train.max_steps == 0 {
@@ -510,14 +510,24 @@ impl TrainConfig {
                 ),
             ));
         }
-        if !(self.comm.timeout_seconds > 0.0) {
+        if !positive(self.comm.timeout_seconds) {
             return Err(err("comm.timeout_seconds", "must be positive"));
         }
-        if self.network.links_bps.iter().any(|b| !(*b > 0.0)) || !(self.network.alpha >= 0.0) {
+        if self.network.links_bps.iter().any(|&b| !positive(b)) || !non_negative(self.network.alpha) {
             return Err(err("network", "links_bps must be positive and alpha ≥ 0"));
         }
         Ok(())
     }
+}
+
+/// `x > 0`, false for NaN.
+fn positive(x: f64) -> bool {
+    x > 0.0
+}
+
+/// `x ≥ 0`, false for NaN.
+fn non_negative(x: f64) -> bool {
+    x >= 0.0
 }
 
 fn one_line(s: &str) -> String {

@@ -368,6 +368,26 @@ pub fn train(
     with_model!(cfg, &data, |make| run_with(cfg, &data, opts, observer, make))
 }
 
+/// Serializes model construction. burn draws initial weights from a
+/// process-global generator, so two trainers (or a trainer's workers)
+/// building models at once would interleave their draws and a seeded run
+/// would not be reproducible when another runs beside it.
+static INIT_LOCK: Mutex<()> = Mutex::new(());
+
+/// Builds a model; with `seed`, from a freshly seeded generator. burn
+/// initializes parameters lazily, on first use, so they are read once here
+/// while the lock is held. Returns the model and its flat parameters.
+fn build_model<M: Net>(make: &impl Fn(&Device) -> M, device: &Device, seed: Option<u64>) -> (M, Vec<f32>) {
+    let _guard = INIT_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(s) = seed {
+        device.seed(s);
+    }
+    let model = make(device);
+    let mut flat = Vec::new();
+    params::read_params(&model, &mut flat);
+    (model, flat)
+}
+
 fn run_with<M: Net>(
     cfg: &TrainConfig,
     data: &TrainData,
@@ -376,11 +396,8 @@ fn run_with<M: Net>(
     make: impl Fn(&Device) -> M + Send + Sync + Clone,
 ) -> Result<RunSummary, TrainError> {
     let device = crate::default_device();
-    device.seed(cfg.seed);
-    let model = make(&device);
+    let (model, init_params) = build_model(&make, &device, Some(cfg.seed));
     let layout = params::layout(&model);
-    let mut init_params = Vec::new();
-    params::read_params(&model, &mut init_params);
     let run_dir = cfg.run_dir();
     let resume_from = if opts.resume { Some(load_latest(&run_dir, cfg.workers)?) } else { None };
     let shared =
@@ -556,7 +573,8 @@ fn worker<M: Net>(
     let n = cfg.workers;
     let err = comm(rank);
     let device = crate::default_device();
-    let mut model = make(&device);
+    // Its initial values are replaced by rank 0's below.
+    let (mut model, _) = build_model(&make, &device, None);
 
     // Identical replicas: everyone takes rank 0's initial parameters (or the checkpoint's).
     let mut params_buf = if let Some(s) = &sh.resume_from {
@@ -677,6 +695,8 @@ fn worker<M: Net>(
         // Non-finite values and the stop flag, agreed by all.
         let bad = if !loss_value.is_finite() {
             Some(("loss", "(loss)".to_string()))
+        } else if gradcomp_compress::reduce::all_finite(&grad) {
+            None
         } else {
             grad.iter().position(|g| !g.is_finite()).map(|j| {
                 let slot =
@@ -720,7 +740,7 @@ fn worker<M: Net>(
         }
 
         if !main.skipped {
-            let measure = cfg.train.stats_every > 0 && step % cfg.train.stats_every == 0;
+            let measure = cfg.train.stats_every > 0 && step.is_multiple_of(cfg.train.stats_every);
             let ef_lr = if lr_scaled { lr as f32 } else { 1.0 };
             let st = exchange
                 .exchange(&grad, &mut avg, step, ef_lr, measure, c)
@@ -760,7 +780,7 @@ fn worker<M: Net>(
         }
         step += 1;
 
-        if cfg.train.checksum_every > 0 && step % cfg.train.checksum_every == 0 {
+        if cfg.train.checksum_every > 0 && step.is_multiple_of(cfg.train.checksum_every) {
             compare_checksums(c, &params, step, &mut gathered, rank)?;
             c.meter_mut().take_step();
         }
@@ -775,7 +795,7 @@ fn worker<M: Net>(
                 epochs,
                 step_in_epoch: step - u64::from(epoch) * steps_per_epoch,
                 steps_per_epoch,
-                loss: f64::from(control[1]) / (n - main.skipped as usize * 0).max(1) as f64,
+                loss: f64::from(control[1]) / (n - bad_ranks.len()).max(1) as f64,
                 bytes_sent: bytes,
                 last_accuracy: last_eval.0,
                 last_perplexity: last_eval.1,
@@ -783,7 +803,7 @@ fn worker<M: Net>(
             mains.push(main);
         }
 
-        let epoch_done = step % steps_per_epoch == 0 || step == total_steps;
+        let epoch_done = step.is_multiple_of(steps_per_epoch) || step == total_steps;
         if epoch_done {
             let record = finish_epoch(
                 rank,
@@ -808,7 +828,7 @@ fn worker<M: Net>(
                 epoch_records.push(r);
             }
             epoch += 1;
-            let due = cfg.train.checkpoint_every > 0 && epoch % cfg.train.checkpoint_every == 0;
+            let due = cfg.train.checkpoint_every > 0 && epoch.is_multiple_of(cfg.train.checkpoint_every);
             if due || step == total_steps {
                 write_checkpoint(c, sh, rank, step, &params, &optimizer, &exchange, &totals)?;
             }
@@ -1162,7 +1182,7 @@ pub fn evaluate_run(run_dir: &Path, data_dir: Option<&Path>) -> Result<(TrainCon
     let data = TrainData::load(&cfg)?;
     let stats = with_model!(cfg, &data, |make| {
         let device = crate::default_device();
-        let model = make(&device);
+        let (model, _) = build_model(&make, &device, None);
         if params::layout(&model).total() != params.len() {
             return Err(TrainError::Checkpoint(
                 "the checkpoint's parameters do not fit the configured model".into(),

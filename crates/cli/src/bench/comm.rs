@@ -9,7 +9,7 @@
 //! with `--link-bits-per-second`.
 
 use std::hint::black_box;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{bail, Result};
 use clap::{Args as ClapArgs, ValueEnum};
@@ -104,7 +104,7 @@ pub fn run(args: &Args) -> Result<()> {
 
 #[cfg(feature = "mpi")]
 fn run_mpi(args: &Args) -> Result<()> {
-    let mut c = gradcomp_comm::mpi::MpiCollective::init(args.workers, Duration::from_secs(600))?;
+    let mut c = gradcomp_comm::mpi::MpiCollective::init(args.workers, std::time::Duration::from_secs(600))?;
     let mut rows = measure(&mut c, args, "mpi")?;
     rows.extend(raw_mpi_allreduce(&mut c, args)?);
     if c.rank() == 0 {

@@ -31,7 +31,12 @@ pub struct Args {
     memory_workers: usize,
 }
 
-fn base_config(run_dir: &std::path::Path, batch: usize, steps: usize, extra: &[(&str, &str)]) -> Result<TrainConfig> {
+fn base_config(
+    run_dir: &std::path::Path,
+    batch: usize,
+    steps: usize,
+    extra: &[(&str, &str)],
+) -> Result<TrainConfig> {
     let mut ov: Vec<(String, String)> = vec![
         ("name".into(), "\"bench\"".into()),
         ("run_dir".into(), format!("\"{}\"", run_dir.display())),
@@ -67,7 +72,9 @@ pub fn run(a: &Args) -> Result<()> {
     let mut loader = ImageLoader::shard(data, 0, 1, a.batch, 1);
     let batches: Vec<_> = (0..loader.batches_per_epoch()).map(|i| loader.batch(0, i)).collect();
     let mut model = LeNet5::new(&device);
-    let mut optim = SgdConfig::new().with_momentum(Some(MomentumConfig::new().with_momentum(0.9).with_dampening(0.0))).init();
+    let mut optim = SgdConfig::new()
+        .with_momentum(Some(MomentumConfig::new().with_momentum(0.9).with_dampening(0.0)))
+        .init();
     let warm = 5;
     let mut t_plain = None;
     for (i, b) in batches.iter().enumerate() {
@@ -78,7 +85,8 @@ pub fn run(a: &Args) -> Result<()> {
         let grads = GradientsParams::from_grads(loss.backward(), &model);
         model = optim.step(0.01, model, grads);
     }
-    let plain_steps_per_s = (batches.len() - warm) as f64 / t_plain.expect("steps > warm-up").elapsed().as_secs_f64();
+    let plain_steps_per_s =
+        (batches.len() - warm) as f64 / t_plain.expect("steps > warm-up").elapsed().as_secs_f64();
     drop(model);
 
     // 1b. gradcomp's trainer, one worker, dense.
@@ -101,7 +109,14 @@ pub fn run(a: &Args) -> Result<()> {
     println!("compression overhead (LeNet-5, 1 worker; median per step):");
     for (name, extra) in [
         ("terngrad", vec![("compressor.name", "\"terngrad\"")]),
-        ("gaussiank", vec![("compressor.name", "\"gaussiank\""), ("compressor.density", "0.001"), ("comm.topology", "\"allgather\"")]),
+        (
+            "gaussiank",
+            vec![
+                ("compressor.name", "\"gaussiank\""),
+                ("compressor.density", "0.001"),
+                ("comm.topology", "\"allgather\""),
+            ],
+        ),
     ] {
         let dir = tmp.join(name);
         let cfg = base_config(&dir, a.batch, a.steps, &extra)?;
@@ -127,14 +142,22 @@ pub fn run(a: &Args) -> Result<()> {
         let dir = tmp.join("memory");
         let cfg = tmp.join("memory.toml");
         std::fs::create_dir_all(&tmp)?;
-        std::fs::write(&cfg, base_config(&dir, a.batch, a.memory_workers * 20, &[("workers", &a.memory_workers.to_string())])?.to_toml())?;
-        let out = std::process::Command::new(exe).args(["train", "--quiet", "--config"]).arg(&cfg).output()?;
+        std::fs::write(
+            &cfg,
+            base_config(&dir, a.batch, a.memory_workers * 20, &[("workers", &a.memory_workers.to_string())])?
+                .to_toml(),
+        )?;
+        let out =
+            std::process::Command::new(exe).args(["train", "--quiet", "--config"]).arg(&cfg).output()?;
         let text = String::from_utf8_lossy(&out.stdout);
         if !out.status.success() {
             bail!("the memory run failed: {}", String::from_utf8_lossy(&out.stderr));
         }
         let peak = text.lines().find_map(|l| l.strip_prefix("peak memory: ")).unwrap_or("?").to_string();
-        println!("peak memory with {} in-process LeNet-5 workers: {peak} (target <= 2048 MB)", a.memory_workers);
+        println!(
+            "peak memory with {} in-process LeNet-5 workers: {peak} (target <= 2048 MB)",
+            a.memory_workers
+        );
         std::fs::remove_dir_all(&tmp).ok();
     }
     Ok(())
@@ -147,7 +170,9 @@ fn read_column(path: &std::path::Path, key: &str) -> Result<Vec<f64>> {
         .map(|l| {
             let v: serde_json::Value = serde_json::from_str(l)?;
             Ok(match &v[key] {
-                serde_json::Value::Array(a) => a.iter().filter_map(|x| x.as_f64()).sum::<f64>() / a.len().max(1) as f64,
+                serde_json::Value::Array(a) => {
+                    a.iter().filter_map(|x| x.as_f64()).sum::<f64>() / a.len().max(1) as f64
+                }
                 x => x.as_f64().unwrap_or(f64::NAN),
             })
         })

@@ -82,20 +82,27 @@ impl Selector for GaussianK {
         for round in 0..3 {
             out.indices.clear();
             out.values.clear();
-            let cap = if round == 2 { usize::MAX } else { high as usize + 1 };
+            let last = round == 2;
             let count = if complete && thr >= bound {
+                // Every element above thr is a candidate: filter the list.
                 let c = &self.candidates;
+                let cap = if last { usize::MAX } else { high as usize + 1 };
                 let n =
                     reduce::collect_abs_above(&c.values, thr, false, cap, &mut out.indices, &mut out.values);
                 // Positions in the candidate list -> indices into x.
                 for i in &mut out.indices {
                     *i = c.indices[*i as usize];
                 }
-                n
+                n as f64
             } else {
-                reduce::collect_abs_above(x, thr, false, cap, &mut out.indices, &mut out.values)
-            } as f64;
-            if round == 2 {
+                // A full pass. Count first (vectorized); collect only the set that is kept.
+                let n = reduce::count_abs_above(x, thr) as f64;
+                if last || (n >= low && n <= high) {
+                    reduce::collect_abs_above(x, thr, false, usize::MAX, &mut out.indices, &mut out.values);
+                }
+                n
+            };
+            if last {
                 break;
             }
             if count < low {

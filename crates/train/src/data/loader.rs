@@ -32,7 +32,7 @@ impl ImageLoader {
     /// `world` disjoint, equal blocks (the remainder is dropped).
     pub fn shard(data: ImageDataset, rank: usize, world: usize, batch: usize, seed: u64) -> Self {
         let mut all: Vec<u32> = (0..data.len() as u32).collect();
-        shuffle(&mut all, &mut UnitRng::from_parts(&[seed, 0x5348_4152_44]));
+        shuffle(&mut all, &mut UnitRng::from_parts(&[seed, 0x0053_4841_5244]));
         let per = data.len() / world.max(1);
         let shard = all[rank * per..(rank + 1) * per].to_vec();
         Self { data, shard, batch: batch.max(1), seed, rank, order: None }

@@ -11,10 +11,10 @@ use super::ImageDataset;
 /// `split`, so a test split shares the classes but not the examples). A small
 /// network learns it in a few dozen steps.
 pub fn images(n: usize, seed: u64, split: u64) -> ImageDataset {
-    let mut rng = UnitRng::from_parts(&[seed, 0x5359_4e]);
+    let mut rng = UnitRng::from_parts(&[seed, 0x0053_594e]);
     let protos: Vec<Vec<u8>> =
         (0..10).map(|_| (0..784).map(|_| if rng.next_f32() < 0.15 { 255 } else { 0 }).collect()).collect();
-    let mut rng = UnitRng::from_parts(&[seed, 0x5359_4e, split]);
+    let mut rng = UnitRng::from_parts(&[seed, 0x0053_594e, split]);
     let mut pixels = Vec::with_capacity(n * 784);
     let mut labels = Vec::with_capacity(n);
     for _ in 0..n {
@@ -36,7 +36,7 @@ pub fn images(n: usize, seed: u64, split: u64) -> ImageDataset {
 /// (mostly `next = (3·t + 1) mod vocab`), so a language model's loss falls
 /// fast; `split` varies the noise only.
 pub fn tokens(n: usize, vocab: u32, seed: u64, split: u64) -> Vec<u32> {
-    let mut rng = UnitRng::from_parts(&[seed, 0x544f_4b, split]);
+    let mut rng = UnitRng::from_parts(&[seed, 0x0054_4f4b, split]);
     let mut t = 0u32;
     (0..n)
         .map(|_| {

@@ -80,7 +80,12 @@ pub struct GradientExchange {
     placement: ServerPlacement,
     seed: u64,
     msgs: Vec<Message>,
-    acc: Vec<f32>,
+    /// Units sent as they are (excluded, or the dense compressor): no
+    /// memory, no message unless the topology needs an encoding.
+    raw: Vec<bool>,
+    /// Units whose memory is not the identity; their compensated gradient is
+    /// the memory's buffer (`Memory::residual` between compensate and update).
+    has_memory: Vec<bool>,
     scalars: Vec<f32>,
     /// Position of each unit's scalar in `scalars`, for two-phase compressors.
     scalar_of: Vec<Option<usize>>,
@@ -101,8 +106,10 @@ struct ServerState {
     msg: Message,
 }
 
-fn memory_for(kind: MemoryKind, c: &CompressionConfig, compressor: &CompressorConfig) -> Box<dyn Memory> {
-    let kind = match kind {
+/// The memory a compressor gets: `auto` is error feedback for sparsifiers
+/// and 1-bit SGD, DGC momentum for DGC-k, none for the rest.
+fn memory_kind(kind: MemoryKind, compressor: &CompressorConfig) -> MemoryKind {
+    match kind {
         MemoryKind::Auto => match compressor {
             CompressorConfig::Dgck(_) => MemoryKind::DgcMomentum,
             CompressorConfig::Onebit(_)
@@ -114,8 +121,11 @@ fn memory_for(kind: MemoryKind, c: &CompressionConfig, compressor: &CompressorCo
             _ => MemoryKind::None,
         },
         k => k,
-    };
-    match kind {
+    }
+}
+
+fn memory_for(kind: MemoryKind, c: &CompressionConfig, compressor: &CompressorConfig) -> Box<dyn Memory> {
+    match memory_kind(kind, compressor) {
         MemoryKind::ErrorFeedback => Box::new(ErrorFeedback::new(c.residual)),
         MemoryKind::DgcMomentum => Box::new(DgcMomentum::new(c.dgc_momentum)),
         _ => Box::new(NoMemory),
@@ -164,7 +174,13 @@ impl GradientExchange {
             })
             .collect();
         let combine = compressor.build().combine();
+        let identity = matches!(compressor, CompressorConfig::Dense {});
+        let raw: Vec<bool> = units.iter().map(|u| u.dense || identity).collect();
+        let has_memory =
+            raw.iter().map(|&r| !r && memory_kind(c.memory, compressor) != MemoryKind::None).collect();
         Self {
+            raw,
+            has_memory,
             msgs: units.iter().map(|_| Message::default()).collect(),
             units,
             compressors,
@@ -173,7 +189,6 @@ impl GradientExchange {
             topology,
             placement,
             seed,
-            acc: vec![0.0; layout.total()],
             scalars: Vec::new(),
             scalar_of: Vec::new(),
             dense_buf: Vec::new(),
@@ -224,21 +239,32 @@ impl GradientExchange {
         let mut st = ExchangeStats { elements: grad.len() as u64, ..Default::default() };
         let t0 = Instant::now();
 
-        // 1. Memories fold in their state; the compensated gradient goes to `acc`.
+        // 1. Memories fold in their state; the compensated gradient stays in the memory.
         for (u, unit) in self.units.iter().enumerate() {
-            let r = unit.offset..unit.offset + unit.len;
-            let a = self.memories[u].compensate(&grad[r.clone()], lr);
-            self.acc[r].copy_from_slice(a);
+            if self.has_memory[u] {
+                self.memories[u].compensate(&grad[unit.offset..unit.offset + unit.len], lr);
+            }
+        }
+        // The buffer unit `u` compresses.
+        fn input<'a>(
+            units: &[Unit],
+            has_memory: &[bool],
+            memories: &'a [Box<dyn Memory>],
+            grad: &'a [f32],
+            u: usize,
+        ) -> &'a [f32] {
+            if has_memory[u] {
+                memories[u].residual()
+            } else {
+                &grad[units[u].offset..units[u].offset + units[u].len]
+            }
         }
         // 2. Two-phase compressors agree on their scalars (TernGrad's shared scaler).
         self.scalars.clear();
         self.scalar_of.clear();
-        for (u, unit) in self.units.iter().enumerate() {
-            let s = if unit.dense {
-                None
-            } else {
-                self.compressors[u].local_scalar(&self.acc[unit.offset..unit.offset + unit.len])
-            };
+        for u in 0..self.units.len() {
+            let x = input(&self.units, &self.has_memory, &self.memories, grad, u);
+            let s = if self.raw[u] { None } else { self.compressors[u].local_scalar(x) };
             self.scalar_of.push(s.map(|s| {
                 self.scalars.push(s);
                 self.scalars.len() - 1
@@ -255,27 +281,30 @@ impl GradientExchange {
         let t1 = Instant::now();
         // Σ‖acc − C(acc)‖² and Σ‖acc‖² over compressed units, when measuring.
         let (mut err_sum, mut norm_sum) = (0.0f64, 0.0f64);
-        for (u, unit) in self.units.iter().enumerate() {
-            let acc = &self.acc[unit.offset..unit.offset + unit.len];
-            if unit.dense {
-                let m = self.msgs[u].dense_mut();
-                m.values.clear();
-                m.values.extend_from_slice(acc);
+        let encode_raw = self.topology == Topology::ParameterServer;
+        for u in 0..self.units.len() {
+            let x = input(&self.units, &self.has_memory, &self.memories, grad, u);
+            if self.raw[u] {
+                if encode_raw {
+                    let m = self.msgs[u].dense_mut();
+                    m.values.clear();
+                    m.values.extend_from_slice(x);
+                }
                 continue;
             }
             let shared = self.scalar_of[u].map(|i| self.scalars[i]);
             let ctx = UnitContext {
-                key: RngKey::new(self.seed, rank as u32, step, unit.id),
+                key: RngKey::new(self.seed, rank as u32, step, self.units[u].id),
                 shared_scalar: shared,
             };
-            self.compressors[u].compress(acc, &ctx, &mut self.msgs[u]);
+            self.compressors[u].compress(x, &ctx, &mut self.msgs[u]);
             st.selected += self.msgs[u].selected() as u64;
             st.wire_bytes += codec::encoded_len(&self.msgs[u]) as u64;
             if measure {
-                let norm = gradcomp_compress::reduce::sum_of_squares(acc);
-                err_sum += norm * stats::contraction_ratio(acc, &self.msgs[u], &mut self.scratch);
+                let norm = gradcomp_compress::reduce::sum_of_squares(x);
+                err_sum += norm * stats::contraction_ratio(x, &self.msgs[u], &mut self.scratch);
                 norm_sum += norm;
-                st.bound_ratios.push(stats::terngrad_bound_ratio(acc));
+                st.bound_ratios.push(stats::terngrad_bound_ratio(x));
             }
         }
         if measure {
@@ -290,7 +319,7 @@ impl GradientExchange {
         match self.topology {
             Topology::ParameterServer => self.via_server(c, out, &mut st)?,
             Topology::Allreduce | Topology::Allgather => {
-                self.via_dense_allreduce(c, out, inv_n)?;
+                self.via_dense_allreduce(c, grad, out, inv_n)?;
                 if self.topology == Topology::Allreduce && self.combine == Combine::TernarySum {
                     self.via_code_allreduce(c, out, inv_n)?;
                 } else {
@@ -303,8 +332,8 @@ impl GradientExchange {
 
         // 5. Memories keep what was not sent.
         let t3 = Instant::now();
-        for (u, unit) in self.units.iter().enumerate() {
-            if !unit.dense {
+        for u in 0..self.units.len() {
+            if self.has_memory[u] {
                 self.memories[u].update(&self.msgs[u]);
             }
         }
@@ -323,12 +352,18 @@ impl GradientExchange {
     fn via_dense_allreduce(
         &mut self,
         c: &mut dyn Collective,
+        grad: &[f32],
         out: &mut [f32],
         inv_n: f32,
     ) -> Result<(), ExchangeError> {
         self.dense_buf.clear();
         for u in 0..self.units.len() {
             if !self.in_dense_allreduce(u) {
+                continue;
+            }
+            if self.raw[u] {
+                let unit = &self.units[u];
+                self.dense_buf.extend_from_slice(&grad[unit.offset..unit.offset + unit.len]);
                 continue;
             }
             match &self.msgs[u] {
@@ -353,7 +388,7 @@ impl GradientExchange {
             let unit = &self.units[u];
             let dst = &mut out[unit.offset..unit.offset + unit.len];
             match &self.msgs[u] {
-                Message::Sparse(SparseMessage { indices, .. }) => {
+                Message::Sparse(SparseMessage { indices, .. }) if !self.raw[u] => {
                     for &i in indices {
                         dst[i as usize] = self.dense_buf[at] * inv_n;
                         at += 1;
