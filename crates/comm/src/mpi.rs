@@ -15,7 +15,8 @@
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use mpi::datatype::PartitionMut;
+use mpi::collective::SystemOperation;
+use mpi::datatype::{Equivalence, PartitionMut};
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::*;
 use mpi::Count;
@@ -201,6 +202,27 @@ impl MpiCollective {
         Ok(())
     }
 
+    /// `MPI_Allreduce` of `buf` in place, through the reused `send` copy
+    /// (rsmpi offers no `MPI_IN_PLACE`).
+    fn allreduce<T: Equivalence + Copy>(
+        &mut self,
+        kind: OpKind,
+        buf: &mut [T],
+        send: &mut Vec<T>,
+        op: SystemOperation,
+    ) -> Result<(), CommError> {
+        let start = Instant::now();
+        self.agree(kind, buf.len())?;
+        send.clear();
+        send.extend_from_slice(buf);
+        self.watchdog.arm(kind.name(), self.timeout);
+        self.world.all_reduce_into(&send[..], buf, op);
+        self.watchdog.disarm();
+        let bytes = std::mem::size_of_val(buf);
+        self.meter.record(kind, bytes, bytes, start.elapsed());
+        Ok(())
+    }
+
     fn gather_lengths(&mut self, op: OpKind, len: usize) -> Result<(), CommError> {
         let mine = len as Count;
         self.counts.clear();
@@ -238,42 +260,24 @@ impl Collective for MpiCollective {
     }
 
     fn allreduce_sum_f32(&mut self, buf: &mut [f32]) -> Result<(), CommError> {
-        let start = Instant::now();
-        self.agree(OpKind::AllreduceSumF32, buf.len())?;
-        self.scratch_f32.clear();
-        self.scratch_f32.extend_from_slice(buf);
-        let send = &self.scratch_f32;
-        self.watchdog.arm(OpKind::AllreduceSumF32.name(), self.timeout);
-        self.world.all_reduce_into(&send[..], buf, mpi::collective::SystemOperation::sum());
-        self.watchdog.disarm();
-        self.meter.record(OpKind::AllreduceSumF32, buf.len() * 4, buf.len() * 4, start.elapsed());
-        Ok(())
+        let mut send = std::mem::take(&mut self.scratch_f32);
+        let r = self.allreduce(OpKind::AllreduceSumF32, buf, &mut send, SystemOperation::sum());
+        self.scratch_f32 = send;
+        r
     }
 
     fn allreduce_sum_i32(&mut self, buf: &mut [i32]) -> Result<(), CommError> {
-        let start = Instant::now();
-        self.agree(OpKind::AllreduceSumI32, buf.len())?;
-        self.scratch_i32.clear();
-        self.scratch_i32.extend_from_slice(buf);
-        let send = &self.scratch_i32;
-        self.watchdog.arm(OpKind::AllreduceSumI32.name(), self.timeout);
-        self.world.all_reduce_into(&send[..], buf, mpi::collective::SystemOperation::sum());
-        self.watchdog.disarm();
-        self.meter.record(OpKind::AllreduceSumI32, buf.len() * 4, buf.len() * 4, start.elapsed());
-        Ok(())
+        let mut send = std::mem::take(&mut self.scratch_i32);
+        let r = self.allreduce(OpKind::AllreduceSumI32, buf, &mut send, SystemOperation::sum());
+        self.scratch_i32 = send;
+        r
     }
 
     fn allreduce_max_f32(&mut self, buf: &mut [f32]) -> Result<(), CommError> {
-        let start = Instant::now();
-        self.agree(OpKind::AllreduceMaxF32, buf.len())?;
-        self.scratch_f32.clear();
-        self.scratch_f32.extend_from_slice(buf);
-        let send = &self.scratch_f32;
-        self.watchdog.arm(OpKind::AllreduceMaxF32.name(), self.timeout);
-        self.world.all_reduce_into(&send[..], buf, mpi::collective::SystemOperation::max());
-        self.watchdog.disarm();
-        self.meter.record(OpKind::AllreduceMaxF32, buf.len() * 4, buf.len() * 4, start.elapsed());
-        Ok(())
+        let mut send = std::mem::take(&mut self.scratch_f32);
+        let r = self.allreduce(OpKind::AllreduceMaxF32, buf, &mut send, SystemOperation::max());
+        self.scratch_f32 = send;
+        r
     }
 
     fn allgatherv(&mut self, send: &[u8], recv: &mut Gathered) -> Result<(), CommError> {

@@ -650,14 +650,21 @@ fn worker<M: Net>(
         }
     }
 
-    let models = link_models(cfg);
-    let mut steps_out = None;
-    let mut epochs_out = None;
+    let mut rec = Records {
+        locals: Vec::new(),
+        mains: Vec::new(),
+        totals,
+        models: link_models(cfg),
+        compressed_elems,
+        steps_out: None,
+        epochs_out: None,
+    };
     if rank == 0 {
         std::fs::create_dir_all(&sh.run_dir).map_err(io(&sh.run_dir))?;
         let append = sh.resume_from.is_some();
-        steps_out = Some(JsonLines::open(&sh.run_dir.join("steps.jsonl"), append).map_err(io(&sh.run_dir))?);
-        epochs_out =
+        rec.steps_out =
+            Some(JsonLines::open(&sh.run_dir.join("steps.jsonl"), append).map_err(io(&sh.run_dir))?);
+        rec.epochs_out =
             Some(JsonLines::open(&sh.run_dir.join("epochs.jsonl"), append).map_err(io(&sh.run_dir))?);
         write_atomic(&sh.run_dir.join("config.toml"), cfg.to_toml().as_bytes()).map_err(io(&sh.run_dir))?;
         write_manifest(cfg, &sh.run_dir, &sh.layout, &exchange)?;
@@ -665,8 +672,6 @@ fn worker<M: Net>(
 
     let mut grad = vec![0.0f32; sh.layout.total()];
     let mut avg = vec![0.0f32; sh.layout.total()];
-    let mut locals: Vec<StepLocal> = Vec::new();
-    let mut mains: Vec<StepMain> = Vec::new();
     let mut epoch_records = Vec::new();
     let mut interrupted = false;
     let mut gathered = Gathered::default();
@@ -785,10 +790,10 @@ fn worker<M: Net>(
             c.meter_mut().take_step();
         }
         main.wall = wall_start.elapsed().as_secs_f64();
-        locals.push(local);
+        rec.locals.push(local);
         if rank == 0 {
-            let bytes = totals.bytes_sent
-                + locals.iter().map(|l| l.sent.iter().sum::<f64>() as u64).sum::<u64>() * n as u64;
+            let bytes = rec.totals.bytes_sent
+                + rec.locals.iter().map(|l| l.sent.iter().sum::<f64>() as u64).sum::<u64>() * n as u64;
             let mut obs = sh.observer.lock().unwrap_or_else(|e| e.into_inner());
             obs.step(&Progress {
                 epoch,
@@ -800,28 +805,12 @@ fn worker<M: Net>(
                 last_accuracy: last_eval.0,
                 last_perplexity: last_eval.1,
             });
-            mains.push(main);
+            rec.mains.push(main);
         }
 
         let epoch_done = step.is_multiple_of(steps_per_epoch) || step == total_steps;
         if epoch_done {
-            let record = finish_epoch(
-                rank,
-                c,
-                sh,
-                &model,
-                &device,
-                epoch,
-                step,
-                &mut locals,
-                &mut mains,
-                &mut totals,
-                &models,
-                compressed_elems,
-                &mut steps_out,
-                &mut epochs_out,
-                &exchange,
-            )?;
+            let record = rec.finish_epoch(rank, c, sh, &model, &device, epoch, step)?;
             if let Some(r) = record {
                 last_eval = (r.test_accuracy, r.test_perplexity);
                 sh.observer.lock().unwrap_or_else(|e| e.into_inner()).epoch(&r);
@@ -830,27 +819,16 @@ fn worker<M: Net>(
             epoch += 1;
             let due = cfg.train.checkpoint_every > 0 && epoch.is_multiple_of(cfg.train.checkpoint_every);
             if due || step == total_steps {
-                write_checkpoint(c, sh, rank, step, &params, &optimizer, &exchange, &totals)?;
+                write_checkpoint(c, sh, rank, step, &params, &optimizer, &exchange, &rec.totals)?;
             }
         }
     }
     if interrupted {
         // Records of the partial epoch, then a checkpoint to resume from.
-        if !locals.is_empty() {
-            finish_epoch_records(
-                rank,
-                c,
-                sh,
-                step,
-                &mut locals,
-                &mut mains,
-                &mut totals,
-                &models,
-                compressed_elems,
-                &mut steps_out,
-            )?;
+        if !rec.locals.is_empty() {
+            rec.flush_steps(rank, c, sh)?;
         }
-        write_checkpoint(c, sh, rank, step, &params, &optimizer, &exchange, &totals)?;
+        write_checkpoint(c, sh, rank, step, &params, &optimizer, &exchange, &rec.totals)?;
     }
     c.barrier().map_err(&err)?;
     Ok((rank == 0).then(|| RunSummary {
@@ -888,139 +866,147 @@ fn compare_checksums(
     Ok(())
 }
 
-/// Gathers the epoch's per-worker step measurements to rank 0 and writes
-/// `steps.jsonl`; returns the steps' mean loss (rank 0).
-#[allow(clippy::too_many_arguments)]
-fn finish_epoch_records(
-    rank: usize,
-    c: &mut dyn Collective,
-    sh: &Shared<'_>,
-    _step: u64,
-    locals: &mut Vec<StepLocal>,
-    mains: &mut Vec<StepMain>,
-    totals: &mut Totals,
-    models: &[(String, NetworkModel)],
+/// What the run records as it goes: per-step measurements of this worker
+/// (and, on rank 0, of the run) until they are gathered and written, the
+/// cumulative totals, and the record files (rank 0).
+struct Records {
+    locals: Vec<StepLocal>,
+    mains: Vec<StepMain>,
+    totals: Totals,
+    /// Network models for the configured link speeds, keyed by bit/s.
+    models: Vec<(String, NetworkModel)>,
+    /// Elements in compressed units (the d of the contraction bounds).
     compressed_elems: usize,
-    steps_out: &mut Option<JsonLines>,
-) -> Result<f64, TrainError> {
-    let n = sh.cfg.workers;
-    let mut words = Vec::with_capacity(locals.len() * LOCAL_WORDS);
-    for l in locals.iter() {
-        l.to_words(&mut words);
-    }
-    let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
-    let mut g = Gathered::default();
-    c.allgatherv(&bytes, &mut g).map_err(comm(rank))?;
-    c.meter_mut().take_step();
-    let per_worker: Vec<Vec<StepLocal>> = g
-        .iter()
-        .map(|b| {
-            let w: Vec<f64> =
-                b.chunks_exact(8).map(|x| f64::from_le_bytes(x.try_into().expect("8 bytes"))).collect();
-            w.chunks_exact(LOCAL_WORDS).map(StepLocal::from_words).collect()
-        })
-        .collect();
-    let mut loss_sum = 0.0;
-    let mut loss_n = 0usize;
-    if rank == 0 {
-        let out = steps_out.as_mut().expect("rank 0 writes records");
-        for (s, main) in mains.iter().enumerate() {
-            let ws: Vec<StepLocal> = per_worker.iter().map(|w| w[s]).collect();
-            let mut r = StepRecord {
-                step: main.step,
-                epoch: main.epoch,
-                lr: main.lr,
-                loss: ws.iter().map(|w| w.loss).sum::<f64>() / n as f64,
-                density: main.density,
-                sent_fraction: ws.iter().map(|w| w.selected / w.elements.max(1.0)).sum::<f64>() / n as f64,
-                wire_bytes: ws.iter().map(|w| w.wire_bytes as u64).sum(),
-                compute_s: ws.iter().map(|w| w.compute).collect(),
-                compress_s: ws.iter().map(|w| w.compress).collect(),
-                communicate_s: ws.iter().map(|w| w.communicate).collect(),
-                decode_s: ws.iter().map(|w| w.decode).collect(),
-                optimizer_s: ws.iter().map(|w| w.optimizer).collect(),
-                wall_s: main.wall,
-                residual_norm: main.residual_norm,
-                contraction: main.contraction,
-                bound_ratio: main.bound_ratio.clone(),
-                histogram: main.histogram.clone(),
-                skipped: main.skipped,
-                ..Default::default()
-            };
-            if let (Some(_), Some(rho)) = (main.contraction, main.density) {
-                let b = ContractionBounds::new(k_for(rho, compressed_elems), compressed_elems);
-                r.bound_classic = Some(b.classic);
-                r.bound_tight = Some(b.tight);
-            }
-            for op in OpKind::ALL {
-                let up: f64 = ws.iter().map(|w| w.sent[op as usize]).sum();
-                let down: f64 = ws.iter().map(|w| w.received[op as usize]).sum();
-                if up > 0.0 || down > 0.0 {
-                    r.bytes_up.insert(op.name().to_string(), up as u64);
-                    r.bytes_down.insert(op.name().to_string(), down as u64);
-                }
-            }
-            let local_time =
-                ws.iter().map(|w| w.compute + w.compress + w.decode + w.optimizer).fold(0.0, f64::max);
-            for (key, m) in models {
-                let t = local_time + predicted_comm(m, main, n, sh.cfg);
-                r.predicted_s.insert(key.clone(), t);
-                *totals.predicted.entry(key.clone()).or_default() += t;
-            }
-            totals.bytes_sent += r.bytes_up.values().sum::<u64>();
-            totals.bytes_received += r.bytes_down.values().sum::<u64>();
-            totals.wall += main.wall;
-            if !main.skipped {
-                loss_sum += r.loss;
-                loss_n += 1;
-            }
-            out.write(&r).map_err(io(&sh.run_dir))?;
-        }
-    }
-    locals.clear();
-    mains.clear();
-    Ok(loss_sum / loss_n.max(1) as f64)
+    steps_out: Option<JsonLines>,
+    epochs_out: Option<JsonLines>,
 }
 
-#[allow(clippy::too_many_arguments)]
-fn finish_epoch<M: Net>(
-    rank: usize,
-    c: &mut dyn Collective,
-    sh: &Shared<'_>,
-    model: &M,
-    device: &Device,
-    epoch: u32,
-    step: u64,
-    locals: &mut Vec<StepLocal>,
-    mains: &mut Vec<StepMain>,
-    totals: &mut Totals,
-    models: &[(String, NetworkModel)],
-    compressed_elems: usize,
-    steps_out: &mut Option<JsonLines>,
-    epochs_out: &mut Option<JsonLines>,
-    _exchange: &GradientExchange,
-) -> Result<Option<EpochRecord>, TrainError> {
-    let train_loss =
-        finish_epoch_records(rank, c, sh, step, locals, mains, totals, models, compressed_elems, steps_out)?;
-    let eval = if sh.cfg.train.eval { Some(evaluate(rank, c, sh, model, device)?) } else { None };
-    if rank != 0 {
-        return Ok(None);
+impl Records {
+    /// Gathers the per-worker step measurements since the last call to rank 0
+    /// and writes them to `steps.jsonl`; returns those steps' mean loss (rank 0).
+    fn flush_steps(
+        &mut self,
+        rank: usize,
+        c: &mut dyn Collective,
+        sh: &Shared<'_>,
+    ) -> Result<f64, TrainError> {
+        let Records { locals, mains, totals, models, compressed_elems, steps_out, .. } = self;
+        let compressed_elems = *compressed_elems;
+        let n = sh.cfg.workers;
+        let mut words = Vec::with_capacity(locals.len() * LOCAL_WORDS);
+        for l in locals.iter() {
+            l.to_words(&mut words);
+        }
+        let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        let mut g = Gathered::default();
+        c.allgatherv(&bytes, &mut g).map_err(comm(rank))?;
+        c.meter_mut().take_step();
+        let per_worker: Vec<Vec<StepLocal>> = g
+            .iter()
+            .map(|b| {
+                let w: Vec<f64> =
+                    b.chunks_exact(8).map(|x| f64::from_le_bytes(x.try_into().expect("8 bytes"))).collect();
+                w.chunks_exact(LOCAL_WORDS).map(StepLocal::from_words).collect()
+            })
+            .collect();
+        let mut loss_sum = 0.0;
+        let mut loss_n = 0usize;
+        if rank == 0 {
+            let out = steps_out.as_mut().expect("rank 0 writes records");
+            for (s, main) in mains.iter().enumerate() {
+                let ws: Vec<StepLocal> = per_worker.iter().map(|w| w[s]).collect();
+                let mut r = StepRecord {
+                    step: main.step,
+                    epoch: main.epoch,
+                    lr: main.lr,
+                    loss: ws.iter().map(|w| w.loss).sum::<f64>() / n as f64,
+                    density: main.density,
+                    sent_fraction: ws.iter().map(|w| w.selected / w.elements.max(1.0)).sum::<f64>()
+                        / n as f64,
+                    wire_bytes: ws.iter().map(|w| w.wire_bytes as u64).sum(),
+                    compute_s: ws.iter().map(|w| w.compute).collect(),
+                    compress_s: ws.iter().map(|w| w.compress).collect(),
+                    communicate_s: ws.iter().map(|w| w.communicate).collect(),
+                    decode_s: ws.iter().map(|w| w.decode).collect(),
+                    optimizer_s: ws.iter().map(|w| w.optimizer).collect(),
+                    wall_s: main.wall,
+                    residual_norm: main.residual_norm,
+                    contraction: main.contraction,
+                    bound_ratio: main.bound_ratio.clone(),
+                    histogram: main.histogram.clone(),
+                    skipped: main.skipped,
+                    ..Default::default()
+                };
+                if let (Some(_), Some(rho)) = (main.contraction, main.density) {
+                    let b = ContractionBounds::new(k_for(rho, compressed_elems), compressed_elems);
+                    r.bound_classic = Some(b.classic);
+                    r.bound_tight = Some(b.tight);
+                }
+                for op in OpKind::ALL {
+                    let up: f64 = ws.iter().map(|w| w.sent[op as usize]).sum();
+                    let down: f64 = ws.iter().map(|w| w.received[op as usize]).sum();
+                    if up > 0.0 || down > 0.0 {
+                        r.bytes_up.insert(op.name().to_string(), up as u64);
+                        r.bytes_down.insert(op.name().to_string(), down as u64);
+                    }
+                }
+                let local_time =
+                    ws.iter().map(|w| w.compute + w.compress + w.decode + w.optimizer).fold(0.0, f64::max);
+                for (key, m) in models.iter() {
+                    let t = local_time + predicted_comm(m, main, n, sh.cfg);
+                    r.predicted_s.insert(key.clone(), t);
+                    *totals.predicted.entry(key.clone()).or_default() += t;
+                }
+                totals.bytes_sent += r.bytes_up.values().sum::<u64>();
+                totals.bytes_received += r.bytes_down.values().sum::<u64>();
+                totals.wall += main.wall;
+                if !main.skipped {
+                    loss_sum += r.loss;
+                    loss_n += 1;
+                }
+                out.write(&r).map_err(io(&sh.run_dir))?;
+            }
+        }
+        locals.clear();
+        mains.clear();
+        Ok(loss_sum / loss_n.max(1) as f64)
     }
-    let lm = sh.cfg.is_language_model();
-    let r = EpochRecord {
-        epoch,
-        steps: step,
-        train_loss,
-        test_accuracy: eval.filter(|_| !lm).map(|e| e.accuracy()),
-        test_perplexity: eval.filter(|_| lm).map(|e| e.perplexity()),
-        test_loss: eval.map(|e| e.mean_loss()),
-        bytes_sent: totals.bytes_sent,
-        bytes_received: totals.bytes_received,
-        wall_seconds: totals.wall,
-        predicted_wall_seconds: totals.predicted.clone(),
-    };
-    epochs_out.as_mut().expect("rank 0 writes records").write(&r).map_err(io(&sh.run_dir))?;
-    Ok(Some(r))
+
+    /// Ends an epoch: flushes the step records, evaluates (shared among the
+    /// workers) and, on rank 0, writes and returns the epoch's record.
+    #[allow(clippy::too_many_arguments)]
+    fn finish_epoch<M: Net>(
+        &mut self,
+        rank: usize,
+        c: &mut dyn Collective,
+        sh: &Shared<'_>,
+        model: &M,
+        device: &Device,
+        epoch: u32,
+        step: u64,
+    ) -> Result<Option<EpochRecord>, TrainError> {
+        let train_loss = self.flush_steps(rank, c, sh)?;
+        let totals = &self.totals;
+        let eval = if sh.cfg.train.eval { Some(evaluate(rank, c, sh, model, device)?) } else { None };
+        if rank != 0 {
+            return Ok(None);
+        }
+        let lm = sh.cfg.is_language_model();
+        let r = EpochRecord {
+            epoch,
+            steps: step,
+            train_loss,
+            test_accuracy: eval.filter(|_| !lm).map(|e| e.accuracy()),
+            test_perplexity: eval.filter(|_| lm).map(|e| e.perplexity()),
+            test_loss: eval.map(|e| e.mean_loss()),
+            bytes_sent: totals.bytes_sent,
+            bytes_received: totals.bytes_received,
+            wall_seconds: totals.wall,
+            predicted_wall_seconds: totals.predicted.clone(),
+        };
+        self.epochs_out.as_mut().expect("rank 0 writes records").write(&r).map_err(io(&sh.run_dir))?;
+        Ok(Some(r))
+    }
 }
 
 /// Test-set evaluation, shared among the workers (rank r takes every n-th

@@ -69,7 +69,9 @@ fn plain_burn_steps_per_s(batch: usize, steps: usize) -> f64 {
     let mut loader = ImageLoader::shard(data, 0, 1, batch, 1);
     let batches: Vec<_> = (0..loader.batches_per_epoch()).map(|i| loader.batch(0, i)).collect();
     let mut model = LeNet5::new(&device);
-    let mut optim = SgdConfig::new().with_momentum(Some(MomentumConfig::new().with_momentum(0.9).with_dampening(0.0))).init();
+    let mut optim = SgdConfig::new()
+        .with_momentum(Some(MomentumConfig::new().with_momentum(0.9).with_dampening(0.0)))
+        .init();
     let mut start = Instant::now();
     for (i, b) in batches.iter().enumerate() {
         if i == WARM {

@@ -41,14 +41,4 @@ impl LeNet5 {
     }
 }
 
-impl Net for LeNet5 {
-    fn loss(&self, batch: &Batch, device: &Device) -> Tensor<1> {
-        let (x, y) = batch.images(device);
-        cross_entropy(self.logits(x), y)
-    }
-
-    fn evaluate(&self, batch: &Batch, device: &Device) -> EvalStats {
-        let (x, y) = batch.images(device);
-        classification_stats(self.logits(x), y)
-    }
-}
+image_classifier!(LeNet5);

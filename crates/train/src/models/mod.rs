@@ -5,6 +5,24 @@
 //! visited in declaration order, which fixes the flat gradient layout
 //! identically on every worker.
 
+/// Implements [`Net`] for an image classifier with a
+/// `logits(&self, Tensor<4>) -> Tensor<2>` method.
+macro_rules! image_classifier {
+    ($t:ty) => {
+        impl Net for $t {
+            fn loss(&self, batch: &Batch, device: &Device) -> Tensor<1> {
+                let (x, y) = batch.images(device);
+                cross_entropy(self.logits(x), y)
+            }
+
+            fn evaluate(&self, batch: &Batch, device: &Device) -> EvalStats {
+                let (x, y) = batch.images(device);
+                classification_stats(self.logits(x), y)
+            }
+        }
+    };
+}
+
 mod cnn;
 mod fcn;
 mod lenet;
