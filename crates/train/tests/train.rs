@@ -97,6 +97,9 @@ fn every_strategy_learns_and_keeps_replicas_identical() {
         "[compressor]\nname = \"qsgd\"\n[comm]\ntopology = \"allgather\"",
         "[compressor]\nname = \"onebit\"\n[comm]\ntopology = \"allgather\"",
         "[compressor]\nname = \"topk\"\ndensity = 0.05\n[comm]\ntopology = \"allgather\"\n[compression]\nresidual = \"lr-scaled\"",
+        "[compressor]\nname = \"dgck\"\ndensity = 0.05\n[comm]\ntopology = \"allgather\"\n[compression]\nmemory = \"dgc-momentum\"\nwarmup = { kind = \"exp\", epochs = 1 }",
+        "[optimizer]\nweight_decay = 5e-4\nnesterov = true\nno_decay_on_biases = true\n[schedule]\nkind = \"poly\"\nwarmup_epochs = 0.5",
+        "[optimizer]\nname = \"adam\"\nlr = 0.002\nmomentum = 0.0\n[schedule]\nkind = \"step\"\nstep_epochs = 1\ngamma = 0.5",
     ];
     for extra in cases {
         let (s, d) = train(extra);
@@ -256,4 +259,22 @@ fn every_experiment_config_is_valid() {
         }
     }
     assert!(n >= 8);
+}
+
+#[test]
+fn exclusions_keep_the_chosen_tensors_dense() {
+    let (_, d) = train(
+        "[compressor]\nname = \"terngrad\"\n[compression.exclude]\nlast_layer = true\nbiases = true\nmin_size = 1000\n[train]\nmax_steps = 2",
+    );
+    let m: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(d.path().join("manifest.json")).unwrap()).unwrap();
+    let dense: Vec<bool> =
+        m["units"].as_array().unwrap().iter().map(|u| u["dense"].as_bool().unwrap()).collect();
+    // fc1.weight compressed; every bias (1-D, and < 1000) and the output layer dense.
+    assert_eq!(dense, [false, true, false, true, true, true]);
+    let r = first_step(&d);
+    // Two ternary units upload codes; the dense ones travel in one f32 allreduce.
+    let dense_elems: u64 = [200u64, 200, 2000, 10].iter().sum();
+    assert_eq!(r["bytes_up"]["allreduce_sum_f32"], 3 * 4 * dense_elems);
+    assert_eq!(r["bytes_up"]["allreduce_sum_i32"], 3 * 4 * (784 * 200 + 200 * 200));
 }
