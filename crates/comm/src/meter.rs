@@ -96,6 +96,12 @@ impl ByteMeter {
         std::mem::take(&mut self.step)
     }
 
+    /// Puts back counts taken with [`ByteMeter::take_step`] (to exclude an
+    /// operation in the middle of a step from the step's counts).
+    pub fn restore_step(&mut self, counts: StepBytes) {
+        self.step.add(&counts);
+    }
+
     pub fn total(&self) -> &StepBytes {
         &self.total
     }

@@ -126,7 +126,11 @@ mod tests {
         let mut want = vec![0.0f32; len];
         for (w, g) in grads.iter().enumerate() {
             let mut msg = Message::default();
-            let ctx = UnitContext { key: RngKey::new(0, w as u32, 0, 0), shared_scalar: Some(shared) };
+            let ctx = UnitContext {
+                key: RngKey::new(0, w as u32, 0, 0),
+                shared_scalar: Some(shared),
+                ..Default::default()
+            };
             TernGrad::default().compress(g, &ctx, &mut msg);
             msg.add_to(1.0 / n as f32, &mut want);
             let mut bytes = Vec::new();

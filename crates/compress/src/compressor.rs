@@ -32,6 +32,8 @@ pub struct UnitContext {
     pub key: RngKey,
     /// The max over workers of [`Compressor::local_scalar`], if the caller shares.
     pub shared_scalar: Option<f32>,
+    /// This worker's training loss at this step (eSGD's selection rule reads it).
+    pub loss: Option<f64>,
 }
 
 /// How the messages of N workers combine, which decides the collective.
@@ -77,6 +79,12 @@ pub trait Compressor: Send {
     fn density(&self) -> Option<f64> {
         None
     }
+
+    /// Named figures about the last call, for the step record (eSGD's
+    /// replacements and importance scores); empty for most compressors.
+    fn stats(&self) -> Vec<(&'static str, f64)> {
+        Vec::new()
+    }
 }
 
 impl<C: Compressor + ?Sized> Compressor for Box<C> {
@@ -97,6 +105,9 @@ impl<C: Compressor + ?Sized> Compressor for Box<C> {
     }
     fn density(&self) -> Option<f64> {
         (**self).density()
+    }
+    fn stats(&self) -> Vec<(&'static str, f64)> {
+        (**self).stats()
     }
 }
 

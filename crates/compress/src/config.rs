@@ -13,8 +13,8 @@ use thiserror::Error;
 use crate::compressor::{Compressor, Dense};
 use crate::quantize::{qsgd, Fp16, OneBit, OneBitConfig, Qsgd, QsgdConfig, TernGrad, TernGradConfig};
 use crate::sparsify::{
-    DgcK, DgcKConfig, GaussianK, GaussianKConfig, RandK, RandKConfig, Threshold, ThresholdConfig, TopK,
-    TopKConfig, TrimmedK, TrimmedKConfig,
+    DgcK, DgcKConfig, Esgd, EsgdConfig, GaussianK, GaussianKConfig, RandK, RandKConfig, Threshold,
+    ThresholdConfig, TopK, TopKConfig, TrimmedK, TrimmedKConfig,
 };
 
 /// Every compressor and its options, tagged by `name`.
@@ -33,6 +33,9 @@ pub enum CompressorConfig {
     Trimmedk(TrimmedKConfig),
     Randk(RandKConfig),
     Threshold(ThresholdConfig),
+    /// eSGD's importance-driven selection with momentum residuals (global
+    /// granularity, parameter server; reads each worker's loss).
+    Esgd(EsgdConfig),
 }
 
 impl Default for CompressorConfig {
@@ -66,7 +69,7 @@ fn check_density(rho: f64) -> Result<(), InvalidOption> {
 
 impl CompressorConfig {
     /// All configuration names, in the benchmark's order.
-    pub const NAMES: [&'static str; 11] = [
+    pub const NAMES: [&'static str; 12] = [
         "dense",
         "fp16",
         "terngrad",
@@ -78,6 +81,7 @@ impl CompressorConfig {
         "trimmedk",
         "randk",
         "threshold",
+        "esgd",
     ];
 
     /// The default configuration of the compressor called `name`.
@@ -94,6 +98,7 @@ impl CompressorConfig {
             "trimmedk" => Self::Trimmedk(Default::default()),
             "randk" => Self::Randk(Default::default()),
             "threshold" => Self::Threshold(Default::default()),
+            "esgd" => Self::Esgd(Default::default()),
             _ => return None,
         })
     }
@@ -111,6 +116,7 @@ impl CompressorConfig {
             Self::Trimmedk(_) => "trimmedk",
             Self::Randk(_) => "randk",
             Self::Threshold(_) => "threshold",
+            Self::Esgd(_) => "esgd",
         }
     }
 
@@ -122,6 +128,7 @@ impl CompressorConfig {
             Self::Dgck(c) => Some(c.density),
             Self::Trimmedk(c) => Some(c.density),
             Self::Randk(c) => Some(c.density),
+            Self::Esgd(c) => Some(c.density),
             _ => None,
         }
     }
@@ -134,6 +141,7 @@ impl CompressorConfig {
             Self::Dgck(c) => &mut c.density,
             Self::Trimmedk(c) => &mut c.density,
             Self::Randk(c) => &mut c.density,
+            Self::Esgd(c) => &mut c.density,
             _ => return false,
         };
         *slot = rho;
@@ -165,6 +173,12 @@ impl CompressorConfig {
             Self::Threshold(c) => check(c.threshold >= 0.0 && c.threshold.is_finite(), "threshold", || {
                 format!("{} must be a finite number ≥ 0", c.threshold)
             }),
+            Self::Esgd(c) => {
+                check((0.0..1.0).contains(&c.beta), "beta", || format!("{} is not in [0, 1)", c.beta))?;
+                check(c.epsilon > 0.0 && c.epsilon.is_finite(), "epsilon", || {
+                    format!("{} must be positive", c.epsilon)
+                })
+            }
             _ => Ok(()),
         }
     }
@@ -183,6 +197,7 @@ impl CompressorConfig {
             Self::Trimmedk(c) => Box::new(TrimmedK::compressor(c)),
             Self::Randk(c) => Box::new(RandK::compressor(c)),
             Self::Threshold(c) => Box::new(Threshold::compressor(c)),
+            Self::Esgd(c) => Box::new(Esgd::new(c.clone())),
         }
     }
 }

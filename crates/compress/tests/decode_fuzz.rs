@@ -54,7 +54,11 @@ fn valid_messages() -> Vec<Vec<u8>> {
     let mut out = Vec::new();
     for cfg in configs {
         let mut msg = Message::default();
-        cfg.build().compress(&x, &UnitContext { key: RngKey::default(), shared_scalar: None }, &mut msg);
+        cfg.build().compress(
+            &x,
+            &UnitContext { key: RngKey::default(), shared_scalar: None, ..Default::default() },
+            &mut msg,
+        );
         let mut b = Vec::new();
         codec::encode(&msg, 5, &mut b);
         out.push(b);

@@ -9,7 +9,7 @@ use gradcomp_compress::{k_for, Compressor, CompressorConfig, RngKey, UnitContext
 use proptest::prelude::*;
 
 fn ctx(rank: u32, step: u64) -> UnitContext {
-    UnitContext { key: RngKey::new(17, rank, step, 3), shared_scalar: None }
+    UnitContext { key: RngKey::new(17, rank, step, 3), shared_scalar: None, ..Default::default() }
 }
 
 fn gaussian(n: usize, seed: u64) -> Vec<f32> {

@@ -44,6 +44,7 @@ pub struct TrainConfig {
     pub compression: CompressionConfig,
     pub comm: CommConfig,
     pub network: NetworkConfig,
+    pub strategy: StrategyConfig,
 }
 
 impl Default for TrainConfig {
@@ -63,6 +64,7 @@ impl Default for TrainConfig {
             compression: CompressionConfig::default(),
             comm: CommConfig::default(),
             network: NetworkConfig::default(),
+            strategy: StrategyConfig::default(),
         }
     }
 }
@@ -192,6 +194,8 @@ pub enum ScheduleKind {
     Step,
     /// lr × (1 − t/T)^power over all steps (TernGrad's default, power 0.5).
     Poly,
+    /// lr / (2·(e + 1)) in epoch e (0-based): eSGD's η_e = 0.1/(2e), epochs from 1.
+    InverseEpoch,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -299,6 +303,9 @@ pub struct CompressionConfig {
     pub dgc_momentum: f32,
     pub warmup: DensitySchedule,
     pub exclude: Exclusions,
+    /// DGC's local gradient clipping: each worker scales its gradient to norm
+    /// at most `local_clip · N^(−1/2)` before its memory (0: off).
+    pub local_clip: f64,
 }
 
 impl Default for CompressionConfig {
@@ -310,6 +317,7 @@ impl Default for CompressionConfig {
             dgc_momentum: 0.9,
             warmup: DensitySchedule::None,
             exclude: Exclusions::default(),
+            local_clip: 0.0,
         }
     }
 }
@@ -350,6 +358,66 @@ impl CommConfig {
     pub fn placement(&self) -> ServerPlacement {
         match self.server {
             ServerPlace::CoLocated => ServerPlacement::CoLocated,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum StrategyKind {
+    /// Synchronous compressed SGD: gradients exchanged every step.
+    Sync,
+    /// CELGC: local SGD with per-worker clipping, models averaged every `period` steps.
+    Celgc,
+}
+
+/// Which norm CELGC clips with (ALGORITHMS.md §2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ClipNorm {
+    /// The worker's own raw gradient norm (the paper).
+    Local,
+    /// The norm of the average gradient of the last communication round.
+    GlobalAverage,
+    /// The larger of the two.
+    Max,
+}
+
+/// What CELGC averages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Average {
+    /// Models, every `period` steps (CELGC).
+    Models,
+    /// Gradients, every step, clipping on the average: "naive parallel
+    /// clipping", the paper's baseline (`period` must be 1).
+    Gradients,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StrategyConfig {
+    pub kind: StrategyKind,
+    /// CELGC: the communication period I.
+    pub period: u64,
+    /// CELGC: γ in η_eff = min(η, γ/‖g‖); decays with η. 0 turns clipping off.
+    pub gamma: f64,
+    pub clip_norm: ClipNorm,
+    pub average: Average,
+    /// CELGC: send the periodic model change through `[compressor]` with
+    /// error feedback instead of averaging models densely.
+    pub compress_delta: bool,
+}
+
+impl Default for StrategyConfig {
+    fn default() -> Self {
+        Self {
+            kind: StrategyKind::Sync,
+            period: 1,
+            gamma: 0.0,
+            clip_norm: ClipNorm::Local,
+            average: Average::Models,
+            compress_delta: false,
         }
     }
 }
@@ -499,6 +567,47 @@ impl TrainConfig {
         }
         if self.compression.exclude.min_size == 0 {
             return Err(err("compression.exclude.min_size", "must be at least 1 (1 excludes nothing)"));
+        }
+        if !non_negative(self.compression.local_clip) {
+            return Err(err("compression.local_clip", "must be ≥ 0 (0 turns it off)"));
+        }
+        if let CompressorConfig::Esgd(_) = self.compressor {
+            if self.compression.granularity != Granularity::Global {
+                return Err(err(
+                    "compression.granularity",
+                    "eSGD numbers coordinates across all layers; set granularity = \"global\"",
+                ));
+            }
+            if !matches!(self.compression.memory, MemoryKind::Auto | MemoryKind::None) {
+                return Err(err(
+                    "compression.memory",
+                    "eSGD carries its own momentum residual; use \"auto\" or \"none\"",
+                ));
+            }
+        }
+        let st = &self.strategy;
+        if st.period == 0 {
+            return Err(err("strategy.period", "must be at least 1 (the communication period I)"));
+        }
+        if !non_negative(st.gamma) {
+            return Err(err("strategy.gamma", "must be ≥ 0 (0 turns clipping off)"));
+        }
+        if st.kind == StrategyKind::Celgc {
+            if st.average == Average::Gradients && st.period != 1 {
+                return Err(err(
+                    "strategy.average",
+                    "averaging gradients (naive parallel clipping) needs period = 1",
+                ));
+            }
+            if st.average == Average::Gradients && st.compress_delta {
+                return Err(err("strategy.compress_delta", "applies to model averaging only"));
+            }
+            if !st.compress_delta && !matches!(self.compressor, CompressorConfig::Dense {}) {
+                return Err(err(
+                    "compressor.name",
+                    "CELGC averages models densely; set strategy.compress_delta = true to send the model change through a compressor",
+                ));
+            }
         }
         let combine = self.compressor.build().combine();
         if self.comm.topology == Topology::Allreduce && combine == Combine::Gather {

@@ -50,6 +50,10 @@ pub struct StepRecord {
     /// Histogram of the compensated gradient (rank 0), when measured: edges and counts.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub histogram: Option<(Vec<f32>, Vec<u64>)>,
+    /// Strategy- and compressor-specific figures (CELGC's effective step
+    /// and gradient norm, eSGD's replacements and importance scores).
+    #[serde(flatten)]
+    pub extra: BTreeMap<String, f64>,
     pub skipped: bool,
 }
 

@@ -26,6 +26,7 @@ impl Schedule {
             ScheduleKind::Poly => {
                 self.base * (1.0 - step as f64 / self.total_steps as f64).max(0.0).powf(self.c.power)
             }
+            ScheduleKind::InverseEpoch => self.base / (2.0 * (epoch as f64 + 1.0)),
         };
         let warm = self.c.warmup_epochs * self.steps_per_epoch as f64;
         if warm > 0.0 && (step as f64) < warm {
@@ -49,6 +50,9 @@ mod tests {
         let poly = ScheduleConfig { kind: ScheduleKind::Poly, power: 0.5, ..Default::default() };
         let p = Schedule::new(1.0, &poly, 10, 100);
         assert!((p.lr(75) - 0.5).abs() < 1e-12);
+        let inv = ScheduleConfig { kind: ScheduleKind::InverseEpoch, ..Default::default() };
+        let i = Schedule::new(0.1, &inv, 10, 100);
+        assert!((i.lr(0) - 0.05).abs() < 1e-12 && (i.lr(10) - 0.025).abs() < 1e-12);
         let warm = ScheduleConfig { warmup_epochs: 1.0, ..Default::default() };
         let w = Schedule::new(1.0, &warm, 10, 100);
         assert!((w.lr(0) - 0.1).abs() < 1e-12 && w.lr(9) == 1.0 && w.lr(50) == 1.0);

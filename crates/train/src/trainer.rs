@@ -27,7 +27,9 @@ use serde::Serialize;
 use crate::checkpoint::{CheckpointError, Sections, Values};
 #[allow(unused_imports)]
 use crate::config::ConfigError;
-use crate::config::{AllreduceAlgo, Backend, Dataset, ModelName, OnNonFinite, TrainConfig};
+use crate::config::{
+    AllreduceAlgo, Average, Backend, Dataset, ModelName, OnNonFinite, StrategyKind, TrainConfig,
+};
 use crate::data::{self, eval_batches, Corpus, DataError, ImageDataset, ImageLoader, ImageSet, TokenLoader};
 use crate::layout::GradientLayout;
 use crate::metrics::{link_key, write_atomic, EpochRecord, JsonLines, StepRecord};
@@ -35,6 +37,7 @@ use crate::models::{Batch, EvalStats, FashionCnn, Fcn5, LeNet5, LstmLm, Net};
 use crate::optim::Optimizer;
 use crate::params;
 use crate::schedule::Schedule;
+use crate::strategy::celgc::Celgc;
 use crate::strategy::sync::{ExchangeError, GradientExchange};
 
 /// Why a run stopped with an error.
@@ -313,6 +316,7 @@ struct StepMain {
     op_calls: [u64; 8],
     gathered_sizes: Vec<u64>,
     download_bytes: u64,
+    extra: Vec<(&'static str, f64)>,
     skipped: bool,
 }
 
@@ -621,6 +625,23 @@ fn worker<M: Net>(
         cfg.seed,
         output_param,
     );
+    let mut celgc = (cfg.strategy.kind == StrategyKind::Celgc).then(|| {
+        let delta = cfg.strategy.compress_delta.then(|| {
+            GradientExchange::new(
+                &sh.layout,
+                &cfg.compressor,
+                &cfg.compression,
+                cfg.comm.topology,
+                cfg.comm.placement(),
+                cfg.seed ^ 0xCE16C,
+                |i| model.is_output_param(i, count),
+            )
+        });
+        Celgc::new(&cfg.strategy, &cfg.optimizer, sh.layout.total(), delta)
+    });
+    // Replicas are identical after every step (sync, naive parallel clipping)
+    // or only after each averaging round (CELGC's model averaging).
+    let synchronous = celgc.is_none() || cfg.strategy.average == Average::Gradients;
     let lr_scaled = cfg.compression.residual == gradcomp_compress::memory::ResidualForm::LrScaled;
     let target_density = cfg.compressor.density();
     let compressed_elems: usize = exchange.units().iter().filter(|u| !u.dense).map(|u| u.len).sum();
@@ -642,11 +663,18 @@ fn worker<M: Net>(
             link_models(cfg).iter().map(|(k, _)| k.clone()).zip(f[1..].iter().copied()).collect();
         let dir = checkpoint_dir_of(&sh.run_dir)?;
         let mine = Sections::read(&dir.join(format!("rank-{rank}.bin")))?;
-        for (u, mem) in exchange.memories_mut().iter_mut().enumerate() {
-            let count = mine.u64(&format!("mem.{u}.count")).map_err(TrainError::Checkpoint)?[0] as usize;
-            let bufs: Result<Vec<Vec<f32>>, String> =
-                (0..count).map(|i| mine.f32(&format!("mem.{u}.{i}")).map(<[f32]>::to_vec)).collect();
-            mem.restore(&bufs.map_err(TrainError::Checkpoint)?).map_err(TrainError::Checkpoint)?;
+        restore_memories(&mine, "mem", &mut exchange)?;
+        if let Some(cg) = &mut celgc {
+            // Between rounds CELGC's replicas differ: each rank resumes its own.
+            params = mine.f32("params").map_err(TrainError::Checkpoint)?.to_vec();
+            model = params::write_params(model, &params, &device);
+            let n_state = mine.u64("celgc.count").map_err(TrainError::Checkpoint)?[0] as usize;
+            let st: Result<Vec<Vec<f32>>, String> =
+                (0..n_state).map(|i| mine.f32(&format!("celgc.{i}")).map(<[f32]>::to_vec)).collect();
+            cg.restore(&st.map_err(TrainError::Checkpoint)?).map_err(TrainError::Checkpoint)?;
+            if let Some(dx) = cg.delta_exchange() {
+                restore_memories(&mine, "delta", dx)?;
+            }
         }
     }
 
@@ -685,6 +713,32 @@ fn worker<M: Net>(
         if let Some(rho) = target_density {
             exchange.set_density(cfg.compression.warmup.density(epoch, rho));
         }
+        c.meter_mut().take_step();
+
+        // CELGC: average the models before this step's gradient.
+        let mut round_seconds = 0.0;
+        let communicated = match &mut celgc {
+            Some(cg) => {
+                let t = Instant::now();
+                let did = cg
+                    .begin_step(step, &mut params, c)
+                    .map_err(|source| TrainError::Exchange { rank, source })?;
+                round_seconds = t.elapsed().as_secs_f64();
+                if did {
+                    model = params::write_params(model, &params, &device);
+                    // Replicas agree right after a round, before local steps move them apart.
+                    let round = step / cfg.strategy.period;
+                    if cfg.train.checksum_every > 0 && round.is_multiple_of(cfg.train.checksum_every) {
+                        let pre = c.meter_mut().take_step();
+                        compare_checksums(c, &params, step, &mut gathered, rank)?;
+                        c.meter_mut().take_step();
+                        c.meter_mut().restore_step(pre);
+                    }
+                }
+                did
+            }
+            None => false,
+        };
 
         // Forward and backward.
         let t = Instant::now();
@@ -713,10 +767,10 @@ fn worker<M: Net>(
         control[0] = f32::from(u8::from(rank == 0 && sh.opts.stop.load(Ordering::Relaxed)));
         control[1] = if loss_value.is_finite() { loss_value as f32 } else { 0.0 };
         control[2 + rank] = f32::from(u8::from(bad.is_some()));
-        let before = c.meter_mut().take_step();
+        // The control round's bytes are not the strategy's: keep them apart.
+        let mut strategy_bytes = c.meter_mut().take_step();
         c.allreduce_sum_f32(&mut control).map_err(&err)?;
-        let _control_bytes = c.meter_mut().take_step();
-        let _ = before;
+        c.meter_mut().take_step();
         let bad_ranks: Vec<usize> = (0..n).filter(|&r| control[2 + r] > 0.0).collect();
         if control[0] > 0.0 {
             interrupted = true;
@@ -745,47 +799,72 @@ fn worker<M: Net>(
         }
 
         if !main.skipped {
-            let measure = cfg.train.stats_every > 0 && step.is_multiple_of(cfg.train.stats_every);
-            let ef_lr = if lr_scaled { lr as f32 } else { 1.0 };
-            let st = exchange
-                .exchange(&grad, &mut avg, step, ef_lr, measure, c)
-                .map_err(|source| TrainError::Exchange { rank, source })?;
-            local.compress = st.compress_seconds;
-            local.communicate = st.communicate_seconds;
-            local.decode = st.decode_seconds;
-            local.wire_bytes = st.wire_bytes as f64;
-            local.selected = st.selected as f64;
-            local.elements = compressed_elems as f64;
-            let ex = c.meter_mut().take_step();
-            for (k, o) in ex.iter() {
-                local.sent[k as usize] = o.sent as f64;
-                local.received[k as usize] = o.received as f64;
-                main.op_bytes[k as usize] = o.sent.max(o.received);
-                main.op_calls[k as usize] = o.calls;
-            }
-            if rank == 0 {
-                main.residual_norm = st.residual_norm;
-                main.contraction = st.contraction;
-                main.bound_ratio = st.bound_ratios;
-                main.gathered_sizes = st.gathered_sizes;
-                main.download_bytes = st.download_bytes;
-                if measure {
-                    main.histogram = Some({
-                        let h = Histogram::symmetric(&grad, 41);
-                        (h.edges(), h.counts)
-                    });
+            if let Some(cg) = &mut celgc {
+                let t = Instant::now();
+                let cs = cg.update(&mut params, &grad, lr, communicated, c).map_err(&err)?;
+                model = params::write_params(model, &params, &device);
+                local.communicate = round_seconds;
+                local.optimizer = t.elapsed().as_secs_f64();
+                main.extra = vec![
+                    ("eta_eff", cs.eta_eff),
+                    ("grad_norm", cs.grad_norm),
+                    ("clipped", f64::from(u8::from(cs.clipped))),
+                    ("communicated", f64::from(u8::from(communicated))),
+                ];
+            } else {
+                if cfg.compression.local_clip > 0.0 {
+                    // DGC's local clipping: the norm bound shrinks with N^(-1/2) because
+                    // the N workers' gradients add up.
+                    let bound = cfg.compression.local_clip / (n as f64).sqrt();
+                    let norm = gradcomp_compress::reduce::sum_of_squares(&grad).sqrt();
+                    if norm > bound {
+                        let scale = (bound / norm) as f32;
+                        grad.iter_mut().for_each(|g| *g *= scale);
+                    }
                 }
-            }
+                let measure = cfg.train.stats_every > 0 && step.is_multiple_of(cfg.train.stats_every);
+                let ef_lr = if lr_scaled { lr as f32 } else { 1.0 };
+                let st = exchange
+                    .exchange(&grad, loss_value, &mut avg, step, ef_lr, measure, c)
+                    .map_err(|source| TrainError::Exchange { rank, source })?;
+                local.compress = st.compress_seconds;
+                local.communicate = st.communicate_seconds;
+                local.decode = st.decode_seconds;
+                local.wire_bytes = st.wire_bytes as f64;
+                local.selected = st.selected as f64;
+                local.elements = compressed_elems as f64;
+                if rank == 0 {
+                    main.residual_norm = st.residual_norm;
+                    main.contraction = st.contraction;
+                    main.bound_ratio = st.bound_ratios;
+                    main.gathered_sizes = st.gathered_sizes;
+                    main.download_bytes = st.download_bytes;
+                    main.extra = st.extra;
+                    if measure {
+                        main.histogram = Some({
+                            let h = Histogram::symmetric(&grad, 41);
+                            (h.edges(), h.counts)
+                        });
+                    }
+                }
 
-            // The same update on every worker.
-            let t = Instant::now();
-            optimizer.step(&mut params, &avg, if lr_scaled { 1.0 } else { lr as f32 });
-            model = params::write_params(model, &params, &device);
-            local.optimizer = t.elapsed().as_secs_f64();
+                // The same update on every worker.
+                let t = Instant::now();
+                optimizer.step(&mut params, &avg, if lr_scaled { 1.0 } else { lr as f32 });
+                model = params::write_params(model, &params, &device);
+                local.optimizer = t.elapsed().as_secs_f64();
+            }
+        }
+        strategy_bytes.add(&c.meter_mut().take_step());
+        for (k, o) in strategy_bytes.iter() {
+            local.sent[k as usize] = o.sent as f64;
+            local.received[k as usize] = o.received as f64;
+            main.op_bytes[k as usize] = o.sent.max(o.received);
+            main.op_calls[k as usize] = o.calls;
         }
         step += 1;
 
-        if cfg.train.checksum_every > 0 && step.is_multiple_of(cfg.train.checksum_every) {
+        if synchronous && cfg.train.checksum_every > 0 && step.is_multiple_of(cfg.train.checksum_every) {
             compare_checksums(c, &params, step, &mut gathered, rank)?;
             c.meter_mut().take_step();
         }
@@ -810,7 +889,18 @@ fn worker<M: Net>(
 
         let epoch_done = step.is_multiple_of(steps_per_epoch) || step == total_steps;
         if epoch_done {
-            let record = rec.finish_epoch(rank, c, sh, &model, &device, epoch, step)?;
+            let record = if synchronous {
+                rec.finish_epoch(rank, c, sh, &model, &device, epoch, step)?
+            } else {
+                // Evaluation uses the averaged model (ALGORITHMS.md §2); the
+                // workers' own models are left as they are.
+                let mut averaged = params.clone();
+                c.allreduce_sum_f32(&mut averaged).map_err(&err)?;
+                c.meter_mut().take_step();
+                averaged.iter_mut().for_each(|p| *p /= n as f32);
+                let eval_model = params::write_params(model.clone(), &averaged, &device);
+                rec.finish_epoch(rank, c, sh, &eval_model, &device, epoch, step)?
+            };
             if let Some(r) = record {
                 last_eval = (r.test_accuracy, r.test_perplexity);
                 sh.observer.lock().unwrap_or_else(|e| e.into_inner()).epoch(&r);
@@ -819,7 +909,16 @@ fn worker<M: Net>(
             epoch += 1;
             let due = cfg.train.checkpoint_every > 0 && epoch.is_multiple_of(cfg.train.checkpoint_every);
             if due || step == total_steps {
-                write_checkpoint(c, sh, rank, step, &params, &optimizer, &exchange, &rec.totals)?;
+                write_checkpoint(
+                    c,
+                    sh,
+                    rank,
+                    step,
+                    &params,
+                    &optimizer,
+                    rank_sections(&exchange, &mut celgc, &params),
+                    &rec.totals,
+                )?;
             }
         }
     }
@@ -828,7 +927,21 @@ fn worker<M: Net>(
         if !rec.locals.is_empty() {
             rec.flush_steps(rank, c, sh)?;
         }
-        write_checkpoint(c, sh, rank, step, &params, &optimizer, &exchange, &rec.totals)?;
+        write_checkpoint(
+            c,
+            sh,
+            rank,
+            step,
+            &params,
+            &optimizer,
+            rank_sections(&exchange, &mut celgc, &params),
+            &rec.totals,
+        )?;
+    }
+    if !synchronous {
+        // CELGC's model is the average of the workers' models.
+        c.allreduce_sum_f32(&mut params).map_err(&err)?;
+        params.iter_mut().for_each(|p| *p /= n as f32);
     }
     c.barrier().map_err(&err)?;
     Ok((rank == 0).then(|| RunSummary {
@@ -934,6 +1047,7 @@ impl Records {
                     contraction: main.contraction,
                     bound_ratio: main.bound_ratio.clone(),
                     histogram: main.histogram.clone(),
+                    extra: main.extra.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
                     skipped: main.skipped,
                     ..Default::default()
                 };
@@ -1054,6 +1168,47 @@ fn checkpoint_dir_of(run_dir: &Path) -> Result<PathBuf, TrainError> {
     Ok(run_dir.join("checkpoints").join(name.trim()))
 }
 
+/// This rank's own checkpoint state: its compressor memories and, for
+/// CELGC, its (possibly diverged) parameters and local state.
+fn rank_sections(exchange: &GradientExchange, celgc: &mut Option<Celgc>, params: &[f32]) -> Sections {
+    let mut s = Sections::default();
+    save_memories(&mut s, "mem", exchange);
+    if let Some(cg) = celgc {
+        s.put("params", Values::F32(params.to_vec()));
+        let st = cg.state();
+        s.put("celgc.count", Values::U64(vec![st.len() as u64]));
+        for (i, b) in st.into_iter().enumerate() {
+            s.put(&format!("celgc.{i}"), Values::F32(b));
+        }
+        if let Some(dx) = cg.delta_exchange() {
+            save_memories(&mut s, "delta", dx);
+        }
+    }
+    s
+}
+
+/// Restores the memories of `exchange` from sections named `{prefix}.{unit}.{i}`.
+fn restore_memories(s: &Sections, prefix: &str, exchange: &mut GradientExchange) -> Result<(), TrainError> {
+    for (u, mem) in exchange.memories_mut().iter_mut().enumerate() {
+        let count = s.u64(&format!("{prefix}.{u}.count")).map_err(TrainError::Checkpoint)?[0] as usize;
+        let bufs: Result<Vec<Vec<f32>>, String> =
+            (0..count).map(|i| s.f32(&format!("{prefix}.{u}.{i}")).map(<[f32]>::to_vec)).collect();
+        mem.restore(&bufs.map_err(TrainError::Checkpoint)?).map_err(TrainError::Checkpoint)?;
+    }
+    Ok(())
+}
+
+/// Adds the memories of `exchange` as sections `{prefix}.{unit}.{i}`.
+fn save_memories(s: &mut Sections, prefix: &str, exchange: &GradientExchange) {
+    for (u, mem) in exchange.memories().iter().enumerate() {
+        let bufs = mem.state();
+        s.put(&format!("{prefix}.{u}.count"), Values::U64(vec![bufs.len() as u64]));
+        for (i, b) in bufs.iter().enumerate() {
+            s.put(&format!("{prefix}.{u}.{i}"), Values::F32(b.to_vec()));
+        }
+    }
+}
+
 /// Every rank writes its memories, rank 0 the shared state; once all files
 /// are in place rank 0 points `checkpoints/latest` at them.
 #[allow(clippy::too_many_arguments)]
@@ -1064,20 +1219,12 @@ fn write_checkpoint(
     step: u64,
     params: &[f32],
     optimizer: &Optimizer,
-    exchange: &GradientExchange,
+    mine: Sections,
     totals: &Totals,
 ) -> Result<(), TrainError> {
     let name = format!("step-{step:09}");
     let dir = sh.run_dir.join("checkpoints").join(&name);
     std::fs::create_dir_all(&dir).map_err(io(&dir))?;
-    let mut mine = Sections::default();
-    for (u, mem) in exchange.memories().iter().enumerate() {
-        let bufs = mem.state();
-        mine.put(&format!("mem.{u}.count"), Values::U64(vec![bufs.len() as u64]));
-        for (i, b) in bufs.iter().enumerate() {
-            mine.put(&format!("mem.{u}.{i}"), Values::F32(b.to_vec()));
-        }
-    }
     mine.write(&dir.join(format!("rank-{rank}.bin")))?;
     if rank == 0 {
         let mut s = Sections::default();

@@ -278,3 +278,117 @@ fn exclusions_keep_the_chosen_tensors_dense() {
     assert_eq!(r["bytes_up"]["allreduce_sum_f32"], 3 * 4 * dense_elems);
     assert_eq!(r["bytes_up"]["allreduce_sum_i32"], 3 * 4 * (784 * 200 + 200 * 200));
 }
+
+fn run(extra: &str) -> (gradcomp_train::trainer::RunSummary, tempdir::Dir) {
+    train(extra)
+}
+
+#[test]
+fn celgc_with_period_1_and_no_clipping_is_synchronous_sgd() {
+    let plain = "[optimizer]\nmomentum = 0.0\n[train]\nmax_steps = 30";
+    let (a, _da) = run(plain);
+    let (b, _db) = run(&format!("{plain}\n[strategy]\nkind = \"celgc\"\nperiod = 1\ngamma = 0.0"));
+    let worst = a
+        .final_params
+        .iter()
+        .zip(&b.final_params)
+        .map(|(x, y)| (x - y).abs() / x.abs().max(1e-2))
+        .fold(0.0f32, f32::max);
+    assert!(worst < 1e-3, "largest relative difference {worst}");
+}
+
+#[test]
+fn celgc_strategies_learn() {
+    for extra in [
+        "[strategy]\nkind = \"celgc\"\nperiod = 4\ngamma = 0.5",
+        "[strategy]\nkind = \"celgc\"\nperiod = 2\ngamma = 0.5\nclip_norm = \"global-average\"",
+        "[strategy]\nkind = \"celgc\"\nperiod = 2\ngamma = 0.5\nclip_norm = \"max\"\n[optimizer]\nmomentum = 0.0",
+        "[strategy]\nkind = \"celgc\"\nperiod = 1\ngamma = 0.5\naverage = \"gradients\"",
+        "[strategy]\nkind = \"celgc\"\nperiod = 3\ngamma = 0.5\ncompress_delta = true\n[compressor]\nname = \"topk\"\ndensity = 0.1\n[comm]\ntopology = \"allgather\"",
+    ] {
+        let (s, d) = run(extra);
+        let acc = s.epochs[1].test_accuracy.unwrap();
+        assert!(acc > 0.5, "{extra}: accuracy {acc}");
+        let steps = std::fs::read_to_string(d.path().join("steps.jsonl")).unwrap();
+        assert!(steps.contains("\"eta_eff\""), "{extra}");
+        let rounds = steps.lines().filter(|l| l.contains("\"communicated\":1.0")).count();
+        let period: usize = extra.split("period = ").nth(1).unwrap()[..1].parse().unwrap();
+        if !extra.contains("gradients") {
+            assert_eq!(rounds, 50usize.div_ceil(period), "{extra}: I× fewer rounds");
+        }
+    }
+}
+
+#[test]
+fn celgc_resumes_bit_exactly() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let extra = "[strategy]\nkind = \"celgc\"\nperiod = 3\ngamma = 0.5\ncompress_delta = true\n[compressor]\nname = \"topk\"\ndensity = 0.1\n[comm]\ntopology = \"allgather\"";
+    let (full, _d) = run(extra);
+    struct StopAt(Arc<AtomicBool>, u64);
+    impl trainer::Observer for StopAt {
+        fn step(&mut self, p: &trainer::Progress) {
+            if u64::from(p.epoch) * p.steps_per_epoch + p.step_in_epoch >= self.1 {
+                self.0.store(true, Ordering::SeqCst);
+            }
+        }
+    }
+    let d = tempdir::Dir::new();
+    let cfg = config(d.path(), extra);
+    let stop = Arc::new(AtomicBool::new(false));
+    let part = trainer::train(
+        &cfg,
+        RunOptions { resume: false, stop: Arc::clone(&stop) },
+        Box::new(StopAt(stop, 31)),
+    )
+    .unwrap();
+    assert!(part.interrupted);
+    let rest =
+        trainer::train(&cfg, RunOptions { resume: true, ..Default::default() }, Box::new(Silent)).unwrap();
+    assert_eq!(rest.final_params, full.final_params);
+}
+
+#[test]
+fn esgd_sends_exactly_k_coordinates_per_worker_per_step() {
+    let (s, d) = run(
+        "[compressor]\nname = \"esgd\"\ndensity = 0.25\n[compression]\ngranularity = \"global\"\n[comm]\ntopology = \"parameter-server\"",
+    );
+    assert!(s.epochs[1].test_accuracy.unwrap() > 0.5);
+    let total: u64 = FCN5.iter().sum::<usize>() as u64;
+    let k = total / 4;
+    let msg = 12 + 4 + 8 * k;
+    let steps = std::fs::read_to_string(d.path().join("steps.jsonl")).unwrap();
+    let mut replaced = 0.0;
+    for l in steps.lines() {
+        let r: serde_json::Value = serde_json::from_str(l).unwrap();
+        assert_eq!(r["wire_bytes"], 3 * msg, "every worker sends exactly k = {k}");
+        replaced += r["esgd_replacements"].as_f64().unwrap();
+    }
+    assert!(replaced > 0.0, "residuals replaced some coordinates");
+}
+
+#[test]
+fn dgc_in_the_loop_learns() {
+    let (s, _d) = run(
+        "[compressor]\nname = \"dgck\"\ndensity = 0.01\n[compression]\nmemory = \"dgc-momentum\"\nwarmup = { kind = \"exp\", epochs = 1 }\nlocal_clip = 5.0\nexclude = { biases = true }\n[optimizer]\nmomentum = 0.0\n[comm]\ntopology = \"allgather\"",
+    );
+    assert!(s.epochs[1].test_accuracy.unwrap() > 0.5);
+}
+
+#[test]
+fn invalid_strategy_combinations_are_config_errors() {
+    let d = tempdir::Dir::new();
+    for (extra, key) in [
+        ("[compressor]\nname = \"esgd\"\n[compression]\ngranularity = \"global\"", "comm.topology"),
+        ("[compressor]\nname = \"esgd\"\n[comm]\ntopology = \"parameter-server\"", "compression.granularity"),
+        ("[strategy]\nkind = \"celgc\"\nperiod = 0", "strategy.period"),
+        ("[strategy]\nkind = \"celgc\"\ngamma = -1.0", "strategy.gamma"),
+        ("[compressor]\nname = \"esgd\"\nbeta = 1.0", "compressor.beta"),
+        ("[strategy]\nkind = \"celgc\"\nperiod = 2\naverage = \"gradients\"", "strategy.average"),
+        ("[strategy]\nkind = \"celgc\"\n[compressor]\nname = \"topk\"", "compressor.name"),
+    ] {
+        let base = format!("name = \"x\"\nrun_dir = \"{}\"\n", d.path().display());
+        let e = TrainConfig::from_toml(&format!("{base}{extra}"), &[]).unwrap_err();
+        assert_eq!(e.key, key, "{extra}: {e}");
+    }
+}

@@ -155,7 +155,7 @@ fn measure(
     let mut msg = Message::default();
     let mut step = 0u64;
     let mut compress = |msg: &mut Message| {
-        let ctx = UnitContext { key: RngKey::new(7, 0, step, 0), shared_scalar: None };
+        let ctx = UnitContext { key: RngKey::new(7, 0, step, 0), shared_scalar: None, ..Default::default() };
         step += 1;
         c.compress(black_box(x), &ctx, msg);
     };

@@ -140,7 +140,7 @@ mod tests {
     use crate::rng::RngKey;
 
     fn ctx(step: u64) -> UnitContext {
-        UnitContext { key: RngKey::new(1, 0, step, 0), shared_scalar: None }
+        UnitContext { key: RngKey::new(1, 0, step, 0), shared_scalar: None, ..Default::default() }
     }
 
     #[test]

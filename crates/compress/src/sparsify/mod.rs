@@ -4,6 +4,7 @@
 //! decoder checks.
 
 pub mod dgck;
+pub mod esgd;
 pub mod gaussiank;
 pub mod randk;
 pub mod select;
@@ -12,6 +13,7 @@ pub mod topk;
 pub mod trimmedk;
 
 pub use dgck::{DgcK, DgcKConfig};
+pub use esgd::{Esgd, EsgdConfig, Importance};
 pub use gaussiank::{GaussianK, GaussianKConfig};
 pub use randk::{RandK, RandKConfig};
 pub use threshold::{Threshold, ThresholdConfig};

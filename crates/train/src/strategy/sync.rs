@@ -59,6 +59,9 @@ pub struct ExchangeStats {
     /// Sizes of this step's allgatherv messages and PS uploads (all workers), for pricing.
     pub gathered_sizes: Vec<u64>,
     pub download_bytes: u64,
+    /// Compressor-specific figures of the last step (eSGD's replacements and
+    /// importance scores), from the first unit that reports any.
+    pub extra: Vec<(&'static str, f64)>,
 }
 
 /// Why an exchange failed.
@@ -223,12 +226,15 @@ impl GradientExchange {
             && (self.units[u].dense || matches!(self.combine, Combine::DenseSum | Combine::SharedIndexSum))
     }
 
-    /// Averages `grad` (this worker's flat gradient) over all workers into `out`.
+    /// Averages `grad` (this worker's flat gradient, at training loss `loss`)
+    /// over all workers into `out`.
     /// `lr` is the step's learning rate (lr-scaled error feedback); `measure`
     /// asks for the contraction ratio and bound ratios this step.
+    #[allow(clippy::too_many_arguments)]
     pub fn exchange(
         &mut self,
         grad: &[f32],
+        loss: f64,
         out: &mut [f32],
         step: u64,
         lr: f32,
@@ -296,8 +302,12 @@ impl GradientExchange {
             let ctx = UnitContext {
                 key: RngKey::new(self.seed, rank as u32, step, self.units[u].id),
                 shared_scalar: shared,
+                loss: Some(loss),
             };
             self.compressors[u].compress(x, &ctx, &mut self.msgs[u]);
+            if st.extra.is_empty() {
+                st.extra = self.compressors[u].stats();
+            }
             st.selected += self.msgs[u].selected() as u64;
             st.wire_bytes += codec::encoded_len(&self.msgs[u]) as u64;
             if measure {
