@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # Installs the system packages gradcomp's MPI backend builds against (Open MPI
-# and libclang for bindgen) when they are missing. Needs root and apt; on other
+# and libclang for bindgen) and the font its figures use, when missing. Needs root and apt; on other
 # systems it says what to install and exits 1.
 set -euo pipefail
 
 have_mpi() { command -v mpicc >/dev/null && command -v mpirun >/dev/null; }
 have_libclang() { ls /usr/lib/llvm-*/lib/libclang*.so* /usr/lib/x86_64-linux-gnu/libclang*.so* >/dev/null 2>&1; }
+have_font() { [ -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ]; }
 
-if have_mpi && have_libclang; then
+if have_mpi && have_libclang && have_font; then
     exit 0
 fi
-packages="libopenmpi-dev openmpi-bin libclang-dev make"
+# The font is for `gradcomp report`'s figures.
+packages="libopenmpi-dev openmpi-bin libclang-dev make fonts-dejavu-core"
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     echo "installing $packages" >&2
     export DEBIAN_FRONTEND=noninteractive

@@ -1,6 +1,8 @@
 //! The `gradcomp` command.
 
 mod bench;
+mod model;
+mod report;
 mod train;
 
 use std::process::ExitCode;
@@ -27,6 +29,10 @@ enum Command {
     /// Measure the speed of gradcomp's parts on this machine.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
+    /// A Markdown report with figures from run directories.
+    Report(report::Args),
+    /// Predicted throughput and speedup of every method for N workers and link speeds.
+    Model(model::Args),
 }
 
 /// A mistake of the user's (bad config, missing data): one line, exit code 2.
@@ -47,6 +53,8 @@ fn main() -> ExitCode {
         Command::Train(a) => train::run(&a),
         Command::Eval(a) => train::eval(&a),
         Command::Bench(b) => bench::run(b),
+        Command::Report(a) => report::run(&a),
+        Command::Model(a) => model::run(&a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,370 @@
+//! `gradcomp model`: the performance model as a command (TernGrad §5,
+//! ALGORITHMS.md §1.5 generalized): from a measured profile of a model (the
+//! compute time of one step, the tensor sizes) and the measured speed of each
+//! compressor on tensors of those sizes, the predicted step time, throughput
+//! and speedup over dense for N = 1 … 512 workers and links of 100 Mbit/s …
+//! 100 Gbit/s, for every method and the topology it uses.
+//!
+//! Per step and worker: `t = t_compute + t_compress + t_comm(N, B)`, where
+//! `t_comm` prices the bytes the codec really produces (messages built from
+//! a synthetic N(0,1) gradient of the model's shape) with the α–β formulas of
+//! `gradcomp-comm`, and decoding N gathered messages costs N × the measured
+//! per-message decode time.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use clap::Args as ClapArgs;
+use gradcomp_comm::{NetworkModel, ServerPlacement};
+use gradcomp_compress::codec;
+use gradcomp_compress::message::TernarySumMessage;
+use gradcomp_compress::{CompressorConfig, Message, RngKey, UnitContext, UnitRng};
+use gradcomp_train::config::TrainConfig;
+use gradcomp_train::trainer::{self, RunOptions, Silent};
+
+use crate::report::{Figure, Lines};
+
+#[derive(ClapArgs)]
+pub struct Args {
+    /// The training configuration to profile (model, batch, compressor).
+    #[arg(long)]
+    config: PathBuf,
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    set: Vec<String>,
+    /// Only say whether the configured compression is predicted to pay off
+    /// for the configured workers at the configured link speeds.
+    #[arg(long)]
+    dry_run: bool,
+    /// Density for the sparsifiers in the comparison.
+    #[arg(long, default_value_t = 0.001)]
+    density: f64,
+    /// Per-message latency α in seconds.
+    #[arg(long, default_value_t = 1e-4)]
+    alpha: f64,
+    /// Steps measured for the compute profile.
+    #[arg(long, default_value_t = 20)]
+    steps: u64,
+    /// Also write model.md and a figure of speedup against N here.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    #[arg(long)]
+    json: bool,
+}
+
+/// How a method's messages travel.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Route {
+    Allreduce,
+    Allgather,
+    ParameterServer,
+}
+
+/// One method: a compressor and the collective it uses.
+struct Method {
+    label: String,
+    compressor: CompressorConfig,
+    route: Route,
+    /// Per worker: bytes uploaded per step.
+    upload: u64,
+    /// Seconds to compress one step's gradient.
+    compress_s: f64,
+    /// Seconds to decode and aggregate one worker's message.
+    decode_s: f64,
+}
+
+/// The measured profile of one step on one worker.
+struct Profile {
+    compute_s: f64,
+    batch: usize,
+    units: Vec<usize>,
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn profile(cfg: &TrainConfig, steps: u64) -> Result<Profile> {
+    let dir = std::env::temp_dir().join(format!("gradcomp-model-{}", std::process::id()));
+    let mut p = cfg.clone();
+    p.run_dir = Some(dir.clone());
+    p.workers = 1;
+    p.backend = gradcomp_train::config::Backend::InProcess;
+    p.compressor = CompressorConfig::Dense {};
+    p.comm.topology = gradcomp_train::config::Topology::Allreduce;
+    p.strategy = Default::default();
+    p.train.max_steps = steps.max(6);
+    p.train.epochs = 1;
+    p.train.eval = false;
+    p.train.checksum_every = 0;
+    p.train.stats_every = 0;
+    p.train.checkpoint_every = 0;
+    trainer::train(&p, RunOptions::default(), Box::new(Silent)).context("measuring the compute profile")?;
+    let text = std::fs::read_to_string(dir.join("steps.jsonl"))?;
+    let compute: Vec<f64> = text
+        .lines()
+        .skip(3)
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()?["compute_s"][0].as_f64())
+        .collect();
+    let manifest: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json"))?)?;
+    let units = manifest["units"]
+        .as_array()
+        .map(|u| u.iter().filter_map(|u| u["len"].as_u64().map(|l| l as usize)).collect())
+        .unwrap_or_default();
+    std::fs::remove_dir_all(&dir).ok();
+    if compute.is_empty() {
+        bail!("the profile run recorded no steps");
+    }
+    Ok(Profile { compute_s: median(compute), batch: cfg.data.batch_size, units })
+}
+
+/// Builds the method, measuring its message size and speed on an N(0,1)
+/// gradient cut into the profile's tensors.
+fn measure(label: &str, compressor: CompressorConfig, route: Route, units: &[usize]) -> Method {
+    let mut rng = UnitRng::from_parts(&[7]);
+    let grads: Vec<Vec<f32>> =
+        units.iter().map(|&n| (0..n).map(|_| rng.next_gaussian() as f32 * 1e-3).collect()).collect();
+    let mut comps: Vec<_> = units.iter().map(|_| compressor.build()).collect();
+    let mut msgs: Vec<Message> = units.iter().map(|_| Message::default()).collect();
+    let mut wire = Vec::new();
+    let mut times = Vec::new();
+    for rep in 0..5u64 {
+        let t = Instant::now();
+        wire.clear();
+        for (u, g) in grads.iter().enumerate() {
+            let ctx =
+                UnitContext { key: RngKey::new(1, 0, rep, u as u32), shared_scalar: None, loss: Some(1.0) };
+            comps[u].compress(g, &ctx, &mut msgs[u]);
+            codec::encode(&msgs[u], u as u32, &mut wire);
+        }
+        times.push(t.elapsed().as_secs_f64());
+    }
+    let mut out: Vec<Vec<f32>> = units.iter().map(|&n| vec![0.0; n]).collect();
+    let mut dtimes = Vec::new();
+    for _ in 0..5 {
+        let t = Instant::now();
+        let mut rest = &wire[..];
+        for o in out.iter_mut() {
+            let (first, tail) = codec::split_first(rest).expect("own encoding");
+            codec::accumulate(first, 0.5, o).expect("own encoding");
+            rest = tail;
+        }
+        dtimes.push(t.elapsed().as_secs_f64());
+    }
+    Method {
+        label: label.into(),
+        compressor,
+        route,
+        upload: wire.len() as u64,
+        compress_s: median(times),
+        decode_s: median(dtimes),
+    }
+}
+
+fn methods(units: &[usize], density: f64) -> Vec<Method> {
+    let with = |name: &str| {
+        let mut c = CompressorConfig::named(name).expect("known name");
+        c.set_density(density);
+        c
+    };
+    vec![
+        measure("dense (allreduce)", with("dense"), Route::Allreduce, units),
+        measure("dense (parameter server)", with("dense"), Route::ParameterServer, units),
+        measure("fp16 (allgather)", with("fp16"), Route::Allgather, units),
+        measure("terngrad (parameter server)", with("terngrad"), Route::ParameterServer, units),
+        measure("qsgd (allgather)", with("qsgd"), Route::Allgather, units),
+        measure("onebit (allgather)", with("onebit"), Route::Allgather, units),
+        measure(&format!("topk ρ={density} (allgather)"), with("topk"), Route::Allgather, units),
+        measure(&format!("gaussiank ρ={density} (allgather)"), with("gaussiank"), Route::Allgather, units),
+        measure(&format!("dgck ρ={density} (allgather)"), with("dgck"), Route::Allgather, units),
+    ]
+}
+
+/// Bytes the parameter server downloads for TernGrad with N workers.
+fn ternary_download(units: &[usize], n: usize) -> u64 {
+    units
+        .iter()
+        .map(|&d| {
+            let m =
+                Message::TernarySum(TernarySumMessage { scale: 1.0, workers: n as u32, sums: vec![0; d] });
+            codec::encoded_len(&m) as u64
+        })
+        .sum()
+}
+
+/// Predicted seconds per step for `m` with `n` workers on `net`.
+fn step_seconds(p: &Profile, m: &Method, n: usize, net: &NetworkModel) -> f64 {
+    let local = p.compute_s + m.compress_s;
+    if n == 1 {
+        return local;
+    }
+    let comm = match m.route {
+        Route::Allreduce => net.allreduce(n, m.upload) + m.decode_s,
+        Route::Allgather => net.allgatherv_uniform(n, m.upload) + n as f64 * m.decode_s,
+        Route::ParameterServer => {
+            // TernGrad downloads integer code sums; everything else the averaged
+            // values, as large as an upload.
+            let down = if matches!(m.compressor, CompressorConfig::Terngrad(_)) {
+                ternary_download(&p.units, n)
+            } else {
+                m.upload
+            };
+            // The co-located server decodes N uploads; every worker decodes the download.
+            net.push_pull(n, ServerPlacement::CoLocated, m.upload, down) + (n as f64 + 1.0) * m.decode_s
+        }
+    };
+    local + comm
+}
+
+const WORKERS: [usize; 10] = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512];
+const LINKS: [f64; 4] = [1e8, 1e9, 1e10, 1e11];
+
+fn link_name(b: f64) -> String {
+    if b >= 1e9 {
+        format!("{} Gbit/s", b / 1e9)
+    } else {
+        format!("{} Mbit/s", b / 1e6)
+    }
+}
+
+pub fn run(a: &Args) -> Result<()> {
+    let mut ov = Vec::new();
+    for s in &a.set {
+        let (k, v) =
+            s.split_once('=').ok_or_else(|| crate::UserError(format!("--set {s}: expected KEY=VALUE")))?;
+        ov.push((k.trim().to_string(), v.trim().to_string()));
+    }
+    let cfg = TrainConfig::load(&a.config, &ov).map_err(|e| crate::UserError(e.to_string()))?;
+    let p = profile(&cfg, a.steps)?;
+    let total: usize = p.units.iter().sum();
+    eprintln!(
+        "profile: {} parameters in {} tensors, {:.2} ms compute per step (batch {} per worker)",
+        total,
+        p.units.len(),
+        p.compute_s * 1e3,
+        p.batch
+    );
+    if a.dry_run {
+        return dry_run(&cfg, &p, a);
+    }
+    let ms = methods(&p.units, a.density);
+    let mut md = String::new();
+    let _ = writeln!(
+        md,
+        "Compute {:.2} ms per step (batch {} per worker); {} parameters. Speedup = dense step time / method step time at the same N and link.\n",
+        p.compute_s * 1e3,
+        p.batch,
+        total
+    );
+    let _ = writeln!(
+        md,
+        "| method | bytes up per worker | compress ms | decode ms per message |\n|---|---:|---:|---:|"
+    );
+    for m in &ms {
+        let _ = writeln!(
+            md,
+            "| {} | {} | {:.3} | {:.3} |",
+            m.label,
+            m.upload,
+            m.compress_s * 1e3,
+            m.decode_s * 1e3
+        );
+    }
+    let mut fig_series: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
+    for &link in &LINKS {
+        let net = NetworkModel::from_bits_per_second(link, a.alpha);
+        let _ = writeln!(
+            md,
+            "\n**{}**: speedup over dense (throughput in examples/s for dense)\n",
+            link_name(link)
+        );
+        let _ = write!(md, "| method |");
+        for n in WORKERS {
+            let _ = write!(md, " N={n} |");
+        }
+        let _ = write!(md, "\n|---|");
+        for _ in WORKERS {
+            md.push_str("---:|");
+        }
+        md.push('\n');
+        for m in &ms {
+            let _ = write!(md, "| {} |", m.label);
+            let mut pts = Vec::new();
+            for n in WORKERS {
+                let dense = step_seconds(&p, &ms[0], n, &net);
+                let t = step_seconds(&p, m, n, &net);
+                if m.label.starts_with("dense") {
+                    let _ = write!(md, " {:.0}/s |", (n * p.batch) as f64 / t);
+                } else {
+                    let _ = write!(md, " {:.2}× |", dense / t);
+                }
+                pts.push((n as f64, dense / t));
+                if a.json {
+                    println!(
+                        "{}",
+                        serde_json::json!({"method": m.label, "compressor": m.compressor.name(), "workers": n, "link_bps": link,
+                            "step_seconds": t, "examples_per_s": (n * p.batch) as f64 / t, "speedup_over_dense": dense / t})
+                    );
+                }
+            }
+            md.push('\n');
+            if link == 1e9 {
+                fig_series.push((m.label.clone(), pts));
+            }
+        }
+    }
+    if !a.json {
+        println!("{md}");
+    }
+    if let Some(out) = &a.out {
+        std::fs::create_dir_all(out)?;
+        let fig = Figure::Lines(Lines {
+            title: "predicted speedup over dense at 1 Gbit/s".into(),
+            x_label: "workers N".into(),
+            y_label: "speedup".into(),
+            log_x: true,
+            log_y: true,
+            series: fig_series,
+        });
+        fig.write(out, "model_speedup_1gbps")?;
+        std::fs::write(out.join("model.md"), &md)?;
+        eprintln!("wrote {}/model.md and model_speedup_1gbps.png", out.display());
+    }
+    Ok(())
+}
+
+fn dry_run(cfg: &TrainConfig, p: &Profile, a: &Args) -> Result<()> {
+    use gradcomp_train::config::Topology;
+    let route = match cfg.comm.topology {
+        Topology::Allreduce => Route::Allreduce,
+        Topology::Allgather => Route::Allgather,
+        Topology::ParameterServer => Route::ParameterServer,
+    };
+    let dense = measure("dense", CompressorConfig::Dense {}, Route::Allreduce, &p.units);
+    let mine = measure(cfg.compressor.name(), cfg.compressor.clone(), route, &p.units);
+    let n = cfg.workers;
+    println!(
+        "{} with {n} workers, {} ({} bytes up per worker per step vs {} dense):",
+        cfg.compressor.name(),
+        format!("{:?}", cfg.comm.topology).to_lowercase(),
+        mine.upload,
+        dense.upload
+    );
+    for &b in &cfg.network.links_bps {
+        let net = NetworkModel::from_bits_per_second(b, a.alpha);
+        let (td, tm) = (step_seconds(p, &dense, n, &net), step_seconds(p, &mine, n, &net));
+        let verdict = if tm < td { "pays off" } else { "does not pay off" };
+        println!(
+            "  {:>12}: dense {:8.2} ms/step, {} {:8.2} ms/step -> {:.2}x: compression {verdict}",
+            link_name(b),
+            td * 1e3,
+            cfg.compressor.name(),
+            tm * 1e3,
+            td / tm
+        );
+    }
+    Ok(())
+}
