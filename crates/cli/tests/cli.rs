@@ -73,5 +73,45 @@ fn a_smoke_run_trains_and_writes_its_records() {
     let (code, out, err) = gradcomp(&["eval", dir.to_str().unwrap()]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("test accuracy"), "{out}");
+
+    // The report over that run: Markdown, PNG and SVG figures.
+    let report = dir.join("report");
+    let (code, _, err) =
+        gradcomp(&["report", "--validation", "--out", report.to_str().unwrap(), dir.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let md = std::fs::read_to_string(report.join("report.md")).unwrap();
+    assert!(md.contains("| quick-synthetic |") && md.contains("figures/metric_epochs.png"), "{md}");
+    assert!(md.contains("measured s/step"), "{md}");
+    for f in [
+        "loss_epochs",
+        "metric_epochs",
+        "metric_bytes",
+        "metric_wall",
+        "bytes_per_step",
+        "contraction",
+        "histograms",
+    ] {
+        let png = std::fs::metadata(report.join(format!("figures/{f}.png"))).unwrap();
+        assert!(png.len() > 1000 && png.len() < 200_000, "{f}.png is {} bytes", png.len());
+        assert!(report.join(format!("figures/{f}.svg")).exists());
+    }
+    let (code, _, err) = gradcomp(&["report", "/nonexistent-run"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("not a run directory"), "{err}");
     std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn the_model_predicts_and_dry_runs() {
+    let cfg = experiments("quick-synthetic.toml");
+    let (code, out, err) = gradcomp(&["model", "--config", &cfg, "--steps", "6", "--dry-run"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("Mbit/s") && out.contains("pays off"), "{out}");
+    let (code, out, err) = gradcomp(&["model", "--config", &cfg, "--steps", "6", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let rows: Vec<serde_json::Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    // 9 methods × 10 worker counts × 4 link speeds.
+    assert_eq!(rows.len(), 9 * 10 * 4);
+    let dense_1 = rows.iter().find(|r| r["compressor"] == "dense" && r["workers"] == 1).unwrap();
+    assert!(dense_1["speedup_over_dense"].as_f64().unwrap() > 0.99);
 }

@@ -26,6 +26,10 @@ pub struct Args {
     /// A title for the report.
     #[arg(long, default_value = "gradcomp report")]
     title: String,
+    /// Add the model-validation table: median measured step time against the
+    /// median predicted one at each run's (single) configured link.
+    #[arg(long)]
+    validation: bool,
 }
 
 /// One run's records.
@@ -399,12 +403,57 @@ pub fn summary_table(runs: &[Run]) -> String {
     s
 }
 
+/// Median measured step time against the median prediction at the run's
+/// first configured link, per run. Warm-up steps (the first 5) are left out.
+pub fn validation_table(runs: &[Run]) -> String {
+    let mut s = String::from(
+        "| run | workers | link | measured s/step | predicted s/step | error |\n|---|---:|---|---:|---:|---:|\n",
+    );
+    let med = |mut v: Vec<f64>| -> f64 {
+        if v.is_empty() {
+            return f64::NAN;
+        }
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    for r in runs {
+        let Some(link) = r
+            .steps
+            .first()
+            .and_then(|st| st["predicted_s"].as_object())
+            .and_then(|m| m.keys().next().cloned())
+        else {
+            continue;
+        };
+        let measured = med(r.steps.iter().skip(5).filter_map(|st| st["wall_s"].as_f64()).collect());
+        let predicted =
+            med(r.steps.iter().skip(5).filter_map(|st| st["predicted_s"][link.as_str()].as_f64()).collect());
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {:.4} | {:.4} | {:+.0}% |",
+            r.name,
+            r.get("workers").and_then(|v| v.as_integer()).unwrap_or(1),
+            human_link(&link),
+            measured,
+            predicted,
+            (predicted / measured - 1.0) * 100.0
+        );
+    }
+    s
+}
+
 pub fn run(a: &Args) -> Result<()> {
     let runs: Vec<Run> = a.runs.iter().map(|d| Run::load(d)).collect::<Result<_>>()?;
     let fig_dir = a.out.join("figures");
     let figs = figures(&runs, &fig_dir)?;
     let mut md = format!("# {}\n\n", a.title);
     md.push_str(&summary_table(&runs));
+    if a.validation {
+        md.push_str("\n## Measured against predicted step time\n\n");
+        let v = validation_table(&runs);
+        println!("{v}");
+        md.push_str(&v);
+    }
     for (stem, caption) in &figs {
         let _ = write!(md, "\n**{caption}**\n\n![{caption}](figures/{stem}.png)\n");
     }

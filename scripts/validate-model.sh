@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Validates the performance model against real multi-process training: dense,
+# TernGrad and Gaussian-k on MNIST LeNet-5 with MPI across 2 and 4
+# bandwidth-limited namespaces at 100 Mbit/s and 1 Gbit/s (scripts/netsim.sh).
+# Each run predicts its own step time at its link speed; the table compares
+# the median measured step time with the median prediction.
+#
+#   scripts/validate-model.sh [STEPS]        (needs root, Open MPI, MNIST)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+steps="${1:-60}"
+cargo build --release -p gradcomp-cli --features mpi >&2
+bin="$PWD/target/release/gradcomp"
+out=runs/validation
+mkdir -p "$out"
+dirs=()
+for n in 2 4; do
+    for rate in 100mbit 1gbit; do
+        bps=$([ $rate = 100mbit ] && echo 1e8 || echo 1e9)
+        for method in dense terngrad gaussiank; do
+            cfg=experiments/mnist-lenet-dense-n4.toml
+            extra=()
+            case $method in
+                terngrad) cfg=experiments/mnist-lenet-terngrad-n4.toml ;;
+                gaussiank) extra=(--set 'compressor.name="gaussiank"' --set compressor.density=0.001 --set 'comm.topology="allgather"') ;;
+            esac
+            name="val-$method-n$n-$rate"
+            echo "== $name" >&2
+            NETSIM_TIMEOUT=900 scripts/netsim.sh run "$n" "$rate" "$bin" train --backend mpi --quiet --config "$cfg" \
+                --set workers=$n --set "name=\"$name\"" --set "run_dir=\"$PWD/$out/$name\"" \
+                --set train.max_steps="$steps" --set train.eval=false --set train.checkpoint_every=0 \
+                --set train.checksum_every=0 --set train.stats_every=0 \
+                --set "network.links_bps=[$bps]" --set network.alpha=0.0001 \
+                --set 'network.allreduce="recursive-doubling"' "${extra[@]}" > "$out/$name.log" 2>&1 ||
+                { echo "   FAILED (see $out/$name.log)" >&2; continue; }
+            dirs+=("$out/$name")
+        done
+    done
+done
+"$bin" report --validation --out "$out/report" --title "Performance model validation" "${dirs[@]}"
