@@ -155,13 +155,15 @@ fn sparse_allgather_bytes_match_the_codec() {
     assert!(c > 0.0 && c <= r["bound_classic"].as_f64().unwrap(), "{r}");
 }
 
-#[test]
-fn an_interrupted_run_resumes_bit_exactly() {
+/// Runs `extra` uninterrupted, then again stopped (as by Ctrl-C) after
+/// `stop_at` steps and resumed; returns (uninterrupted, resumed) summaries.
+fn interrupted_and_resumed(
+    extra: &str,
+    stop_at: u64,
+) -> (gradcomp_train::trainer::RunSummary, gradcomp_train::trainer::RunSummary) {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
-    let extra = "[compressor]\nname = \"gaussiank\"\ndensity = 0.05\n[comm]\ntopology = \"allgather\"\n[train]\ncheckpoint_every = 1";
     let (full, _d) = train(extra);
-
     struct StopAt(Arc<AtomicBool>, u64);
     impl trainer::Observer for StopAt {
         fn step(&mut self, p: &trainer::Progress) {
@@ -173,11 +175,10 @@ fn an_interrupted_run_resumes_bit_exactly() {
     let d = tempdir::Dir::new();
     let cfg = config(d.path(), extra);
     let stop = Arc::new(AtomicBool::new(false));
-    // Stop in the middle of the second epoch (25 steps per epoch).
     let part = trainer::train(
         &cfg,
         RunOptions { resume: false, stop: Arc::clone(&stop) },
-        Box::new(StopAt(stop, 37)),
+        Box::new(StopAt(stop, stop_at)),
     )
     .unwrap();
     assert!(part.interrupted);
@@ -186,6 +187,16 @@ fn an_interrupted_run_resumes_bit_exactly() {
         trainer::train(&cfg, RunOptions { resume: true, ..Default::default() }, Box::new(Silent)).unwrap();
     assert!(!rest.interrupted);
     assert_eq!(rest.steps, full.steps);
+    (full, rest)
+}
+
+#[test]
+fn an_interrupted_run_resumes_bit_exactly() {
+    // Stop in the middle of the second epoch (25 steps per epoch).
+    let (full, rest) = interrupted_and_resumed(
+        "[compressor]\nname = \"gaussiank\"\ndensity = 0.05\n[comm]\ntopology = \"allgather\"\n[train]\ncheckpoint_every = 1",
+        37,
+    );
     assert_eq!(rest.params_checksum, full.params_checksum, "resumed run differs from the uninterrupted one");
     assert_eq!(rest.final_params, full.final_params);
 }
@@ -321,30 +332,10 @@ fn celgc_strategies_learn() {
 
 #[test]
 fn celgc_resumes_bit_exactly() {
-    use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::Arc;
-    let extra = "[strategy]\nkind = \"celgc\"\nperiod = 3\ngamma = 0.5\ncompress_delta = true\n[compressor]\nname = \"topk\"\ndensity = 0.1\n[comm]\ntopology = \"allgather\"";
-    let (full, _d) = run(extra);
-    struct StopAt(Arc<AtomicBool>, u64);
-    impl trainer::Observer for StopAt {
-        fn step(&mut self, p: &trainer::Progress) {
-            if u64::from(p.epoch) * p.steps_per_epoch + p.step_in_epoch >= self.1 {
-                self.0.store(true, Ordering::SeqCst);
-            }
-        }
-    }
-    let d = tempdir::Dir::new();
-    let cfg = config(d.path(), extra);
-    let stop = Arc::new(AtomicBool::new(false));
-    let part = trainer::train(
-        &cfg,
-        RunOptions { resume: false, stop: Arc::clone(&stop) },
-        Box::new(StopAt(stop, 31)),
-    )
-    .unwrap();
-    assert!(part.interrupted);
-    let rest =
-        trainer::train(&cfg, RunOptions { resume: true, ..Default::default() }, Box::new(Silent)).unwrap();
+    let (full, rest) = interrupted_and_resumed(
+        "[strategy]\nkind = \"celgc\"\nperiod = 3\ngamma = 0.5\ncompress_delta = true\n[compressor]\nname = \"topk\"\ndensity = 0.1\n[comm]\ntopology = \"allgather\"",
+        31,
+    );
     assert_eq!(rest.final_params, full.final_params);
 }
 

@@ -139,6 +139,15 @@ fn human_link(bps: &str) -> String {
     }
 }
 
+/// The link speeds (bit/s keys) the first run predicted its wall-clock for.
+fn links(runs: &[Run]) -> Vec<String> {
+    runs.first()
+        .and_then(|r| r.epochs.last())
+        .and_then(|e| e["predicted_wall_seconds"].as_object())
+        .map(|m| m.keys().cloned().collect())
+        .unwrap_or_default()
+}
+
 /// The figures for a set of runs, written into `dir`; returns (stem, caption) pairs.
 pub fn figures(runs: &[Run], dir: &Path) -> Result<Vec<(String, String)>> {
     std::fs::create_dir_all(dir)?;
@@ -213,12 +222,7 @@ pub fn figures(runs: &[Run], dir: &Path) -> Result<Vec<(String, String)>> {
             runs.iter().map(|r| (r.name.clone(), r.series(|e| e["wall_seconds"].as_f64()))).collect(),
         ),
     )?;
-    let links: Vec<String> = runs
-        .first()
-        .and_then(|r| r.epochs.last())
-        .and_then(|e| e["predicted_wall_seconds"].as_object())
-        .map(|m| m.keys().cloned().collect())
-        .unwrap_or_default();
+    let links = links(runs);
     for link in &links {
         add(
             &format!("metric_predicted_{link}"),
@@ -336,12 +340,7 @@ pub fn figures(runs: &[Run], dir: &Path) -> Result<Vec<(String, String)>> {
 
 /// The summary table: one row per run.
 pub fn summary_table(runs: &[Run]) -> String {
-    let links: Vec<String> = runs
-        .first()
-        .and_then(|r| r.epochs.last())
-        .and_then(|e| e["predicted_wall_seconds"].as_object())
-        .map(|m| m.keys().cloned().collect())
-        .unwrap_or_default();
+    let links = links(runs);
     let lm = runs.first().is_some_and(Run::is_lm);
     let mut s = String::new();
     let _ = write!(
