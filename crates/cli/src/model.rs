@@ -316,6 +316,39 @@ pub fn run(a: &Args) -> Result<()> {
             }
         }
     }
+    // TernGrad's own comparison (§5): both through the same parameter server.
+    if let (Some(dense_ps), Some(tern)) = (
+        ms.iter().find(|m| {
+            m.route == Route::ParameterServer && matches!(m.compressor, CompressorConfig::Dense {})
+        }),
+        ms.iter().find(|m| matches!(m.compressor, CompressorConfig::Terngrad(_))),
+    ) {
+        let _ = writeln!(
+            md,
+            "\n**TernGrad over fp32, both through the parameter server** (the paper's §5 setting)\n"
+        );
+        let _ = write!(md, "| link |");
+        for n in WORKERS {
+            let _ = write!(md, " N={n} |");
+        }
+        let _ = write!(md, "\n|---|");
+        for _ in WORKERS {
+            md.push_str("---:|");
+        }
+        md.push('\n');
+        for &link in &LINKS {
+            let net = NetworkModel::from_bits_per_second(link, a.alpha);
+            let _ = write!(md, "| {} |", link_name(link));
+            for n in WORKERS {
+                let _ = write!(
+                    md,
+                    " {:.2}× |",
+                    step_seconds(&p, dense_ps, n, &net) / step_seconds(&p, tern, n, &net)
+                );
+            }
+            md.push('\n');
+        }
+    }
     if !a.json {
         println!("{md}");
     }
