@@ -82,6 +82,7 @@ fn a_smoke_run_trains_and_writes_its_records() {
     let md = std::fs::read_to_string(report.join("report.md")).unwrap();
     assert!(md.contains("| quick-synthetic |") && md.contains("figures/metric_epochs.png"), "{md}");
     assert!(md.contains("measured s/step"), "{md}");
+    assert!(md.contains("KB/step"), "traffic table missing: {md}");
     for f in [
         "loss_epochs",
         "metric_epochs",

@@ -30,6 +30,10 @@ pub struct Args {
     /// median predicted one at each run's (single) configured link.
     #[arg(long)]
     validation: bool,
+    /// Also draw compression time against the number of elements d, one line
+    /// per sparsifier and density, from `gradcomp bench compress --json` output.
+    #[arg(long, value_name = "BENCH.jsonl")]
+    selection_time: Option<PathBuf>,
 }
 
 /// One run's records.
@@ -338,6 +342,48 @@ pub fn figures(runs: &[Run], dir: &Path) -> Result<Vec<(String, String)>> {
     Ok(out)
 }
 
+/// Compression (selection) time against d, log–log, from `bench compress
+/// --json` lines: one series per sparsifier and density.
+fn selection_time_figure(bench: &Path, dir: &Path) -> Result<(String, String)> {
+    let lines = read_jsonl(bench)?;
+    let mut series: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
+    for l in &lines {
+        let (Some(c), Some(d), Some(rho), Some(t)) =
+            (l["compressor"].as_str(), l["elements"].as_f64(), l["density"].as_f64(), l["seconds"].as_f64())
+        else {
+            continue;
+        };
+        if l["op"] != "compress" {
+            continue;
+        }
+        let name = format!("{c} ρ={rho}");
+        match series.iter_mut().find(|s| s.0 == name) {
+            Some(s) => s.1.push((d, t * 1e3)),
+            None => series.push((name, vec![(d, t * 1e3)])),
+        }
+    }
+    if series.is_empty() {
+        bail!(
+            "{}: no sparsifier `compress` lines (make it with `gradcomp bench compress --json`)",
+            bench.display()
+        );
+    }
+    for s in &mut series {
+        s.1.sort_by(|a, b| a.0.total_cmp(&b.0));
+    }
+    let stem = "selection_time";
+    Figure::Lines(Lines {
+        title: "compression time against d (one core)".into(),
+        x_label: "elements d".into(),
+        y_label: "ms per call".into(),
+        log_x: true,
+        log_y: true,
+        series,
+    })
+    .write(dir, stem)?;
+    Ok((stem.into(), format!("Compression time against d, from {}", bench.display())))
+}
+
 /// The summary table: one row per run.
 pub fn summary_table(runs: &[Run]) -> String {
     let links = links(runs);
@@ -402,6 +448,41 @@ pub fn summary_table(runs: &[Run]) -> String {
     s
 }
 
+/// Mean bytes sent per step by each collective operation, all workers
+/// together (what one worker sends another receives, so this is also the
+/// traffic received). For the parameter server, `ps_push` is the upload and
+/// `ps_pull` the download of the N − 1 workers that are not co-located with it.
+pub fn traffic_table(runs: &[Run]) -> String {
+    let mut ops: Vec<String> = Vec::new();
+    for r in runs {
+        for st in &r.steps {
+            for k in st["bytes_up"].as_object().into_iter().flat_map(|m| m.keys()) {
+                if !ops.contains(k) {
+                    ops.push(k.clone());
+                }
+            }
+        }
+    }
+    ops.sort();
+    let mut s = String::from("| run |");
+    for op in &ops {
+        let _ = write!(s, " {op} KB/step |");
+    }
+    s.push_str("\n|---|");
+    s.push_str(&"---:|".repeat(ops.len()));
+    s.push('\n');
+    for r in runs {
+        let _ = write!(s, "| {} |", r.name);
+        let n = r.steps.len().max(1) as f64;
+        for op in &ops {
+            let total: f64 = r.steps.iter().filter_map(|st| st["bytes_up"][op.as_str()].as_f64()).sum();
+            let _ = write!(s, " {:.1} |", total / n / 1e3);
+        }
+        s.push('\n');
+    }
+    s
+}
+
 /// Median measured step time against the median prediction at the run's
 /// first configured link, per run. Warm-up steps (the first 5) are left out.
 pub fn validation_table(runs: &[Run]) -> String {
@@ -444,9 +525,14 @@ pub fn validation_table(runs: &[Run]) -> String {
 pub fn run(a: &Args) -> Result<()> {
     let runs: Vec<Run> = a.runs.iter().map(|d| Run::load(d)).collect::<Result<_>>()?;
     let fig_dir = a.out.join("figures");
-    let figs = figures(&runs, &fig_dir)?;
+    let mut figs = figures(&runs, &fig_dir)?;
+    if let Some(bench) = &a.selection_time {
+        figs.push(selection_time_figure(bench, &fig_dir)?);
+    }
     let mut md = format!("# {}\n\n", a.title);
     md.push_str(&summary_table(&runs));
+    md.push_str("\n**Traffic per step by operation** (all workers together)\n\n");
+    md.push_str(&traffic_table(&runs));
     if a.validation {
         md.push_str("\n## Measured against predicted step time\n\n");
         let v = validation_table(&runs);
@@ -460,4 +546,36 @@ pub fn run(a: &Args) -> Result<()> {
     std::fs::write(&path, md).with_context(|| format!("writing {}", path.display()))?;
     println!("report: {} ({} figures in {})", path.display(), figs.len(), fig_dir.display());
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::selection_time_figure;
+
+    #[test]
+    fn selection_time_figure_reads_bench_lines() {
+        let dir = std::env::temp_dir().join(format!("gradcomp-seltime-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let bench = dir.join("bench.jsonl");
+        let mut text = String::from(
+            r#"{"compressor":"read_pass","op":"sum","elements":1024,"density":null,"seconds":1e-7}"#,
+        );
+        for (d, t) in [(1024, 1e-6), (65536, 1e-4), (1048576, 2e-3)] {
+            text.push_str(&format!(
+                "\n{{\"compressor\":\"topk\",\"op\":\"compress\",\"elements\":{d},\"density\":0.001,\"seconds\":{t}}}"
+            ));
+        }
+        std::fs::write(&bench, text).unwrap();
+        let (stem, _) = selection_time_figure(&bench, &dir).unwrap();
+        assert!(std::fs::metadata(dir.join(format!("{stem}.png"))).unwrap().len() > 1000);
+
+        // A file without sparsifier lines, or not JSON, is an error that names it.
+        std::fs::write(&bench, r#"{"compressor":"read_pass","op":"sum"}"#).unwrap();
+        let e = selection_time_figure(&bench, &dir).unwrap_err().to_string();
+        assert!(e.contains("bench compress --json"), "{e}");
+        std::fs::write(&bench, "not json").unwrap();
+        let e = format!("{:#}", selection_time_figure(&bench, &dir).unwrap_err());
+        assert!(e.contains("not a JSON record"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -52,7 +52,9 @@ fn range(values: impl Iterator<Item = f64>, log: bool) -> (f64, f64) {
         return if log { (1.0, 10.0) } else { (0.0, 1.0) };
     }
     if log {
-        (lo / 1.2, hi * 1.2)
+        // Whole decades: plotters labels a log axis only at powers of ten, so a
+        // narrower range (one bar, or ratios between 2 and 8) would have no labels.
+        (10f64.powf(lo.log10().floor()), 10f64.powf((hi * 1.0001).log10().ceil()))
     } else if hi > lo {
         let pad = (hi - lo) * 0.05;
         (lo - pad, hi + pad)
@@ -230,7 +232,7 @@ impl Figure {
 
 #[cfg(test)]
 mod tests {
-    use super::tick;
+    use super::{range, tick};
 
     #[test]
     fn ticks_are_short() {
@@ -240,5 +242,14 @@ mod tests {
         assert_eq!(tick(&2.0e7), "2e7");
         assert_eq!(tick(&0.0), "0");
         assert_eq!(tick(&0.0123), "0.0123");
+    }
+
+    #[test]
+    fn log_ranges_span_whole_decades() {
+        // One bar of 3.2 must still get a labelled axis: 1..10.
+        assert_eq!(range([3.2].into_iter(), true), (1.0, 10.0));
+        assert_eq!(range([0.02, 450.0].into_iter(), true), (0.01, 1000.0));
+        // Non-positive values cannot be drawn on a log axis and are ignored.
+        assert_eq!(range([-1.0, 0.0, 10.0].into_iter(), true), (10.0, 100.0));
     }
 }
