@@ -63,6 +63,19 @@ fn range(values: impl Iterator<Item = f64>, log: bool) -> (f64, f64) {
     }
 }
 
+/// Whether a requested log axis is worth it: plotters labels log axes only at
+/// powers of ten, so values within one decade (perplexities 230–410, say) read
+/// better on a linear axis.
+fn use_log(values: impl Iterator<Item = f64>, requested: bool) -> bool {
+    if !requested {
+        return false;
+    }
+    let (lo, hi) = values
+        .filter(|v| v.is_finite() && *v > 0.0)
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| (lo.min(v), hi.max(v)));
+    lo.is_finite() && hi / lo >= 10.0
+}
+
 /// Axis labels with at most 3 significant digits, no trailing zeros.
 fn tick(v: &f64) -> String {
     let a = v.abs();
@@ -87,8 +100,10 @@ fn err<E: std::fmt::Debug>(e: E) -> anyhow::Error {
 
 fn draw_lines<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, c: &Lines) -> Result<()> {
     root.fill(&WHITE).map_err(err)?;
-    let xs = range(c.series.iter().flat_map(|s| s.1.iter().map(|p| p.0)), c.log_x);
-    let ys = range(c.series.iter().flat_map(|s| s.1.iter().map(|p| p.1)), c.log_y);
+    let log_x = use_log(c.series.iter().flat_map(|s| s.1.iter().map(|p| p.0)), c.log_x);
+    let log_y = use_log(c.series.iter().flat_map(|s| s.1.iter().map(|p| p.1)), c.log_y);
+    let xs = range(c.series.iter().flat_map(|s| s.1.iter().map(|p| p.0)), log_x);
+    let ys = range(c.series.iter().flat_map(|s| s.1.iter().map(|p| p.1)), log_y);
     let mut b = ChartBuilder::on(&root);
     b.caption(&c.title, ("sans-serif", 20)).margin(12).x_label_area_size(40).y_label_area_size(70);
     macro_rules! body {
@@ -111,10 +126,7 @@ fn draw_lines<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, c: &Lines) -> Re
                     .iter()
                     .copied()
                     .filter(|p| {
-                        p.0.is_finite()
-                            && p.1.is_finite()
-                            && (!c.log_x || p.0 > 0.0)
-                            && (!c.log_y || p.1 > 0.0)
+                        p.0.is_finite() && p.1.is_finite() && (!log_x || p.0 > 0.0) && (!log_y || p.1 > 0.0)
                     })
                     .collect();
                 chart
@@ -140,7 +152,7 @@ fn draw_lines<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, c: &Lines) -> Re
                 .map_err(err)?;
         }};
     }
-    match (c.log_x, c.log_y) {
+    match (log_x, log_y) {
         (false, false) => body!(b.build_cartesian_2d(xs.0..xs.1, ys.0..ys.1).map_err(err)?),
         (true, false) => body!(b.build_cartesian_2d((xs.0..xs.1).log_scale(), ys.0..ys.1).map_err(err)?),
         (false, true) => body!(b.build_cartesian_2d(xs.0..xs.1, (ys.0..ys.1).log_scale()).map_err(err)?),
@@ -155,10 +167,9 @@ fn draw_lines<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, c: &Lines) -> Re
 fn draw_bars<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, c: &Bars) -> Result<()> {
     root.fill(&WHITE).map_err(err)?;
     let n = c.bars.len().max(1);
-    let ys = range(
-        c.bars.iter().map(|b| b.1).chain(std::iter::once(if c.log_y { f64::NAN } else { 0.0 })),
-        c.log_y,
-    );
+    let log_y = use_log(c.bars.iter().map(|b| b.1), c.log_y);
+    let ys =
+        range(c.bars.iter().map(|b| b.1).chain(std::iter::once(if log_y { f64::NAN } else { 0.0 })), log_y);
     let names: Vec<String> = c.bars.iter().map(|b| b.0.clone()).collect();
     let mut b = ChartBuilder::on(&root);
     b.caption(&c.title, ("sans-serif", 20)).margin(12).x_label_area_size(90).y_label_area_size(70);
@@ -194,7 +205,7 @@ fn draw_bars<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, c: &Bars) -> Resu
         }};
     }
     let xr = -0.6..(n as f64 - 0.4);
-    if c.log_y {
+    if log_y {
         body!(b.build_cartesian_2d(xr, (ys.0..ys.1).log_scale()).map_err(err)?, ys.0)
     } else {
         body!(b.build_cartesian_2d(xr, ys.0..ys.1).map_err(err)?, 0.0)
@@ -232,7 +243,7 @@ impl Figure {
 
 #[cfg(test)]
 mod tests {
-    use super::{range, tick};
+    use super::{range, tick, use_log};
 
     #[test]
     fn ticks_are_short() {
@@ -251,5 +262,13 @@ mod tests {
         assert_eq!(range([0.02, 450.0].into_iter(), true), (0.01, 1000.0));
         // Non-positive values cannot be drawn on a log axis and are ignored.
         assert_eq!(range([-1.0, 0.0, 10.0].into_iter(), true), (10.0, 100.0));
+    }
+
+    #[test]
+    fn log_axes_only_for_values_spanning_a_decade() {
+        assert!(use_log([0.05, 0.6].into_iter(), true));
+        assert!(!use_log([230.0, 410.0].into_iter(), true));
+        assert!(!use_log([0.05, 0.6].into_iter(), false));
+        assert!(!use_log([f64::NAN, -1.0].into_iter(), true));
     }
 }
