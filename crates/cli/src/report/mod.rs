@@ -476,7 +476,11 @@ pub fn traffic_table(runs: &[Run]) -> String {
         let n = r.steps.len().max(1) as f64;
         for op in &ops {
             let total: f64 = r.steps.iter().filter_map(|st| st["bytes_up"][op.as_str()].as_f64()).sum();
-            let _ = write!(s, " {:.1} |", total / n / 1e3);
+            if total > 0.0 {
+                let _ = write!(s, " {:.1} |", total / n / 1e3);
+            } else {
+                s.push_str(" – |");
+            }
         }
         s.push('\n');
     }
