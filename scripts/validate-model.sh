@@ -6,12 +6,13 @@
 # the median measured step time with the median prediction.
 #
 #   scripts/validate-model.sh [STEPS]        (needs root, Open MPI, MNIST)
+#   NETSIM_BURST=32kb VALIDATION_OUT=runs/validation-32kb scripts/validate-model.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 steps="${1:-60}"
 cargo build --release -p gradcomp-cli --features mpi >&2
 bin="$PWD/target/release/gradcomp"
-out=runs/validation
+out="${VALIDATION_OUT:-runs/validation}"   # NETSIM_BURST=32kb etc. passes through to netsim.sh
 mkdir -p "$out"
 dirs=()
 for n in 2 4; do
