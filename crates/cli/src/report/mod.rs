@@ -488,10 +488,15 @@ pub fn traffic_table(runs: &[Run]) -> String {
 }
 
 /// Median measured step time against the median prediction at the run's
-/// first configured link, per run. Warm-up steps (the first 5) are left out.
+/// first configured link, per run, and where the difference lies: the
+/// measured time inside collectives against the predicted communication
+/// time (the prediction less the step's local work), and the compute. All
+/// per-rank times are the slowest rank's. Warm-up steps (the first 5) are
+/// left out.
 pub fn validation_table(runs: &[Run]) -> String {
     let mut s = String::from(
-        "| run | workers | link | measured s/step | predicted s/step | error |\n|---|---:|---|---:|---:|---:|\n",
+        "| run | workers | link | measured s/step | predicted s/step | error | measured comm ms | predicted comm ms | compute ms |\n\
+         |---|---:|---|---:|---:|---:|---:|---:|---:|\n",
     );
     let med = |mut v: Vec<f64>| -> f64 {
         if v.is_empty() {
@@ -500,6 +505,13 @@ pub fn validation_table(runs: &[Run]) -> String {
         v.sort_by(f64::total_cmp);
         v[v.len() / 2]
     };
+    let slowest = |st: &Value, keys: &[&str]| -> Option<f64> {
+        let per_rank: Vec<f64> = (0..st[keys[0]].as_array()?.len())
+            .map(|i| keys.iter().filter_map(|k| st[*k][i].as_f64()).sum())
+            .collect();
+        per_rank.into_iter().reduce(f64::max)
+    };
+    const LOCAL: [&str; 4] = ["compute_s", "compress_s", "decode_s", "optimizer_s"];
     for r in runs {
         let Some(link) = r
             .steps
@@ -509,18 +521,26 @@ pub fn validation_table(runs: &[Run]) -> String {
         else {
             continue;
         };
-        let measured = med(r.steps.iter().skip(5).filter_map(|st| st["wall_s"].as_f64()).collect());
-        let predicted =
-            med(r.steps.iter().skip(5).filter_map(|st| st["predicted_s"][link.as_str()].as_f64()).collect());
+        let steps = || r.steps.iter().skip(5);
+        let measured = med(steps().filter_map(|st| st["wall_s"].as_f64()).collect());
+        let predicted = med(steps().filter_map(|st| st["predicted_s"][link.as_str()].as_f64()).collect());
+        let comm = med(steps().filter_map(|st| slowest(st, &["communicate_s"])).collect());
+        let predicted_comm = med(steps()
+            .filter_map(|st| Some(st["predicted_s"][link.as_str()].as_f64()? - slowest(st, &LOCAL)?))
+            .collect());
+        let compute = med(steps().filter_map(|st| slowest(st, &["compute_s"])).collect());
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {:.4} | {:.4} | {:+.0}% |",
+            "| {} | {} | {} | {:.4} | {:.4} | {:+.0}% | {:.1} | {:.1} | {:.1} |",
             r.name,
             r.get("workers").and_then(|v| v.as_integer()).unwrap_or(1),
             human_link(&link),
             measured,
             predicted,
-            (predicted / measured - 1.0) * 100.0
+            (predicted / measured - 1.0) * 100.0,
+            comm * 1e3,
+            predicted_comm * 1e3,
+            compute * 1e3,
         );
     }
     s
@@ -554,7 +574,31 @@ pub fn run(a: &Args) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::selection_time_figure;
+    use super::{selection_time_figure, validation_table, Run};
+
+    #[test]
+    fn validation_table_splits_the_step_into_communication_and_compute() {
+        // Two ranks; rank 1 is the slowest locally (4 + 1 + 0 + 1 = 6 ms).
+        let step = serde_json::json!({
+            "wall_s": 0.020,
+            "predicted_s": {"100000000": 0.022},
+            "compute_s": [0.003, 0.004],
+            "compress_s": [0.001, 0.001],
+            "decode_s": [0.0, 0.0],
+            "optimizer_s": [0.001, 0.001],
+            "communicate_s": [0.014, 0.012],
+        });
+        let run = Run {
+            name: "r".into(),
+            config: toml::from_str("workers = 2").unwrap(),
+            manifest: serde_json::Value::Null,
+            epochs: Vec::new(),
+            steps: vec![step; 8],
+        };
+        let t = validation_table(&[run]);
+        let row = t.lines().last().unwrap();
+        assert_eq!(row, "| r | 2 | 100 Mbit/s | 0.0200 | 0.0220 | +10% | 14.0 | 16.0 | 4.0 |", "{t}");
+    }
 
     #[test]
     fn selection_time_figure_reads_bench_lines() {
