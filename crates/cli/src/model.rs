@@ -24,6 +24,7 @@ use gradcomp_compress::{CompressorConfig, Message, RngKey, UnitContext, UnitRng}
 use gradcomp_train::config::TrainConfig;
 use gradcomp_train::trainer::{self, RunOptions, Silent};
 
+use crate::bench::timing::median;
 use crate::report::{Figure, Lines};
 
 #[derive(ClapArgs)]
@@ -81,9 +82,15 @@ struct Profile {
     units: Vec<usize>,
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+/// A table header: `first`, then one column per worker count in [`WORKERS`].
+fn workers_header(md: &mut String, first: &str) {
+    let _ = write!(md, "| {first} |");
+    for n in WORKERS {
+        let _ = write!(md, " N={n} |");
+    }
+    md.push_str("\n|---|");
+    md.push_str(&"---:|".repeat(WORKERS.len()));
+    md.push('\n');
 }
 
 fn profile(cfg: &TrainConfig, steps: u64) -> Result<Profile> {
@@ -281,15 +288,7 @@ pub fn run(a: &Args) -> Result<()> {
             "\n**{}**: speedup over dense (throughput in examples/s for dense)\n",
             link_name(link)
         );
-        let _ = write!(md, "| method |");
-        for n in WORKERS {
-            let _ = write!(md, " N={n} |");
-        }
-        let _ = write!(md, "\n|---|");
-        for _ in WORKERS {
-            md.push_str("---:|");
-        }
-        md.push('\n');
+        workers_header(&mut md, "method");
         for m in &ms {
             let _ = write!(md, "| {} |", m.label);
             let mut pts = Vec::new();
@@ -327,15 +326,7 @@ pub fn run(a: &Args) -> Result<()> {
             md,
             "\n**TernGrad over fp32, both through the parameter server** (the paper's §5 setting)\n"
         );
-        let _ = write!(md, "| link |");
-        for n in WORKERS {
-            let _ = write!(md, " N={n} |");
-        }
-        let _ = write!(md, "\n|---|");
-        for _ in WORKERS {
-            md.push_str("---:|");
-        }
-        md.push('\n');
+        workers_header(&mut md, "link");
         for &link in &LINKS {
             let net = NetworkModel::from_bits_per_second(link, a.alpha);
             let _ = write!(md, "| {} |", link_name(link));

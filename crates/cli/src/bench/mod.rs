@@ -2,7 +2,7 @@
 
 mod comm;
 mod compress;
-mod timing;
+pub(crate) mod timing;
 mod train;
 
 use clap::Subcommand;

@@ -1,6 +1,16 @@
-//! Repeated timing with a median, the shared clock of every `bench`.
+//! Repeated timing with a median, the shared clock of every `bench`, and the
+//! median every command reports.
 
 use std::time::{Duration, Instant};
+
+/// The median of `v` (the upper one for an even count); NaN when empty.
+pub fn median(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
 
 /// Runs `f` once to warm up, then until `min_time` has passed and at least
 /// `min_reps` runs were made; returns the median seconds per run.
@@ -13,6 +23,5 @@ pub fn median_seconds(min_time: Duration, min_reps: usize, mut f: impl FnMut()) 
         f();
         times.push(t.elapsed().as_secs_f64());
     }
-    times.sort_by(f64::total_cmp);
-    times[times.len() / 2]
+    median(times)
 }

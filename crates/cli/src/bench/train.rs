@@ -18,6 +18,8 @@ use gradcomp_train::data::{synthetic, ImageLoader};
 use gradcomp_train::models::{LeNet5, Net};
 use gradcomp_train::trainer::{self, RunOptions, Silent};
 
+use super::timing::median;
+
 #[derive(ClapArgs)]
 pub struct Args {
     /// Training steps per measurement.
@@ -82,11 +84,6 @@ fn plain_burn_steps_per_s(batch: usize, steps: usize) -> f64 {
         model = optim.step(0.01, model, grads);
     }
     (batches.len() - WARM) as f64 / start.elapsed().as_secs_f64()
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 pub fn run(a: &Args) -> Result<()> {

@@ -13,6 +13,8 @@ use anyhow::{bail, Context, Result};
 use clap::Args as ClapArgs;
 use serde_json::Value;
 
+use crate::bench::timing::median;
+
 pub use plot::{Bars, Figure, Lines};
 
 #[derive(ClapArgs)]
@@ -498,13 +500,6 @@ pub fn validation_table(runs: &[Run]) -> String {
         "| run | workers | link | measured s/step | predicted s/step | error | measured comm ms | predicted comm ms | compute ms |\n\
          |---|---:|---|---:|---:|---:|---:|---:|---:|\n",
     );
-    let med = |mut v: Vec<f64>| -> f64 {
-        if v.is_empty() {
-            return f64::NAN;
-        }
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
     let slowest = |st: &Value, keys: &[&str]| -> Option<f64> {
         let per_rank: Vec<f64> = (0..st[keys[0]].as_array()?.len())
             .map(|i| keys.iter().filter_map(|k| st[*k][i].as_f64()).sum())
@@ -522,13 +517,15 @@ pub fn validation_table(runs: &[Run]) -> String {
             continue;
         };
         let steps = || r.steps.iter().skip(5);
-        let measured = med(steps().filter_map(|st| st["wall_s"].as_f64()).collect());
-        let predicted = med(steps().filter_map(|st| st["predicted_s"][link.as_str()].as_f64()).collect());
-        let comm = med(steps().filter_map(|st| slowest(st, &["communicate_s"])).collect());
-        let predicted_comm = med(steps()
-            .filter_map(|st| Some(st["predicted_s"][link.as_str()].as_f64()? - slowest(st, &LOCAL)?))
-            .collect());
-        let compute = med(steps().filter_map(|st| slowest(st, &["compute_s"])).collect());
+        let measured = median(steps().filter_map(|st| st["wall_s"].as_f64()).collect());
+        let predicted = median(steps().filter_map(|st| st["predicted_s"][link.as_str()].as_f64()).collect());
+        let comm = median(steps().filter_map(|st| slowest(st, &["communicate_s"])).collect());
+        let predicted_comm = median(
+            steps()
+                .filter_map(|st| Some(st["predicted_s"][link.as_str()].as_f64()? - slowest(st, &LOCAL)?))
+                .collect(),
+        );
+        let compute = median(steps().filter_map(|st| slowest(st, &["compute_s"])).collect());
         let _ = writeln!(
             s,
             "| {} | {} | {} | {:.4} | {:.4} | {:+.0}% | {:.1} | {:.1} | {:.1} |",
