@@ -8,7 +8,9 @@
 //! decodes to `s·m/N`.
 
 use crate::codec::{self, CodecError, MAX_WORKERS};
-use crate::message::{Message, MessageKind, TernaryMessage, TernarySumMessage};
+use crate::message::{
+    zip_ternary_codes, Message, MessageKind, TernaryMessage, TernarySumMessage, TERNARY_CODE_VALUES,
+};
 
 /// Averages encoded messages into `out` (zeroed first): `out = (1/N) Σ decode(m_i)`.
 pub fn average_encoded<'a>(
@@ -91,19 +93,7 @@ fn add_codes_checked(m: &TernaryMessage, sum: &mut TernarySumMessage) -> Result<
 
 /// `sums[j] += code_j` for 2-bit packed ternary codes.
 pub fn add_ternary_codes(packed: &[u8], sums: &mut [i16]) {
-    const CODE: [i16; 4] = [0, 1, -1, 0];
-    let (full, tail) = sums.split_at_mut(sums.len() / 4 * 4);
-    for (s, &b) in full.chunks_exact_mut(4).zip(packed) {
-        s[0] += CODE[(b & 3) as usize];
-        s[1] += CODE[(b >> 2 & 3) as usize];
-        s[2] += CODE[(b >> 4 & 3) as usize];
-        s[3] += CODE[(b >> 6) as usize];
-    }
-    if let Some(&b) = packed.get(full.len() / 4) {
-        for (j, s) in tail.iter_mut().enumerate() {
-            *s += CODE[(b >> (2 * j) & 3) as usize];
-        }
-    }
+    zip_ternary_codes(packed, sums, |s, c| *s += i16::from(TERNARY_CODE_VALUES[c]));
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::compressor::{Compressor, Dense};
+use crate::memory::MemoryKind;
 use crate::quantize::{qsgd, Fp16, OneBit, OneBitConfig, Qsgd, QsgdConfig, TernGrad, TernGradConfig};
 use crate::sparsify::{
     DgcK, DgcKConfig, Esgd, EsgdConfig, GaussianK, GaussianKConfig, RandK, RandKConfig, Threshold,
@@ -65,6 +66,49 @@ fn check_density(rho: f64) -> Result<(), InvalidOption> {
     check(rho > 0.0 && rho <= 1.0, "density", || {
         format!("{rho} is not in (0, 1]; e.g. 0.001 keeps one element in a thousand")
     })
+}
+
+/// Constructors with every other option at its default, for library users:
+/// `CompressorConfig::topk(0.001)`.
+impl CompressorConfig {
+    pub fn dense() -> Self {
+        Self::Dense {}
+    }
+    pub fn fp16() -> Self {
+        Self::Fp16 {}
+    }
+    /// TernGrad with c·σ clipping (c = 2.5) and a shared scaler.
+    pub fn terngrad() -> Self {
+        Self::Terngrad(Default::default())
+    }
+    pub fn qsgd() -> Self {
+        Self::Qsgd(Default::default())
+    }
+    pub fn onebit() -> Self {
+        Self::Onebit(Default::default())
+    }
+    /// Exact top-k at density `density` (k = ⌊ρd⌋).
+    pub fn topk(density: f64) -> Self {
+        Self::Topk(TopKConfig { density, ..Default::default() })
+    }
+    pub fn gaussiank(density: f64) -> Self {
+        Self::Gaussiank(GaussianKConfig { density, ..Default::default() })
+    }
+    pub fn dgck(density: f64) -> Self {
+        Self::Dgck(DgcKConfig { density, ..Default::default() })
+    }
+    pub fn trimmedk(density: f64) -> Self {
+        Self::Trimmedk(TrimmedKConfig { density, ..Default::default() })
+    }
+    pub fn randk(density: f64) -> Self {
+        Self::Randk(RandKConfig { density, ..Default::default() })
+    }
+    pub fn threshold(threshold: f32) -> Self {
+        Self::Threshold(ThresholdConfig { threshold, ..Default::default() })
+    }
+    pub fn esgd(density: f64) -> Self {
+        Self::Esgd(EsgdConfig { density, ..Default::default() })
+    }
 }
 
 impl CompressorConfig {
@@ -148,6 +192,33 @@ impl CompressorConfig {
         true
     }
 
+    /// The memory `auto` means for this compressor: error feedback for the
+    /// biased ones whose dropped mass must come back (sparsifiers, 1-bit
+    /// SGD), DGC's momentum correction for DGC-k, none for the unbiased
+    /// quantizers, fp16, dense and eSGD (which carries its own residual).
+    pub fn default_memory(&self) -> MemoryKind {
+        match self {
+            Self::Dgck(_) => MemoryKind::DgcMomentum,
+            Self::Onebit(_)
+            | Self::Topk(_)
+            | Self::Gaussiank(_)
+            | Self::Trimmedk(_)
+            | Self::Randk(_)
+            | Self::Threshold(_) => MemoryKind::ErrorFeedback,
+            Self::Dense {} | Self::Fp16 {} | Self::Terngrad(_) | Self::Qsgd(_) | Self::Esgd(_) => {
+                MemoryKind::None
+            }
+        }
+    }
+
+    /// `requested`, with `Auto` replaced by [`CompressorConfig::default_memory`].
+    pub fn resolve_memory(&self, requested: MemoryKind) -> MemoryKind {
+        match requested {
+            MemoryKind::Auto => self.default_memory(),
+            k => k,
+        }
+    }
+
     /// Checks every option's range.
     pub fn validate(&self) -> Result<(), InvalidOption> {
         if let Some(rho) = self.density() {
@@ -224,6 +295,27 @@ mod tests {
         assert_eq!(c.density(), Some(0.01));
         assert!(serde_json::from_str::<CompressorConfig>(r#"{"name":"topk","densty":0.01}"#).is_err());
         assert!(serde_json::from_str::<CompressorConfig>(r#"{"name":"dense","density":0.01}"#).is_err());
+    }
+
+    #[test]
+    fn auto_memory_is_error_feedback_for_biased_compressors_only() {
+        use crate::memory::MemoryKind::*;
+        for (name, want) in [
+            ("dense", None),
+            ("fp16", None),
+            ("terngrad", None),
+            ("qsgd", None),
+            ("esgd", None),
+            ("onebit", ErrorFeedback),
+            ("topk", ErrorFeedback),
+            ("randk", ErrorFeedback),
+            ("dgck", DgcMomentum),
+        ] {
+            let c = CompressorConfig::named(name).unwrap();
+            assert_eq!(c.resolve_memory(Auto), want, "{name}");
+            assert_eq!(c.resolve_memory(ErrorFeedback), ErrorFeedback, "{name}: explicit choice stays");
+        }
+        assert_eq!(CompressorConfig::topk(0.01).density(), Some(0.01));
     }
 
     #[test]

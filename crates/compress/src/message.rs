@@ -291,22 +291,46 @@ impl Message {
     }
 }
 
+/// What each 2-bit ternary code means: `0b00` = 0, `0b01` = +1, `0b10` = −1
+/// (`0b11` is never written; decoders reject it).
+pub const TERNARY_CODE_VALUES: [i8; 4] = [0, 1, -1, 0];
+
+/// Calls `f(&mut out[j], code_j)` for the first `out.len()` 2-bit codes of
+/// `packed` (each code in `0..4`, see [`TERNARY_CODE_VALUES`]). This is the one
+/// unpacking loop of the crate: decoding into floats, the parameter server's
+/// integer sums, the codes for an integer allreduce and the base-3 layout all
+/// go through it. It indexes nothing, so it compiles to a bounds-check-free
+/// loop over whole bytes.
+#[inline(always)]
+pub fn zip_ternary_codes<T>(packed: &[u8], out: &mut [T], mut f: impl FnMut(&mut T, usize)) {
+    let (full, tail) = out.split_at_mut(out.len() / 4 * 4);
+    for (o, &b) in full.chunks_exact_mut(4).zip(packed) {
+        f(&mut o[0], usize::from(b & 3));
+        f(&mut o[1], usize::from(b >> 2 & 3));
+        f(&mut o[2], usize::from(b >> 4 & 3));
+        f(&mut o[3], usize::from(b >> 6));
+    }
+    if let Some(&b) = packed.get(full.len() / 4) {
+        for (j, o) in tail.iter_mut().enumerate() {
+            f(o, usize::from(b >> (2 * j) & 3));
+        }
+    }
+}
+
 /// `out[j] += w * code_j` for 2-bit packed ternary codes. Shared by
 /// [`Message::add_to`] and the codec's fused decode-and-aggregate.
 #[inline]
 pub(crate) fn add_ternary(packed: &[u8], w: f32, out: &mut [f32]) {
     let table = [0.0, w, -w, 0.0];
-    let (full, tail) = out.split_at_mut(out.len() / 4 * 4);
-    for (o, &b) in full.chunks_exact_mut(4).zip(packed) {
-        o[0] += table[(b & 3) as usize];
-        o[1] += table[(b >> 2 & 3) as usize];
-        o[2] += table[(b >> 4 & 3) as usize];
-        o[3] += table[(b >> 6) as usize];
-    }
-    if let Some(&b) = packed.get(full.len() / 4) {
-        for (j, o) in tail.iter_mut().enumerate() {
-            *o += table[(b >> (2 * j) & 3) as usize];
-        }
+    zip_ternary_codes(packed, out, |o, c| *o += table[c]);
+}
+
+impl TernaryMessage {
+    /// Writes the codes as integers in {−1, 0, +1} into `out` (`len` of them):
+    /// the form an integer allreduce sums.
+    pub fn codes_into(&self, out: &mut [i32]) {
+        assert_eq!(out.len(), self.len, "code buffer length differs from the message");
+        zip_ternary_codes(&self.packed, out, |o, c| *o = i32::from(TERNARY_CODE_VALUES[c]));
     }
 }
 
@@ -327,6 +351,10 @@ mod tests {
         let mut out = vec![0.0; 5];
         m.decompress_into(&mut out);
         assert_eq!(out, [1.0, 0.0, -1.0, 1.0, -1.0]);
+        let Message::Ternary(t) = &m else { unreachable!() };
+        let mut codes = [7i32; 5];
+        t.codes_into(&mut codes);
+        assert_eq!(codes, [1, 0, -1, 1, -1]);
     }
 
     #[test]

@@ -17,6 +17,10 @@ fn exercise(bytes: &[u8]) {
     let decoded = codec::decode(bytes, &mut msg);
     let header = codec::read_header(bytes);
     let _ = codec::split_first(bytes);
+    let scale = codec::ternary_scale(bytes);
+    if let (Ok(h), Ok(scale)) = (&header, &scale) {
+        assert_eq!(scale.is_some(), h.kind == gradcomp_compress::message::MessageKind::Ternary);
+    }
     if let Ok(h) = header {
         if (h.len as usize) <= MAX_OUT {
             let mut out = vec![1.0f32; h.len as usize];

@@ -73,6 +73,11 @@ proptest! {
             prop_assert_eq!(h.unit, unit);
             prop_assert_eq!(h.len as usize, x.len());
             prop_assert_eq!(&back, &msg, "{}", cfg.name());
+            let scale = match &msg {
+                Message::Ternary(t) => Some(t.scale),
+                _ => None,
+            };
+            prop_assert_eq!(codec::ternary_scale(bytes).unwrap(), scale, "{}", cfg.name());
             let mut want = vec![0.5f32; x.len()];
             msg.add_to(0.25, &mut want);
             let mut got = vec![0.5f32; x.len()];

@@ -400,6 +400,15 @@ pub fn read_header(bytes: &[u8]) -> Result<Header, CodecError> {
     parse(bytes).map(|(h, _, _)| h)
 }
 
+/// The scaler of a ternary message (`None` for every other kind), read
+/// through the same checks as a full decode of the header and scalar.
+pub fn ternary_scale(bytes: &[u8]) -> Result<Option<f32>, CodecError> {
+    Ok(match parse(bytes)?.1 {
+        View::Ternary { scale, .. } => Some(scale),
+        _ => None,
+    })
+}
+
 /// Splits a buffer of concatenated messages into the first message and the rest.
 pub fn split_first(bytes: &[u8]) -> Result<(&[u8], &[u8]), CodecError> {
     let (_, _, rest) = parse(bytes)?;

@@ -2,7 +2,7 @@
 //! per byte, `Σ t_i·3^i` with trit 0 = 0, 1 = +1, 2 = −1).
 
 use super::CodecError;
-use crate::message::TernaryPacking;
+use crate::message::{zip_ternary_codes, TernaryPacking};
 
 pub(super) fn wire_len(len: usize, packing: TernaryPacking) -> usize {
     match packing {
@@ -29,19 +29,21 @@ pub(super) fn check_two_bit(codes: &[u8], len: usize) -> Result<(), CodecError> 
 pub(super) fn to_base3(packed: &[u8], len: usize, out: &mut Vec<u8>) {
     let mut byte = 0u8;
     let mut pow = 1u8;
-    for j in 0..len {
+    let mut in_byte = 0;
+    // `()` per element: the crate's one unpacking loop drives the packing
+    // without a buffer (a `Vec<()>` never allocates).
+    zip_ternary_codes(packed, &mut vec![(); len], |(), code| {
         // 2-bit code 0b00/0b01/0b10 is already the trit 0/1/2.
-        let code = packed[j / 4] >> (2 * (j % 4)) & 3;
-        byte += code * pow;
-        if j % 5 == 4 {
+        byte += code as u8 * pow;
+        in_byte += 1;
+        if in_byte == 5 {
             out.push(byte);
-            byte = 0;
-            pow = 1;
+            (byte, pow, in_byte) = (0, 1, 0);
         } else {
             pow *= 3;
         }
-    }
-    if !len.is_multiple_of(5) {
+    });
+    if in_byte != 0 {
         out.push(byte);
     }
 }

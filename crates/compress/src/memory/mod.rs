@@ -15,7 +15,35 @@ pub use dgc_momentum::DgcMomentum;
 pub use error_feedback::{ErrorFeedback, ResidualForm};
 pub use warmup::DensitySchedule;
 
+use serde::{Deserialize, Serialize};
+
 use crate::message::Message;
+
+/// Which memory wraps a compressor. `Auto` lets the compressor choose
+/// ([`CompressorConfig::default_memory`](crate::CompressorConfig::default_memory)).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MemoryKind {
+    /// Error feedback for the biased compressors that need it, DGC momentum
+    /// for DGC-k, none for the rest.
+    #[default]
+    Auto,
+    None,
+    ErrorFeedback,
+    DgcMomentum,
+}
+
+impl MemoryKind {
+    /// Builds the memory; `Auto` must be resolved first (it builds none).
+    /// `residual` is error feedback's form, `momentum` DGC's factor.
+    pub fn build(self, residual: ResidualForm, momentum: f32) -> Box<dyn Memory> {
+        match self {
+            MemoryKind::ErrorFeedback => Box::new(ErrorFeedback::new(residual)),
+            MemoryKind::DgcMomentum => Box::new(DgcMomentum::new(momentum)),
+            MemoryKind::Auto | MemoryKind::None => Box::new(NoMemory),
+        }
+    }
+}
 
 /// Carried state around one unit's compressor. See the module docs.
 pub trait Memory: Send {
