@@ -203,6 +203,14 @@ pub trait Collective: Send {
         download: &mut Vec<u8>,
     ) -> Result<(), CommError>;
 
+    /// Gives up on the group after an error on this rank that its peers may
+    /// not see (they may be waiting in a collective for it). The in-process
+    /// backend needs nothing (dropping the handle wakes every peer with
+    /// [`CommError::PeerFailed`]), so the default does nothing; the MPI
+    /// backend ends the whole job with `code`, since MPI cannot cancel a
+    /// collective a peer is blocked in.
+    fn abandon(&mut self, _code: i32) {}
+
     /// This rank's byte counts.
     fn meter(&self) -> &ByteMeter;
     fn meter_mut(&mut self) -> &mut ByteMeter;

@@ -255,6 +255,10 @@ impl Collective for MpiCollective {
         self.rank
     }
 
+    fn abandon(&mut self, code: i32) {
+        self.abort(code)
+    }
+
     fn world_size(&self) -> usize {
         self.size
     }

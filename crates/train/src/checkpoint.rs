@@ -1,17 +1,15 @@
 //! Checkpoint files: named sections of numbers, written atomically.
 //!
 //! ```text
-//! "GCCKPT1\n" | sections: name_len u32 | name | kind u8 (0 f32, 1 u64, 2 f64) | count u64 | data (LE)
+//! "GCCKPT1\n" | sections: name_len u32 | name | kind u8 (0 f32, 1 u64, 2 f64, 3 bytes) | count u64 | data (LE)
 //! ```
-//! A checkpoint is a directory `checkpoints/step-<S>/` with `state.bin`
-//! (rank 0: parameters, optimizer, counters) and `rank-<r>.bin` (each rank's
-//! compressor memories), made current by atomically rewriting
-//! `checkpoints/latest` once every file is in place.
+//! The trainer's checkpoint directories built from these files are
+//! described in `trainer/checkpoint.rs`.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use crate::metrics::write_atomic;
+use crate::records::write_atomic;
 
 const MAGIC: &[u8; 8] = b"GCCKPT1\n";
 
@@ -21,6 +19,8 @@ pub enum Values {
     F32(Vec<f32>),
     U64(Vec<u64>),
     F64(Vec<f64>),
+    /// Opaque bytes (burn's optimizer record, JSON of typed counters).
+    Bytes(Vec<u8>),
 }
 
 /// Named sections, in name order.
@@ -50,6 +50,7 @@ impl Sections {
                 Values::F32(x) => (0u8, x.len()),
                 Values::U64(x) => (1, x.len()),
                 Values::F64(x) => (2, x.len()),
+                Values::Bytes(x) => (3, x.len()),
             };
             out.push(kind);
             out.extend_from_slice(&(count as u64).to_le_bytes());
@@ -57,6 +58,7 @@ impl Sections {
                 Values::F32(x) => x.iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
                 Values::U64(x) => x.iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
                 Values::F64(x) => x.iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
+                Values::Bytes(x) => out.extend_from_slice(x),
             }
         }
         out
@@ -82,6 +84,7 @@ impl Sections {
             let kind = take(1)?[0];
             let count = u64::from_le_bytes(take(8)?.try_into().expect("8 bytes"));
             let width = match kind {
+                3 => 1,
                 0 => 4,
                 1 | 2 => 8,
                 _ => return Err(bad("unknown section kind")),
@@ -98,6 +101,7 @@ impl Sections {
                 1 => Values::U64(
                     data.chunks_exact(8).map(|b| u64::from_le_bytes(b.try_into().expect("8"))).collect(),
                 ),
+                3 => Values::Bytes(data.to_vec()),
                 _ => Values::F64(
                     data.chunks_exact(8).map(|b| f64::from_le_bytes(b.try_into().expect("8"))).collect(),
                 ),
@@ -145,6 +149,25 @@ impl Sections {
             _ => Err(format!("checkpoint lacks section {name}")),
         }
     }
+
+    pub fn bytes(&self, name: &str) -> Result<&[u8], String> {
+        match self.get(name) {
+            Some(Values::Bytes(v)) => Ok(v),
+            _ => Err(format!("checkpoint lacks section {name}")),
+        }
+    }
+
+    /// Sections whose names start with `prefix`, as f32 buffers under the rest of the name.
+    pub fn f32_under(&self, prefix: &str) -> std::collections::BTreeMap<String, Vec<f32>> {
+        self.0
+            .range(prefix.to_string()..)
+            .take_while(|(k, _)| k.starts_with(prefix))
+            .filter_map(|(k, v)| match v {
+                Values::F32(x) => Some((k[prefix.len()..].to_string(), x.clone())),
+                _ => None,
+            })
+            .collect()
+    }
 }
 
 #[cfg(test)]
@@ -158,8 +181,12 @@ mod tests {
         s.put("params", Values::F32(vec![1.0, -2.5]));
         s.put("counters", Values::U64(vec![7, 8]));
         s.put("wall", Values::F64(vec![0.5]));
+        s.put("dp.memory.0.0", Values::F32(vec![1.5]));
+        s.put("optimizer", Values::Bytes(vec![1, 2, 3]));
         let b = s.encode();
         assert_eq!(Sections::decode(&b, "x").unwrap(), s);
+        assert_eq!(s.bytes("optimizer").unwrap(), [1, 2, 3]);
+        assert_eq!(s.f32_under("dp.").get("memory.0.0"), Some(&vec![1.5]));
         assert!(Sections::decode(&b[..b.len() - 1], "x").is_err());
         assert!(Sections::decode(b"nope", "x").is_err());
     }

@@ -5,11 +5,14 @@
 use std::path::{Path, PathBuf};
 
 use gradcomp_comm::ServerPlacement;
+pub use gradcomp_compress::memory::MemoryKind;
 use gradcomp_compress::memory::{DensitySchedule, ResidualForm};
-use gradcomp_compress::{Combine, CompressorConfig};
+use gradcomp_compress::CompressorConfig;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+use crate::api::DataParallelConfig;
+use crate::data::{ImageFiles, ImageLayout, TextFiles};
 use crate::models::LstmLmConfig;
 
 /// A configuration problem: names the key and says what is wrong.
@@ -81,13 +84,28 @@ pub enum Backend {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Dataset {
+    /// `mnist/` in the data directory (`scripts/fetch-data.sh mnist`).
     Mnist,
+    /// `fashion-mnist/` in the data directory (`scripts/fetch-data.sh fashion-mnist`).
     FashionMnist,
+    /// Any IDX image dataset in `data.dir`: any size, channel count and
+    /// number of classes; file names `data.train_images` etc.
+    Images,
+    /// `ptb/` in the data directory (`scripts/fetch-data.sh ptb`).
     Ptb,
-    /// Generated images (tests, smoke runs).
+    /// Any word-level corpus in `data.dir`; file names `data.train_text` etc.
+    Text,
+    /// Generated images (tests, smoke runs): `synthetic_size` examples of
+    /// `synthetic_shape` in `synthetic_classes` classes.
     SyntheticImages,
     /// A generated token stream (tests, smoke runs).
     SyntheticTokens,
+}
+
+impl Dataset {
+    pub fn is_text(self) -> bool {
+        matches!(self, Dataset::Ptb | Dataset::Text | Dataset::SyntheticTokens)
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -95,6 +113,7 @@ pub enum Dataset {
 pub struct DataConfig {
     pub dataset: Dataset,
     /// Data directory; default `$GRADCOMP_DATA`, else `~/.cache/gradcomp/data`.
+    /// For `images` and `text`, the directory that holds the files.
     pub dir: Option<PathBuf>,
     /// Minibatch per worker.
     pub batch_size: usize,
@@ -106,12 +125,29 @@ pub struct DataConfig {
     pub bptt: usize,
     /// Synthetic datasets: examples (images) or tokens.
     pub synthetic_size: usize,
+    /// Synthetic images: `[channels, rows, cols]`.
+    pub synthetic_shape: [usize; 3],
+    /// Synthetic images: number of classes (at most 256).
+    pub synthetic_classes: usize,
     /// Rotate language-model shards among workers every epoch (CELGC).
     pub rotate_shards: bool,
+    /// `images`: the IDX files in `dir` (each tried as named, then with `.gz`).
+    pub train_images: String,
+    pub train_labels: String,
+    pub test_images: String,
+    pub test_labels: String,
+    /// `images`: how 4-D IDX files order an image (`chw` or `hwc`).
+    pub image_layout: ImageLayout,
+    /// `text`: the corpus files in `dir`; an empty `valid_text` means none.
+    pub train_text: String,
+    pub valid_text: String,
+    pub test_text: String,
 }
 
 impl Default for DataConfig {
     fn default() -> Self {
+        let images = ImageFiles::default();
+        let text = TextFiles::default();
         Self {
             dataset: Dataset::Mnist,
             dir: None,
@@ -120,8 +156,33 @@ impl Default for DataConfig {
             test_examples: 0,
             bptt: 35,
             synthetic_size: 2048,
+            synthetic_shape: [1, 28, 28],
+            synthetic_classes: 10,
             rotate_shards: false,
+            train_images: images.train_images,
+            train_labels: images.train_labels,
+            test_images: images.test_images,
+            test_labels: images.test_labels,
+            image_layout: ImageLayout::Chw,
+            train_text: text.train,
+            valid_text: text.valid,
+            test_text: text.test,
         }
+    }
+}
+
+impl DataConfig {
+    pub fn image_files(&self) -> ImageFiles {
+        ImageFiles {
+            train_images: self.train_images.clone(),
+            train_labels: self.train_labels.clone(),
+            test_images: self.test_images.clone(),
+            test_labels: self.test_labels.clone(),
+        }
+    }
+
+    pub fn text_files(&self) -> TextFiles {
+        TextFiles { train: self.train_text.clone(), valid: self.valid_text.clone(), test: self.test_text.clone() }
     }
 }
 
@@ -151,8 +212,12 @@ impl Default for ModelConfig {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum OptimizerName {
+    /// SGD with momentum (PyTorch semantics), Nesterov, L2 weight decay.
     Sgd,
+    /// Adam with L2 weight decay.
     Adam,
+    /// AdamW: Adam with decoupled weight decay.
+    Adamw,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -264,16 +329,6 @@ pub enum Granularity {
     Global,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum MemoryKind {
-    /// Error feedback for sparsifiers and 1-bit, none for the rest.
-    Auto,
-    None,
-    ErrorFeedback,
-    DgcMomentum,
-}
-
 /// Which tensors stay dense (layer granularity).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -333,9 +388,11 @@ pub enum Topology {
     ParameterServer,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ServerPlace {
+    /// Rank 0 is both a worker and the server.
+    #[default]
     CoLocated,
 }
 
@@ -354,9 +411,9 @@ impl Default for CommConfig {
     }
 }
 
-impl CommConfig {
-    pub fn placement(&self) -> ServerPlacement {
-        match self.server {
+impl ServerPlace {
+    pub fn placement(self) -> ServerPlacement {
+        match self {
             ServerPlace::CoLocated => ServerPlacement::CoLocated,
         }
     }
@@ -469,6 +526,18 @@ pub fn set_key(table: &mut toml::Table, key: &str, value: &str) -> Result<(), Co
     Err(err(key, "empty key"))
 }
 
+/// Splits a `--set KEY=VALUE` argument; the one parser every command uses.
+pub fn parse_override(arg: &str) -> Result<(String, String), ConfigError> {
+    let (k, v) = arg
+        .split_once('=')
+        .ok_or_else(|| err("--set", format!("{arg}: expected KEY=VALUE, e.g. --set compressor.density=0.01")))?;
+    let k = k.trim();
+    if k.is_empty() {
+        return Err(err("--set", format!("{arg}: the key before '=' is empty")));
+    }
+    Ok((k.to_string(), v.trim().to_string()))
+}
+
 impl TrainConfig {
     /// Parses TOML text with `--set` overrides applied, then validates.
     pub fn from_toml(text: &str, overrides: &[(String, String)]) -> Result<Self, ConfigError> {
@@ -501,6 +570,22 @@ impl TrainConfig {
         toml::to_string_pretty(self).expect("configs serialize")
     }
 
+    /// The data-parallel part of the configuration, as the library API takes it.
+    pub fn data_parallel(&self) -> DataParallelConfig {
+        DataParallelConfig {
+            compressor: self.compressor.clone(),
+            compression: self.compression.clone(),
+            topology: Some(self.comm.topology),
+            server: self.comm.server,
+            strategy: self.strategy.clone(),
+            seed: self.seed,
+            base_lr: Some(self.optimizer.lr),
+            on_nonfinite: self.train.on_nonfinite,
+            checksum_every: self.train.checksum_every,
+            stats_every: self.train.stats_every,
+        }
+    }
+
     pub fn run_dir(&self) -> PathBuf {
         self.run_dir.clone().unwrap_or_else(|| PathBuf::from("runs").join(&self.name))
     }
@@ -520,15 +605,26 @@ impl TrainConfig {
         if self.data.batch_size == 0 {
             return Err(err("data.batch_size", "must be at least 1"));
         }
-        let lm_data = matches!(self.data.dataset, Dataset::Ptb | Dataset::SyntheticTokens);
-        if lm_data != self.is_language_model() {
+        if self.data.dataset.is_text() != self.is_language_model() {
             return Err(err(
                 "model.name",
-                format!("{:?} does not fit dataset {:?} (the LSTM takes ptb or synthetic-tokens; the others take images)", self.model.name, self.data.dataset),
+                format!("{:?} does not fit dataset {:?} (the LSTM takes ptb, text or synthetic-tokens; the others take images)", self.model.name, self.data.dataset),
             ));
         }
         if self.data.bptt == 0 {
             return Err(err("data.bptt", "must be at least 1"));
+        }
+        if self.data.synthetic_shape.contains(&0) || !(1..=256).contains(&self.data.synthetic_classes) {
+            return Err(err(
+                "data.synthetic_shape",
+                "synthetic images need every dimension ≥ 1 and 1..=256 classes (synthetic_classes)",
+            ));
+        }
+        let lstm = &self.model.lstm;
+        for (key, v) in [("model.lstm.vocab", lstm.vocab), ("model.lstm.embed", lstm.embed), ("model.lstm.hidden", lstm.hidden)] {
+            if v == 0 {
+                return Err(err(key, "must be at least 1"));
+            }
         }
         let o = &self.optimizer;
         for (key, v, ok) in [
@@ -556,69 +652,7 @@ impl TrainConfig {
         if self.train.epochs == 0 && self.train.max_steps == 0 {
             return Err(err("train.epochs", "must be at least 1 (or set train.max_steps)"));
         }
-        self.compressor.validate().map_err(|e| err(&format!("compressor.{}", e.key), e.problem))?;
-        if let DensitySchedule::List { densities } = &self.compression.warmup {
-            if let Some(d) = densities.iter().find(|d| !(**d > 0.0 && **d <= 1.0)) {
-                return Err(err("compression.warmup.densities", format!("{d} is not in (0, 1]")));
-            }
-        }
-        if !(self.compression.dgc_momentum >= 0.0 && self.compression.dgc_momentum < 1.0) {
-            return Err(err("compression.dgc_momentum", "must be in [0, 1)"));
-        }
-        if self.compression.exclude.min_size == 0 {
-            return Err(err("compression.exclude.min_size", "must be at least 1 (1 excludes nothing)"));
-        }
-        if !non_negative(self.compression.local_clip) {
-            return Err(err("compression.local_clip", "must be ≥ 0 (0 turns it off)"));
-        }
-        if let CompressorConfig::Esgd(_) = self.compressor {
-            if self.compression.granularity != Granularity::Global {
-                return Err(err(
-                    "compression.granularity",
-                    "eSGD numbers coordinates across all layers; set granularity = \"global\"",
-                ));
-            }
-            if !matches!(self.compression.memory, MemoryKind::Auto | MemoryKind::None) {
-                return Err(err(
-                    "compression.memory",
-                    "eSGD carries its own momentum residual; use \"auto\" or \"none\"",
-                ));
-            }
-        }
-        let st = &self.strategy;
-        if st.period == 0 {
-            return Err(err("strategy.period", "must be at least 1 (the communication period I)"));
-        }
-        if !non_negative(st.gamma) {
-            return Err(err("strategy.gamma", "must be ≥ 0 (0 turns clipping off)"));
-        }
-        if st.kind == StrategyKind::Celgc {
-            if st.average == Average::Gradients && st.period != 1 {
-                return Err(err(
-                    "strategy.average",
-                    "averaging gradients (naive parallel clipping) needs period = 1",
-                ));
-            }
-            if st.average == Average::Gradients && st.compress_delta {
-                return Err(err("strategy.compress_delta", "applies to model averaging only"));
-            }
-            if !st.compress_delta && !matches!(self.compressor, CompressorConfig::Dense {}) {
-                return Err(err(
-                    "compressor.name",
-                    "CELGC averages models densely; set strategy.compress_delta = true to send the model change through a compressor",
-                ));
-            }
-        }
-        let combine = self.compressor.build().combine();
-        if self.comm.topology == Topology::Allreduce && combine == Combine::Gather {
-            return Err(err(
-                "comm.topology",
-                format!(
-                    "compressor {} sends per-worker messages that allreduce cannot sum; use topology = \"allgather\" or \"parameter-server\"",
-                    self.compressor.name()
-                ),
-            ));
-        }
+        self.data_parallel().validate()?;
         if !positive(self.comm.timeout_seconds) {
             return Err(err("comm.timeout_seconds", "must be positive"));
         }

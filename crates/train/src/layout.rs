@@ -50,24 +50,30 @@ impl GradientLayout {
         &flat[s.offset..s.offset + s.len]
     }
 
+    /// Index of the output layer's first slot: the last tensor of two or more
+    /// dimensions (its weight) and everything after it (its bias). What
+    /// `exclude.last_layer` keeps dense; 0 for a model of vectors only.
+    pub fn output_layer_start(&self) -> usize {
+        self.slots.iter().rposition(|s| s.shape.len() >= 2).unwrap_or(0)
+    }
+
+    /// The slot holding flat index `j`.
+    pub fn slot_of(&self, j: usize) -> Option<&ParamSlot> {
+        self.slots.iter().find(|s| j < s.offset + s.len)
+    }
+
     /// A 64-bit FNV-1a hash of names and shapes, for comparing layouts across workers.
     pub fn fingerprint(&self) -> u64 {
-        let mut h = 0xcbf2_9ce4_8422_2325u64;
-        let mut eat = |bytes: &[u8]| {
-            for &b in bytes {
-                h ^= u64::from(b);
-                h = h.wrapping_mul(0x0100_0000_01b3);
-            }
-        };
+        let mut bytes = Vec::new();
         for s in &self.slots {
-            eat(s.name.as_bytes());
-            eat(&[0]);
+            bytes.extend_from_slice(s.name.as_bytes());
+            bytes.push(0);
             for &d in &s.shape {
-                eat(&(d as u64).to_le_bytes());
+                bytes.extend_from_slice(&(d as u64).to_le_bytes());
             }
-            eat(&[1]);
+            bytes.push(1);
         }
-        h
+        crate::params::checksum_bytes(&bytes)
     }
 }
 
@@ -84,6 +90,16 @@ mod tests {
         assert_eq!(l.view(&flat, 1), &[12.0, 13.0, 14.0, 15.0]);
         let m = GradientLayout::new([("w".to_string(), vec![4, 3]), ("b".to_string(), vec![4])]);
         assert_ne!(l.fingerprint(), m.fingerprint());
+        assert_eq!(l.output_layer_start(), 0);
+        let three = GradientLayout::new([
+            ("a.weight".to_string(), vec![4, 3]),
+            ("a.bias".to_string(), vec![4]),
+            ("out.weight".to_string(), vec![2, 4]),
+            ("out.bias".to_string(), vec![2]),
+        ]);
+        assert_eq!(three.output_layer_start(), 2);
+        assert_eq!(three.slot_of(13).unwrap().name, "a.bias");
+        assert!(three.slot_of(100).is_none());
         assert_eq!(l.fingerprint(), l.clone().fingerprint());
     }
 }

@@ -1,147 +1,135 @@
-//! Optimizers on flat parameter buffers.
+//! The built-in trainer's optimizer: one of burn's, built from the
+//! configuration. Every worker applies the same update to the same combined
+//! gradient, so replicas stay bit-identical without parameters travelling.
 //!
-//! Every worker applies the same update to the same averaged gradient, so
-//! replicas stay bit-identical without parameters ever travelling; keeping
-//! parameters, gradients and optimizer state as flat `Vec<f32>` makes that
-//! update one loop and the state trivial to checkpoint.
+//! | `optimizer.name` | burn | weight decay |
+//! |---|---|---|
+//! | `sgd` | `SgdConfig` with momentum (PyTorch semantics: no dampening), Nesterov | L2, added to the gradient |
+//! | `adam` | `AdamConfig` | L2, added to the gradient |
+//! | `adamw` | `AdamWConfig` | decoupled |
+//!
+//! `no_decay_on_biases` puts the 1-D parameters in a group of their own
+//! without weight decay (Shi et al.'s code).
+
+use burn::module::{Module, ModuleVisitor, Param, ParamGroup, ParamId};
+use burn::optim::decay::WeightDecayConfig;
+use burn::optim::momentum::MomentumConfig;
+use burn::optim::{AdamConfig, AdamWConfig, ModuleOptimizer, Optimizer, SgdConfig};
+use burn::tensor::Tensor;
 
 use crate::config::{OptimizerConfig, OptimizerName};
-use crate::layout::GradientLayout;
 
-/// SGD with momentum (PyTorch semantics) or Adam, with L2 weight decay.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Optimizer {
-    kind: OptimizerName,
-    momentum: f32,
-    nesterov: bool,
-    weight_decay: f32,
-    beta1: f32,
-    beta2: f32,
-    eps: f32,
-    /// Per-element weight-decay factor (0 where decay is off).
-    decay: Vec<f32>,
-    /// SGD velocity, or Adam's first moment.
-    m: Vec<f32>,
-    /// Adam's second moment.
-    v: Vec<f32>,
-    /// Steps taken (Adam's bias correction).
-    pub steps: u64,
+/// The configured burn optimizer for `model`.
+pub fn optimizer<M: Module>(c: &OptimizerConfig, model: &M) -> ModuleOptimizer {
+    match c.name {
+        OptimizerName::Sgd => with_bias_group(c, model, |wd| {
+            let momentum = (c.momentum > 0.0).then(|| {
+                MomentumConfig::new().with_momentum(c.momentum).with_dampening(0.0).with_nesterov(c.nesterov)
+            });
+            SgdConfig::new().with_momentum(momentum).with_weight_decay(wd.map(WeightDecayConfig::new)).build()
+        }),
+        OptimizerName::Adam => with_bias_group(c, model, |wd| {
+            AdamConfig::new()
+                .with_beta_1(c.beta1 as f32)
+                .with_beta_2(c.beta2 as f32)
+                .with_epsilon(c.eps as f32)
+                .with_weight_decay(wd.map(WeightDecayConfig::new))
+                .build()
+        }),
+        OptimizerName::Adamw => with_bias_group(c, model, |wd| {
+            AdamWConfig::new()
+                .with_beta_1(c.beta1 as f32)
+                .with_beta_2(c.beta2 as f32)
+                .with_epsilon(c.eps as f32)
+                .with_weight_decay(wd.unwrap_or(0.0))
+                .build()
+        }),
+    }
 }
 
-impl Optimizer {
-    pub fn new(c: &OptimizerConfig, layout: &GradientLayout) -> Self {
-        let mut decay = vec![c.weight_decay as f32; layout.total()];
-        if c.no_decay_on_biases {
-            for s in layout.slots().iter().filter(|s| s.shape.len() <= 1) {
-                decay[s.offset..s.offset + s.len].fill(0.0);
-            }
-        }
-        let n = layout.total();
-        Self {
-            kind: c.name,
-            momentum: c.momentum as f32,
-            nesterov: c.nesterov,
-            weight_decay: c.weight_decay as f32,
-            beta1: c.beta1 as f32,
-            beta2: c.beta2 as f32,
-            eps: c.eps as f32,
-            decay,
-            m: vec![0.0; n],
-            v: if c.name == OptimizerName::Adam { vec![0.0; n] } else { Vec::new() },
-            steps: 0,
-        }
+/// `make(Some(wd))` for every parameter, and `make(None)` for the 1-D ones
+/// when `no_decay_on_biases` is set.
+fn with_bias_group<M: Module, O: Optimizer>(
+    c: &OptimizerConfig,
+    model: &M,
+    make: impl Fn(Option<f32>) -> O,
+) -> ModuleOptimizer {
+    let wd = (c.weight_decay > 0.0).then_some(c.weight_decay as f32);
+    let optim = ModuleOptimizer::from(make(wd));
+    if c.no_decay_on_biases && wd.is_some() {
+        optim.with_group(ParamGroup::from_ids(vector_ids(model)), make(None), None)
+    } else {
+        optim
     }
+}
 
-    /// `params -= lr · update(grad)`.
-    pub fn step(&mut self, params: &mut [f32], grad: &[f32], lr: f32) {
-        assert_eq!(params.len(), grad.len());
-        self.steps += 1;
-        let wd_on = self.weight_decay != 0.0;
-        match self.kind {
-            OptimizerName::Sgd => {
-                let (mu, nesterov) = (self.momentum, self.nesterov);
-                for (((p, &g), m), &wd) in params.iter_mut().zip(grad).zip(&mut self.m).zip(&self.decay) {
-                    let g = if wd_on { g + wd * *p } else { g };
-                    let d = if mu == 0.0 {
-                        g
-                    } else {
-                        *m = mu * *m + g;
-                        if nesterov {
-                            g + mu * *m
-                        } else {
-                            *m
-                        }
-                    };
-                    *p -= lr * d;
-                }
-            }
-            OptimizerName::Adam => {
-                let (b1, b2, eps) = (self.beta1, self.beta2, self.eps);
-                let t = self.steps as i32;
-                let c1 = 1.0 - b1.powi(t);
-                let c2 = 1.0 - b2.powi(t);
-                for ((((p, &g), m), v), &wd) in
-                    params.iter_mut().zip(grad).zip(&mut self.m).zip(&mut self.v).zip(&self.decay)
-                {
-                    let g = if wd_on { g + wd * *p } else { g };
-                    *m = b1 * *m + (1.0 - b1) * g;
-                    *v = b2 * *v + (1.0 - b2) * g * g;
-                    *p -= lr * (*m / c1) / ((*v / c2).sqrt() + eps);
-                }
+/// The ids of the model's 1-D trainable parameters (biases, norms' scales).
+fn vector_ids<M: Module>(model: &M) -> Vec<ParamId> {
+    struct Vectors(Vec<ParamId>);
+    impl ModuleVisitor for Vectors {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+            if D == 1 && param.is_require_grad() {
+                self.0.push(param.id);
             }
         }
     }
-
-    /// The state buffers, for checkpoints.
-    pub fn state(&self) -> [&[f32]; 2] {
-        [&self.m, &self.v]
-    }
-
-    pub fn restore(&mut self, m: Vec<f32>, v: Vec<f32>, steps: u64) -> Result<(), String> {
-        if m.len() != self.m.len() || v.len() != self.v.len() {
-            return Err("optimizer state does not match the model".into());
-        }
-        self.m = m;
-        self.v = v;
-        self.steps = steps;
-        Ok(())
-    }
+    let mut v = Vectors(Vec::new());
+    model.visit(&mut v);
+    v.0
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use burn::nn::{Linear, LinearConfig};
+    use burn::optim::GradientsParams;
 
-    fn layout() -> GradientLayout {
-        GradientLayout::new([("w".into(), vec![2, 1]), ("b".into(), vec![1])])
-    }
-
-    #[test]
-    fn sgd_momentum_matches_hand_computation() {
-        let c = OptimizerConfig {
-            momentum: 0.5,
-            weight_decay: 0.1,
-            no_decay_on_biases: true,
-            ..Default::default()
-        };
-        let mut o = Optimizer::new(&c, &layout());
-        let mut p = vec![1.0, 2.0, 3.0];
-        o.step(&mut p, &[1.0, 1.0, 1.0], 0.1);
-        // g + wd·p: [1.1, 1.2, 1.0]; v = g; p -= 0.1 v
-        assert!((p[0] - 0.89).abs() < 1e-6 && (p[1] - 1.88).abs() < 1e-6 && (p[2] - 2.9).abs() < 1e-6);
-        o.step(&mut p, &[0.0, 0.0, 0.0], 0.1);
-        // v = 0.5 v + wd·p
-        assert!((p[2] - (2.9 - 0.1 * 0.5)).abs() < 1e-6);
-    }
-
-    #[test]
-    fn adam_first_step_is_lr_sign() {
-        let c = OptimizerConfig { name: OptimizerName::Adam, ..Default::default() };
-        let mut o = Optimizer::new(&c, &layout());
-        let mut p = vec![0.0; 3];
-        o.step(&mut p, &[2.0, -3.0, 0.5], 0.01);
-        for (x, s) in p.iter().zip([-1.0, 1.0, -1.0]) {
-            assert!((x - 0.01 * s).abs() < 1e-5, "{x}");
+    fn step(c: &OptimizerConfig, grads: [f32; 3], steps: usize) -> Vec<f32> {
+        let device = crate::default_device();
+        // w = [[1], [2]] (2 inputs, 1 output), b = [3].
+        let mut layer: Linear = LinearConfig::new(2, 1).init(&device);
+        layer = crate::params::write_params(layer, &[1.0, 2.0, 3.0]);
+        let mut optim = optimizer(c, &layer);
+        for _ in 0..steps {
+            let g = crate::params::grads_params(&layer, &grads);
+            layer = optim.step(0.1, layer, g);
         }
+        let mut out = Vec::new();
+        crate::params::read_params(&layer, &mut out);
+        out
+    }
+
+    fn close(a: &[f32], b: &[f32]) -> bool {
+        a.iter().zip(b).all(|(x, y)| (x - y).abs() < 1e-5)
+    }
+
+    #[test]
+    fn sgd_momentum_with_weight_decay_but_not_on_biases_matches_hand_computation() {
+        let c = OptimizerConfig { momentum: 0.5, weight_decay: 0.1, no_decay_on_biases: true, ..Default::default() };
+        // g + wd·p: [1.1, 1.2, 1.0]; v = g; p -= 0.1 v
+        assert!(close(&step(&c, [1.0; 3], 1), &[0.89, 1.88, 2.9]));
+        // A second step with the same gradient: the bias's v = 0.5·1 + 1.
+        let p = step(&c, [1.0; 3], 2);
+        assert!((p[2] - (2.9 - 0.1 * (0.5 + 1.0))).abs() < 1e-5, "{p:?}");
+    }
+
+    #[test]
+    fn adam_first_step_is_lr_times_sign() {
+        let c = OptimizerConfig { name: OptimizerName::Adam, momentum: 0.0, ..Default::default() };
+        let p = step(&c, [2.0, -3.0, 0.5], 1);
+        assert!(close(&p, &[1.0 - 0.1, 2.0 + 0.1, 3.0 - 0.1]), "{p:?}");
+    }
+
+    #[test]
+    fn an_empty_gradient_leaves_the_model_unchanged() {
+        let device = crate::default_device();
+        let layer: Linear = LinearConfig::new(2, 1).init(&device);
+        let mut before = Vec::new();
+        crate::params::read_params(&layer, &mut before);
+        let mut optim = optimizer(&OptimizerConfig::default(), &layer);
+        let layer = optim.step(0.1, layer, GradientsParams::new());
+        let mut after = Vec::new();
+        crate::params::read_params(&layer, &mut after);
+        assert_eq!(before, after);
     }
 }

@@ -3,14 +3,36 @@
 //!
 //! Read-out flattens every tensor inside burn and concatenates them, so one
 //! `into_data` crosses to host memory (reading non-contiguous tensors one by
-//! one was far slower). Write-back replaces each parameter's value, keeping
-//! its id, so the model is ready for the next forward pass.
+//! one was far slower). The way back is one upload of the whole buffer, cut
+//! into per-parameter views inside burn. Parameters that do not require a
+//! gradient (BatchNorm's running statistics) are skipped everywhere.
 
-use burn::module::{Module, ModuleMapper, ModuleVisitor, Param};
+use burn::module::{Module, ModuleMapper, ModuleVisitor, Param, ParamId};
+use burn::optim::GradientsParams;
 use burn::tensor::Gradients;
 use burn::tensor::{Device, Tensor, TensorData};
 
 use crate::layout::GradientLayout;
+
+/// Where a parameter's gradient comes from: the [`Gradients`] of
+/// `loss.backward()`, or burn's per-parameter [`GradientsParams`] (what
+/// burn-train's `Learner` hands over).
+pub trait GradSource {
+    /// The gradient of `param` (without autodiff), if the loss depends on it.
+    fn grad<const D: usize>(&self, param: &Param<Tensor<D>>) -> Option<Tensor<D>>;
+}
+
+impl GradSource for Gradients {
+    fn grad<const D: usize>(&self, param: &Param<Tensor<D>>) -> Option<Tensor<D>> {
+        param.val().grad(self)
+    }
+}
+
+impl GradSource for GradientsParams {
+    fn grad<const D: usize>(&self, param: &Param<Tensor<D>>) -> Option<Tensor<D>> {
+        self.get(param.id)
+    }
+}
 
 /// The model's trainable parameters' names and shapes, in visit order.
 pub fn layout<M: Module>(model: &M) -> GradientLayout {
@@ -63,19 +85,22 @@ pub fn read_params<M: Module>(model: &M, out: &mut Vec<f32>) {
     flatten_into(v.0, out);
 }
 
-/// The gradients of the model's trainable parameters after `backward`, flat.
-/// A parameter the loss does not depend on gets zeros.
-pub fn read_grads<M: Module>(model: &M, grads: &Gradients, out: &mut Vec<f32>) {
-    struct Grads<'a> {
-        grads: &'a Gradients,
+/// The gradients of the model's trainable parameters, flat. A parameter the
+/// loss does not depend on gets zeros.
+pub fn read_grads<M: Module, G: GradSource>(model: &M, grads: &G, out: &mut Vec<f32>) {
+    struct Grads<'a, G> {
+        grads: &'a G,
         out: Vec<Tensor<1>>,
     }
-    impl ModuleVisitor for Grads<'_> {
+    impl<G: GradSource> ModuleVisitor for Grads<'_, G> {
         fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
             if param.is_require_grad() {
-                let t = param.val();
-                let n = t.shape().num_elements();
-                let g = t.grad(self.grads).unwrap_or_else(|| Tensor::zeros(t.shape(), &t.device().inner()));
+                let shape = param.val().shape();
+                let n = shape.num_elements();
+                let g = self
+                    .grads
+                    .grad(param)
+                    .unwrap_or_else(|| Tensor::zeros(shape, &param.val().device().inner()));
                 self.out.push(g.reshape([n]));
             }
         }
@@ -85,31 +110,139 @@ pub fn read_grads<M: Module>(model: &M, grads: &Gradients, out: &mut Vec<f32>) {
     flatten_into(v.out, out);
 }
 
-/// Replaces the model's trainable parameter values by `flat` (layout order).
-pub fn write_params<M: Module>(model: M, flat: &[f32], device: &Device) -> M {
+/// The device the model's trainable parameters live on, without autodiff
+/// (where gradients and optimizer state live). `None` for a model without any.
+pub fn grad_device<M: Module>(model: &M) -> Option<Device> {
+    struct First(Option<Device>);
+    impl ModuleVisitor for First {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+            if self.0.is_none() && param.is_require_grad() {
+                self.0 = Some(param.val().device().inner());
+            }
+        }
+    }
+    let mut v = First(None);
+    model.visit(&mut v);
+    v.0
+}
+
+/// burn gradients for the model's trainable parameters from a flat buffer
+/// (layout order): one upload, then a view per parameter, registered under
+/// the parameter's id, ready for any burn optimizer.
+pub fn grads_params<M: Module>(model: &M, flat: &[f32]) -> GradientsParams {
+    struct Register {
+        all: Option<Tensor<1>>,
+        at: usize,
+        out: GradientsParams,
+    }
+    impl ModuleVisitor for Register {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+            if !param.is_require_grad() {
+                return;
+            }
+            let shape = param.val().shape();
+            let n = shape.num_elements();
+            let all = self.all.as_ref().expect("a model with parameters has a device");
+            let g: Tensor<D> = all.clone().slice([self.at..self.at + n]).reshape(shape);
+            self.at += n;
+            self.out.register(param.id, g);
+        }
+    }
+    let all = grad_device(model).map(|d| Tensor::from_data(TensorData::new(flat.to_vec(), [flat.len()]), &d));
+    let mut v = Register { all, at: 0, out: GradientsParams::new() };
+    model.visit(&mut v);
+    assert_eq!(v.at, flat.len(), "gradient buffer length differs from the model's");
+    v.out
+}
+
+/// Replaces the model's trainable parameter values by `flat` (layout order),
+/// each on the device it was on.
+pub fn write_params<M: Module>(model: M, flat: &[f32]) -> M {
     struct Writer<'a> {
         flat: &'a [f32],
         at: usize,
-        device: &'a Device,
     }
     impl ModuleMapper for Writer<'_> {
         fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
             if !param.is_require_grad() {
                 return param;
             }
-            let device = self.device;
             let (flat, at) = (self.flat, &mut self.at);
             param.map(|old| {
                 let shape = old.shape();
                 let n = shape.num_elements();
                 let values = flat[*at..*at + n].to_vec();
                 *at += n;
-                Tensor::from_data(TensorData::new(values, shape), device).require_grad()
+                Tensor::from_data(TensorData::new(values, shape), &old.device()).require_grad()
             })
         }
     }
-    let mut w = Writer { flat, at: 0, device };
+    let mut w = Writer { flat, at: 0 };
     let model = model.map(&mut w);
     assert_eq!(w.at, flat.len(), "parameter buffer length differs from the model's");
+    model
+}
+
+/// FNV-1a over the parameters' bit patterns, one word per value: what
+/// workers compare to prove their replicas identical.
+pub fn checksum(params: &[f32]) -> u64 {
+    let mut h = FNV_OFFSET;
+    for p in params {
+        h ^= u64::from(p.to_bits());
+        h = h.wrapping_mul(FNV_PRIME);
+    }
+    h
+}
+
+/// FNV-1a over bytes.
+pub fn checksum_bytes(bytes: &[u8]) -> u64 {
+    let mut h = FNV_OFFSET;
+    for &b in bytes {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(FNV_PRIME);
+    }
+    h
+}
+
+const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+const FNV_PRIME: u64 = 0x0100_0000_01b3;
+
+/// The ids of the model's trainable parameters, in layout order. Optimizer
+/// state is keyed by them, so a checkpoint keeps them beside the state.
+pub fn param_ids<M: Module>(model: &M) -> Vec<u64> {
+    struct Ids(Vec<u64>);
+    impl ModuleVisitor for Ids {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+            if param.is_require_grad() {
+                self.0.push(param.id.val());
+            }
+        }
+    }
+    let mut v = Ids(Vec::new());
+    model.visit(&mut v);
+    v.0
+}
+
+/// Gives the model's trainable parameters the ids `ids` (layout order), so an
+/// optimizer state saved by another process applies to this model.
+pub fn assign_param_ids<M: Module>(model: M, ids: &[u64]) -> M {
+    struct Assign<'a> {
+        ids: &'a [u64],
+        at: usize,
+    }
+    impl ModuleMapper for Assign<'_> {
+        fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
+            if !param.is_require_grad() {
+                return param;
+            }
+            let (_, value, mapper) = param.consume();
+            let id = ParamId::from(self.ids[self.at]);
+            self.at += 1;
+            Param::from_mapped_value(id, value, mapper)
+        }
+    }
+    let mut a = Assign { ids, at: 0 };
+    let model = model.map(&mut a);
+    assert_eq!(a.at, ids.len(), "parameter id list length differs from the model's");
     model
 }

@@ -1,7 +1,10 @@
 //! The IDX format of MNIST and Fashion-MNIST: big-endian u32 magic
-//! (0x00000803 images, 0x00000801 labels), big-endian u32 dimensions, then
-//! raw u8 data. Raw or gzip-compressed. Every length is checked; a truncated
-//! or wrong file is an error naming it, never a panic or a short dataset.
+//! (`0x0000080D`: unsigned bytes, D dimensions), big-endian u32 dimensions,
+//! then raw u8 data. Images are 3-D (`count × rows × cols`, one channel) or
+//! 4-D (`count × channels × rows × cols`, or `count × rows × cols ×
+//! channels` when the configuration says `image_layout = "hwc"`); labels are
+//! 1-D. Raw or gzip-compressed. Every length is checked; a truncated or wrong
+//! file is an error naming it, never a panic or a short dataset.
 
 use std::io::Read;
 use std::path::Path;
@@ -9,7 +12,28 @@ use std::path::Path;
 use super::DataError;
 
 const IMAGES_MAGIC: u32 = 0x0000_0803;
+const IMAGES_4D_MAGIC: u32 = 0x0000_0804;
 const LABELS_MAGIC: u32 = 0x0000_0801;
+
+/// How a 4-D IDX image file orders an image's values.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ImageLayout {
+    /// `channels × rows × cols` per image (burn's and PyTorch's order).
+    #[default]
+    Chw,
+    /// `rows × cols × channels` per image (NumPy images, TensorFlow).
+    Hwc,
+}
+
+/// Images parsed from an IDX file: pixels in `count × channels × rows × cols` order.
+#[derive(Debug, PartialEq)]
+pub(super) struct IdxImages {
+    pub pixels: Vec<u8>,
+    pub count: usize,
+    /// `[channels, rows, cols]`.
+    pub shape: [usize; 3],
+}
 
 /// Reads a whole file, un-gzipping it if its name ends in `.gz`.
 pub(super) fn read_maybe_gz(path: &Path) -> Result<Vec<u8>, DataError> {
@@ -30,28 +54,63 @@ fn be_u32(bytes: &[u8], at: usize) -> Option<u32> {
     bytes.get(at..at + 4).map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
 }
 
-/// Images: returns (pixels, count, rows, cols).
-pub(super) fn parse_images(bytes: &[u8], path: &Path) -> Result<(Vec<u8>, usize, usize, usize), DataError> {
+/// Images: 3-D (one channel) or 4-D IDX, returned in CHW order.
+pub(super) fn parse_images(bytes: &[u8], path: &Path, layout: ImageLayout) -> Result<IdxImages, DataError> {
     let magic = be_u32(bytes, 0).ok_or_else(|| DataError::corrupt(path, "shorter than an IDX header"))?;
-    if magic != IMAGES_MAGIC {
-        return Err(DataError::corrupt(
-            path,
-            format!("magic {magic:#010x} is not an IDX image file (0x00000803)"),
-        ));
-    }
-    let dims: Vec<usize> = (0..3)
+    let ndims = match magic {
+        IMAGES_MAGIC => 3,
+        IMAGES_4D_MAGIC => 4,
+        _ => {
+            return Err(DataError::corrupt(
+                path,
+                format!("magic {magic:#010x} is not an IDX image file (0x00000803, or 0x00000804 with channels)"),
+            ))
+        }
+    };
+    let dims: Vec<usize> = (0..ndims)
         .map(|i| be_u32(bytes, 4 + 4 * i).map(|v| v as usize))
         .collect::<Option<_>>()
         .ok_or_else(|| DataError::corrupt(path, "truncated IDX header"))?;
-    let (n, rows, cols) = (dims[0], dims[1], dims[2]);
-    let want = n.checked_mul(rows).and_then(|v| v.checked_mul(cols)).and_then(|v| v.checked_add(16));
+    let header = 4 + 4 * ndims;
+    let (n, shape) = match (ndims, layout) {
+        (3, _) => (dims[0], [1, dims[1], dims[2]]),
+        (_, ImageLayout::Chw) => (dims[0], [dims[1], dims[2], dims[3]]),
+        (_, ImageLayout::Hwc) => (dims[0], [dims[3], dims[1], dims[2]]),
+    };
+    let want = dims.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).and_then(|v| v.checked_add(header));
     if want != Some(bytes.len()) {
         return Err(DataError::corrupt(
             path,
-            format!("header says {n} images of {rows}×{cols} but the file has {} bytes", bytes.len()),
+            format!(
+                "header says {n} images of {} but the file has {} bytes",
+                dims[1..].iter().map(usize::to_string).collect::<Vec<_>>().join("×"),
+                bytes.len()
+            ),
         ));
     }
-    Ok((bytes[16..].to_vec(), n, rows, cols))
+    if shape.contains(&0) {
+        return Err(DataError::corrupt(path, format!("images of {}×{}×{} hold no pixels", shape[0], shape[1], shape[2])));
+    }
+    let body = &bytes[header..];
+    let pixels = match (ndims, layout) {
+        (4, ImageLayout::Hwc) => hwc_to_chw(body, n, shape),
+        _ => body.to_vec(),
+    };
+    Ok(IdxImages { pixels, count: n, shape })
+}
+
+/// Reorders `n` images of `[c, h, w]` from `h × w × c` to `c × h × w`.
+fn hwc_to_chw(body: &[u8], n: usize, [c, h, w]: [usize; 3]) -> Vec<u8> {
+    let size = c * h * w;
+    let mut out = vec![0u8; body.len()];
+    for (src, dst) in body.chunks_exact(size).zip(out.chunks_exact_mut(size)).take(n) {
+        for (p, px) in src.chunks_exact(c).enumerate() {
+            for (ch, &v) in px.iter().enumerate() {
+                dst[ch * h * w + p] = v;
+            }
+        }
+    }
+    out
 }
 
 /// Labels: returns one u8 per example.
@@ -91,10 +150,10 @@ mod tests {
     fn valid_and_truncated_files() {
         let p = Path::new("x");
         let ok = images_file(2, 3, 4, 24);
-        let (px, n, r, c) = parse_images(&ok, p).unwrap();
-        assert_eq!((px.len(), n, r, c), (24, 2, 3, 4));
+        let img = parse_images(&ok, p, ImageLayout::Chw).unwrap();
+        assert_eq!((img.pixels.len(), img.count, img.shape), (24, 2, [1, 3, 4]));
         let short = images_file(2, 3, 4, 23);
-        assert!(parse_images(&short, p).unwrap_err().to_string().contains("header says 2 images"));
+        assert!(parse_images(&short, p, ImageLayout::Chw).unwrap_err().to_string().contains("header says 2 images"));
         assert!(parse_labels(&ok, p).unwrap_err().to_string().contains("not an IDX label file"));
         let mut labels = LABELS_MAGIC.to_be_bytes().to_vec();
         labels.extend_from_slice(&3u32.to_be_bytes());
@@ -102,7 +161,25 @@ mod tests {
         assert_eq!(parse_labels(&labels, p).unwrap(), [1, 2, 3]);
         assert!(parse_labels(&labels[..10], p).is_err());
         // Dimensions whose product overflows are rejected, not allocated.
-        assert!(parse_images(&images_file(u32::MAX, u32::MAX, u32::MAX, 0), p).is_err());
+        assert!(parse_images(&images_file(u32::MAX, u32::MAX, u32::MAX, 0), p, ImageLayout::Chw).is_err());
+        // Images without pixels are an error, not a division by zero later.
+        assert!(parse_images(&images_file(2, 0, 4, 0), p, ImageLayout::Chw).unwrap_err().to_string().contains("no pixels"));
+    }
+
+    #[test]
+    fn four_dimensional_files_carry_channels_in_either_order() {
+        let p = Path::new("x");
+        let mut b = Vec::new();
+        for v in [IMAGES_4D_MAGIC, 1, 2, 1, 3] {
+            b.extend_from_slice(&v.to_be_bytes());
+        }
+        // One image of 2×1×3 pixels.
+        b.extend_from_slice(&[1, 2, 3, 4, 5, 6]);
+        let chw = parse_images(&b, p, ImageLayout::Chw).unwrap();
+        assert_eq!((chw.shape, chw.pixels.clone()), ([2, 1, 3], vec![1, 2, 3, 4, 5, 6]));
+        // The same bytes read as 1 × rows 2 × cols 1 × channels 3: pixels (1,2,3) and (4,5,6).
+        let hwc = parse_images(&b, p, ImageLayout::Hwc).unwrap();
+        assert_eq!((hwc.shape, hwc.pixels), ([3, 2, 1], vec![1, 4, 2, 5, 3, 6]));
     }
 
     proptest! {
@@ -111,9 +188,11 @@ mod tests {
         fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..64), magic_ok in any::<bool>()) {
             let mut b = bytes;
             if magic_ok && b.len() >= 4 {
-                b[..4].copy_from_slice(&IMAGES_MAGIC.to_be_bytes());
+                let m = if b.len() % 2 == 0 { IMAGES_MAGIC } else { IMAGES_4D_MAGIC };
+                b[..4].copy_from_slice(&m.to_be_bytes());
             }
-            let _ = parse_images(&b, Path::new("fuzz"));
+            let _ = parse_images(&b, Path::new("fuzz"), ImageLayout::Chw);
+            let _ = parse_images(&b, Path::new("fuzz"), ImageLayout::Hwc);
             let _ = parse_labels(&b, Path::new("fuzz"));
         }
     }

@@ -1,47 +1,46 @@
-//! MNIST and Fashion-MNIST in memory.
+//! Image classification datasets in memory: MNIST, Fashion-MNIST, or any
+//! set of IDX files (any size, channel count and number of classes).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
+use super::idx::{self, ImageLayout};
+use super::DataError;
 
-use super::{idx, DataError};
-
-/// Which image dataset.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum ImageSet {
-    Mnist,
-    FashionMnist,
-}
-
-impl ImageSet {
-    fn dir(self) -> &'static str {
-        match self {
-            ImageSet::Mnist => "mnist",
-            ImageSet::FashionMnist => "fashion-mnist",
-        }
-    }
-
-    fn name(self) -> &'static str {
-        match self {
-            ImageSet::Mnist => "MNIST",
-            ImageSet::FashionMnist => "Fashion-MNIST",
-        }
-    }
-}
-
-/// Images as u8 (scaled to [0, 1] when batched) and labels.
+/// Images as u8 (scaled to [0, 1] when batched), `channels × rows × cols`
+/// each, and their labels.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ImageDataset {
     pub pixels: Arc<Vec<u8>>,
     pub labels: Arc<Vec<u8>>,
-    pub rows: usize,
-    pub cols: usize,
+    /// `[channels, rows, cols]`.
+    pub shape: [usize; 3],
+    /// Labels are in `0..classes`.
     pub classes: usize,
 }
 
 impl ImageDataset {
+    /// A dataset from memory: `pixels` holds `labels.len()` images of
+    /// `shape` (`[channels, rows, cols]`, CHW order); every label must be
+    /// below `classes`.
+    pub fn new(pixels: Vec<u8>, labels: Vec<u8>, shape: [usize; 3], classes: usize) -> Result<Self, DataError> {
+        let size = shape.iter().product::<usize>();
+        if size == 0 {
+            return Err(DataError::Invalid(format!("images of {shape:?} hold no pixels")));
+        }
+        if Some(pixels.len()) != labels.len().checked_mul(size) {
+            return Err(DataError::Invalid(format!(
+                "{} pixels are not {} images of {shape:?}",
+                pixels.len(),
+                labels.len()
+            )));
+        }
+        if let Some(&bad) = labels.iter().find(|&&l| usize::from(l) >= classes) {
+            return Err(DataError::Invalid(format!("label {bad} is outside 0..{classes}")));
+        }
+        Ok(Self { pixels: Arc::new(pixels), labels: Arc::new(labels), shape, classes })
+    }
+
     pub fn len(&self) -> usize {
         self.labels.len()
     }
@@ -50,47 +49,108 @@ impl ImageDataset {
         self.labels.is_empty()
     }
 
-    /// Loads the training (`train = true`) or test split from `data_dir/{mnist,fashion-mnist}/`.
-    /// Accepts `train-images-idx3-ubyte` raw or `.gz` (and MNIST's `train-images.idx3-ubyte`).
-    pub fn load(set: ImageSet, data_dir: &Path, train: bool) -> Result<Self, DataError> {
-        let dir = data_dir.join(set.dir());
-        let prefix = if train { "train" } else { "t10k" };
-        let find = |kind: &str| -> Result<std::path::PathBuf, DataError> {
-            let names = [
-                format!("{prefix}-{kind}-ubyte"),
-                format!("{prefix}-{kind}-ubyte.gz"),
-                format!("{prefix}-{}", kind.replacen('-', ".", 1)) + "-ubyte",
-            ];
-            names.iter().map(|n| dir.join(n)).find(|p| p.is_file()).ok_or_else(|| DataError::Missing {
-                dataset: set.name(),
-                file: names[0].clone() + "[.gz]",
-                dir: dir.clone(),
-                fetch: match set {
-                    ImageSet::Mnist => "mnist",
-                    ImageSet::FashionMnist => "fashion-mnist",
-                },
-            })
-        };
-        let ipath = find("images-idx3")?;
-        let lpath = find("labels-idx1")?;
-        let (pixels, n, rows, cols) = idx::parse_images(&idx::read_maybe_gz(&ipath)?, &ipath)?;
-        let labels = idx::parse_labels(&idx::read_maybe_gz(&lpath)?, &lpath)?;
-        if labels.len() != n {
+    /// Values per image.
+    pub fn image_size(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    /// The first `n` examples (all of them when `n` is 0 or too large).
+    pub fn truncated(self, n: usize) -> Self {
+        if n == 0 || n >= self.len() {
+            return self;
+        }
+        let sz = self.image_size();
+        Self {
+            pixels: Arc::new(self.pixels[..n * sz].to_vec()),
+            labels: Arc::new(self.labels[..n].to_vec()),
+            ..self
+        }
+    }
+
+    /// Reads an IDX image file and its IDX label file. The classes are the
+    /// labels seen (largest + 1); [`ImageSplits::load`] makes both splits agree.
+    pub fn load(images: &Path, labels: &Path, layout: ImageLayout) -> Result<Self, DataError> {
+        let img = idx::parse_images(&idx::read_maybe_gz(images)?, images, layout)?;
+        let lab = idx::parse_labels(&idx::read_maybe_gz(labels)?, labels)?;
+        if lab.len() != img.count {
             return Err(DataError::corrupt(
-                &lpath,
-                format!("{} labels for {n} images in {}", labels.len(), ipath.display()),
+                labels,
+                format!("{} labels for {} images in {}", lab.len(), img.count, images.display()),
             ));
         }
-        if let Some(&bad) = labels.iter().find(|&&l| l >= 10) {
-            return Err(DataError::corrupt(&lpath, format!("label {bad} outside 0..10")));
-        }
-        Ok(Self { pixels: Arc::new(pixels), labels: Arc::new(labels), rows, cols, classes: 10 })
+        let classes = lab.iter().max().map_or(0, |&m| usize::from(m) + 1);
+        Ok(Self { pixels: Arc::new(img.pixels), labels: Arc::new(lab), shape: img.shape, classes })
     }
 
     /// Appends example `i` scaled to [0, 1].
     pub fn push_example(&self, i: usize, pixels: &mut Vec<f32>, labels: &mut Vec<i64>) {
-        let sz = self.rows * self.cols;
+        let sz = self.image_size();
         pixels.extend(self.pixels[i * sz..(i + 1) * sz].iter().map(|&p| f32::from(p) / 255.0));
         labels.push(i64::from(self.labels[i]));
+    }
+}
+
+/// The four IDX files of an image dataset, by name inside one directory.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ImageFiles {
+    pub train_images: String,
+    pub train_labels: String,
+    pub test_images: String,
+    pub test_labels: String,
+}
+
+impl Default for ImageFiles {
+    /// MNIST's names.
+    fn default() -> Self {
+        Self {
+            train_images: "train-images-idx3-ubyte".into(),
+            train_labels: "train-labels-idx1-ubyte".into(),
+            test_images: "t10k-images-idx3-ubyte".into(),
+            test_labels: "t10k-labels-idx1-ubyte".into(),
+        }
+    }
+}
+
+/// A training and a test split that share image shape and classes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ImageSplits {
+    pub train: ImageDataset,
+    pub test: ImageDataset,
+}
+
+impl ImageSplits {
+    /// Loads `files` from `dir`. A name is tried as given, then with `.gz`,
+    /// then (MNIST's own spelling) with its first `-` before `idx` as a `.`.
+    /// `missing` says how to get a file that is not there.
+    pub fn load(
+        dir: &Path,
+        files: &ImageFiles,
+        layout: ImageLayout,
+        dataset: &str,
+        missing: &str,
+    ) -> Result<Self, DataError> {
+        let find = |name: &str| -> Result<PathBuf, DataError> {
+            let candidates = [name.to_string(), format!("{name}.gz"), name.replacen("-idx", ".idx", 1)];
+            candidates.iter().map(|n| dir.join(n)).find(|p| p.is_file()).ok_or_else(|| DataError::Missing {
+                dataset: dataset.to_string(),
+                file: format!("{name}[.gz]"),
+                dir: dir.to_path_buf(),
+                hint: missing.to_string(),
+            })
+        };
+        let train = ImageDataset::load(&find(&files.train_images)?, &find(&files.train_labels)?, layout)?;
+        let test_images = find(&files.test_images)?;
+        let test = ImageDataset::load(&test_images, &find(&files.test_labels)?, layout)?;
+        if train.is_empty() {
+            return Err(DataError::Invalid(format!("the training split of {dataset} in {} holds no images", dir.display())));
+        }
+        if test.shape != train.shape {
+            return Err(DataError::corrupt(
+                &test_images,
+                format!("test images are {:?} (channels, rows, cols) but training images are {:?}", test.shape, train.shape),
+            ));
+        }
+        let classes = train.classes.max(test.classes);
+        Ok(Self { train: ImageDataset { classes, ..train }, test: ImageDataset { classes, ..test } })
     }
 }

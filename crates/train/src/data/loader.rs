@@ -63,12 +63,13 @@ impl ImageLoader {
 /// The batch of the given examples.
 fn gather(data: &ImageDataset, ids: impl ExactSizeIterator<Item = usize>) -> Batch {
     let n = ids.len();
-    let mut pixels = Vec::with_capacity(n * data.rows * data.cols);
+    let mut pixels = Vec::with_capacity(n * data.image_size());
     let mut labels = Vec::with_capacity(n);
     for i in ids {
         data.push_example(i, &mut pixels, &mut labels);
     }
-    Batch::Images { pixels, labels, channels: 1, height: data.rows, width: data.cols }
+    let [channels, height, width] = data.shape;
+    Batch::Images { pixels, labels, channels, height, width }
 }
 
 /// Consecutive evaluation batches over a whole dataset (the last may be short).
@@ -140,7 +141,7 @@ mod tests {
 
     #[test]
     fn shards_are_disjoint_and_epochs_reshuffle() {
-        let data = synthetic::images(1000, 3, 0);
+        let data = synthetic::images(1000, 3, 0, [1, 28, 28], 10);
         let loaders: Vec<ImageLoader> =
             (0..4).map(|r| ImageLoader::shard(data.clone(), r, 4, 10, 7)).collect();
         let mut seen: Vec<u32> = loaders.iter().flat_map(|l| l.shard.clone()).collect();

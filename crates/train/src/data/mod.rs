@@ -1,35 +1,45 @@
-//! Datasets: MNIST and Fashion-MNIST (IDX, raw or gzip), Penn Treebank
-//! (word level), and synthetic data for tests; sharding and seeded shuffling.
+//! Datasets: MNIST, Fashion-MNIST and any IDX image set (raw or gzip, any
+//! size, channel count and number of classes); Penn Treebank and any
+//! word-level corpus; synthetic data for tests; sharding and seeded
+//! shuffling per worker.
 //!
-//! The real files live in a cache directory outside the repository
+//! The named datasets live in a cache directory outside the repository
 //! (`$GRADCOMP_DATA`, else `~/.cache/gradcomp/data`, overridable by
 //! `--data-dir`); `scripts/fetch-data.sh` puts them there and checks their
-//! MD5s. A missing or damaged file is a [`DataError`] that names the file and
-//! says how to fetch it.
+//! MD5s. A user's own dataset is read from `data.dir`. A missing or damaged
+//! file is a [`DataError`] that names the file and says how to fix it.
 
 mod idx;
 mod images;
 mod loader;
-mod ptb;
 pub mod synthetic;
+mod text;
 
-pub use images::{ImageDataset, ImageSet};
+pub use idx::ImageLayout;
+pub use images::{ImageDataset, ImageFiles, ImageSplits};
 pub use loader::{eval_batches, ImageLoader, TokenLoader};
-pub use ptb::{Corpus, Vocabulary};
+pub use text::{Corpus, TextFiles, Vocabulary, UNK};
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use thiserror::Error;
+
+use crate::config::{Dataset, TrainConfig};
+use crate::models::Batch;
+use crate::records::DataSummary;
 
 /// Why a dataset could not be loaded.
 #[derive(Debug, Error)]
 pub enum DataError {
-    #[error("{dataset} not found: no {file} in {dir}; fetch it with `scripts/fetch-data.sh {fetch}` (or set --data-dir / GRADCOMP_DATA to where it is)")]
-    Missing { dataset: &'static str, file: String, dir: PathBuf, fetch: &'static str },
-    #[error("{path}: {problem}; delete it and fetch it again with `scripts/fetch-data.sh`")]
+    #[error("{dataset} not found: no {file} in {dir}; {hint}")]
+    Missing { dataset: String, file: String, dir: PathBuf, hint: String },
+    #[error("{path}: {problem}")]
     Corrupt { path: PathBuf, problem: String },
     #[error("{path}: {source}")]
     Io { path: PathBuf, source: std::io::Error },
+    #[error("data: {0}")]
+    Invalid(String),
 }
 
 impl DataError {
@@ -49,4 +59,189 @@ pub fn data_dir(explicit: Option<&Path>) -> PathBuf {
     }
     let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("."));
     home.join(".cache/gradcomp/data")
+}
+
+/// The training data, loaded once and shared by the workers.
+#[derive(Clone, Debug)]
+pub enum TrainData {
+    Images { train: ImageDataset, test: ImageDataset },
+    Tokens {
+        train: Arc<Vec<u32>>,
+        valid: Option<Arc<Vec<u32>>>,
+        test: Arc<Vec<u32>>,
+        vocab: usize,
+        /// Words of each split that training never saw (read as `<unk>`).
+        unknown_words: std::collections::BTreeMap<String, u64>,
+    },
+}
+
+/// How to fetch a named dataset that is missing.
+fn fetch_hint(name: &str) -> String {
+    format!("fetch it with `scripts/fetch-data.sh {name}` (or set --data-dir / GRADCOMP_DATA to where it is)")
+}
+
+impl TrainData {
+    /// Loads (or generates) what the configuration names.
+    pub fn load(cfg: &TrainConfig) -> Result<Self, DataError> {
+        let d = &cfg.data;
+        let root = data_dir(d.dir.as_deref());
+        let own = || {
+            d.dir.clone().ok_or_else(|| {
+                DataError::Invalid(format!("dataset {:?} is read from data.dir: set it to the directory that holds the files", d.dataset))
+            })
+        };
+        let data = match d.dataset {
+            Dataset::Mnist => Self::images(ImageSplits::load(&root.join("mnist"), &ImageFiles::default(), d.image_layout, "MNIST", &fetch_hint("mnist"))?, cfg),
+            Dataset::FashionMnist => Self::images(ImageSplits::load(&root.join("fashion-mnist"), &ImageFiles::default(), d.image_layout, "Fashion-MNIST", &fetch_hint("fashion-mnist"))?, cfg),
+            Dataset::Images => Self::images(
+                ImageSplits::load(&own()?, &d.image_files(), d.image_layout, "the image dataset", "set data.dir to the directory that holds it, or data.train_images (and the others) to its file names")?,
+                cfg,
+            ),
+            Dataset::SyntheticImages => {
+                let n = d.synthetic_size;
+                let (shape, classes) = (d.synthetic_shape, d.synthetic_classes);
+                let test = synthetic::images((n / 4).max(10), cfg.seed, 1, shape, classes);
+                Self::images(ImageSplits { train: synthetic::images(n, cfg.seed, 0, shape, classes), test }, cfg)
+            }
+            Dataset::Ptb => Self::corpus(Corpus::load(&root.join("ptb"), &TextFiles::ptb(), "Penn Treebank", &fetch_hint("ptb"))?, cfg),
+            Dataset::Text => Self::corpus(
+                Corpus::load(&own()?, &d.text_files(), "the text corpus", "set data.dir to the directory that holds it, or data.train_text (and the others) to its file names")?,
+                cfg,
+            ),
+            Dataset::SyntheticTokens => {
+                let vocab = cfg.model.lstm.vocab.min(1000) as u32;
+                let n = d.synthetic_size;
+                TrainData::Tokens {
+                    train: Arc::new(synthetic::tokens(n, vocab, cfg.seed, 0)),
+                    valid: None,
+                    test: Arc::new(synthetic::tokens((n / 4).max(100), vocab, cfg.seed, 1)),
+                    vocab: vocab as usize,
+                    unknown_words: Default::default(),
+                }
+            }
+        };
+        if cfg.train.eval && data.test_len() == 0 {
+            return Err(DataError::Invalid(
+                "the test split is empty: evaluation needs at least one example (or set train.eval = false)".into(),
+            ));
+        }
+        Ok(data)
+    }
+
+    fn images(s: ImageSplits, cfg: &TrainConfig) -> Self {
+        TrainData::Images {
+            train: s.train.truncated(cfg.data.train_examples),
+            test: s.test.truncated(cfg.data.test_examples),
+        }
+    }
+
+    fn corpus(c: Corpus, cfg: &TrainConfig) -> Self {
+        let cut = |mut v: Vec<u32>, n: usize| {
+            if n > 0 {
+                v.truncate(n);
+            }
+            Arc::new(v)
+        };
+        TrainData::Tokens {
+            train: cut(c.train, cfg.data.train_examples),
+            valid: c.valid.map(|v| cut(v, cfg.data.test_examples)),
+            test: cut(c.test, cfg.data.test_examples),
+            vocab: c.vocab.len(),
+            unknown_words: c.unknown_words,
+        }
+    }
+
+    /// Test examples (images) or tokens.
+    pub fn test_len(&self) -> usize {
+        match self {
+            TrainData::Images { test, .. } => test.len(),
+            TrainData::Tokens { test, .. } => test.len(),
+        }
+    }
+
+    /// What the loader sees, for the manifest and `gradcomp data inspect`.
+    pub fn summary(&self) -> DataSummary {
+        match self {
+            TrainData::Images { train, test } => DataSummary {
+                train: train.len(),
+                test: test.len(),
+                image_shape: Some(train.shape),
+                classes: Some(train.classes),
+                ..Default::default()
+            },
+            TrainData::Tokens { train, valid, test, vocab, unknown_words } => DataSummary {
+                train: train.len(),
+                valid: valid.as_ref().map(|v| v.len()),
+                test: test.len(),
+                vocab: Some(*vocab),
+                unknown_words: unknown_words.clone(),
+                ..Default::default()
+            },
+        }
+    }
+}
+
+/// A worker's minibatch source: its shard of the training data.
+pub enum Loader {
+    Images(ImageLoader),
+    Tokens {
+        tokens: Arc<Vec<u32>>,
+        rank: usize,
+        workers: usize,
+        batch: usize,
+        bptt: usize,
+        rotate: bool,
+        /// The loader of the current rotation.
+        current: Option<(usize, TokenLoader)>,
+    },
+}
+
+impl Loader {
+    /// Worker `rank`'s shard of the training data among `cfg.workers`.
+    pub fn new(data: &TrainData, cfg: &TrainConfig, rank: usize) -> Self {
+        let (workers, batch) = (cfg.workers, cfg.data.batch_size);
+        match data {
+            TrainData::Images { train, .. } => {
+                Loader::Images(ImageLoader::shard(train.clone(), rank, workers, batch, cfg.seed))
+            }
+            TrainData::Tokens { train, .. } => Loader::Tokens {
+                tokens: Arc::clone(train),
+                rank,
+                workers,
+                batch,
+                bptt: cfg.data.bptt,
+                rotate: cfg.data.rotate_shards,
+                current: None,
+            },
+        }
+    }
+
+    /// The token loader of `epoch`'s shard (shards rotate each epoch when configured).
+    fn token_loader(&mut self, epoch: u32) -> &TokenLoader {
+        let Loader::Tokens { tokens, rank, workers, batch, bptt, rotate, current } = self else {
+            unreachable!("token loader of an image run")
+        };
+        let rotation = if *rotate { epoch as usize } else { 0 };
+        if current.as_ref().is_none_or(|(r, _)| *r != rotation) {
+            let l = TokenLoader::shard(tokens, *rank, *workers, rotation, *batch, *bptt);
+            *current = Some((rotation, l));
+        }
+        &current.as_ref().expect("set above").1
+    }
+
+    /// Full batches per epoch.
+    pub fn batches_per_epoch(&mut self) -> usize {
+        match self {
+            Loader::Images(l) => l.batches_per_epoch(),
+            Loader::Tokens { .. } => self.token_loader(0).batches_per_epoch(),
+        }
+    }
+
+    /// Batch `i` of `epoch`.
+    pub fn batch(&mut self, epoch: u32, i: usize) -> Batch {
+        match self {
+            Loader::Images(l) => l.batch(epoch, i),
+            Loader::Tokens { .. } => self.token_loader(epoch).batch(i),
+        }
+    }
 }

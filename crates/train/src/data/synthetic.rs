@@ -6,19 +6,23 @@ use gradcomp_compress::UnitRng;
 
 use super::ImageDataset;
 
-/// `n` 28×28 images of 10 classes: each class a fixed random stroke pattern
-/// (from `seed`), each example that pattern plus noise (from `seed` and
-/// `split`, so a test split shares the classes but not the examples). A small
-/// network learns it in a few dozen steps.
-pub fn images(n: usize, seed: u64, split: u64) -> ImageDataset {
+/// `n` images of `shape` (`[channels, rows, cols]`) in `classes` classes:
+/// each class a fixed random stroke pattern (from `seed`), each example that
+/// pattern plus noise (from `seed` and `split`, so a test split shares the
+/// classes but not the examples). A small network learns it in a few dozen
+/// steps. `classes` is at most 256 (labels are bytes).
+pub fn images(n: usize, seed: u64, split: u64, shape: [usize; 3], classes: usize) -> ImageDataset {
+    let size: usize = shape.iter().product();
+    let classes = classes.clamp(1, 256);
     let mut rng = UnitRng::from_parts(&[seed, 0x0053_594e]);
-    let protos: Vec<Vec<u8>> =
-        (0..10).map(|_| (0..784).map(|_| if rng.next_f32() < 0.15 { 255 } else { 0 }).collect()).collect();
+    let protos: Vec<Vec<u8>> = (0..classes)
+        .map(|_| (0..size).map(|_| if rng.next_f32() < 0.15 { 255 } else { 0 }).collect())
+        .collect();
     let mut rng = UnitRng::from_parts(&[seed, 0x0053_594e, split]);
-    let mut pixels = Vec::with_capacity(n * 784);
+    let mut pixels = Vec::with_capacity(n * size);
     let mut labels = Vec::with_capacity(n);
     for _ in 0..n {
-        let c = rng.below(10) as usize;
+        let c = rng.below(classes as u64) as usize;
         labels.push(c as u8);
         pixels.extend(protos[c].iter().map(|&p| {
             let noise = (rng.next_f32() * 60.0) as u8;
@@ -29,7 +33,7 @@ pub fn images(n: usize, seed: u64, split: u64) -> ImageDataset {
             }
         }));
     }
-    ImageDataset { pixels: Arc::new(pixels), labels: Arc::new(labels), rows: 28, cols: 28, classes: 10 }
+    ImageDataset { pixels: Arc::new(pixels), labels: Arc::new(labels), shape, classes }
 }
 
 /// A token stream over `vocab` words from a noisy deterministic chain

@@ -1,11 +1,12 @@
 //! FCN-5 of Shi et al.'s Top-k study: 784-200-200-10 with ReLU (199,210
-//! parameters).
+//! parameters on MNIST); the input takes any image flattened, the output the
+//! data's classes.
 
 use burn::module::Module;
 use burn::nn::{Linear, LinearConfig, Relu};
 use burn::tensor::{Device, Tensor};
 
-use super::{classification_stats, cross_entropy, Batch, EvalStats, Net};
+use super::{classification_stats, cross_entropy, Batch, EvalStats, ImageTask, Net};
 
 #[derive(Module, Debug)]
 pub struct Fcn5 {
@@ -16,11 +17,13 @@ pub struct Fcn5 {
 }
 
 impl Fcn5 {
-    pub fn new(device: &Device) -> Self {
+    /// FCN-5 for `task`: input `channels·height·width`, output `classes`.
+    pub fn new(task: &ImageTask, device: &Device) -> Self {
+        let input = task.shape.iter().product();
         Self {
-            fc1: LinearConfig::new(784, 200).init(device),
+            fc1: LinearConfig::new(input, 200).init(device),
             fc2: LinearConfig::new(200, 200).init(device),
-            fc3: LinearConfig::new(200, 10).init(device),
+            fc3: LinearConfig::new(200, task.classes).init(device),
             relu: Relu::new(),
         }
     }

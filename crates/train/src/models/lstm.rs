@@ -5,7 +5,7 @@
 
 use burn::module::Module;
 use burn::nn::{Embedding, EmbeddingConfig, Linear, LinearConfig, Lstm, LstmConfig};
-use burn::tensor::{Device, Int, Tensor, TensorData};
+use burn::tensor::{Device, Int, Tensor};
 use serde::{Deserialize, Serialize};
 
 use super::{classification_stats, cross_entropy, Batch, EvalStats, Net};
@@ -44,11 +44,7 @@ impl LstmLm {
     }
 
     fn logits_and_targets(&self, batch: &Batch, device: &Device) -> (Tensor<2>, Tensor<1, Int>) {
-        let Batch::Tokens { inputs, targets, batch, steps } = batch else {
-            panic!("the language model was given an image batch")
-        };
-        let x: Tensor<2, Int> = Tensor::from_data(TensorData::new(inputs.clone(), [*batch, *steps]), device);
-        let y: Tensor<1, Int> = Tensor::from_data(TensorData::new(targets.clone(), [batch * steps]), device);
+        let (x, y) = batch.tokens(device);
         let h = self.embed.forward(x);
         let (h, _) = self.lstm1.forward(h, None);
         let (h, _) = self.lstm2.forward(h, None);

@@ -36,6 +36,9 @@ pub use lstm::{LstmLm, LstmLmConfig};
 use burn::module::Module;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 
+use crate::config::{ConfigError, ModelName, TrainConfig};
+use crate::data::TrainData;
+
 /// One minibatch, in host memory.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Batch {
@@ -58,7 +61,11 @@ impl Batch {
         self.len() == 0
     }
 
-    pub(crate) fn images(&self, device: &Device) -> (Tensor<4>, Tensor<1, Int>) {
+    /// The images `[n, channels, height, width]` and labels `[n]` of an
+    /// image batch, on `device`. Panics on a token batch: a model that takes
+    /// images was given a language-model dataset, which the trainer rejects
+    /// before any work.
+    pub fn images(&self, device: &Device) -> (Tensor<4>, Tensor<1, Int>) {
         let Batch::Images { pixels, labels, channels, height, width } = self else {
             panic!("an image model was given a token batch")
         };
@@ -67,6 +74,25 @@ impl Batch {
         let y = Tensor::from_data(TensorData::new(labels.clone(), [n]), device);
         (x, y)
     }
+
+    /// The inputs `[batch, steps]` and next-token targets `[batch·steps]` of a
+    /// token batch, on `device`. Panics on an image batch.
+    pub fn tokens(&self, device: &Device) -> (Tensor<2, Int>, Tensor<1, Int>) {
+        let Batch::Tokens { inputs, targets, batch, steps } = self else {
+            panic!("a language model was given an image batch")
+        };
+        let x = Tensor::from_data(TensorData::new(inputs.clone(), [*batch, *steps]), device);
+        let y = Tensor::from_data(TensorData::new(targets.clone(), [batch * steps]), device);
+        (x, y)
+    }
+}
+
+/// What an image classifier is built for: the data's image shape and classes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ImageTask {
+    /// `[channels, height, width]`.
+    pub shape: [usize; 3],
+    pub classes: usize,
 }
 
 /// Sums from evaluating a model on batches.
@@ -100,23 +126,71 @@ impl EvalStats {
     }
 }
 
-/// A trainable model.
+/// One of the built-in models, fitted to the data: image classifiers take
+/// the data's image shape and classes, the language model its vocabulary.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ModelChoice {
+    Lenet5(ImageTask),
+    Fcn5(ImageTask),
+    FashionCnn(ImageTask),
+    Lstm(LstmLmConfig),
+}
+
+/// Something to do with a built-in model whatever its type: it receives a
+/// function that builds a replica on a device.
+pub trait WithModel {
+    type Output;
+    fn run<M: Net>(self, make: impl Fn(&Device) -> M + Send + Sync + Clone + 'static) -> Self::Output;
+}
+
+impl ModelChoice {
+    /// The configured model for `data`; an error (key `model.name`) says why
+    /// a model cannot take the data.
+    pub fn new(cfg: &TrainConfig, data: &TrainData) -> Result<Self, ConfigError> {
+        let bad = |problem: String| ConfigError { key: "model.name".into(), problem };
+        match data {
+            TrainData::Tokens { vocab, .. } => match cfg.model.name {
+                ModelName::Lstm => Ok(ModelChoice::Lstm(LstmLmConfig { vocab: *vocab, ..cfg.model.lstm.clone() })),
+                other => Err(bad(format!("{other:?} classifies images; text data needs the lstm"))),
+            },
+            TrainData::Images { train, .. } => {
+                let task = ImageTask { shape: train.shape, classes: train.classes };
+                match cfg.model.name {
+                    ModelName::Lenet5 => LeNet5::check(&task).map(|()| ModelChoice::Lenet5(task)).map_err(bad),
+                    ModelName::FashionCnn => {
+                        FashionCnn::check(&task).map(|()| ModelChoice::FashionCnn(task)).map_err(bad)
+                    }
+                    ModelName::Fcn5 => Ok(ModelChoice::Fcn5(task)),
+                    ModelName::Lstm => Err(bad("the lstm is a language model; image data needs lenet5, fcn5 or fashion-cnn".into())),
+                }
+            }
+        }
+    }
+
+    /// Runs `w` with this model's builder.
+    pub fn with<W: WithModel>(self, w: W) -> W::Output {
+        match self {
+            ModelChoice::Lenet5(t) => w.run(move |d: &Device| LeNet5::new(&t, d)),
+            ModelChoice::Fcn5(t) => w.run(move |d: &Device| Fcn5::new(&t, d)),
+            ModelChoice::FashionCnn(t) => w.run(move |d: &Device| FashionCnn::new(&t, d)),
+            ModelChoice::Lstm(c) => w.run(move |d: &Device| LstmLm::new(&c, d)),
+        }
+    }
+}
+
+/// A model gradcomp's trainer can train: a mean loss for a batch (tracked
+/// for autodiff when the device has it) and evaluation statistics. Implement
+/// it for your own burn model to train it with `trainer::train_with`.
 pub trait Net: Module + Clone + Send + std::fmt::Debug + 'static {
     /// Mean loss over the batch, a scalar tensor.
     fn loss(&self, batch: &Batch, device: &Device) -> Tensor<1>;
 
     /// Loss sum and correct count over the batch (no gradients needed).
     fn evaluate(&self, batch: &Batch, device: &Device) -> EvalStats;
-
-    /// Whether the parameter at this position (in visit order, with its shape)
-    /// is the output layer's, for `exclude.last_layer`.
-    fn is_output_param(&self, index: usize, count: usize) -> bool {
-        index + 2 >= count
-    }
 }
 
 /// Classification statistics from logits `[n, classes]`.
-pub(crate) fn classification_stats(logits: Tensor<2>, labels: Tensor<1, Int>) -> EvalStats {
+pub fn classification_stats(logits: Tensor<2>, labels: Tensor<1, Int>) -> EvalStats {
     let n = labels.dims()[0];
     let loss = burn::nn::loss::CrossEntropyLossConfig::new()
         .init(&logits.device())
@@ -128,6 +202,6 @@ pub(crate) fn classification_stats(logits: Tensor<2>, labels: Tensor<1, Int>) ->
 }
 
 /// Mean cross-entropy of logits `[n, classes]`.
-pub(crate) fn cross_entropy(logits: Tensor<2>, labels: Tensor<1, Int>) -> Tensor<1> {
+pub fn cross_entropy(logits: Tensor<2>, labels: Tensor<1, Int>) -> Tensor<1> {
     burn::nn::loss::CrossEntropyLossConfig::new().init(&logits.device()).forward(logits, labels)
 }

@@ -1,28 +1,24 @@
 //! CELGC: communication-efficient local gradient clipping (Liu et al.,
 //! NeurIPS 2022; ALGORITHMS.md §2).
 //!
-//! Every worker runs local SGD steps with `η_eff = min(η, γ/(‖g‖ + 1e-10))`
-//! on the norm of its raw local gradient over all parameters, and the models
-//! are averaged through the collective every `I` steps, before that step's
-//! gradient. η and γ decay together. With `average = "gradients"` and I = 1
-//! the same code is the paper's baseline, naive parallel clipping:
-//! synchronous SGD whose step is clipped on the norm of the averaged
-//! gradient.
+//! Every worker steps on its own gradient with `η_eff = min(η, γ/(‖g‖ +
+//! 1e-10))`, the norm taken over all parameters of its raw local gradient,
+//! and the models are averaged through the collective every `I` steps,
+//! before that step's gradient. γ decays with η: at learning rate η it is
+//! `γ·η/η₀`. With `average = "gradients"` and I = 1 the same code is the
+//! paper's baseline, naive parallel clipping: synchronous SGD whose step is
+//! clipped on the norm of the averaged gradient.
+//!
+//! The step itself is the caller's optimizer at [`Combined::lr`] (= η_eff):
+//! with momentum the clipped step size multiplies the momentum buffer, as in
+//! the authors' `SGDClipGrad`.
 
-use gradcomp_comm::{Collective, CommError};
+use std::time::Instant;
 
-use super::sync::{ExchangeError, GradientExchange};
-use crate::config::{Average, ClipNorm, OptimizerConfig, StrategyConfig};
+use gradcomp_comm::Collective;
 
-/// What one CELGC step did, for the step record.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct CelgcStats {
-    /// The step size applied: η, or γ/‖g‖ when clipped.
-    pub eta_eff: f64,
-    /// The norm the clipping used.
-    pub grad_norm: f64,
-    pub clipped: bool,
-}
+use super::{Combined, GradientExchange, StateBuffers, StepInput, Strategy, StrategyError, Unit};
+use crate::config::{Average, ClipNorm, StrategyConfig};
 
 /// The periodic model change sent through a compressor with error feedback.
 struct DeltaExchange {
@@ -36,13 +32,10 @@ struct DeltaExchange {
 /// A worker's CELGC state.
 pub struct Celgc {
     cfg: StrategyConfig,
-    lr0: f64,
-    momentum: f32,
-    weight_decay: f32,
-    velocity: Vec<f32>,
-    /// ‖ḡ‖ of the last communication round (for `global_average` and `max`).
+    /// η₀, the base learning rate γ is given at.
+    base_lr: f64,
+    /// ‖ḡ‖ of the last communication round (for `global-average` and `max`).
     global_norm: Option<f64>,
-    scratch: Vec<f32>,
     delta: Option<DeltaExchange>,
 }
 
@@ -51,148 +44,151 @@ fn norm(x: &[f32]) -> f64 {
 }
 
 impl Celgc {
-    /// `delta` is the exchange for compressed model deltas (`compress_delta`).
-    pub fn new(
-        cfg: &StrategyConfig,
-        opt: &OptimizerConfig,
-        params: usize,
-        delta: Option<GradientExchange>,
-    ) -> Self {
+    /// `base_lr` is η₀ (γ decays with η/η₀); `delta` is the exchange for
+    /// compressed model deltas (`compress_delta`).
+    pub fn new(cfg: &StrategyConfig, base_lr: f64, delta: Option<GradientExchange>) -> Self {
         Self {
             cfg: cfg.clone(),
-            lr0: opt.lr,
-            momentum: opt.momentum as f32,
-            weight_decay: opt.weight_decay as f32,
-            velocity: if opt.momentum > 0.0 { vec![0.0; params] } else { Vec::new() },
+            base_lr,
             global_norm: None,
-            scratch: Vec::new(),
             delta: delta.map(|exchange| DeltaExchange {
                 exchange,
                 anchor: Vec::new(),
-                delta: vec![0.0; params],
-                averaged: vec![0.0; params],
+                delta: Vec::new(),
+                averaged: Vec::new(),
             }),
         }
     }
 
-    /// Whether step `step` starts with a communication round.
-    pub fn communicates(&self, step: u64) -> bool {
+    /// The norm the clipping uses: the local one, or the last round's average.
+    fn clip_norm(&self, local: f64) -> f64 {
+        if self.cfg.average == Average::Gradients {
+            return local;
+        }
+        match self.cfg.clip_norm {
+            ClipNorm::Local => local,
+            ClipNorm::GlobalAverage => self.global_norm.unwrap_or(local),
+            ClipNorm::Max => self.global_norm.map_or(local, |g| g.max(local)),
+        }
+    }
+}
+
+impl Strategy for Celgc {
+    fn name(&self) -> &'static str {
+        "celgc"
+    }
+
+    fn averages_models(&self, step: u64) -> bool {
         self.cfg.average == Average::Models && step.is_multiple_of(self.cfg.period)
     }
 
-    /// Averages the workers' models if this step starts a round (before the
-    /// step's gradient). Returns whether it did.
-    pub fn begin_step(
+    fn average_models(
         &mut self,
         step: u64,
         params: &mut [f32],
         c: &mut dyn Collective,
-    ) -> Result<bool, ExchangeError> {
-        if !self.communicates(step) {
-            return Ok(false);
-        }
+    ) -> Result<(), StrategyError> {
         let n = c.world_size() as f32;
-        match &mut self.delta {
-            None => {
-                c.allreduce_sum_f32(params)?;
-                params.iter_mut().for_each(|p| *p /= n);
-            }
-            Some(d) => {
-                if d.anchor.len() != params.len() {
-                    // The first round: every worker starts from the same model.
-                    d.anchor = params.to_vec();
-                    return Ok(true);
-                }
-                for ((x, a), o) in params.iter().zip(&d.anchor).zip(&mut d.delta) {
-                    *o = x - a;
-                }
-                d.exchange.exchange(&d.delta, 0.0, &mut d.averaged, step, 1.0, false, c)?;
-                for ((x, a), g) in params.iter_mut().zip(&mut d.anchor).zip(&d.averaged) {
-                    *a += g;
-                    *x = *a;
-                }
-            }
-        }
-        Ok(true)
-    }
-
-    /// One clipped local step on `grad` at learning rate `lr`; `communicated`
-    /// tells whether this step began with a round.
-    pub fn update(
-        &mut self,
-        params: &mut [f32],
-        grad: &[f32],
-        lr: f64,
-        communicated: bool,
-        c: &mut dyn Collective,
-    ) -> Result<CelgcStats, CommError> {
-        let n = c.world_size() as f32;
-        let averaged_gradient = self.cfg.average == Average::Gradients;
-        let g: &[f32] = if averaged_gradient || (communicated && self.cfg.clip_norm != ClipNorm::Local) {
-            self.scratch.clear();
-            self.scratch.extend_from_slice(grad);
-            c.allreduce_sum_f32(&mut self.scratch)?;
-            self.scratch.iter_mut().for_each(|v| *v /= n);
-            self.global_norm = Some(norm(&self.scratch));
-            if averaged_gradient {
-                &self.scratch
-            } else {
-                grad
-            }
-        } else {
-            grad
+        let Some(d) = &mut self.delta else {
+            c.allreduce_sum_f32(params)?;
+            params.iter_mut().for_each(|p| *p /= n);
+            return Ok(());
         };
-        let local = norm(g);
-        let used = if averaged_gradient {
-            local
-        } else {
-            match self.cfg.clip_norm {
-                ClipNorm::Local => local,
-                ClipNorm::GlobalAverage => self.global_norm.unwrap_or(local),
-                ClipNorm::Max => self.global_norm.map_or(local, |gn| gn.max(local)),
-            }
-        };
-        // γ decays with η.
-        let gamma = self.cfg.gamma * lr / self.lr0;
-        let clipped = self.cfg.gamma > 0.0 && gamma / (used + 1e-10) < lr;
-        let eta = if clipped { gamma / (used + 1e-10) } else { lr } as f32;
-        let (mu, wd) = (self.momentum, self.weight_decay);
-        if self.velocity.is_empty() {
-            for (x, &gj) in params.iter_mut().zip(g) {
-                *x -= eta * (gj + wd * *x);
-            }
-        } else {
-            for ((x, &gj), v) in params.iter_mut().zip(g).zip(&mut self.velocity) {
-                *v = mu * *v + gj + wd * *x;
-                *x -= eta * *v;
-            }
+        if d.anchor.len() != params.len() {
+            // The first round: every worker starts from the same model.
+            d.anchor = params.to_vec();
+            d.delta = vec![0.0; params.len()];
+            d.averaged = vec![0.0; params.len()];
+            return Ok(());
         }
-        Ok(CelgcStats { eta_eff: f64::from(eta), grad_norm: used, clipped })
-    }
-
-    /// The state a checkpoint must keep for an exact resume.
-    pub fn state(&self) -> Vec<Vec<f32>> {
-        let mut s = vec![self.velocity.clone(), vec![self.global_norm.map_or(f32::NAN, |g| g as f32)]];
-        if let Some(d) = &self.delta {
-            s.push(d.anchor.clone());
+        for ((o, x), a) in d.delta.iter_mut().zip(params.iter()).zip(&d.anchor) {
+            *o = x - a;
         }
-        s
-    }
-
-    pub fn restore(&mut self, s: &[Vec<f32>]) -> Result<(), String> {
-        if s.len() < 2 || s[0].len() != self.velocity.len() {
-            return Err("CELGC state does not match the configuration".into());
-        }
-        self.velocity.clone_from(&s[0]);
-        self.global_norm = s[1].first().filter(|g| !g.is_nan()).map(|&g| f64::from(g));
-        if let (Some(d), Some(a)) = (&mut self.delta, s.get(2)) {
-            d.anchor.clone_from(a);
+        d.exchange.exchange(&d.delta, None, &mut d.averaged, step, 1.0, false, c)?;
+        for ((x, a), g) in params.iter_mut().zip(&mut d.anchor).zip(&d.averaged) {
+            *a += g;
+            *x = *a;
         }
         Ok(())
     }
 
-    /// The delta exchange's memories, for checkpoints.
-    pub fn delta_exchange(&mut self) -> Option<&mut GradientExchange> {
-        self.delta.as_mut().map(|d| &mut d.exchange)
+    fn combine(
+        &mut self,
+        input: &StepInput,
+        grad: &mut [f32],
+        out: &mut [f32],
+        c: &mut dyn Collective,
+    ) -> Result<Combined, StrategyError> {
+        let averaged_gradient = self.cfg.average == Average::Gradients;
+        let communicated = self.averages_models(input.step);
+        out.copy_from_slice(grad);
+        let mut communicate_seconds = 0.0;
+        if averaged_gradient || (communicated && self.cfg.clip_norm != ClipNorm::Local) {
+            let t = Instant::now();
+            c.allreduce_sum_f32(out)?;
+            communicate_seconds = t.elapsed().as_secs_f64();
+            let n = c.world_size() as f32;
+            out.iter_mut().for_each(|v| *v /= n);
+            self.global_norm = Some(norm(out));
+            if !averaged_gradient {
+                out.copy_from_slice(grad);
+            }
+        }
+        let used = self.clip_norm(norm(out));
+        let lr = input.lr;
+        let gamma = self.cfg.gamma * lr / self.base_lr;
+        let clipped = self.cfg.gamma > 0.0 && gamma / (used + 1e-10) < lr;
+        let eta = if clipped { gamma / (used + 1e-10) } else { lr };
+        Ok(Combined {
+            lr: eta,
+            stats: super::ExchangeStats { communicate_seconds, ..Default::default() },
+            extra: vec![
+                ("eta_eff", eta),
+                ("grad_norm", used),
+                ("clipped", f64::from(u8::from(clipped))),
+                ("communicated", f64::from(u8::from(communicated))),
+            ],
+        })
+    }
+
+    fn identical_replicas(&self) -> bool {
+        self.cfg.average == Average::Gradients
+    }
+
+    fn set_density(&mut self, rho: f64) {
+        if let Some(d) = &mut self.delta {
+            d.exchange.set_density(rho);
+        }
+    }
+
+    fn units(&self) -> &[Unit] {
+        self.delta.as_ref().map_or(&[], |d| d.exchange.units())
+    }
+
+    fn state(&self) -> StateBuffers {
+        let mut s = StateBuffers::new();
+        s.insert("celgc.global_norm".into(), vec![self.global_norm.map_or(f32::NAN, |g| g as f32)]);
+        if let Some(d) = &self.delta {
+            s.insert("celgc.anchor".into(), d.anchor.clone());
+            d.exchange.state("delta.", &mut s);
+        }
+        s
+    }
+
+    fn restore(&mut self, s: &StateBuffers) -> Result<(), String> {
+        let g = s.get("celgc.global_norm").ok_or("CELGC's state (celgc.global_norm) is missing")?;
+        self.global_norm = g.first().filter(|g| !g.is_nan()).map(|&g| f64::from(g));
+        if let Some(d) = &mut self.delta {
+            let a = s.get("celgc.anchor").ok_or("CELGC's model anchor (celgc.anchor) is missing")?;
+            let total: usize = d.exchange.units().iter().map(|u| u.len).sum();
+            if !a.is_empty() && a.len() != total {
+                return Err(format!("CELGC's model anchor holds {} values, the model has {total}", a.len()));
+            }
+            d.anchor.clone_from(a);
+            d.delta = vec![0.0; a.len()];
+            d.averaged = vec![0.0; a.len()];
+            d.exchange.restore("delta.", s)?;
+        }
+        Ok(())
     }
 }

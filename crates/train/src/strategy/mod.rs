@@ -1,13 +1,145 @@
-//! Training strategies: how the workers' gradients (or models) are combined.
+//! Strategies: how the workers combine their work each step.
 //!
-//! [`sync::GradientExchange`] is synchronous compressed SGD: every step,
-//! every worker's gradient goes memory → compressor → codec → collective →
-//! decode → aggregate → memory update, and all workers obtain the same
-//! averaged gradient. eSGD and DGC are compressors and memories inside it.
-//! [`celgc::Celgc`] is local SGD with per-worker clipping and periodic model
-//! averaging.
+//! A [`Strategy`] turns each worker's gradient into the update every worker
+//! applies, and may average the workers' models now and then. Two implement
+//! it:
+//!
+//! - [`Synchronous`]: compressed gradient exchange every step
+//!   ([`GradientExchange`]: memory → compressor → codec → collective → decode
+//!   → aggregate → memory update). eSGD and DGC are compressors and memories
+//!   inside it; DGC's local clipping is an option of it.
+//! - [`Celgc`]: local SGD with per-worker norm clipping and model averaging
+//!   every I steps (ALGORITHMS.md §2), or, averaging gradients with I = 1,
+//!   naive parallel clipping.
+//!
+//! The library's [`DataParallel`](crate::api::DataParallel) handle drives a
+//! strategy through this trait and knows nothing else of it; so does the
+//! built-in trainer, which drives the handle.
 
-pub mod celgc;
-pub mod sync;
+mod celgc;
+mod exchange;
+mod sync;
 
-pub use sync::{ExchangeStats, GradientExchange};
+pub use celgc::Celgc;
+pub use exchange::{ExchangeStats, GradientExchange, Unit};
+pub use sync::Synchronous;
+
+use std::collections::BTreeMap;
+
+use gradcomp_comm::{Collective, CommError};
+use gradcomp_compress::codec::CodecError;
+
+/// This worker's step, as a strategy sees it.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct StepInput {
+    /// The step number, from 0. With the rank and the unit it seeds every
+    /// random choice of the compressors, and it decides CELGC's rounds.
+    pub step: u64,
+    /// The learning rate the caller's optimizer applies this step (positive).
+    pub lr: f64,
+    /// This worker's training loss, when the caller reported it (eSGD's
+    /// selection reads it).
+    pub loss: Option<f64>,
+    /// Measure the contraction ratio and TernGrad's bound ratios this step.
+    pub measure: bool,
+}
+
+/// What a strategy made of one step.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Combined {
+    /// The learning rate to apply to the combined gradient: the caller's,
+    /// or CELGC's clipped step `min(η, γ/‖g‖)`.
+    pub lr: f64,
+    /// Bytes, times and compression statistics of the exchange.
+    pub stats: ExchangeStats,
+    /// Strategy-specific figures for the step record (CELGC's effective step
+    /// size, gradient norm, whether it clipped and whether it communicated).
+    pub extra: Vec<(&'static str, f64)>,
+}
+
+/// Why a strategy could not complete a step.
+#[derive(Debug, thiserror::Error)]
+pub enum StrategyError {
+    #[error(transparent)]
+    Comm(#[from] CommError),
+    #[error("corrupt message from worker {rank}: {source}")]
+    Codec { rank: usize, source: CodecError },
+}
+
+/// A strategy's state, for checkpoints: named flat buffers.
+pub type StateBuffers = BTreeMap<String, Vec<f32>>;
+
+/// How the workers' gradients (or models) are combined.
+///
+/// # Contract
+/// - **Collective use.** Every method that takes a [`Collective`] is called
+///   by every worker with the same arguments except the data (`step`,
+///   `lr` schedule and configuration are the same everywhere), in the same
+///   order, so the collectives inside match. A worker that skips a call
+///   leaves the others to fail with the collective's error; nothing hangs.
+/// - **Ownership.** Buffers are the caller's: `grad`, `out` and `params`
+///   are flat, in the model's [layout](crate::GradientLayout) order, and the
+///   strategy keeps no reference to them. A strategy owns its memories
+///   (error feedback, DGC momentum, CELGC's anchor) and its reused scratch;
+///   it does not allocate per step once they have grown.
+/// - **Failures.** Errors are [`StrategyError::Comm`] (a peer failed, timed
+///   out, or called a different operation: the collective's own error,
+///   returned on every worker) or [`StrategyError::Codec`] (a message that
+///   does not decode, naming the worker that sent it). After an error the
+///   strategy's state is unspecified: the step must not be applied and the
+///   run ends (resume from a checkpoint). A peer's failure is never turned
+///   into a partial result.
+/// - **Determinism.** Given the same inputs on every worker, the combined
+///   gradient and the averaged parameters are bitwise identical on every
+///   worker: every sum is taken in the same order everywhere.
+pub trait Strategy: Send {
+    /// The configuration name (`sync`, `celgc`).
+    fn name(&self) -> &'static str;
+
+    /// Whether step `step` begins with a round that averages the workers'
+    /// models, before the step's gradient is computed. When it does, the
+    /// caller must call [`Strategy::average_models`] before
+    /// [`Strategy::combine`] for that step.
+    fn averages_models(&self, step: u64) -> bool;
+
+    /// Averages the workers' parameters `params` in place (every worker ends
+    /// with the same values). Called only at a step where
+    /// [`Strategy::averages_models`] is true.
+    fn average_models(
+        &mut self,
+        step: u64,
+        params: &mut [f32],
+        c: &mut dyn Collective,
+    ) -> Result<(), StrategyError>;
+
+    /// Combines this worker's gradient `grad` into `out`, the gradient (in
+    /// gradient units) to apply at [`Combined::lr`]. `grad` may be modified
+    /// (DGC's local clipping scales it in place). `grad` and `out` have the
+    /// layout's length and hold only finite values on entry (the caller
+    /// checks).
+    fn combine(
+        &mut self,
+        input: &StepInput,
+        grad: &mut [f32],
+        out: &mut [f32],
+        c: &mut dyn Collective,
+    ) -> Result<Combined, StrategyError>;
+
+    /// Whether every worker's model is identical after every step (true for
+    /// synchronous exchange and naive parallel clipping; CELGC's models
+    /// agree only right after a round).
+    fn identical_replicas(&self) -> bool;
+
+    /// Sets the sparsifiers' target density for the coming steps (density warm-up).
+    fn set_density(&mut self, rho: f64);
+
+    /// The compression units of the gradient exchange, if the strategy has one.
+    fn units(&self) -> &[Unit];
+
+    /// The state an exact resume needs (memories, CELGC's anchor and norm).
+    fn state(&self) -> StateBuffers;
+
+    /// Restores [`Strategy::state`]. Errors (naming the buffer) if a buffer
+    /// is missing or its length does not fit this model and configuration.
+    fn restore(&mut self, state: &StateBuffers) -> Result<(), String>;
+}

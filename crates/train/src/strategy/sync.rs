@@ -1,601 +1,85 @@
-//! Synchronous compressed gradient exchange (ARCHITECTURE.md, "One
-//! synchronous step").
-//!
-//! The model's flat gradient is cut into compression units (each tensor at
-//! `layer` granularity, the whole buffer at `global`). Excluded units travel
-//! dense. Per step the exchange makes at most one call of each collective:
-//!
-//! | messages | allreduce topology | allgather topology | parameter server |
-//! |---|---|---|---|
-//! | dense, fp16, excluded units, Rand-k `same_seed` values | allreduce f32 | allreduce f32 | upload |
-//! | TernGrad with a shared scaler | max-reduce of scalers, allreduce i32 of codes | max-reduce, allgatherv | max-reduce, upload; integer sum in ⌈log2(2N+1)⌉ bits down |
-//! | per-worker messages (sparse, QSGD, 1-bit, unshared TernGrad) | (rejected by config) | allgatherv | upload |
-//!
-//! Every worker adds the same numbers in the same order, so the averaged
-//! gradient is bitwise identical everywhere.
+//! Synchronous compressed SGD: every step, every worker's gradient goes
+//! through the [`GradientExchange`] and all workers obtain the same averaged
+//! gradient, so replicas never diverge and parameters never travel.
 
-use std::time::Instant;
+use gradcomp_comm::Collective;
 
-use gradcomp_comm::{Collective, CommError, Gathered, ServerPlacement};
-use gradcomp_compress::aggregate::TernarySum;
-use gradcomp_compress::codec::{self, CodecError};
-use gradcomp_compress::memory::{DgcMomentum, ErrorFeedback, Memory, NoMemory};
-use gradcomp_compress::message::{DenseMessage, SparseMessage};
-use gradcomp_compress::stats;
-use gradcomp_compress::{Combine, Compressor, CompressorConfig, Message, RngKey, UnitContext};
+use super::{Combined, GradientExchange, StateBuffers, StepInput, Strategy, StrategyError, Unit};
 
-use crate::config::{CompressionConfig, Granularity, MemoryKind, Topology};
-use crate::layout::GradientLayout;
-
-/// One compression unit: a range of the flat gradient.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Unit {
-    pub id: u32,
-    pub name: String,
-    pub offset: usize,
-    pub len: usize,
-    /// Sent uncompressed (excluded by policy).
-    pub dense: bool,
+/// Synchronous exchange, with DGC's optional local gradient clipping.
+pub struct Synchronous {
+    exchange: GradientExchange,
+    /// DGC's local clipping bound before the N^(−1/2) factor (0: off).
+    local_clip: f64,
 }
 
-/// What one exchange did, for the step record.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct ExchangeStats {
-    /// Encoded bytes of this worker's compressed messages.
-    pub wire_bytes: u64,
-    /// Elements this worker sent a value for.
-    pub selected: u64,
-    /// Elements in all units.
-    pub elements: u64,
-    pub compress_seconds: f64,
-    pub communicate_seconds: f64,
-    pub decode_seconds: f64,
-    /// ‖residual‖₂ over all units with a memory.
-    pub residual_norm: f64,
-    /// Σ‖acc − C(acc)‖² / Σ‖acc‖² over compressed units (when measured).
-    pub contraction: Option<f64>,
-    /// TernGrad's ‖g‖∞‖g‖₁/‖g‖² per compressed unit (when measured).
-    pub bound_ratios: Vec<f64>,
-    /// Sizes of this step's allgatherv messages and PS uploads (all workers), for pricing.
-    pub gathered_sizes: Vec<u64>,
-    pub download_bytes: u64,
-    /// Compressor-specific figures of the last step (eSGD's replacements and
-    /// importance scores), from the first unit that reports any.
-    pub extra: Vec<(&'static str, f64)>,
-}
-
-/// Why an exchange failed.
-#[derive(Debug, thiserror::Error)]
-pub enum ExchangeError {
-    #[error(transparent)]
-    Comm(#[from] CommError),
-    #[error("corrupt message from worker {rank}: {source}")]
-    Codec { rank: usize, source: CodecError },
-}
-
-/// Per-worker state of the synchronous exchange.
-pub struct GradientExchange {
-    units: Vec<Unit>,
-    compressors: Vec<Box<dyn Compressor>>,
-    memories: Vec<Box<dyn Memory>>,
-    combine: Combine,
-    topology: Topology,
-    placement: ServerPlacement,
-    seed: u64,
-    msgs: Vec<Message>,
-    /// Units sent as they are (excluded, or the dense compressor): no
-    /// memory, no message unless the topology needs an encoding.
-    raw: Vec<bool>,
-    /// Units whose memory is not the identity; their compensated gradient is
-    /// the memory's buffer (`Memory::residual` between compensate and update).
-    has_memory: Vec<bool>,
-    scalars: Vec<f32>,
-    /// Position of each unit's scalar in `scalars`, for two-phase compressors.
-    scalar_of: Vec<Option<usize>>,
-    dense_buf: Vec<f32>,
-    codes: Vec<i32>,
-    wire: Vec<u8>,
-    gathered: Gathered,
-    down: Vec<u8>,
-    scratch: Vec<f32>,
-    server: ServerState,
-}
-
-/// The co-located server's reused buffers.
-#[derive(Default)]
-struct ServerState {
-    sum: TernarySum,
-    avg: Vec<f32>,
-    msg: Message,
-}
-
-/// The memory a compressor gets: `auto` is error feedback for sparsifiers
-/// and 1-bit SGD, DGC momentum for DGC-k, none for the rest.
-fn memory_kind(kind: MemoryKind, compressor: &CompressorConfig) -> MemoryKind {
-    match kind {
-        MemoryKind::Auto => match compressor {
-            CompressorConfig::Dgck(_) => MemoryKind::DgcMomentum,
-            CompressorConfig::Onebit(_)
-            | CompressorConfig::Topk(_)
-            | CompressorConfig::Gaussiank(_)
-            | CompressorConfig::Trimmedk(_)
-            | CompressorConfig::Randk(_)
-            | CompressorConfig::Threshold(_) => MemoryKind::ErrorFeedback,
-            _ => MemoryKind::None,
-        },
-        k => k,
+impl Synchronous {
+    /// `local_clip`: each worker scales its gradient to norm at most
+    /// `local_clip · N^(−1/2)` before its memory (DGC; 0 turns it off).
+    pub fn new(exchange: GradientExchange, local_clip: f64) -> Self {
+        Self { exchange, local_clip }
     }
 }
 
-fn memory_for(kind: MemoryKind, c: &CompressionConfig, compressor: &CompressorConfig) -> Box<dyn Memory> {
-    match memory_kind(kind, compressor) {
-        MemoryKind::ErrorFeedback => Box::new(ErrorFeedback::new(c.residual)),
-        MemoryKind::DgcMomentum => Box::new(DgcMomentum::new(c.dgc_momentum)),
-        _ => Box::new(NoMemory),
-    }
-}
-
-impl GradientExchange {
-    /// Units from the layout; `is_output(i)` tells whether slot `i` is the output layer.
-    pub fn new(
-        layout: &GradientLayout,
-        compressor: &CompressorConfig,
-        c: &CompressionConfig,
-        topology: Topology,
-        placement: ServerPlacement,
-        seed: u64,
-        is_output: impl Fn(usize) -> bool,
-    ) -> Self {
-        let units: Vec<Unit> = match c.granularity {
-            Granularity::Global => {
-                vec![Unit { id: 0, name: "global".into(), offset: 0, len: layout.total(), dense: false }]
-            }
-            Granularity::Layer => layout
-                .slots()
-                .iter()
-                .enumerate()
-                .map(|(i, s)| Unit {
-                    id: i as u32,
-                    name: s.name.clone(),
-                    offset: s.offset,
-                    len: s.len,
-                    dense: s.len < c.exclude.min_size
-                        || (c.exclude.last_layer && is_output(i))
-                        || (c.exclude.biases && s.shape.len() <= 1),
-                })
-                .collect(),
-        };
-        let compressors = units.iter().map(|_| compressor.build()).collect();
-        let memories = units
-            .iter()
-            .map(|u| {
-                if u.dense {
-                    Box::new(NoMemory) as Box<dyn Memory>
-                } else {
-                    memory_for(c.memory, c, compressor)
-                }
-            })
-            .collect();
-        let combine = compressor.build().combine();
-        let identity = matches!(compressor, CompressorConfig::Dense {});
-        let raw: Vec<bool> = units.iter().map(|u| u.dense || identity).collect();
-        let has_memory =
-            raw.iter().map(|&r| !r && memory_kind(c.memory, compressor) != MemoryKind::None).collect();
-        Self {
-            raw,
-            has_memory,
-            msgs: units.iter().map(|_| Message::default()).collect(),
-            units,
-            compressors,
-            memories,
-            combine,
-            topology,
-            placement,
-            seed,
-            scalars: Vec::new(),
-            scalar_of: Vec::new(),
-            dense_buf: Vec::new(),
-            codes: Vec::new(),
-            wire: Vec::new(),
-            gathered: Gathered::default(),
-            down: Vec::new(),
-            scratch: Vec::new(),
-            server: ServerState::default(),
-        }
+impl Strategy for Synchronous {
+    fn name(&self) -> &'static str {
+        "sync"
     }
 
-    pub fn units(&self) -> &[Unit] {
-        &self.units
+    fn averages_models(&self, _step: u64) -> bool {
+        false
     }
 
-    pub fn set_density(&mut self, rho: f64) {
-        self.compressors.iter_mut().for_each(|c| c.set_density(rho));
-    }
-
-    pub fn memories(&self) -> &[Box<dyn Memory>] {
-        &self.memories
-    }
-
-    pub fn memories_mut(&mut self) -> &mut [Box<dyn Memory>] {
-        &mut self.memories
-    }
-
-    /// Does unit `u`'s message travel in the allreduce'd f32 buffer?
-    fn in_dense_allreduce(&self, u: usize) -> bool {
-        self.topology != Topology::ParameterServer
-            && (self.units[u].dense || matches!(self.combine, Combine::DenseSum | Combine::SharedIndexSum))
-    }
-
-    /// Averages `grad` (this worker's flat gradient, at training loss `loss`)
-    /// over all workers into `out`.
-    /// `lr` is the step's learning rate (lr-scaled error feedback); `measure`
-    /// asks for the contraction ratio and bound ratios this step.
-    #[allow(clippy::too_many_arguments)]
-    pub fn exchange(
+    fn average_models(
         &mut self,
-        grad: &[f32],
-        loss: f64,
-        out: &mut [f32],
-        step: u64,
-        lr: f32,
-        measure: bool,
-        c: &mut dyn Collective,
-    ) -> Result<ExchangeStats, ExchangeError> {
-        let (rank, n) = (c.rank(), c.world_size());
-        let mut st = ExchangeStats { elements: grad.len() as u64, ..Default::default() };
-        let t0 = Instant::now();
-
-        // 1. Memories fold in their state; the compensated gradient stays in the memory.
-        for (u, unit) in self.units.iter().enumerate() {
-            if self.has_memory[u] {
-                self.memories[u].compensate(&grad[unit.offset..unit.offset + unit.len], lr);
-            }
-        }
-        // The buffer unit `u` compresses.
-        fn input<'a>(
-            units: &[Unit],
-            has_memory: &[bool],
-            memories: &'a [Box<dyn Memory>],
-            grad: &'a [f32],
-            u: usize,
-        ) -> &'a [f32] {
-            if has_memory[u] {
-                memories[u].residual()
-            } else {
-                &grad[units[u].offset..units[u].offset + units[u].len]
-            }
-        }
-        // 2. Two-phase compressors agree on their scalars (TernGrad's shared scaler).
-        self.scalars.clear();
-        self.scalar_of.clear();
-        for u in 0..self.units.len() {
-            let x = input(&self.units, &self.has_memory, &self.memories, grad, u);
-            let s = if self.raw[u] { None } else { self.compressors[u].local_scalar(x) };
-            self.scalar_of.push(s.map(|s| {
-                self.scalars.push(s);
-                self.scalars.len() - 1
-            }));
-        }
-        let compress_a = t0.elapsed().as_secs_f64();
-        let mut comm = 0.0;
-        if !self.scalars.is_empty() {
-            let t = Instant::now();
-            c.allreduce_max_f32(&mut self.scalars)?;
-            comm += t.elapsed().as_secs_f64();
-        }
-        // 3. Compress every unit.
-        let t1 = Instant::now();
-        // Σ‖acc − C(acc)‖² and Σ‖acc‖² over compressed units, when measuring.
-        let (mut err_sum, mut norm_sum) = (0.0f64, 0.0f64);
-        let encode_raw = self.topology == Topology::ParameterServer;
-        for u in 0..self.units.len() {
-            let x = input(&self.units, &self.has_memory, &self.memories, grad, u);
-            if self.raw[u] {
-                if encode_raw {
-                    let m = self.msgs[u].dense_mut();
-                    m.values.clear();
-                    m.values.extend_from_slice(x);
-                }
-                continue;
-            }
-            let shared = self.scalar_of[u].map(|i| self.scalars[i]);
-            let ctx = UnitContext {
-                key: RngKey::new(self.seed, rank as u32, step, self.units[u].id),
-                shared_scalar: shared,
-                loss: Some(loss),
-            };
-            self.compressors[u].compress(x, &ctx, &mut self.msgs[u]);
-            if st.extra.is_empty() {
-                st.extra = self.compressors[u].stats();
-            }
-            st.selected += self.msgs[u].selected() as u64;
-            st.wire_bytes += codec::encoded_len(&self.msgs[u]) as u64;
-            if measure {
-                let norm = gradcomp_compress::reduce::sum_of_squares(x);
-                err_sum += norm * stats::contraction_ratio(x, &self.msgs[u], &mut self.scratch);
-                norm_sum += norm;
-                st.bound_ratios.push(stats::terngrad_bound_ratio(x));
-            }
-        }
-        if measure {
-            st.contraction = Some(if norm_sum > 0.0 { err_sum / norm_sum } else { 0.0 });
-        }
-        st.compress_seconds = compress_a + t1.elapsed().as_secs_f64();
-
-        // 4. Move the messages and aggregate into `out`.
-        out.fill(0.0);
-        let inv_n = 1.0 / n as f32;
-        let t2 = Instant::now();
-        match self.topology {
-            Topology::ParameterServer => self.via_server(c, out, &mut st)?,
-            Topology::Allreduce | Topology::Allgather => {
-                self.via_dense_allreduce(c, grad, out, inv_n)?;
-                if self.topology == Topology::Allreduce && self.combine == Combine::TernarySum {
-                    self.via_code_allreduce(c, out, inv_n)?;
-                } else {
-                    self.via_allgather(c, out, inv_n, &mut st)?;
-                }
-            }
-        }
-        comm += t2.elapsed().as_secs_f64();
-        st.communicate_seconds = comm;
-
-        // 5. Memories keep what was not sent.
-        let t3 = Instant::now();
-        for u in 0..self.units.len() {
-            if self.has_memory[u] {
-                self.memories[u].update(&self.msgs[u]);
-            }
-        }
-        st.residual_norm = self
-            .memories
-            .iter()
-            .map(|m| gradcomp_compress::reduce::sum_of_squares(m.residual()))
-            .sum::<f64>()
-            .sqrt();
-        st.decode_seconds = t3.elapsed().as_secs_f64();
-        Ok(st)
-    }
-
-    /// Dense units, dense compressors (fp16 values in f32) and Rand-k
-    /// `same_seed` values: one allreduce of their concatenation.
-    fn via_dense_allreduce(
-        &mut self,
-        c: &mut dyn Collective,
-        grad: &[f32],
-        out: &mut [f32],
-        inv_n: f32,
-    ) -> Result<(), ExchangeError> {
-        self.dense_buf.clear();
-        for u in 0..self.units.len() {
-            if !self.in_dense_allreduce(u) {
-                continue;
-            }
-            if self.raw[u] {
-                let unit = &self.units[u];
-                self.dense_buf.extend_from_slice(&grad[unit.offset..unit.offset + unit.len]);
-                continue;
-            }
-            match &self.msgs[u] {
-                Message::Dense(m) => self.dense_buf.extend_from_slice(&m.values),
-                Message::Sparse(m) => self.dense_buf.extend_from_slice(&m.values),
-                m => {
-                    let start = self.dense_buf.len();
-                    self.dense_buf.resize(start + m.len(), 0.0);
-                    m.add_to(1.0, &mut self.dense_buf[start..]);
-                }
-            }
-        }
-        if self.dense_buf.is_empty() {
-            return Ok(());
-        }
-        c.allreduce_sum_f32(&mut self.dense_buf)?;
-        let mut at = 0;
-        for u in 0..self.units.len() {
-            if !self.in_dense_allreduce(u) {
-                continue;
-            }
-            let unit = &self.units[u];
-            let dst = &mut out[unit.offset..unit.offset + unit.len];
-            match &self.msgs[u] {
-                Message::Sparse(SparseMessage { indices, .. }) if !self.raw[u] => {
-                    for &i in indices {
-                        dst[i as usize] = self.dense_buf[at] * inv_n;
-                        at += 1;
-                    }
-                }
-                _ => {
-                    for (o, &s) in dst.iter_mut().zip(&self.dense_buf[at..at + unit.len]) {
-                        *o = s * inv_n;
-                    }
-                    at += unit.len;
-                }
-            }
-        }
+        _step: u64,
+        _params: &mut [f32],
+        _c: &mut dyn Collective,
+    ) -> Result<(), StrategyError> {
         Ok(())
     }
 
-    /// TernGrad over allreduce: the integer code sums in one i32 allreduce.
-    fn via_code_allreduce(
+    fn combine(
         &mut self,
-        c: &mut dyn Collective,
+        input: &StepInput,
+        grad: &mut [f32],
         out: &mut [f32],
-        inv_n: f32,
-    ) -> Result<(), ExchangeError> {
-        self.codes.clear();
-        for (u, unit) in self.units.iter().enumerate() {
-            if let (false, Message::Ternary(m)) = (unit.dense, &self.msgs[u]) {
-                let start = self.codes.len();
-                self.codes.resize(start + unit.len, 0);
-                for (j, code) in self.codes[start..].iter_mut().enumerate() {
-                    let bits = m.packed[j / 4] >> (2 * (j % 4)) & 3;
-                    *code = [0, 1, -1, 0][bits as usize];
-                }
+        c: &mut dyn Collective,
+    ) -> Result<Combined, StrategyError> {
+        if self.local_clip > 0.0 {
+            // DGC's local clipping: the norm bound shrinks with N^(-1/2) because
+            // the N workers' gradients add up.
+            let bound = self.local_clip / (c.world_size() as f64).sqrt();
+            let norm = gradcomp_compress::reduce::sum_of_squares(grad).sqrt();
+            if norm > bound {
+                let scale = (bound / norm) as f32;
+                grad.iter_mut().for_each(|g| *g *= scale);
             }
         }
-        if self.codes.is_empty() {
-            return Ok(());
-        }
-        c.allreduce_sum_i32(&mut self.codes)?;
-        let mut at = 0;
-        for (u, unit) in self.units.iter().enumerate() {
-            if let (false, Message::Ternary(m)) = (unit.dense, &self.msgs[u]) {
-                let w = m.scale * inv_n;
-                for (o, &s) in
-                    out[unit.offset..unit.offset + unit.len].iter_mut().zip(&self.codes[at..at + unit.len])
-                {
-                    *o = w * s as f32;
-                }
-                at += unit.len;
-            }
-        }
-        Ok(())
+        let stats =
+            self.exchange.exchange(grad, input.loss, out, input.step, input.lr as f32, input.measure, c)?;
+        Ok(Combined { lr: input.lr, extra: stats.extra.clone(), stats })
     }
 
-    /// Per-worker messages: allgatherv of this worker's encodings, then every
-    /// worker decodes and averages all of them in rank order.
-    fn via_allgather(
-        &mut self,
-        c: &mut dyn Collective,
-        out: &mut [f32],
-        inv_n: f32,
-        st: &mut ExchangeStats,
-    ) -> Result<(), ExchangeError> {
-        self.wire.clear();
-        let mut any = false;
-        for u in 0..self.units.len() {
-            if !self.in_dense_allreduce(u) {
-                codec::encode(&self.msgs[u], self.units[u].id, &mut self.wire);
-                any = true;
-            }
-        }
-        if !any {
-            return Ok(());
-        }
-        c.allgatherv(&self.wire, &mut self.gathered)?;
-        st.gathered_sizes = self.gathered.iter().map(|m| m.len() as u64).collect();
-        for (rank, mut bytes) in self.gathered.iter().enumerate() {
-            for u in 0..self.units.len() {
-                if self.in_dense_allreduce(u) {
-                    continue;
-                }
-                let unit = &self.units[u];
-                let (first, rest) =
-                    codec::split_first(bytes).map_err(|source| ExchangeError::Codec { rank, source })?;
-                let h = codec::accumulate(first, inv_n, &mut out[unit.offset..unit.offset + unit.len])
-                    .map_err(|source| ExchangeError::Codec { rank, source })?;
-                if h.unit != unit.id {
-                    return Err(ExchangeError::Codec {
-                        rank,
-                        source: CodecError::Invalid("message for another unit"),
-                    });
-                }
-                bytes = rest;
-            }
-            if !bytes.is_empty() {
-                return Err(ExchangeError::Codec { rank, source: CodecError::TrailingBytes(bytes.len()) });
-            }
-        }
-        Ok(())
+    fn identical_replicas(&self) -> bool {
+        true
     }
 
-    /// The parameter server: every unit's message is uploaded; the server
-    /// (rank 0) sums TernGrad codes in the integers and averages everything
-    /// else, and every worker decodes the download.
-    fn via_server(
-        &mut self,
-        c: &mut dyn Collective,
-        out: &mut [f32],
-        st: &mut ExchangeStats,
-    ) -> Result<(), ExchangeError> {
-        self.wire.clear();
-        for (u, unit) in self.units.iter().enumerate() {
-            codec::encode(&self.msgs[u], unit.id, &mut self.wire);
-        }
-        let units = &self.units;
-        let server = &mut self.server;
-        let mut sizes = Vec::new();
-        let mut aggregate = |ups: &Gathered, down: &mut Vec<u8>| -> Result<(), String> {
-            sizes = ups.iter().map(|m| m.len() as u64).collect();
-            server_aggregate(units, ups, down, server).map_err(|e| e.to_string())
-        };
-        c.push_pull(self.placement, &self.wire, &mut aggregate, &mut self.down)?;
-        st.gathered_sizes = sizes;
-        st.download_bytes = self.down.len() as u64;
-        let mut bytes = &self.down[..];
-        for unit in &self.units {
-            let (first, rest) =
-                codec::split_first(bytes).map_err(|source| ExchangeError::Codec { rank: 0, source })?;
-            codec::accumulate(first, 1.0, &mut out[unit.offset..unit.offset + unit.len])
-                .map_err(|source| ExchangeError::Codec { rank: 0, source })?;
-            bytes = rest;
-        }
-        Ok(())
+    fn set_density(&mut self, rho: f64) {
+        self.exchange.set_density(rho);
     }
-}
 
-/// The server's aggregation: per unit, the integer sum of ternary codes
-/// (compact download), or the average of the decoded messages, downloaded as
-/// a sparse message when that is smaller than dense f32.
-fn server_aggregate(
-    units: &[Unit],
-    ups: &Gathered,
-    down: &mut Vec<u8>,
-    s: &mut ServerState,
-) -> Result<(), CodecError> {
-    let n = ups.len();
-    let mut cursors: Vec<&[u8]> = ups.iter().collect();
-    for unit in units {
-        let firsts: Vec<&[u8]> = cursors
-            .iter_mut()
-            .map(|cur| {
-                let (first, rest) = codec::split_first(cur)?;
-                *cur = rest;
-                Ok(first)
-            })
-            .collect::<Result<_, CodecError>>()?;
-        let ternary = firsts.iter().all(|b| {
-            codec::read_header(b).is_ok_and(|h| h.kind == gradcomp_compress::message::MessageKind::Ternary)
-        });
-        let same_scale = ternary && {
-            let scales: Vec<[u8; 4]> = firsts.iter().map(|b| [b[12], b[13], b[14], b[15]]).collect();
-            scales.windows(2).all(|w| w[0] == w[1])
-        };
-        if same_scale {
-            s.sum.reset(unit.len);
-            for b in &firsts {
-                s.sum.add_encoded(b)?;
-            }
-            s.sum.take_into(&mut s.msg);
-        } else {
-            s.avg.clear();
-            s.avg.resize(unit.len, 0.0);
-            for b in &firsts {
-                codec::accumulate(b, 1.0 / n as f32, &mut s.avg)?;
-            }
-            let nnz = s.avg.iter().filter(|&&v| v != 0.0).count();
-            if nnz * 8 + 4 < unit.len * 4 {
-                let m = s.msg.sparse_mut();
-                m.len = unit.len;
-                m.wire = Default::default();
-                m.indices.clear();
-                m.values.clear();
-                for (i, &v) in s.avg.iter().enumerate() {
-                    if v != 0.0 {
-                        m.indices.push(i as u32);
-                        m.values.push(v);
-                    }
-                }
-            } else {
-                let m: &mut DenseMessage = s.msg.dense_mut();
-                m.values.clear();
-                m.values.extend_from_slice(&s.avg);
-            }
-        }
-        codec::encode(&s.msg, unit.id, down);
+    fn units(&self) -> &[Unit] {
+        self.exchange.units()
     }
-    if let Some(rest) = cursors.iter().find(|c| !c.is_empty()) {
-        return Err(CodecError::TrailingBytes(rest.len()));
+
+    fn state(&self) -> StateBuffers {
+        let mut s = StateBuffers::new();
+        self.exchange.state("", &mut s);
+        s
     }
-    Ok(())
+
+    fn restore(&mut self, state: &StateBuffers) -> Result<(), String> {
+        self.exchange.restore("", state)
+    }
 }

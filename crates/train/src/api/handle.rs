@@ -1,0 +1,501 @@
+//! [`DataParallel`]: one worker's handle on compressed data-parallel training.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use burn::module::Module;
+use burn::optim::GradientsParams;
+use gradcomp_comm::{Collective, Gathered, StepBytes};
+use gradcomp_compress::stats::Histogram;
+use serde::{Deserialize, Serialize};
+
+use super::{DataParallelConfig, SyncError};
+use crate::config::OnNonFinite;
+use crate::layout::GradientLayout;
+use crate::params::{self, GradSource};
+use crate::strategy::{ExchangeStats, StepInput, Strategy, Unit};
+
+/// What one [`DataParallel::sync`] produced.
+#[derive(Debug)]
+pub struct Synced {
+    /// The combined gradient of every trainable parameter, on the model's
+    /// device, ready for any burn optimizer. Empty when the step was skipped
+    /// (stepping an optimizer with it leaves the model unchanged).
+    pub grads: GradientsParams,
+    /// The learning rate to apply: the one passed in, or CELGC's clipped step.
+    pub lr: f64,
+    /// A worker had a non-finite gradient or loss and the configuration
+    /// skips such steps: every worker skipped it.
+    pub skipped: bool,
+    /// Some worker asked to stop ([`DataParallel::request_stop`]): every
+    /// worker learns it at the same step, applies it, and can checkpoint.
+    pub stop_requested: bool,
+}
+
+/// What the last synchronized step did on this worker, for records.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct StepStats {
+    /// The step's number (from 0).
+    pub step: u64,
+    /// This worker's loss, if reported; the mean over the workers that reported one.
+    pub loss: Option<f64>,
+    pub mean_loss: Option<f64>,
+    /// The learning rate applied (CELGC's clipped step) and the target density.
+    pub lr: f64,
+    pub density: Option<f64>,
+    pub skipped: bool,
+    /// Bytes this worker moved for the strategy (model averaging included;
+    /// control, checksum and evaluation rounds excluded), by collective.
+    pub bytes: StepBytes,
+    /// Seconds to read the gradient out of burn, and to hand the result back.
+    pub read_seconds: f64,
+    pub write_seconds: f64,
+    /// Seconds in the agreement round (non-finite values, loss, stop).
+    pub control_seconds: f64,
+    /// Compression statistics and times of the exchange; `communicate_seconds`
+    /// includes a model-averaging round before the step.
+    pub exchange: ExchangeStats,
+    /// Histogram of this worker's gradient, on measured steps (41 bins).
+    pub histogram: Option<Histogram>,
+    /// Strategy figures (CELGC's effective step, norm, clipping, round).
+    pub extra: Vec<(&'static str, f64)>,
+}
+
+/// A handle's state, for checkpoints: the step counter, the byte totals and
+/// the strategy's buffers (memories, CELGC's anchor). Serializable, so it can
+/// go into any checkpoint format.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct DataParallelState {
+    pub step: u64,
+    /// This worker's strategy bytes so far.
+    pub bytes_sent: u64,
+    pub bytes_received: u64,
+    /// All workers' (see [`DataParallel::group_bytes_sent`]).
+    pub group_bytes_sent: u64,
+    pub buffers: BTreeMap<String, Vec<f32>>,
+}
+
+/// One worker's handle: owns the collective, the strategy with its memories,
+/// the byte meter and the record of the last step.
+///
+/// Per step, every worker calls [`sync`](Self::sync) with its model and the
+/// gradients of `loss.backward()`, and applies the returned
+/// [`GradientsParams`] with any burn optimizer at [`Synced::lr`]. Under CELGC,
+/// [`average_model`](Self::average_model) before the step averages the
+/// models when the step begins a round.
+pub struct DataParallel {
+    cfg: DataParallelConfig,
+    c: Box<dyn Collective>,
+    strategy: Box<dyn Strategy>,
+    layout: GradientLayout,
+    step: u64,
+    /// The step whose model-averaging round has been done.
+    averaged_at: Option<u64>,
+    loss: Option<f64>,
+    stop: bool,
+    density: Option<f64>,
+    grad: Vec<f32>,
+    out: Vec<f32>,
+    params: Vec<f32>,
+    gathered: Gathered,
+    /// Strategy bytes and seconds since the last step (a model-averaging round).
+    pending: StepBytes,
+    pending_seconds: f64,
+    totals: StepBytes,
+    /// Byte totals of the run before a restore.
+    earlier: (u64, u64),
+    /// All workers' strategy bytes through the previous step (agreement round).
+    group_sent: u64,
+    last: StepStats,
+}
+
+impl DataParallelConfig {
+    /// Joins this worker to the group: checks that every worker has the same
+    /// model layout and configuration, and replaces `model`'s trainable
+    /// parameters by rank 0's so the replicas start identical. Every worker
+    /// calls it with its own collective handle.
+    pub fn init<M: Module>(
+        self,
+        collective: impl Collective + 'static,
+        model: M,
+    ) -> Result<(DataParallel, M), SyncError> {
+        self.validate()?;
+        let mut c: Box<dyn Collective> = Box::new(collective);
+        let rank = c.rank();
+        let comm = |source| SyncError::Comm { rank, source };
+        let layout = params::layout(&model);
+        // Same model and configuration everywhere, or a clear error on every worker.
+        let mut mine = layout.fingerprint().to_le_bytes().to_vec();
+        mine.extend_from_slice(&self.fingerprint().to_le_bytes());
+        let mut all = Gathered::default();
+        c.allgatherv(&mine, &mut all).map_err(comm)?;
+        if let Some(r) = all.iter().position(|m| m[..8] != mine[..8]) {
+            return Err(SyncError::Mismatch(format!(
+                "worker {r}'s model has other parameters (names or shapes) than worker {rank}'s"
+            )));
+        }
+        if let Some(r) = all.iter().position(|m| m[8..] != mine[8..]) {
+            return Err(SyncError::Mismatch(format!(
+                "worker {r}'s DataParallelConfig differs from worker {rank}'s"
+            )));
+        }
+        let mut values = Vec::new();
+        params::read_params(&model, &mut values);
+        let mut bytes: Vec<u8> = values.iter().flat_map(|p| p.to_le_bytes()).collect();
+        c.broadcast(&mut bytes, 0).map_err(comm)?;
+        if bytes.len() != values.len() * 4 {
+            return Err(SyncError::Mismatch("rank 0 broadcast parameters of another size".into()));
+        }
+        let values: Vec<f32> =
+            bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+        let model = params::write_params(model, &values);
+        c.meter_mut().take_step();
+        let strategy = self.build_strategy(&layout);
+        let density = self.compressor.density();
+        let n = layout.total();
+        let dp = DataParallel {
+            cfg: self,
+            c,
+            strategy,
+            layout,
+            step: 0,
+            averaged_at: None,
+            loss: None,
+            stop: false,
+            density,
+            grad: Vec::with_capacity(n),
+            out: vec![0.0; n],
+            params: values,
+            gathered: Gathered::default(),
+            pending: StepBytes::default(),
+            pending_seconds: 0.0,
+            totals: StepBytes::default(),
+            earlier: (0, 0),
+            group_sent: 0,
+            last: StepStats::default(),
+        };
+        Ok((dp, model))
+    }
+}
+
+impl DataParallel {
+    pub fn rank(&self) -> usize {
+        self.c.rank()
+    }
+
+    pub fn world_size(&self) -> usize {
+        self.c.world_size()
+    }
+
+    /// Steps synchronized so far (the number of the next step).
+    pub fn step(&self) -> u64 {
+        self.step
+    }
+
+    pub fn config(&self) -> &DataParallelConfig {
+        &self.cfg
+    }
+
+    /// The flat gradient layout: every trainable parameter's name, offset and shape.
+    pub fn layout(&self) -> &GradientLayout {
+        &self.layout
+    }
+
+    /// The compression units (empty for CELGC without compressed deltas).
+    pub fn units(&self) -> &[Unit] {
+        self.strategy.units()
+    }
+
+    /// What the last [`sync`](Self::sync) did on this worker.
+    pub fn last_step(&self) -> &StepStats {
+        &self.last
+    }
+
+    /// Bytes this worker sent and received for the strategy so far.
+    pub fn bytes_sent(&self) -> u64 {
+        self.earlier.0 + self.totals.sent()
+    }
+
+    pub fn bytes_received(&self) -> u64 {
+        self.earlier.1 + self.totals.received()
+    }
+
+    /// Whether every worker's model is identical after every step (false
+    /// for CELGC between rounds: use [`consensus_model`](Self::consensus_model)).
+    pub fn identical_replicas(&self) -> bool {
+        self.strategy.identical_replicas()
+    }
+
+    /// Bytes all workers together sent through the strategy up to the last
+    /// step, learned in the agreement round of each step (f32 sums: exact to
+    /// about 7 digits), for progress displays. Exact per-worker counts are
+    /// [`StepStats::bytes`].
+    pub fn group_bytes_sent(&self) -> u64 {
+        self.group_sent
+    }
+
+    /// The collective, for the caller's own operations (evaluation sums,
+    /// records). Its bytes are not counted as the strategy's.
+    pub fn collective_mut(&mut self) -> &mut dyn Collective {
+        &mut *self.c
+    }
+
+    /// Records this worker's training loss for the next [`sync`](Self::sync):
+    /// eSGD's selection needs it, and the step record averages it. A
+    /// non-finite loss counts as a non-finite value.
+    pub fn report_loss(&mut self, loss: f64) -> &mut Self {
+        self.loss = Some(loss);
+        self
+    }
+
+    /// Asks every worker to stop: the next [`sync`](Self::sync) returns
+    /// `stop_requested` on every worker.
+    pub fn request_stop(&mut self) {
+        self.stop = true;
+    }
+
+    /// Sets the sparsifiers' density for the coming epoch from the configured
+    /// warm-up schedule (`compression.warmup`).
+    pub fn set_epoch(&mut self, epoch: u32) {
+        if let Some(rho) = self.cfg.compressor.density() {
+            let d = self.cfg.compression.warmup.density(epoch, rho);
+            self.strategy.set_density(d);
+            self.density = Some(d);
+        }
+    }
+
+    /// Whether the next step begins by averaging the workers' models (CELGC).
+    pub fn averages_now(&self) -> bool {
+        self.strategy.averages_models(self.step) && self.averaged_at != Some(self.step)
+    }
+
+    /// Averages the workers' models if the next step begins a round (CELGC);
+    /// returns `model` unchanged otherwise. Call it before the step's
+    /// forward pass.
+    pub fn average_model<M: Module>(&mut self, model: M) -> Result<M, SyncError> {
+        if !self.averages_now() {
+            return Ok(model);
+        }
+        self.discard_foreign_bytes();
+        let t = Instant::now();
+        params::read_params(&model, &mut self.params);
+        let (step, rank) = (self.step, self.rank());
+        self.strategy
+            .average_models(step, &mut self.params, &mut *self.c)
+            .map_err(|e| SyncError::from_strategy(rank, e))?;
+        self.pending.add(&self.c.meter_mut().take_step());
+        self.pending_seconds += t.elapsed().as_secs_f64();
+        self.averaged_at = Some(step);
+        let model = params::write_params(model, &self.params);
+        // Replicas agree right after a round, before local steps move them apart.
+        let round = step / self.cfg.strategy.period;
+        if self.cfg.checksum_every > 0 && round.is_multiple_of(self.cfg.checksum_every) {
+            self.compare_checksums(step)?;
+        }
+        Ok(model)
+    }
+
+    /// Combines this worker's gradients with every other worker's; see
+    /// [`Synced`]. `grads` are what `loss.backward()` returned (or burn's
+    /// [`GradientsParams`]); `lr` is the learning rate the caller's optimizer
+    /// will apply this step.
+    pub fn sync<M: Module, G: GradSource>(
+        &mut self,
+        model: &M,
+        grads: G,
+        lr: f64,
+    ) -> Result<Synced, SyncError> {
+        if !(lr > 0.0 && lr.is_finite()) {
+            return Err(SyncError::Usage(format!("the learning rate must be positive and finite, got {lr}")));
+        }
+        if self.averages_now() {
+            return Err(SyncError::Usage(format!(
+                "step {} begins with model averaging (CELGC): call average_model before sync",
+                self.step
+            )));
+        }
+        if matches!(self.cfg.compressor, gradcomp_compress::CompressorConfig::Esgd(_)) && self.loss.is_none() {
+            return Err(SyncError::Usage("eSGD selects by the loss: call report_loss before sync".into()));
+        }
+        self.discard_foreign_bytes();
+        let step = self.step;
+        let due = self.cfg.checksum_every > 0 && step > 0 && step.is_multiple_of(self.cfg.checksum_every);
+        if due && self.strategy.identical_replicas() {
+            params::read_params(model, &mut self.params);
+            self.compare_checksums(step)?;
+        }
+        let t = Instant::now();
+        params::read_grads(model, &grads, &mut self.grad);
+        drop(grads);
+        let read_seconds = t.elapsed().as_secs_f64();
+        let agreed = self.agree(step)?;
+        let mut stats = StepStats {
+            step,
+            loss: self.loss.take(),
+            mean_loss: agreed.mean_loss,
+            lr,
+            density: self.density,
+            read_seconds,
+            control_seconds: agreed.seconds,
+            ..Default::default()
+        };
+        if agreed.skip {
+            stats.skipped = true;
+            self.finish(stats);
+            return Ok(Synced { grads: GradientsParams::new(), lr, skipped: true, stop_requested: agreed.stop });
+        }
+        let measure = self.cfg.stats_every > 0 && step.is_multiple_of(self.cfg.stats_every);
+        if measure && self.rank() == 0 {
+            stats.histogram = Some(Histogram::symmetric(&self.grad, 41));
+        }
+        let input = StepInput { step, lr, loss: stats.loss, measure };
+        let rank = self.rank();
+        let combined = self
+            .strategy
+            .combine(&input, &mut self.grad, &mut self.out, &mut *self.c)
+            .map_err(|e| SyncError::from_strategy(rank, e))?;
+        let t = Instant::now();
+        let grads = params::grads_params(model, &self.out);
+        stats.write_seconds = t.elapsed().as_secs_f64();
+        stats.lr = combined.lr;
+        stats.exchange = combined.stats;
+        stats.extra = combined.extra;
+        self.finish(stats);
+        Ok(Synced { grads, lr: combined.lr, skipped: false, stop_requested: agreed.stop })
+    }
+
+    /// A model every worker agrees on: the replica itself when replicas are
+    /// identical, else (CELGC between rounds) the average of the workers'
+    /// models, leaving each worker's own model as it is. For evaluation and
+    /// the final result.
+    pub fn consensus_model<M: Module>(&mut self, model: &M) -> Result<M, SyncError> {
+        if self.strategy.identical_replicas() {
+            return Ok(model.clone());
+        }
+        self.discard_foreign_bytes();
+        params::read_params(model, &mut self.params);
+        let rank = self.rank();
+        self.c.allreduce_sum_f32(&mut self.params).map_err(|source| SyncError::Comm { rank, source })?;
+        self.c.meter_mut().take_step();
+        let n = self.world_size() as f32;
+        self.params.iter_mut().for_each(|p| *p /= n);
+        Ok(params::write_params(model.clone(), &self.params))
+    }
+
+    /// Compares a checksum of `model`'s parameters across workers now; a
+    /// difference is [`SyncError::ReplicaMismatch`] on every worker.
+    pub fn check_replicas<M: Module>(&mut self, model: &M) -> Result<(), SyncError> {
+        params::read_params(model, &mut self.params);
+        self.compare_checksums(self.step)
+    }
+
+    /// The state an exact resume needs.
+    pub fn state(&self) -> DataParallelState {
+        DataParallelState {
+            step: self.step,
+            bytes_sent: self.bytes_sent(),
+            bytes_received: self.bytes_received(),
+            group_bytes_sent: self.group_sent,
+            buffers: self.strategy.state(),
+        }
+    }
+
+    /// Restores [`DataParallel::state`] (made by the same model and
+    /// configuration); a missing or misshapen buffer is an error naming it.
+    pub fn restore(&mut self, state: &DataParallelState) -> Result<(), SyncError> {
+        self.strategy.restore(&state.buffers).map_err(SyncError::State)?;
+        self.step = state.step;
+        self.averaged_at = None;
+        self.earlier = (state.bytes_sent, state.bytes_received);
+        self.group_sent = state.group_bytes_sent;
+        self.totals = StepBytes::default();
+        Ok(())
+    }
+
+    /// The agreement round: non-finite values, losses and stop requests,
+    /// one small allreduce.
+    fn agree(&mut self, step: u64) -> Result<Agreed, SyncError> {
+        let t = Instant::now();
+        let (rank, n) = (self.rank(), self.world_size());
+        let bad = self.find_nonfinite();
+        // [stop, loss sum, losses, previous step's bytes, one non-finite flag per rank]
+        const FLAGS: usize = 4;
+        let mut control = vec![0.0f32; FLAGS + n];
+        control[0] = f32::from(u8::from(self.stop));
+        if let Some(l) = self.loss.filter(|l| l.is_finite()) {
+            control[1] = l as f32;
+            control[2] = 1.0;
+        }
+        control[3] = self.last.bytes.sent() as f32;
+        control[FLAGS + rank] = f32::from(u8::from(bad.is_some()));
+        self.c.allreduce_sum_f32(&mut control).map_err(|source| SyncError::Comm { rank, source })?;
+        self.c.meter_mut().take_step();
+        self.stop = false;
+        self.group_sent += control[3] as u64;
+        let bad_ranks: Vec<usize> = (0..n).filter(|&r| control[FLAGS + r] > 0.0).collect();
+        if !bad_ranks.is_empty() && self.cfg.on_nonfinite == OnNonFinite::Stop {
+            return Err(match bad {
+                Some((what, tensor)) => SyncError::NonFinite { step, rank, what, tensor },
+                None => SyncError::PeerNonFinite { step, ranks: bad_ranks },
+            });
+        }
+        Ok(Agreed {
+            stop: control[0] > 0.0,
+            skip: !bad_ranks.is_empty(),
+            mean_loss: (control[2] > 0.0).then(|| f64::from(control[1]) / f64::from(control[2])),
+            seconds: t.elapsed().as_secs_f64(),
+        })
+    }
+
+    /// This worker's first non-finite value: the loss, or the tensor holding it.
+    fn find_nonfinite(&self) -> Option<(&'static str, String)> {
+        if self.loss.is_some_and(|l| !l.is_finite()) {
+            return Some(("loss", "(loss)".to_string()));
+        }
+        if gradcomp_compress::reduce::all_finite(&self.grad) {
+            return None;
+        }
+        let j = self.grad.iter().position(|g| !g.is_finite())?;
+        Some(("gradient", self.layout.slot_of(j).map_or_else(|| "?".into(), |s| s.name.clone())))
+    }
+
+    /// Ends a step: its bytes (and a preceding round's) become the step's.
+    fn finish(&mut self, mut stats: StepStats) {
+        let mut bytes = std::mem::take(&mut self.pending);
+        bytes.add(&self.c.meter_mut().take_step());
+        stats.exchange.communicate_seconds += std::mem::take(&mut self.pending_seconds);
+        self.totals.add(&bytes);
+        stats.bytes = bytes;
+        self.last = stats;
+        self.step += 1;
+    }
+
+    /// Drops meter counts that are not the strategy's (the caller's own
+    /// collectives since the last call).
+    fn discard_foreign_bytes(&mut self) {
+        self.c.meter_mut().take_step();
+    }
+
+    /// Compares the checksum of `self.params` across workers.
+    fn compare_checksums(&mut self, step: u64) -> Result<(), SyncError> {
+        let rank = self.rank();
+        let sum = params::checksum(&self.params).to_le_bytes();
+        self.c.allgatherv(&sum, &mut self.gathered).map_err(|source| SyncError::Comm { rank, source })?;
+        self.c.meter_mut().take_step();
+        let first = self.gathered.get(0).to_vec();
+        let ranks: Vec<usize> = (0..self.gathered.len()).filter(|&r| self.gathered.get(r) != first).collect();
+        if ranks.is_empty() {
+            Ok(())
+        } else {
+            Err(SyncError::ReplicaMismatch { step, ranks })
+        }
+    }
+}
+
+/// What the agreement round decided.
+struct Agreed {
+    stop: bool,
+    skip: bool,
+    mean_loss: Option<f64>,
+    seconds: f64,
+}

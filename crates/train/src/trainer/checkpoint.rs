@@ -1,0 +1,208 @@
+//! The trainer's checkpoints: a directory `checkpoints/step-<S>/` per
+//! checkpoint, made current by atomically rewriting `checkpoints/latest`
+//! once every file is in place. Files are [`Sections`]:
+//!
+//! - `state.bin` (rank 0): `params` (the model, layout order), `param_ids`
+//!   (the ids the optimizer state is keyed by), `optimizer` (burn's
+//!   optimizer record) and `counters` (JSON of [`Counters`]).
+//! - `rank-<r>.bin` (every rank): `dp` (JSON of the handle's counters) and
+//!   `dp.<buffer>` (its strategy's buffers: memories, CELGC's anchor); when
+//!   replicas differ between rounds (CELGC), also the rank's own `params`,
+//!   `param_ids` and `optimizer`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use burn::module::Module;
+use burn::optim::ModuleOptimizer;
+use burn::tensor::Bytes;
+use serde::{Deserialize, Serialize};
+
+use super::{io, Shared, TrainError};
+use crate::api::{DataParallel, DataParallelState, SyncError};
+use crate::checkpoint::{Sections, Values};
+use crate::config::TrainConfig;
+use crate::params;
+use crate::records::write_atomic;
+
+/// The run's counters a resume continues from (rank 0's `state.bin`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Counters {
+    /// Steps taken.
+    pub step: u64,
+    pub workers: usize,
+    /// Bytes all workers sent and received through the strategy so far.
+    pub bytes_sent: u64,
+    pub bytes_received: u64,
+    /// Measured and predicted wall-clock of training so far.
+    pub wall_seconds: f64,
+    pub predicted_wall_seconds: BTreeMap<String, f64>,
+    /// The current epoch's training loss so far (sum and steps), so an
+    /// epoch interrupted and resumed reports the mean over all its steps.
+    pub epoch_loss_sum: f64,
+    pub epoch_loss_steps: u64,
+}
+
+impl Counters {
+    /// These counters at step `step`.
+    pub fn at(&self, step: u64) -> Self {
+        Self { step, ..self.clone() }
+    }
+}
+
+/// A model and its optimizer as saved.
+pub(super) struct Replica {
+    pub params: Vec<f32>,
+    pub param_ids: Vec<u64>,
+    pub optimizer: Vec<u8>,
+}
+
+impl Replica {
+    fn put(&self, s: &mut Sections) {
+        s.put("params", Values::F32(self.params.clone()));
+        s.put("param_ids", Values::U64(self.param_ids.clone()));
+        s.put("optimizer", Values::Bytes(self.optimizer.clone()));
+    }
+
+    fn get(s: &Sections) -> Result<Self, String> {
+        let r = Replica {
+            params: s.f32("params")?.to_vec(),
+            param_ids: s.u64("param_ids")?.to_vec(),
+            optimizer: s.bytes("optimizer")?.to_vec(),
+        };
+        if r.param_ids.len() > r.params.len() {
+            return Err(format!("{} parameter ids for {} values", r.param_ids.len(), r.params.len()));
+        }
+        Ok(r)
+    }
+
+    /// This worker's model and optimizer now.
+    pub fn of<M: Module>(model: &M, optim: &ModuleOptimizer) -> Result<Self, TrainError> {
+        let mut params = Vec::new();
+        params::read_params(model, &mut params);
+        let optimizer = optim
+            .into_bytes()
+            .map_err(|e| TrainError::Checkpoint(format!("the optimizer state did not serialize: {e}")))?;
+        Ok(Replica { params, param_ids: params::param_ids(model), optimizer: optimizer.to_vec() })
+    }
+
+    /// Puts the saved values into `model` and `optim`; checks they fit.
+    pub fn apply<M: Module>(&self, model: M, optim: ModuleOptimizer) -> Result<(M, ModuleOptimizer), TrainError> {
+        let layout = params::layout(&model);
+        if self.params.len() != layout.total() || self.param_ids.len() != layout.slots().len() {
+            return Err(TrainError::Checkpoint(format!(
+                "the checkpoint's model has {} values in {} tensors, this one {} in {}; was it made with another model or data?",
+                self.params.len(),
+                self.param_ids.len(),
+                layout.total(),
+                layout.slots().len()
+            )));
+        }
+        let model = params::assign_param_ids(params::write_params(model, &self.params), &self.param_ids);
+        let optim = optim
+            .from_bytes(Bytes::from_bytes_vec(self.optimizer.clone()))
+            .map_err(|e| TrainError::Checkpoint(format!("the optimizer state did not load: {e}")))?;
+        Ok((model, optim))
+    }
+}
+
+/// A checkpoint as read back.
+pub(crate) struct Checkpoint {
+    pub dir: PathBuf,
+    pub counters: Counters,
+    /// Rank 0's model and optimizer.
+    pub replica: Replica,
+}
+
+fn bad(path: &Path) -> impl Fn(String) -> TrainError + '_ {
+    move |problem| TrainError::Checkpoint(format!("{}: {problem}", path.display()))
+}
+
+/// The directory `checkpoints/latest` points at.
+fn latest_dir(run_dir: &Path) -> Result<PathBuf, TrainError> {
+    let latest = run_dir.join("checkpoints/latest");
+    let name = std::fs::read_to_string(&latest).map_err(|_| {
+        TrainError::Checkpoint(format!(
+            "no checkpoint to resume in {} (looked for {})",
+            run_dir.display(),
+            latest.display()
+        ))
+    })?;
+    let name = name.trim();
+    if name.is_empty() || name.contains('/') || name.contains("..") {
+        return Err(TrainError::Checkpoint(format!("{} names no checkpoint directory", latest.display())));
+    }
+    Ok(run_dir.join("checkpoints").join(name))
+}
+
+impl Checkpoint {
+    /// Reads the run directory's latest checkpoint (rank 0's state) and
+    /// checks it was made with the configured number of workers.
+    pub fn load_latest(run_dir: &Path, cfg: &TrainConfig) -> Result<Self, TrainError> {
+        let dir = latest_dir(run_dir)?;
+        let path = dir.join("state.bin");
+        let s = Sections::read(&path).map_err(|e| TrainError::Checkpoint(e.to_string()))?;
+        let counters: Counters =
+            serde_json::from_slice(s.bytes("counters").map_err(bad(&path))?).map_err(|e| bad(&path)(e.to_string()))?;
+        if counters.workers != cfg.workers {
+            return Err(TrainError::Checkpoint(format!(
+                "the checkpoint was made with {} workers, the config has {}",
+                counters.workers, cfg.workers
+            )));
+        }
+        let replica = Replica::get(&s).map_err(bad(&path))?;
+        Ok(Self { dir, counters, replica })
+    }
+
+    /// Rank `rank`'s own file: the handle's state and, when replicas differ
+    /// between rounds, its own model and optimizer.
+    pub fn rank_state(&self, rank: usize) -> Result<(DataParallelState, Option<Replica>), TrainError> {
+        let path = self.dir.join(format!("rank-{rank}.bin"));
+        let s = Sections::read(&path).map_err(|e| TrainError::Checkpoint(e.to_string()))?;
+        let mut state: DataParallelState =
+            serde_json::from_slice(s.bytes("dp").map_err(bad(&path))?).map_err(|e| bad(&path)(e.to_string()))?;
+        state.buffers = s.f32_under("dp.");
+        let own = s.0.contains_key("params").then(|| Replica::get(&s)).transpose().map_err(bad(&path))?;
+        Ok((state, own))
+    }
+}
+
+/// Writes a checkpoint of this worker; rank 0 also writes the shared state
+/// and, once every rank's file is in place, points `checkpoints/latest` at it.
+pub(super) fn write<M: Module>(
+    sh: &Shared<'_>,
+    dp: &mut DataParallel,
+    model: &M,
+    optim: &ModuleOptimizer,
+    counters: &Counters,
+) -> Result<(), TrainError> {
+    let rank = dp.rank();
+    let name = format!("step-{:09}", dp.step());
+    let dir = sh.run_dir.join("checkpoints").join(&name);
+    std::fs::create_dir_all(&dir).map_err(io(&dir))?;
+    let checkpoint_err = |e: crate::checkpoint::CheckpointError| TrainError::Checkpoint(e.to_string());
+    let replica = Replica::of(model, optim)?;
+
+    let mut mine = Sections::default();
+    let mut state = dp.state();
+    for (k, v) in std::mem::take(&mut state.buffers) {
+        mine.put(&format!("dp.{k}"), Values::F32(v));
+    }
+    mine.put("dp", Values::Bytes(serde_json::to_vec(&state).expect("counters serialize")));
+    if !dp.identical_replicas() {
+        replica.put(&mut mine);
+    }
+    mine.write(&dir.join(format!("rank-{rank}.bin"))).map_err(checkpoint_err)?;
+    if rank == 0 {
+        let mut s = Sections::default();
+        replica.put(&mut s);
+        s.put("counters", Values::Bytes(serde_json::to_vec(counters).expect("counters serialize")));
+        s.write(&dir.join("state.bin")).map_err(checkpoint_err)?;
+    }
+    dp.collective_mut().barrier().map_err(|source| SyncError::Comm { rank, source })?;
+    if rank == 0 {
+        let latest = sh.run_dir.join("checkpoints/latest");
+        write_atomic(&latest, name.as_bytes()).map_err(io(&latest))?;
+    }
+    Ok(())
+}

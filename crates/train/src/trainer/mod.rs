@@ -1,0 +1,210 @@
+//! The built-in trainer: N workers, each with a model replica and a data
+//! shard, trained through the library's own [`DataParallel`] handle, with
+//! records, checkpoints, evaluation and progress.
+//!
+//! Per worker and step ([`worker`]): forward/backward on its minibatch →
+//! [`DataParallel::sync`] (non-finite check, stop agreement, the strategy's
+//! exchange) → the configured burn optimizer at the step's learning rate.
+//! Under CELGC, [`DataParallel::average_model`] comes first. Parameters
+//! never travel after the initial broadcast; the handle compares checksums
+//! every `train.checksum_every` steps.
+//!
+//! Modules by job: [`launch`] (in-process threads or this MPI rank),
+//! [`worker`] (the step loop), [`recorder`] (step and epoch records),
+//! [`checkpoint`] (write and resume), [`eval`] (the one evaluation routine).
+//!
+//! [`DataParallel`]: crate::api::DataParallel
+//! [`DataParallel::sync`]: crate::api::DataParallel::sync
+//! [`DataParallel::average_model`]: crate::api::DataParallel::average_model
+
+mod checkpoint;
+mod eval;
+mod launch;
+mod recorder;
+mod worker;
+
+pub use checkpoint::Counters;
+pub use eval::EvalSet;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+
+use burn::tensor::Device;
+use serde::Serialize;
+
+use crate::api::SyncError;
+use crate::config::{ConfigError, TrainConfig};
+use crate::data::{DataError, TrainData};
+use crate::models::{EvalStats, ModelChoice, Net, WithModel};
+use crate::records::EpochRecord;
+
+/// Why a run stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum TrainError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Data(#[from] DataError),
+    #[error(transparent)]
+    Sync(#[from] SyncError),
+    #[error("checkpoint: {0}")]
+    Checkpoint(String),
+    #[error("records: {0}")]
+    Records(String),
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("worker {rank} panicked: {message}")]
+    Panic { rank: usize, message: String },
+}
+
+impl TrainError {
+    /// Whether this error only reports another worker's failure.
+    fn is_secondary(&self) -> bool {
+        matches!(self, TrainError::Sync(e) if e.is_secondary())
+    }
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> TrainError + '_ {
+    move |source| TrainError::Io { path: path.to_path_buf(), source }
+}
+
+/// Progress as the run goes, for a progress bar.
+#[derive(Clone, Debug, Default)]
+pub struct Progress {
+    pub epoch: u32,
+    pub epochs: u32,
+    pub step_in_epoch: u64,
+    pub steps_per_epoch: u64,
+    /// Mean loss of the workers this step.
+    pub loss: f64,
+    /// Bytes all workers sent through the strategy so far.
+    pub bytes_sent: u64,
+    pub last_accuracy: Option<f64>,
+    pub last_perplexity: Option<f64>,
+}
+
+/// Receives progress on rank 0.
+pub trait Observer: Send {
+    fn step(&mut self, _p: &Progress) {}
+    fn epoch(&mut self, _r: &EpochRecord) {}
+}
+
+/// An observer that ignores everything.
+pub struct Silent;
+impl Observer for Silent {}
+
+/// How to run.
+#[derive(Clone, Debug, Default)]
+pub struct RunOptions {
+    /// Continue from the run directory's latest checkpoint.
+    pub resume: bool,
+    /// Set (e.g. by Ctrl-C) to checkpoint and stop after the current step.
+    pub stop: Arc<AtomicBool>,
+}
+
+/// What a finished (or stopped) run produced.
+#[derive(Clone, Debug, Serialize)]
+pub struct RunSummary {
+    pub run_dir: PathBuf,
+    pub epochs: Vec<EpochRecord>,
+    pub steps: u64,
+    /// Checksum of the final parameters (identical on every worker; CELGC:
+    /// of the averaged model).
+    pub params_checksum: u64,
+    /// Stopped by the stop flag (a checkpoint was written).
+    pub interrupted: bool,
+    #[serde(skip)]
+    pub final_params: Vec<f32>,
+}
+
+/// Everything the workers share.
+pub(crate) struct Shared<'a> {
+    cfg: &'a TrainConfig,
+    data: &'a TrainData,
+    run_dir: PathBuf,
+    opts: RunOptions,
+    observer: Mutex<Box<dyn Observer>>,
+}
+
+/// Trains the configured built-in model on the configured data with N
+/// in-process workers (or this process's MPI rank, when `backend = "mpi"`),
+/// writing records into the run directory.
+pub fn train(cfg: &TrainConfig, opts: RunOptions, observer: Box<dyn Observer>) -> Result<RunSummary, TrainError> {
+    cfg.validate()?;
+    let data = TrainData::load(cfg)?;
+    struct Train<'a> {
+        cfg: &'a TrainConfig,
+        data: &'a TrainData,
+        opts: RunOptions,
+        observer: Box<dyn Observer>,
+    }
+    impl WithModel for Train<'_> {
+        type Output = Result<RunSummary, TrainError>;
+        fn run<M: Net>(self, make: impl Fn(&Device) -> M + Send + Sync + Clone + 'static) -> Self::Output {
+            train_with(self.cfg, self.data, make, self.opts, self.observer)
+        }
+    }
+    ModelChoice::new(cfg, &data)?.with(Train { cfg, data: &data, opts, observer })
+}
+
+/// Trains any model with the built-in trainer: `make` builds a replica on a
+/// device (it is called once per worker; the seed is set before rank 0's),
+/// `data` is the training and test data. Everything else (workers,
+/// compression, optimizer, schedule, records, checkpoints) comes from `cfg`;
+/// `cfg.model` is not read.
+pub fn train_with<M: Net>(
+    cfg: &TrainConfig,
+    data: &TrainData,
+    make: impl Fn(&Device) -> M + Send + Sync + Clone,
+    opts: RunOptions,
+    observer: Box<dyn Observer>,
+) -> Result<RunSummary, TrainError> {
+    cfg.validate()?;
+    let shared = Shared { cfg, data, run_dir: cfg.run_dir(), opts, observer: Mutex::new(observer) };
+    launch::run(&shared, make)
+}
+
+/// Serializes model construction. burn draws initial weights from a
+/// process-global generator, so two trainers (or a trainer's workers)
+/// building models at once would interleave their draws and a seeded run
+/// would not be reproducible when another runs beside it.
+static INIT_LOCK: Mutex<()> = Mutex::new(());
+
+/// Builds a model; with `seed`, from a freshly seeded generator. burn
+/// initializes parameters lazily, on first use, so they are materialized
+/// (read once) while the lock is held.
+pub(crate) fn build_model<M: Net>(make: &impl Fn(&Device) -> M, device: &Device, seed: Option<u64>) -> M {
+    let _guard = INIT_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(s) = seed {
+        device.seed(s);
+    }
+    let model = make(device);
+    crate::params::read_params(&model, &mut Vec::new());
+    model
+}
+
+/// Evaluates the parameters of a run directory's latest checkpoint on the
+/// test split (one process, no workers).
+pub fn evaluate_run(run_dir: &Path, data_dir: Option<&Path>) -> Result<(TrainConfig, EvalStats), TrainError> {
+    let mut cfg = TrainConfig::load(&run_dir.join("config.toml"), &[])?;
+    if let Some(d) = data_dir {
+        cfg.data.dir = Some(d.to_path_buf());
+    }
+    let saved = checkpoint::Checkpoint::load_latest(run_dir, &cfg)?;
+    let data = TrainData::load(&cfg)?;
+    struct Evaluate<'a> {
+        saved: &'a checkpoint::Checkpoint,
+        data: &'a TrainData,
+        cfg: &'a TrainConfig,
+    }
+    impl WithModel for Evaluate<'_> {
+        type Output = Result<EvalStats, TrainError>;
+        fn run<M: Net>(self, make: impl Fn(&Device) -> M + Send + Sync + Clone + 'static) -> Self::Output {
+            let model = build_model(&make, &crate::default_device(), None);
+            eval::checkpoint(self.saved, model, self.data, self.cfg)
+        }
+    }
+    let stats = ModelChoice::new(&cfg, &data)?.with(Evaluate { saved: &saved, data: &data, cfg: &cfg })?;
+    Ok((cfg, stats))
+}

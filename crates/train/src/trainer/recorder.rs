@@ -1,0 +1,290 @@
+//! Step and epoch records: each worker keeps what it measured per step;
+//! at the end of an epoch (or an interrupt) the workers' steps are gathered
+//! to rank 0, which writes `steps.jsonl` with the predicted step time at
+//! every configured link speed, and the epoch's line in `epochs.jsonl`.
+
+use std::collections::BTreeMap;
+
+use gradcomp_comm::{AllreduceAlgorithm, Gathered, NetworkModel, OpKind};
+use gradcomp_compress::k_for;
+use gradcomp_compress::stats::ContractionBounds;
+use serde::{Deserialize, Serialize};
+
+use super::checkpoint::Counters;
+use super::{io, Shared, TrainError};
+use crate::api::{DataParallel, StepStats, SyncError};
+use crate::config::{AllreduceAlgo, TrainConfig};
+use crate::records::{link_key, EpochRecord, JsonLines, StepRecord};
+
+const OPS: usize = OpKind::ALL.len();
+
+/// What one worker measured in one step (gathered to rank 0 each epoch).
+/// The fields after `sent` are filled on rank 0 only: they describe the
+/// step as a whole.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub(super) struct WorkerStep {
+    step: u64,
+    epoch: u32,
+    loss: Option<f64>,
+    compute: f64,
+    compress: f64,
+    communicate: f64,
+    decode: f64,
+    optimizer: f64,
+    wire_bytes: u64,
+    selected: u64,
+    elements: u64,
+    sent: [u64; OPS],
+    received: [u64; OPS],
+    // Rank 0 only.
+    lr: f64,
+    density: Option<f64>,
+    wall: f64,
+    skipped: bool,
+    residual_norm: f64,
+    contraction: Option<f64>,
+    bound_ratio: Vec<f64>,
+    histogram: Option<(Vec<f32>, Vec<u64>)>,
+    calls: [u64; OPS],
+    gathered_sizes: Vec<u64>,
+    download_bytes: u64,
+    extra: BTreeMap<String, f64>,
+}
+
+/// Seconds a step spent outside the handle, measured by the step loop.
+pub(super) struct LoopTimes {
+    pub forward_backward: f64,
+    pub optimizer: f64,
+    pub wall: f64,
+}
+
+impl WorkerStep {
+    pub(super) fn new(rank: usize, epoch: u32, s: &StepStats, t: &LoopTimes) -> Self {
+        let x = &s.exchange;
+        let mut w = WorkerStep {
+            step: s.step,
+            epoch,
+            loss: s.loss.filter(|_| !s.skipped),
+            compute: t.forward_backward + s.read_seconds,
+            compress: x.compress_seconds,
+            communicate: x.communicate_seconds,
+            decode: x.decode_seconds,
+            optimizer: s.write_seconds + t.optimizer,
+            wire_bytes: x.wire_bytes,
+            selected: x.selected,
+            elements: x.elements,
+            ..Default::default()
+        };
+        for (k, o) in s.bytes.iter() {
+            w.sent[k as usize] = o.sent;
+            w.received[k as usize] = o.received;
+        }
+        if rank == 0 {
+            w.lr = s.lr;
+            w.density = s.density;
+            w.wall = t.wall;
+            w.skipped = s.skipped;
+            w.residual_norm = x.residual_norm;
+            w.contraction = x.contraction;
+            w.bound_ratio.clone_from(&x.bound_ratios);
+            w.histogram = s.histogram.as_ref().map(|h| (h.edges(), h.counts.clone()));
+            for (k, o) in s.bytes.iter() {
+                w.calls[k as usize] = o.calls;
+            }
+            w.gathered_sizes.clone_from(&x.gathered_sizes);
+            w.download_bytes = x.download_bytes;
+            w.extra = s.extra.iter().chain(&x.extra).map(|(k, v)| (k.to_string(), *v)).collect();
+        }
+        w
+    }
+}
+
+/// This worker's records between flushes, the run's totals, and (rank 0)
+/// the record files.
+pub(super) struct Recorder {
+    steps: Vec<WorkerStep>,
+    pub(super) totals: Counters,
+    /// Network models for the configured link speeds, keyed by bit/s.
+    links: Vec<(String, NetworkModel)>,
+    /// Elements in compressed units (the d of the contraction bounds).
+    compressed_elems: usize,
+    steps_out: Option<JsonLines>,
+    epochs_out: Option<JsonLines>,
+}
+
+/// Network models for the configured link speeds.
+fn link_models(cfg: &TrainConfig) -> Vec<(String, NetworkModel)> {
+    let algorithm = match cfg.network.allreduce {
+        AllreduceAlgo::Ring => AllreduceAlgorithm::Ring,
+        AllreduceAlgo::RecursiveDoubling => AllreduceAlgorithm::RecursiveDoubling,
+    };
+    cfg.network
+        .links_bps
+        .iter()
+        .map(|&b| (link_key(b), NetworkModel::from_bits_per_second(b, cfg.network.alpha).with_allreduce(algorithm)))
+        .collect()
+}
+
+/// The predicted communication time of a step (rank 0's view of its collectives).
+fn predicted_comm(m: &NetworkModel, s: &WorkerStep, n: usize, cfg: &TrainConfig) -> f64 {
+    let size = |op: OpKind| s.sent[op as usize].max(s.received[op as usize]);
+    let called = |op: OpKind| s.calls[op as usize] > 0;
+    let mut t = 0.0;
+    for op in [OpKind::AllreduceSumF32, OpKind::AllreduceSumI32, OpKind::AllreduceMaxF32] {
+        if called(op) {
+            t += m.allreduce(n, size(op));
+        }
+    }
+    if called(OpKind::Allgatherv) {
+        t += m.allgatherv(&s.gathered_sizes);
+    }
+    if called(OpKind::PsPush) {
+        t += m.push_pull_sizes(cfg.comm.server.placement(), &s.gathered_sizes, s.download_bytes);
+    }
+    t
+}
+
+impl Recorder {
+    /// Opens the record files on rank 0 (appending when resuming).
+    pub(super) fn new(sh: &Shared<'_>, rank: usize, dp: &DataParallel, resume: bool) -> Result<Self, TrainError> {
+        let compressed_elems = dp.units().iter().filter(|u| !u.dense).map(|u| u.len).sum();
+        let mut r = Recorder {
+            steps: Vec::new(),
+            totals: Counters { workers: sh.cfg.workers, ..Default::default() },
+            links: link_models(sh.cfg),
+            compressed_elems,
+            steps_out: None,
+            epochs_out: None,
+        };
+        if rank == 0 {
+            let dir = &sh.run_dir;
+            r.steps_out = Some(JsonLines::open(&dir.join("steps.jsonl"), resume).map_err(io(dir))?);
+            r.epochs_out = Some(JsonLines::open(&dir.join("epochs.jsonl"), resume).map_err(io(dir))?);
+        }
+        Ok(r)
+    }
+
+    pub(super) fn push(&mut self, step: WorkerStep) {
+        self.steps.push(step);
+    }
+
+    /// Gathers every worker's steps since the last flush to rank 0 and
+    /// writes them to `steps.jsonl`; the totals advance on rank 0.
+    pub(super) fn flush(&mut self, dp: &mut DataParallel, sh: &Shared<'_>) -> Result<(), TrainError> {
+        let rank = dp.rank();
+        let mine = serde_json::to_vec(&self.steps).expect("step records serialize");
+        let mut g = Gathered::default();
+        let c = dp.collective_mut();
+        c.allgatherv(&mine, &mut g).map_err(|source| SyncError::Comm { rank, source })?;
+        let steps = std::mem::take(&mut self.steps);
+        if rank != 0 {
+            return Ok(());
+        }
+        let per_worker: Vec<Vec<WorkerStep>> = g
+            .iter()
+            .map(|b| serde_json::from_slice(b))
+            .collect::<Result<_, _>>()
+            .map_err(|e| TrainError::Records(format!("a worker's step records did not decode: {e}")))?;
+        if let Some(r) = per_worker.iter().position(|w| w.len() != steps.len()) {
+            return Err(TrainError::Records(format!(
+                "worker {r} recorded {} steps since the last epoch, worker 0 {}",
+                per_worker[r].len(),
+                steps.len()
+            )));
+        }
+        for (s, main) in steps.iter().enumerate() {
+            let ws: Vec<&WorkerStep> = per_worker.iter().map(|w| &w[s]).collect();
+            let r = self.step_record(main, &ws, sh.cfg);
+            self.totals.bytes_sent += r.bytes_sent();
+            self.totals.bytes_received += r.bytes_down.values().sum::<u64>();
+            self.totals.wall_seconds += main.wall;
+            for (k, t) in &r.predicted_s {
+                *self.totals.predicted_wall_seconds.entry(k.clone()).or_default() += t;
+            }
+            if !main.skipped {
+                self.totals.epoch_loss_sum += r.loss;
+                self.totals.epoch_loss_steps += 1;
+            }
+            self.steps_out.as_mut().expect("rank 0 writes records").write(&r).map_err(io(&sh.run_dir))?;
+        }
+        Ok(())
+    }
+
+    /// The record of one step from rank 0's entry and every worker's.
+    fn step_record(&self, main: &WorkerStep, ws: &[&WorkerStep], cfg: &TrainConfig) -> StepRecord {
+        let n = ws.len();
+        let per = |f: fn(&WorkerStep) -> f64| ws.iter().map(|w| f(w)).collect::<Vec<f64>>();
+        let losses: Vec<f64> = ws.iter().filter_map(|w| w.loss).collect();
+        let mut r = StepRecord {
+            step: main.step,
+            epoch: main.epoch,
+            lr: main.lr,
+            loss: losses.iter().sum::<f64>() / losses.len().max(1) as f64,
+            density: main.density,
+            sent_fraction: ws.iter().map(|w| w.selected as f64 / w.elements.max(1) as f64).sum::<f64>() / n as f64,
+            wire_bytes: ws.iter().map(|w| w.wire_bytes).sum(),
+            compute_s: per(|w| w.compute),
+            compress_s: per(|w| w.compress),
+            communicate_s: per(|w| w.communicate),
+            decode_s: per(|w| w.decode),
+            optimizer_s: per(|w| w.optimizer),
+            wall_s: main.wall,
+            residual_norm: main.residual_norm,
+            contraction: main.contraction,
+            bound_ratio: main.bound_ratio.clone(),
+            histogram: main.histogram.clone(),
+            extra: main.extra.clone(),
+            skipped: main.skipped,
+            ..Default::default()
+        };
+        if let (Some(_), Some(rho)) = (main.contraction, main.density) {
+            let b = ContractionBounds::new(k_for(rho, self.compressed_elems), self.compressed_elems);
+            r.bound_classic = Some(b.classic);
+            r.bound_tight = Some(b.tight);
+        }
+        for op in OpKind::ALL {
+            let up: u64 = ws.iter().map(|w| w.sent[op as usize]).sum();
+            let down: u64 = ws.iter().map(|w| w.received[op as usize]).sum();
+            if up > 0 || down > 0 {
+                r.bytes_up.insert(op.name().to_string(), up);
+                r.bytes_down.insert(op.name().to_string(), down);
+            }
+        }
+        let local = r.slowest_local().unwrap_or(0.0);
+        for (key, m) in &self.links {
+            r.predicted_s.insert(key.clone(), local + predicted_comm(m, main, n, cfg));
+        }
+        r
+    }
+
+    /// Ends an epoch on rank 0: its record from the totals and the
+    /// evaluation, written to `epochs.jsonl`. The epoch's loss sums restart.
+    pub(super) fn epoch_record(
+        &mut self,
+        sh: &Shared<'_>,
+        epoch: u32,
+        step: u64,
+        eval: Option<&super::eval::Evaluation>,
+    ) -> Result<EpochRecord, TrainError> {
+        let t = &mut self.totals;
+        let lm = sh.cfg.is_language_model();
+        let r = EpochRecord {
+            epoch,
+            steps: step,
+            train_loss: t.epoch_loss_sum / t.epoch_loss_steps.max(1) as f64,
+            test_accuracy: eval.filter(|_| !lm).map(|e| e.test.accuracy()),
+            test_perplexity: eval.filter(|_| lm).map(|e| e.test.perplexity()),
+            test_loss: eval.map(|e| e.test.mean_loss()),
+            valid_perplexity: eval.and_then(|e| e.valid).map(|v| v.perplexity()),
+            valid_loss: eval.and_then(|e| e.valid).map(|v| v.mean_loss()),
+            bytes_sent: t.bytes_sent,
+            bytes_received: t.bytes_received,
+            wall_seconds: t.wall_seconds,
+            predicted_wall_seconds: t.predicted_wall_seconds.clone(),
+        };
+        t.epoch_loss_sum = 0.0;
+        t.epoch_loss_steps = 0;
+        self.epochs_out.as_mut().expect("rank 0 writes records").write(&r).map_err(io(&sh.run_dir))?;
+        Ok(r)
+    }
+}

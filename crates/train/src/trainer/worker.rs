@@ -1,0 +1,289 @@
+//! One worker's training: the step loop on the library's
+//! [`DataParallel`] handle and a burn optimizer, epochs with their records,
+//! evaluation and checkpoints, and resuming.
+
+use std::marker::PhantomData;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use burn::optim::ModuleOptimizer;
+use burn::tensor::Device;
+use gradcomp_comm::Collective;
+
+use super::checkpoint::{self, Checkpoint};
+use super::recorder::{LoopTimes, Recorder, WorkerStep};
+use super::{build_model, eval, io, Progress, RunSummary, Shared, TrainError};
+use crate::api::{DataParallel, SyncError};
+use crate::config::Backend;
+use crate::data::Loader;
+use crate::models::Net;
+use crate::records::{git_revision, write_atomic, EpochRecord, Hardware, Manifest, UnitRecord};
+use crate::schedule::Schedule;
+
+/// Runs worker `rank` to the end; rank 0 returns the run's summary.
+pub(super) fn run<M: Net>(
+    rank: usize,
+    mut c: impl Collective + 'static,
+    sh: &Shared<'_>,
+    make: impl Fn(&Device) -> M,
+) -> Result<Option<RunSummary>, TrainError> {
+    let resume = if sh.opts.resume {
+        match Checkpoint::load_latest(&sh.run_dir, sh.cfg) {
+            Ok(saved) => Some(saved),
+            Err(e) => return Err(give_up(sh, rank, &mut c, e)),
+        }
+    } else {
+        None
+    };
+    let device = crate::default_device();
+    // Rank 0's seeded model becomes everyone's in `init`.
+    let model = build_model(&make, &device, (rank == 0).then_some(sh.cfg.seed));
+    let (mut dp, model) = sh.cfg.data_parallel().init(c, model)?;
+    let result = Worker::start(sh, &mut dp, &model, device, resume.as_ref())
+        .and_then(|(w, model)| w.train(model));
+    result.map_err(|e| give_up(sh, rank, dp.collective_mut(), e))
+}
+
+/// Under MPI a failing rank ends the job: MPI cannot cancel the collectives
+/// its peers wait in. In-process peers learn of it when its collective drops.
+fn give_up(sh: &Shared<'_>, rank: usize, c: &mut dyn Collective, e: TrainError) -> TrainError {
+    if sh.cfg.backend == Backend::Mpi {
+        eprintln!("error: MPI rank {rank}: {e}");
+        c.abandon(1);
+    }
+    e
+}
+
+/// A worker's loop state.
+struct Worker<'a, 's, M> {
+    sh: &'a Shared<'s>,
+    dp: &'a mut DataParallel,
+    device: Device,
+    optim: ModuleOptimizer,
+    loader: Loader,
+    schedule: Schedule,
+    steps_per_epoch: u64,
+    total_steps: u64,
+    epochs: u32,
+    recorder: Recorder,
+    last_eval: (Option<f64>, Option<f64>),
+    epoch_records: Vec<EpochRecord>,
+    /// The step of the last checkpoint written.
+    saved_at: Option<u64>,
+    _model: PhantomData<M>,
+}
+
+impl<'a, 's, M: Net> Worker<'a, 's, M> {
+    /// Sets up the loop (and resumes from `resume`); returns it with the model.
+    fn start(
+        sh: &'a Shared<'s>,
+        dp: &'a mut DataParallel,
+        model: &M,
+        device: Device,
+        resume: Option<&Checkpoint>,
+    ) -> Result<(Self, M), TrainError> {
+        let (cfg, rank) = (sh.cfg, dp.rank());
+        let mut loader = Loader::new(sh.data, cfg, rank);
+        let steps_per_epoch = loader.batches_per_epoch() as u64;
+        if steps_per_epoch == 0 {
+            return Err(TrainError::Config(crate::config::ConfigError {
+                key: "data.batch_size".into(),
+                problem: "larger than a worker's shard: no full batch per epoch".into(),
+            }));
+        }
+        let planned = steps_per_epoch * u64::from(cfg.train.epochs.max(1));
+        let total_steps =
+            if cfg.train.max_steps > 0 { cfg.train.max_steps.min(planned) } else { planned };
+        if rank == 0 {
+            std::fs::create_dir_all(&sh.run_dir).map_err(io(&sh.run_dir))?;
+            write_atomic(&sh.run_dir.join("config.toml"), cfg.to_toml().as_bytes()).map_err(io(&sh.run_dir))?;
+            write_manifest(sh, dp)?;
+        }
+        let mut w = Worker {
+            sh,
+            optim: crate::optim::optimizer(&cfg.optimizer, model),
+            recorder: Recorder::new(sh, rank, dp, resume.is_some())?,
+            dp,
+            device,
+            loader,
+            schedule: Schedule::new(cfg.optimizer.lr, &cfg.schedule, steps_per_epoch, total_steps),
+            steps_per_epoch,
+            total_steps,
+            epochs: total_steps.div_ceil(steps_per_epoch) as u32,
+            last_eval: (None, None),
+            epoch_records: Vec::new(),
+            saved_at: None,
+            _model: PhantomData,
+        };
+        let model = match resume {
+            Some(saved) => w.resume(model.clone(), saved)?,
+            None => model.clone(),
+        };
+        w.dp.set_epoch(w.epoch_of(w.dp.step()));
+        Ok((w, model))
+    }
+
+    /// Continues from a checkpoint: model, optimizer, the handle's state and the totals.
+    fn resume(&mut self, model: M, saved: &Checkpoint) -> Result<M, TrainError> {
+        let (state, own) = saved.rank_state(self.dp.rank())?;
+        let replica = own.as_ref().unwrap_or(&saved.replica);
+        let (model, optim) = replica.apply(model, self.optim.clone())?;
+        self.optim = optim;
+        if state.step != saved.counters.step {
+            return Err(TrainError::Checkpoint(format!(
+                "rank {}'s file is at step {}, the run's state at step {}",
+                self.dp.rank(),
+                state.step,
+                saved.counters.step
+            )));
+        }
+        self.dp.restore(&state)?;
+        self.recorder.totals = saved.counters.clone();
+        self.saved_at = Some(saved.counters.step);
+        Ok(model)
+    }
+
+    fn epoch_of(&self, step: u64) -> u32 {
+        (step / self.steps_per_epoch) as u32
+    }
+
+    /// Steps to the end (or to an agreed stop), then the summary.
+    fn train(mut self, mut model: M) -> Result<Option<RunSummary>, TrainError> {
+        let mut interrupted = false;
+        while self.dp.step() < self.total_steps {
+            let (m, stop) = self.step(model)?;
+            model = m;
+            let step = self.dp.step();
+            if step.is_multiple_of(self.steps_per_epoch) || step == self.total_steps {
+                self.end_epoch(&model)?;
+            }
+            if stop && step < self.total_steps {
+                interrupted = true;
+                break;
+            }
+        }
+        if interrupted && self.saved_at != Some(self.dp.step()) {
+            // The partial epoch's records, then a checkpoint to resume from.
+            self.recorder.flush(self.dp, self.sh)?;
+            self.checkpoint(&model)?;
+        }
+        self.finish(&model, interrupted)
+    }
+
+    /// One step: a CELGC round if due, forward/backward, the exchange, the optimizer.
+    fn step(&mut self, model: M) -> Result<(M, bool), TrainError> {
+        let wall = Instant::now();
+        let step = self.dp.step();
+        let epoch = self.epoch_of(step);
+        let lr = self.schedule.lr(step);
+        let model = self.dp.average_model(model)?;
+        if self.dp.rank() == 0 && self.sh.opts.stop.load(Ordering::Relaxed) {
+            self.dp.request_stop();
+        }
+        let t = Instant::now();
+        let batch = self.loader.batch(epoch, (step % self.steps_per_epoch) as usize);
+        let loss = model.loss(&batch, &self.device);
+        let grads = loss.backward();
+        let loss = f64::from(loss.into_scalar::<f32>());
+        let forward_backward = t.elapsed().as_secs_f64();
+        let synced = self.dp.report_loss(loss).sync(&model, grads, lr)?;
+        let t = Instant::now();
+        let model = if synced.skipped { model } else { self.optim.step(synced.lr, model, synced.grads) };
+        let times = LoopTimes { forward_backward, optimizer: t.elapsed().as_secs_f64(), wall: wall.elapsed().as_secs_f64() };
+        let stats = self.dp.last_step();
+        self.recorder.push(WorkerStep::new(self.dp.rank(), epoch, stats, &times));
+        if self.dp.rank() == 0 {
+            let progress = Progress {
+                epoch,
+                epochs: self.epochs,
+                step_in_epoch: step + 1 - u64::from(epoch) * self.steps_per_epoch,
+                steps_per_epoch: self.steps_per_epoch,
+                loss: stats.mean_loss.unwrap_or(f64::NAN),
+                bytes_sent: self.dp.group_bytes_sent(),
+                last_accuracy: self.last_eval.0,
+                last_perplexity: self.last_eval.1,
+            };
+            self.sh.observer.lock().unwrap_or_else(|e| e.into_inner()).step(&progress);
+        }
+        Ok((model, synced.stop_requested))
+    }
+
+    /// Ends an epoch: records, evaluation (on the model every worker agrees
+    /// on), the density of the next epoch, and a checkpoint when due.
+    fn end_epoch(&mut self, model: &M) -> Result<(), TrainError> {
+        let step = self.dp.step();
+        let epoch = self.epoch_of(step - 1);
+        self.recorder.flush(self.dp, self.sh)?;
+        let eval = if self.sh.cfg.train.eval {
+            let consensus = self.dp.consensus_model(model)?;
+            Some(eval::evaluate(self.dp, &consensus, self.sh)?)
+        } else {
+            None
+        };
+        if self.dp.rank() == 0 {
+            let r = self.recorder.epoch_record(self.sh, epoch, step, eval.as_ref())?;
+            self.last_eval = (r.test_accuracy, r.test_perplexity);
+            self.sh.observer.lock().unwrap_or_else(|e| e.into_inner()).epoch(&r);
+            self.epoch_records.push(r);
+        }
+        self.dp.set_epoch(epoch + 1);
+        let every = self.sh.cfg.train.checkpoint_every;
+        if (every > 0 && (epoch + 1).is_multiple_of(every)) || step == self.total_steps {
+            self.checkpoint(model)?;
+        }
+        Ok(())
+    }
+
+    fn checkpoint(&mut self, model: &M) -> Result<(), TrainError> {
+        checkpoint::write(self.sh, self.dp, model, &self.optim, &self.recorder.totals.at(self.dp.step()))?;
+        self.saved_at = Some(self.dp.step());
+        Ok(())
+    }
+
+    /// The run's result: the final model every worker agrees on, and (rank 0) the summary.
+    fn finish(self, model: &M, interrupted: bool) -> Result<Option<RunSummary>, TrainError> {
+        let consensus = self.dp.consensus_model(model)?;
+        let mut params = Vec::new();
+        crate::params::read_params(&consensus, &mut params);
+        let rank = self.dp.rank();
+        self.dp.collective_mut().barrier().map_err(|source| SyncError::Comm { rank, source })?;
+        Ok((rank == 0).then(|| RunSummary {
+            run_dir: self.sh.run_dir.clone(),
+            epochs: self.epoch_records,
+            steps: self.dp.step(),
+            params_checksum: crate::params::checksum(&params),
+            interrupted,
+            final_params: params,
+        }))
+    }
+}
+
+/// `manifest.json`: what ran, where, with which options.
+fn write_manifest(sh: &Shared<'_>, dp: &DataParallel) -> Result<(), TrainError> {
+    let cfg = sh.cfg;
+    let m = Manifest {
+        gradcomp_version: env!("CARGO_PKG_VERSION").into(),
+        burn_version: "0.22.1".into(),
+        git_revision: git_revision(),
+        seed: cfg.seed,
+        workers: cfg.workers,
+        backend: cfg.backend,
+        topology: cfg.comm.topology,
+        compressor: cfg.compressor.clone(),
+        granularity: cfg.compression.granularity,
+        exclude: cfg.compression.exclude.clone(),
+        combine: format!("{:?}", cfg.compressor.build().combine()),
+        memory: cfg.compressor.resolve_memory(cfg.compression.memory),
+        parameters: dp.layout().total(),
+        layout_fingerprint: format!("{:016x}", dp.layout().fingerprint()),
+        units: dp
+            .units()
+            .iter()
+            .map(|u| UnitRecord { id: u.id, name: u.name.clone(), len: u.len, dense: u.dense })
+            .collect(),
+        data: sh.data.summary(),
+        hardware: Hardware::this_machine(),
+    };
+    let path = sh.run_dir.join("manifest.json");
+    write_atomic(&path, serde_json::to_string_pretty(&m).expect("manifest serializes").as_bytes()).map_err(io(&path))
+}
