@@ -22,6 +22,7 @@ use gradcomp_compress::codec;
 use gradcomp_compress::message::TernarySumMessage;
 use gradcomp_compress::{CompressorConfig, Message, RngKey, UnitContext, UnitRng};
 use gradcomp_train::config::TrainConfig;
+use gradcomp_train::records::{read_json, read_jsonl, Manifest, StepRecord};
 use gradcomp_train::trainer::{self, RunOptions, Silent};
 
 use crate::bench::timing::median;
@@ -109,18 +110,10 @@ fn profile(cfg: &TrainConfig, steps: u64) -> Result<Profile> {
     p.train.stats_every = 0;
     p.train.checkpoint_every = 0;
     trainer::train(&p, RunOptions::default(), Box::new(Silent)).context("measuring the compute profile")?;
-    let text = std::fs::read_to_string(dir.join("steps.jsonl"))?;
-    let compute: Vec<f64> = text
-        .lines()
-        .skip(3)
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()?["compute_s"][0].as_f64())
-        .collect();
-    let manifest: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json"))?)?;
-    let units = manifest["units"]
-        .as_array()
-        .map(|u| u.iter().filter_map(|u| u["len"].as_u64().map(|l| l as usize)).collect())
-        .unwrap_or_default();
+    let steps: Vec<StepRecord> = read_jsonl(&dir.join("steps.jsonl"))?;
+    let compute: Vec<f64> = steps.iter().skip(3).filter_map(|s| s.compute_s.first().copied()).collect();
+    let manifest: Manifest = read_json(&dir.join("manifest.json"))?;
+    let units = manifest.units.iter().map(|u| u.len).collect();
     std::fs::remove_dir_all(&dir).ok();
     if compute.is_empty() {
         bail!("the profile run recorded no steps");
@@ -238,12 +231,7 @@ fn link_name(b: f64) -> String {
 }
 
 pub fn run(a: &Args) -> Result<()> {
-    let mut ov = Vec::new();
-    for s in &a.set {
-        let (k, v) =
-            s.split_once('=').ok_or_else(|| crate::UserError(format!("--set {s}: expected KEY=VALUE")))?;
-        ov.push((k.trim().to_string(), v.trim().to_string()));
-    }
+    let ov = crate::train::parse_sets(&a.set)?;
     let cfg = TrainConfig::load(&a.config, &ov).map_err(|e| crate::UserError(e.to_string()))?;
     let p = profile(&cfg, a.steps)?;
     let total: usize = p.units.iter().sum();

@@ -8,8 +8,8 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use clap::Args as ClapArgs;
-use gradcomp_train::config::{ConfigError, TrainConfig};
-use gradcomp_train::metrics::EpochRecord;
+use gradcomp_train::config::{parse_override, ConfigError, TrainConfig};
+use gradcomp_train::records::EpochRecord;
 use gradcomp_train::trainer::{self, Observer, Progress, RunOptions, TrainError};
 
 use crate::UserError;
@@ -44,12 +44,13 @@ pub struct EvalArgs {
     data_dir: Option<PathBuf>,
 }
 
+/// `--set KEY=VALUE` arguments as overrides; shared with `gradcomp model`.
+pub fn parse_sets(sets: &[String]) -> Result<Vec<(String, String)>, UserError> {
+    sets.iter().map(|s| parse_override(s).map_err(|e| UserError(e.to_string()))).collect()
+}
+
 fn overrides(a: &TrainArgs) -> Result<Vec<(String, String)>, UserError> {
-    let mut out = Vec::new();
-    for s in &a.set {
-        let (k, v) = s.split_once('=').ok_or_else(|| UserError(format!("--set {s}: expected KEY=VALUE")))?;
-        out.push((k.trim().to_string(), v.trim().to_string()));
-    }
+    let mut out = parse_sets(&a.set)?;
     if let Some(d) = &a.data_dir {
         out.push(("data.dir".into(), format!("\"{}\"", d.display())));
     }

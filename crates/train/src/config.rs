@@ -182,7 +182,11 @@ impl DataConfig {
     }
 
     pub fn text_files(&self) -> TextFiles {
-        TextFiles { train: self.train_text.clone(), valid: self.valid_text.clone(), test: self.test_text.clone() }
+        TextFiles {
+            train: self.train_text.clone(),
+            valid: self.valid_text.clone(),
+            test: self.test_text.clone(),
+        }
     }
 }
 
@@ -528,9 +532,9 @@ pub fn set_key(table: &mut toml::Table, key: &str, value: &str) -> Result<(), Co
 
 /// Splits a `--set KEY=VALUE` argument; the one parser every command uses.
 pub fn parse_override(arg: &str) -> Result<(String, String), ConfigError> {
-    let (k, v) = arg
-        .split_once('=')
-        .ok_or_else(|| err("--set", format!("{arg}: expected KEY=VALUE, e.g. --set compressor.density=0.01")))?;
+    let (k, v) = arg.split_once('=').ok_or_else(|| {
+        err("--set", format!("{arg}: expected KEY=VALUE, e.g. --set compressor.density=0.01"))
+    })?;
     let k = k.trim();
     if k.is_empty() {
         return Err(err("--set", format!("{arg}: the key before '=' is empty")));
@@ -621,7 +625,11 @@ impl TrainConfig {
             ));
         }
         let lstm = &self.model.lstm;
-        for (key, v) in [("model.lstm.vocab", lstm.vocab), ("model.lstm.embed", lstm.embed), ("model.lstm.hidden", lstm.hidden)] {
+        for (key, v) in [
+            ("model.lstm.vocab", lstm.vocab),
+            ("model.lstm.embed", lstm.embed),
+            ("model.lstm.hidden", lstm.hidden),
+        ] {
             if v == 0 {
                 return Err(err(key, "must be at least 1"));
             }

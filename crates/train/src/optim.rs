@@ -105,7 +105,12 @@ mod tests {
 
     #[test]
     fn sgd_momentum_with_weight_decay_but_not_on_biases_matches_hand_computation() {
-        let c = OptimizerConfig { momentum: 0.5, weight_decay: 0.1, no_decay_on_biases: true, ..Default::default() };
+        let c = OptimizerConfig {
+            momentum: 0.5,
+            weight_decay: 0.1,
+            no_decay_on_biases: true,
+            ..Default::default()
+        };
         // g + wd·p: [1.1, 1.2, 1.0]; v = g; p -= 0.1 v
         assert!(close(&step(&c, [1.0; 3], 1), &[0.89, 1.88, 2.9]));
         // A second step with the same gradient: the bias's v = 0.5·1 + 1.

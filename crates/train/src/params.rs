@@ -143,7 +143,7 @@ pub fn grads_params<M: Module>(model: &M, flat: &[f32]) -> GradientsParams {
             let shape = param.val().shape();
             let n = shape.num_elements();
             let all = self.all.as_ref().expect("a model with parameters has a device");
-            let g: Tensor<D> = all.clone().slice([self.at..self.at + n]).reshape(shape);
+            let g: Tensor<D> = all.clone().narrow(0, self.at, n).reshape(shape);
             self.at += n;
             self.out.register(param.id, g);
         }

@@ -12,7 +12,7 @@ use anyhow::{bail, Result};
 use clap::Args as ClapArgs;
 use gradcomp_compress::sparsify::gaussiank::normal_quantile;
 use gradcomp_compress::{codec, reduce, CompressorConfig, Message, RngKey, UnitContext, UnitRng};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::timing::median_seconds;
 
@@ -44,18 +44,19 @@ pub struct Args {
     seed: u64,
 }
 
-#[derive(Serialize)]
-struct Row {
-    compressor: String,
+/// One measurement, as `--json` prints it and `gradcomp report --selection-time` reads it.
+#[derive(Serialize, Deserialize)]
+pub struct Row {
+    pub compressor: String,
     /// `compress` (including any scaler pass and packing), `encode`, or `decode_aggregate`.
-    op: &'static str,
-    elements: usize,
-    density: Option<f64>,
-    seconds: f64,
-    gbytes_per_s: f64,
-    ratio_to_read_pass: f64,
-    selected: usize,
-    wire_bytes: usize,
+    pub op: String,
+    pub elements: usize,
+    pub density: Option<f64>,
+    pub seconds: f64,
+    pub gbytes_per_s: f64,
+    pub ratio_to_read_pass: f64,
+    pub selected: usize,
+    pub wire_bytes: usize,
 }
 
 pub fn run(args: &Args) -> Result<()> {
@@ -101,7 +102,7 @@ pub fn run(args: &Args) -> Result<()> {
             args.json,
             &Row {
                 compressor: "read_pass".into(),
-                op: "sum",
+                op: "sum".into(),
                 elements: n,
                 density: None,
                 seconds: read,
@@ -170,9 +171,9 @@ fn measure(
     let t_decode = median_seconds(min_time, 3, || {
         codec::accumulate(black_box(&bytes), 0.25, &mut out).expect("own encoding decodes");
     });
-    let row = |op, secs: f64| Row {
+    let row = |op: &str, secs: f64| Row {
         compressor: cfg.name().into(),
-        op,
+        op: op.into(),
         elements: x.len(),
         density,
         seconds: secs,

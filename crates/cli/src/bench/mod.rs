@@ -1,7 +1,7 @@
 //! `gradcomp bench ...`: measurements that print tables (or JSON lines).
 
 mod comm;
-mod compress;
+pub(crate) mod compress;
 pub(crate) mod timing;
 mod train;
 

@@ -2,7 +2,9 @@
 //!
 //! 1. Overhead: steps/s of `gradcomp`'s trainer with one worker and no
 //!    compression, against a plain burn loop (burn's SGD optimizer) on the
-//!    same model and minibatches, measured in one run.
+//!    same model and minibatches, measured in one run; and the library API's
+//!    own cost: the same plain loop with `DataParallel::sync` between
+//!    `backward` and the optimizer (one in-process worker, dense), per step.
 //! 2. Compression overhead: time in compression and decoding as a fraction
 //!    of forward/backward time, for TernGrad and Gaussian-k on LeNet-5.
 //! 3. Peak memory of N in-process LeNet-5 workers (a child `gradcomp train`).
@@ -13,9 +15,13 @@ use anyhow::{bail, Context, Result};
 use burn::optim::momentum::MomentumConfig;
 use burn::optim::{GradientsParams, SgdConfig};
 use clap::Args as ClapArgs;
+use gradcomp_comm::InProcessGroup;
+use gradcomp_compress::CompressorConfig;
+use gradcomp_train::api::DataParallelConfig;
 use gradcomp_train::config::TrainConfig;
 use gradcomp_train::data::{synthetic, ImageLoader};
-use gradcomp_train::models::{LeNet5, Net};
+use gradcomp_train::models::{ImageTask, LeNet5, Net};
+use gradcomp_train::records::{read_jsonl, StepRecord};
 use gradcomp_train::trainer::{self, RunOptions, Silent};
 
 use super::timing::median;
@@ -62,28 +68,82 @@ fn base_config(
 /// Steps not timed at the start of each measurement.
 const WARM: usize = 5;
 
+/// What one timed burn loop measured.
+struct LoopSpeed {
+    steps_per_s: f64,
+    /// With the API: median seconds per step inside `sync`, and its parts.
+    sync_s: Option<SyncParts>,
+}
+
+struct SyncParts {
+    total: f64,
+    read: f64,
+    control: f64,
+    exchange: f64,
+    write: f64,
+}
+
 /// Steps/s of a plain burn loop (forward, backward, burn's SGD with momentum)
-/// on LeNet-5 and the same synthetic minibatches the trainer sees.
-fn plain_burn_steps_per_s(batch: usize, steps: usize) -> f64 {
+/// on LeNet-5 and the same synthetic minibatches the trainer sees; with
+/// `api`, `DataParallel::sync` runs between backward and the optimizer.
+fn burn_loop(batch: usize, steps: usize, api: bool) -> Result<LoopSpeed> {
     let device = gradcomp_train::default_device();
     device.seed(1);
-    let data = synthetic::images(batch * steps, 1, 0);
+    let task = ImageTask { shape: [1, 28, 28], classes: 10 };
+    let data = synthetic::images(batch * steps, 1, 0, task.shape, task.classes);
     let mut loader = ImageLoader::shard(data, 0, 1, batch, 1);
     let batches: Vec<_> = (0..loader.batches_per_epoch()).map(|i| loader.batch(0, i)).collect();
-    let mut model = LeNet5::new(&device);
+    let mut model = LeNet5::new(&task, &device);
+    let mut dp = None;
+    if api {
+        let c = InProcessGroup::new(1).build()?.pop().expect("one worker");
+        let (handle, m) =
+            DataParallelConfig::new(CompressorConfig::dense()).with_checksum_every(0).init(c, model)?;
+        dp = Some(handle);
+        model = m;
+    }
     let mut optim = SgdConfig::new()
         .with_momentum(Some(MomentumConfig::new().with_momentum(0.9).with_dampening(0.0)))
         .init();
     let mut start = Instant::now();
+    let mut parts = Vec::new();
     for (i, b) in batches.iter().enumerate() {
         if i == WARM {
             start = Instant::now();
         }
         let loss = model.loss(b, &device);
-        let grads = GradientsParams::from_grads(loss.backward(), &model);
+        let grads = loss.backward();
+        let grads = match &mut dp {
+            Some(dp) => {
+                let t = Instant::now();
+                let g = dp.sync(&model, grads, 0.01)?.grads;
+                let s = dp.last_step();
+                parts.push(SyncParts {
+                    total: t.elapsed().as_secs_f64(),
+                    read: s.read_seconds,
+                    control: s.control_seconds,
+                    exchange: s.exchange.compress_seconds
+                        + s.exchange.communicate_seconds
+                        + s.exchange.decode_seconds,
+                    write: s.write_seconds,
+                });
+                g
+            }
+            None => GradientsParams::from_grads(grads, &model),
+        };
         model = optim.step(0.01, model, grads);
     }
-    (batches.len() - WARM) as f64 / start.elapsed().as_secs_f64()
+    let steps_per_s = (batches.len() - WARM) as f64 / start.elapsed().as_secs_f64();
+    let parts = &parts[parts.len().min(WARM)..];
+    let med = |f: fn(&SyncParts) -> f64| median(parts.iter().map(f).collect());
+    let sync_s = api.then(|| SyncParts {
+        total: med(|p| p.total),
+        read: med(|p| p.read),
+        control: med(|p| p.control),
+        exchange: med(|p| p.exchange),
+        write: med(|p| p.write),
+    });
+    Ok(LoopSpeed { steps_per_s, sync_s })
 }
 
 pub fn run(a: &Args) -> Result<()> {
@@ -92,22 +152,45 @@ pub fn run(a: &Args) -> Result<()> {
     }
     let tmp = std::env::temp_dir().join(format!("gradcomp-bench-train-{}", std::process::id()));
 
-    // 1. Alternate the plain burn loop and the trainer, `rounds` times each,
-    // so machine noise hits both alike; report each round and the median.
-    let mut ratios = Vec::new();
+    // 1. Alternate the plain burn loop, the loop with the API and the
+    // trainer, `rounds` times each, so machine noise hits all alike; report
+    // each round and the medians.
+    let (mut ratios, mut api_ratios, mut syncs) = (Vec::new(), Vec::new(), Vec::new());
     println!("trainer overhead (LeNet-5, batch {}, {} steps, 1 worker, no compression):", a.batch, a.steps);
     for round in 0..a.rounds {
-        let plain = plain_burn_steps_per_s(a.batch, a.steps);
+        let plain = burn_loop(a.batch, a.steps, false)?.steps_per_s;
+        let api = burn_loop(a.batch, a.steps, true)?;
         let dir = tmp.join(format!("dense-{round}"));
         let cfg = base_config(&dir, a.batch, a.steps, &[("compressor.name", "\"dense\"")])?;
         trainer::train(&cfg, RunOptions::default(), Box::new(Silent))?;
-        let walls = read_column(&dir.join("steps.jsonl"), "wall_s")?;
+        let walls: Vec<f64> = read_steps(&dir)?.iter().map(|s| s.wall_s).collect();
         let ours = (walls.len() - WARM) as f64 / walls[WARM..].iter().sum::<f64>();
-        println!("  round {}: plain burn loop {plain:7.1} steps/s, gradcomp trainer {ours:7.1} steps/s, ratio {:.3}", round + 1, ours / plain);
+        println!(
+            "  round {}: plain burn loop {plain:7.1} steps/s, with DataParallel::sync {:7.1} steps/s ({:.3}), gradcomp trainer {ours:7.1} steps/s ({:.3})",
+            round + 1,
+            api.steps_per_s,
+            api.steps_per_s / plain,
+            ours / plain
+        );
         ratios.push(ours / plain);
+        api_ratios.push(api.steps_per_s / plain);
+        syncs.extend(api.sync_s);
     }
     let r = median(ratios);
-    println!("  median ratio {r:.3}   (target >= 0.90: {})", if r >= 0.9 { "met" } else { "MISSED" });
+    println!(
+        "  median ratio, trainer / plain loop {r:.3}   (target >= 0.90: {})",
+        if r >= 0.9 { "met" } else { "MISSED" }
+    );
+    let ms = |f: fn(&SyncParts) -> f64| median(syncs.iter().map(f).collect()) * 1e3;
+    println!(
+        "  library API: median ratio {:.3}; sync {:.3} ms per step = read-out {:.3} + agreement round {:.3} + exchange {:.3} + hand-back {:.3} (431,080 parameters)",
+        median(api_ratios),
+        ms(|p| p.total),
+        ms(|p| p.read),
+        ms(|p| p.control),
+        ms(|p| p.exchange),
+        ms(|p| p.write),
+    );
 
     // 2. Compression overhead against compute, one worker so nothing else competes for the cores.
     println!("compression overhead (LeNet-5, 1 worker; median per step):");
@@ -125,9 +208,11 @@ pub fn run(a: &Args) -> Result<()> {
         let dir = tmp.join(name);
         let cfg = base_config(&dir, a.batch, a.steps, &extra)?;
         trainer::train(&cfg, RunOptions::default(), Box::new(Silent))?;
-        let compute = median(read_column(&dir.join("steps.jsonl"), "compute_s")?);
-        let compress = median(read_column(&dir.join("steps.jsonl"), "compress_s")?);
-        let decode = median(read_column(&dir.join("steps.jsonl"), "decode_s")?);
+        let steps = read_steps(&dir)?;
+        let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
+        let compute = median(steps.iter().map(|s| mean(&s.compute_s)).collect());
+        let compress = median(steps.iter().map(|s| mean(&s.compress_s)).collect());
+        let decode = median(steps.iter().map(|s| mean(&s.decode_s)).collect());
         let frac = (compress + decode) / compute;
         println!(
             "  {name:<10} compute {:7.2} ms  compress {:6.3} ms  memory update {:6.3} ms  = {:5.1}% of compute (target <= 10%: {})",
@@ -167,18 +252,7 @@ pub fn run(a: &Args) -> Result<()> {
     Ok(())
 }
 
-/// One numeric column of `steps.jsonl`; per-worker arrays give their mean.
-fn read_column(path: &std::path::Path, key: &str) -> Result<Vec<f64>> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    text.lines()
-        .map(|l| {
-            let v: serde_json::Value = serde_json::from_str(l)?;
-            Ok(match &v[key] {
-                serde_json::Value::Array(a) => {
-                    a.iter().filter_map(|x| x.as_f64()).sum::<f64>() / a.len().max(1) as f64
-                }
-                x => x.as_f64().unwrap_or(f64::NAN),
-            })
-        })
-        .collect()
+/// A run's step records.
+fn read_steps(dir: &std::path::Path) -> Result<Vec<StepRecord>> {
+    Ok(read_jsonl(&dir.join("steps.jsonl"))?)
 }

@@ -11,7 +11,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use clap::Args as ClapArgs;
-use serde_json::Value;
+use gradcomp_train::config::{StrategyKind, TrainConfig};
+use gradcomp_train::records::{read_json, read_jsonl, EpochRecord, Manifest, StepRecord};
 
 use crate::bench::timing::median;
 
@@ -38,25 +39,13 @@ pub struct Args {
     selection_time: Option<PathBuf>,
 }
 
-/// One run's records.
+/// One run's records, read through the trainer's own types.
 pub struct Run {
     pub name: String,
-    pub config: toml::Table,
-    pub manifest: Value,
-    pub epochs: Vec<Value>,
-    pub steps: Vec<Value>,
-}
-
-fn read_jsonl(path: &Path) -> Result<Vec<Value>> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    text.lines()
-        .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty())
-        .map(|(i, l)| {
-            serde_json::from_str(l)
-                .with_context(|| format!("{}:{}: not a JSON record", path.display(), i + 1))
-        })
-        .collect()
+    pub config: TrainConfig,
+    pub manifest: Option<Manifest>,
+    pub epochs: Vec<EpochRecord>,
+    pub steps: Vec<StepRecord>,
 }
 
 impl Run {
@@ -64,21 +53,12 @@ impl Run {
         if !dir.join("epochs.jsonl").is_file() {
             bail!("{} is not a run directory (no epochs.jsonl); pass runs/<name>", dir.display());
         }
-        let config: toml::Table = toml::from_str(
-            &std::fs::read_to_string(dir.join("config.toml"))
-                .with_context(|| format!("reading {}/config.toml", dir.display()))?,
-        )
-        .with_context(|| format!("{}/config.toml", dir.display()))?;
-        let manifest = std::fs::read_to_string(dir.join("manifest.json"))
-            .ok()
-            .and_then(|t| serde_json::from_str(&t).ok())
-            .unwrap_or(Value::Null);
-        let name =
-            config.get("name").and_then(|v| v.as_str()).map(str::to_string).unwrap_or_else(|| {
-                dir.file_name().map_or("run".into(), |n| n.to_string_lossy().into_owned())
-            });
+        let path = dir.join("config.toml");
+        let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+        let config: TrainConfig = toml::from_str(&text).with_context(|| format!("{}", path.display()))?;
+        let manifest = read_json(&dir.join("manifest.json")).ok();
         Ok(Self {
-            name,
+            name: config.name.clone(),
             config,
             manifest,
             epochs: read_jsonl(&dir.join("epochs.jsonl"))?,
@@ -86,45 +66,23 @@ impl Run {
         })
     }
 
-    fn get(&self, path: &str) -> Option<&toml::Value> {
-        let mut v: Option<&toml::Value> = None;
-        for (i, part) in path.split('.').enumerate() {
-            v = if i == 0 { self.config.get(part) } else { v?.get(part) };
-        }
-        v
-    }
-
-    fn str_of(&self, path: &str, default: &str) -> String {
-        self.get(path).and_then(|v| v.as_str()).unwrap_or(default).to_string()
-    }
-
     pub fn is_lm(&self) -> bool {
-        self.epochs.iter().any(|e| e.get("test_perplexity").is_some())
+        self.epochs.iter().any(|e| e.test_perplexity.is_some())
     }
 
     /// (epoch number from 1, test metric): accuracy in % or perplexity.
     pub fn metric(&self) -> Vec<(f64, f64)> {
-        let key = if self.is_lm() { "test_perplexity" } else { "test_accuracy" };
-        let scale = if self.is_lm() { 1.0 } else { 100.0 };
-        self.epochs
-            .iter()
-            .filter_map(|e| Some((e["epoch"].as_f64()? + 1.0, e.get(key)?.as_f64()? * scale)))
-            .collect()
+        self.series(|e| Some(f64::from(e.epoch) + 1.0))
     }
 
-    fn series(&self, x: impl Fn(&Value) -> Option<f64>) -> Vec<(f64, f64)> {
-        let key = if self.is_lm() { "test_perplexity" } else { "test_accuracy" };
-        let scale = if self.is_lm() { 1.0 } else { 100.0 };
-        self.epochs.iter().filter_map(|e| Some((x(e)?, e.get(key)?.as_f64()? * scale))).collect()
+    /// (x of an epoch, its test metric), for the epochs that have both.
+    fn series(&self, x: impl Fn(&EpochRecord) -> Option<f64>) -> Vec<(f64, f64)> {
+        self.epochs.iter().filter_map(|e| Some((x(e)?, e.metric()?))).collect()
     }
 
     fn step_bytes(&self) -> f64 {
-        let total: f64 = self
-            .steps
-            .iter()
-            .map(|s| s["bytes_up"].as_object().map_or(0.0, |m| m.values().filter_map(Value::as_f64).sum()))
-            .sum();
-        total / self.steps.len().max(1) as f64
+        let total: u64 = self.steps.iter().map(StepRecord::bytes_sent).sum();
+        total as f64 / self.steps.len().max(1) as f64
     }
 }
 
@@ -149,8 +107,7 @@ fn human_link(bps: &str) -> String {
 fn links(runs: &[Run]) -> Vec<String> {
     runs.first()
         .and_then(|r| r.epochs.last())
-        .and_then(|e| e["predicted_wall_seconds"].as_object())
-        .map(|m| m.keys().cloned().collect())
+        .map(|e| e.predicted_wall_seconds.keys().cloned().collect())
         .unwrap_or_default()
 }
 
@@ -187,11 +144,7 @@ pub fn figures(runs: &[Run], dir: &Path) -> Result<Vec<(String, String)>> {
             true,
             runs.iter()
                 .map(|r| {
-                    let pts = r
-                        .epochs
-                        .iter()
-                        .filter_map(|e| Some((e["epoch"].as_f64()? + 1.0, e["train_loss"].as_f64()?)))
-                        .collect();
+                    let pts = r.epochs.iter().map(|e| (f64::from(e.epoch) + 1.0, e.train_loss)).collect();
                     (r.name.clone(), pts)
                 })
                 .collect(),
@@ -211,9 +164,7 @@ pub fn figures(runs: &[Run], dir: &Path) -> Result<Vec<(String, String)>> {
             ml,
             true,
             lm,
-            runs.iter()
-                .map(|r| (r.name.clone(), r.series(|e| Some(e["bytes_sent"].as_f64()? / 1e6))))
-                .collect(),
+            runs.iter().map(|r| (r.name.clone(), r.series(|e| Some(e.bytes_sent as f64 / 1e6)))).collect(),
         ),
     )?;
     add(
@@ -225,7 +176,7 @@ pub fn figures(runs: &[Run], dir: &Path) -> Result<Vec<(String, String)>> {
             ml,
             false,
             lm,
-            runs.iter().map(|r| (r.name.clone(), r.series(|e| e["wall_seconds"].as_f64()))).collect(),
+            runs.iter().map(|r| (r.name.clone(), r.series(|e| Some(e.wall_seconds)))).collect(),
         ),
     )?;
     let links = links(runs);
@@ -240,9 +191,7 @@ pub fn figures(runs: &[Run], dir: &Path) -> Result<Vec<(String, String)>> {
                 false,
                 lm,
                 runs.iter()
-                    .map(|r| {
-                        (r.name.clone(), r.series(|e| e["predicted_wall_seconds"][link.as_str()].as_f64()))
-                    })
+                    .map(|r| (r.name.clone(), r.series(|e| e.predicted_wall_seconds.get(link).copied())))
                     .collect(),
             ),
         )?;
@@ -259,24 +208,18 @@ pub fn figures(runs: &[Run], dir: &Path) -> Result<Vec<(String, String)>> {
     )?;
     // The bounds are those of keeping k of d elements: sparsifiers only.
     let with_contraction: Vec<&Run> =
-        runs.iter().filter(|r| r.steps.iter().any(|s| s.get("bound_tight").is_some())).collect();
+        runs.iter().filter(|r| r.steps.iter().any(|s| s.bound_tight.is_some())).collect();
     if !with_contraction.is_empty() {
         let mut series = Vec::new();
         for r in &with_contraction {
-            let pts: Vec<(f64, f64)> = r
-                .steps
-                .iter()
-                .filter_map(|s| Some((s["step"].as_f64()?, s.get("contraction")?.as_f64()?)))
-                .collect();
+            let pts = r.steps.iter().filter_map(|s| Some((s.step as f64, s.contraction?))).collect();
             series.push((format!("{} measured", r.name), pts));
         }
         let first = with_contraction[0];
-        for (key, label) in [("bound_classic", "(1 - k/d)"), ("bound_tight", "(1 - k/d)^2")] {
-            let pts: Vec<(f64, f64)> = first
-                .steps
-                .iter()
-                .filter_map(|s| Some((s["step"].as_f64()?, s.get(key)?.as_f64()?)))
-                .collect();
+        for (tight, label) in [(false, "(1 - k/d)"), (true, "(1 - k/d)^2")] {
+            let bound = |s: &StepRecord| if tight { s.bound_tight } else { s.bound_classic };
+            let pts: Vec<(f64, f64)> =
+                first.steps.iter().filter_map(|s| Some((s.step as f64, bound(s)?))).collect();
             if !pts.is_empty() {
                 series.push((format!("bound {label}"), pts));
             }
@@ -287,20 +230,19 @@ pub fn figures(runs: &[Run], dir: &Path) -> Result<Vec<(String, String)>> {
             line("contraction ratio", "step", "ratio", false, true, series),
         )?;
     }
-    if let Some(r) = runs.iter().find(|r| r.steps.iter().any(|s| s.get("histogram").is_some())) {
-        let measured: Vec<&Value> = r.steps.iter().filter(|s| s.get("histogram").is_some()).collect();
+    if let Some(r) = runs.iter().find(|r| r.steps.iter().any(|s| s.histogram.is_some())) {
+        let measured: Vec<&StepRecord> = r.steps.iter().filter(|s| s.histogram.is_some()).collect();
         let picks = [0, measured.len() / 2, measured.len() - 1];
         let mut series = Vec::new();
         for &i in picks.iter().collect::<std::collections::BTreeSet<_>>() {
             let s = measured[i];
-            let h = &s["histogram"];
-            let (Some(edges), Some(counts)) = (h[0].as_array(), h[1].as_array()) else { continue };
+            let Some((edges, counts)) = &s.histogram else { continue };
             let pts = edges
                 .windows(2)
                 .zip(counts)
-                .filter_map(|(e, c)| Some(((e[0].as_f64()? + e[1].as_f64()?) / 2.0, c.as_f64()?.max(0.5))))
+                .map(|(e, &c)| ((f64::from(e[0]) + f64::from(e[1])) / 2.0, (c as f64).max(0.5)))
                 .collect();
-            series.push((format!("step {}", s["step"]), pts));
+            series.push((format!("step {}", s.step), pts));
         }
         add(
             "histograms",
@@ -308,22 +250,14 @@ pub fn figures(runs: &[Run], dir: &Path) -> Result<Vec<(String, String)>> {
             line("gradient histogram", "gradient value", "count", false, true, series),
         )?;
     }
-    if let Some(r) = runs.iter().find(|r| r.steps.iter().any(|s| s.get("bound_ratio").is_some())) {
-        let names: Vec<String> = r.manifest["units"]
-            .as_array()
-            .map(|u| {
-                u.iter()
-                    .filter(|u| !u["dense"].as_bool().unwrap_or(false))
-                    .filter_map(|u| u["name"].as_str().map(str::to_string))
-                    .collect()
-            })
-            .unwrap_or_default();
-        let rows: Vec<&Vec<Value>> =
-            r.steps.iter().filter_map(|s| s.get("bound_ratio")?.as_array()).collect();
+    if let Some(r) = runs.iter().find(|r| r.steps.iter().any(|s| !s.bound_ratio.is_empty())) {
+        let names: Vec<String> =
+            r.manifest.iter().flat_map(|m| &m.units).filter(|u| !u.dense).map(|u| u.name.clone()).collect();
+        let rows: Vec<&Vec<f64>> = r.steps.iter().map(|s| &s.bound_ratio).filter(|b| !b.is_empty()).collect();
         let units = rows.first().map_or(0, |r| r.len());
         let bars = (0..units)
             .map(|u| {
-                let mean = rows.iter().filter_map(|r| r.get(u)?.as_f64()).sum::<f64>() / rows.len() as f64;
+                let mean = rows.iter().filter_map(|r| r.get(u)).sum::<f64>() / rows.len() as f64;
                 (names.get(u).cloned().unwrap_or_else(|| format!("unit {u}")), mean)
             })
             .collect();
@@ -347,21 +281,17 @@ pub fn figures(runs: &[Run], dir: &Path) -> Result<Vec<(String, String)>> {
 /// Compression (selection) time against d, log–log, from `bench compress
 /// --json` lines: one series per sparsifier and density.
 fn selection_time_figure(bench: &Path, dir: &Path) -> Result<(String, String)> {
-    let lines = read_jsonl(bench)?;
+    let lines: Vec<crate::bench::compress::Row> = read_jsonl(bench).with_context(|| {
+        format!("{} is not the output of `gradcomp bench compress --json`", bench.display())
+    })?;
     let mut series: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
-    for l in &lines {
-        let (Some(c), Some(d), Some(rho), Some(t)) =
-            (l["compressor"].as_str(), l["elements"].as_f64(), l["density"].as_f64(), l["seconds"].as_f64())
-        else {
-            continue;
-        };
-        if l["op"] != "compress" {
-            continue;
-        }
-        let name = format!("{c} ρ={rho}");
+    for l in lines.iter().filter(|l| l.op == "compress") {
+        let Some(rho) = l.density else { continue };
+        let name = format!("{} ρ={rho}", l.compressor);
+        let point = (l.elements as f64, l.seconds * 1e3);
         match series.iter_mut().find(|s| s.0 == name) {
-            Some(s) => s.1.push((d, t * 1e3)),
-            None => series.push((name, vec![(d, t * 1e3)])),
+            Some(s) => s.1.push(point),
+            None => series.push((name, vec![point])),
         }
     }
     if series.is_empty() {
@@ -405,7 +335,7 @@ pub fn summary_table(runs: &[Run]) -> String {
     }
     s.push('\n');
     for r in runs {
-        let last = r.epochs.last().cloned().unwrap_or(Value::Null);
+        let last = r.epochs.last().cloned().unwrap_or_default();
         let metric = r.metric().last().map_or("-".to_string(), |m| {
             if lm {
                 format!("{:.2}", m.1)
@@ -413,41 +343,39 @@ pub fn summary_table(runs: &[Run]) -> String {
                 format!("{:.2}%", m.1)
             }
         });
-        let compressor = {
-            let c = r.str_of("compressor.name", "dense");
-            match r.get("compressor.density").and_then(|v| v.as_float()) {
-                Some(d) => format!("{c} ρ={d}"),
-                None => c,
-            }
+        let c = &r.config;
+        let compressor = match c.compressor.density() {
+            Some(d) => format!("{} ρ={d}", c.compressor.name()),
+            None => c.compressor.name().to_string(),
         };
-        let strategy = r.str_of("strategy.kind", "sync");
-        let topology = if strategy == "celgc" {
-            format!("celgc I={}", r.get("strategy.period").and_then(|v| v.as_integer()).unwrap_or(1))
+        let topology = if c.strategy.kind == StrategyKind::Celgc {
+            format!("celgc I={}", c.strategy.period)
         } else {
-            r.str_of("comm.topology", "allreduce")
+            kebab(&c.comm.topology)
         };
         let _ = write!(
             s,
             "| {} | {} | {} | {} | {} | {} | {:.1} | {:.1} |",
             r.name,
             compressor,
-            r.get("workers").and_then(|v| v.as_integer()).unwrap_or(1),
+            c.workers,
             topology,
             r.epochs.len(),
             metric,
-            last["bytes_sent"].as_f64().unwrap_or(0.0) / 1e6,
-            last["wall_seconds"].as_f64().unwrap_or(0.0),
+            last.bytes_sent as f64 / 1e6,
+            last.wall_seconds,
         );
         for l in &links {
-            let _ = write!(
-                s,
-                " {:.1} |",
-                last["predicted_wall_seconds"][l.as_str()].as_f64().unwrap_or(f64::NAN)
-            );
+            let _ = write!(s, " {:.1} |", last.predicted_wall_seconds.get(l).copied().unwrap_or(f64::NAN));
         }
         s.push('\n');
     }
     s
+}
+
+/// A configuration value as the TOML spells it (`parameter-server`).
+fn kebab<T: serde::Serialize>(v: &T) -> String {
+    serde_json::to_value(v).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()
 }
 
 /// Mean bytes sent per step by each collective operation, all workers
@@ -455,17 +383,8 @@ pub fn summary_table(runs: &[Run]) -> String {
 /// traffic received). For the parameter server, `ps_push` is the upload and
 /// `ps_pull` the download of the N − 1 workers that are not co-located with it.
 pub fn traffic_table(runs: &[Run]) -> String {
-    let mut ops: Vec<String> = Vec::new();
-    for r in runs {
-        for st in &r.steps {
-            for k in st["bytes_up"].as_object().into_iter().flat_map(|m| m.keys()) {
-                if !ops.contains(k) {
-                    ops.push(k.clone());
-                }
-            }
-        }
-    }
-    ops.sort();
+    let ops: std::collections::BTreeSet<&String> =
+        runs.iter().flat_map(|r| &r.steps).flat_map(|st| st.bytes_up.keys()).collect();
     let mut s = String::from("| run |");
     for op in &ops {
         let _ = write!(s, " {op} KB/step |");
@@ -477,9 +396,9 @@ pub fn traffic_table(runs: &[Run]) -> String {
         let _ = write!(s, "| {} |", r.name);
         let n = r.steps.len().max(1) as f64;
         for op in &ops {
-            let total: f64 = r.steps.iter().filter_map(|st| st["bytes_up"][op.as_str()].as_f64()).sum();
-            if total > 0.0 {
-                let _ = write!(s, " {:.1} |", total / n / 1e3);
+            let total: u64 = r.steps.iter().filter_map(|st| st.bytes_up.get(*op)).sum();
+            if total > 0 {
+                let _ = write!(s, " {:.1} |", total as f64 / n / 1e3);
             } else {
                 s.push_str(" – |");
             }
@@ -500,37 +419,23 @@ pub fn validation_table(runs: &[Run]) -> String {
         "| run | workers | link | measured s/step | predicted s/step | error | measured comm ms | predicted comm ms | compute ms |\n\
          |---|---:|---|---:|---:|---:|---:|---:|---:|\n",
     );
-    let slowest = |st: &Value, keys: &[&str]| -> Option<f64> {
-        let per_rank: Vec<f64> = (0..st[keys[0]].as_array()?.len())
-            .map(|i| keys.iter().filter_map(|k| st[*k][i].as_f64()).sum())
-            .collect();
-        per_rank.into_iter().reduce(f64::max)
-    };
-    const LOCAL: [&str; 4] = ["compute_s", "compress_s", "decode_s", "optimizer_s"];
     for r in runs {
-        let Some(link) = r
-            .steps
-            .first()
-            .and_then(|st| st["predicted_s"].as_object())
-            .and_then(|m| m.keys().next().cloned())
-        else {
+        let Some(link) = r.steps.first().and_then(|st| st.predicted_s.keys().next().cloned()) else {
             continue;
         };
         let steps = || r.steps.iter().skip(5);
-        let measured = median(steps().filter_map(|st| st["wall_s"].as_f64()).collect());
-        let predicted = median(steps().filter_map(|st| st["predicted_s"][link.as_str()].as_f64()).collect());
-        let comm = median(steps().filter_map(|st| slowest(st, &["communicate_s"])).collect());
-        let predicted_comm = median(
-            steps()
-                .filter_map(|st| Some(st["predicted_s"][link.as_str()].as_f64()? - slowest(st, &LOCAL)?))
-                .collect(),
-        );
-        let compute = median(steps().filter_map(|st| slowest(st, &["compute_s"])).collect());
+        let predicted_at = |st: &StepRecord| st.predicted_s.get(&link).copied();
+        let measured = median(steps().map(|st| st.wall_s).collect());
+        let predicted = median(steps().filter_map(predicted_at).collect());
+        let comm = median(steps().filter_map(|st| st.slowest(&[&st.communicate_s])).collect());
+        let predicted_comm =
+            median(steps().filter_map(|st| Some(predicted_at(st)? - st.slowest_local()?)).collect());
+        let compute = median(steps().filter_map(|st| st.slowest(&[&st.compute_s])).collect());
         let _ = writeln!(
             s,
             "| {} | {} | {} | {:.4} | {:.4} | {:+.0}% | {:.1} | {:.1} | {:.1} |",
             r.name,
-            r.get("workers").and_then(|v| v.as_integer()).unwrap_or(1),
+            r.config.workers,
             human_link(&link),
             measured,
             predicted,
@@ -571,24 +476,25 @@ pub fn run(a: &Args) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::{selection_time_figure, validation_table, Run};
+    use super::{selection_time_figure, validation_table, Run, StepRecord, TrainConfig};
 
     #[test]
     fn validation_table_splits_the_step_into_communication_and_compute() {
         // Two ranks; rank 1 is the slowest locally (4 + 1 + 0 + 1 = 6 ms).
-        let step = serde_json::json!({
-            "wall_s": 0.020,
-            "predicted_s": {"100000000": 0.022},
-            "compute_s": [0.003, 0.004],
-            "compress_s": [0.001, 0.001],
-            "decode_s": [0.0, 0.0],
-            "optimizer_s": [0.001, 0.001],
-            "communicate_s": [0.014, 0.012],
-        });
+        let step = StepRecord {
+            wall_s: 0.020,
+            predicted_s: [("100000000".to_string(), 0.022)].into(),
+            compute_s: vec![0.003, 0.004],
+            compress_s: vec![0.001, 0.001],
+            decode_s: vec![0.0, 0.0],
+            optimizer_s: vec![0.001, 0.001],
+            communicate_s: vec![0.014, 0.012],
+            ..Default::default()
+        };
         let run = Run {
             name: "r".into(),
-            config: toml::from_str("workers = 2").unwrap(),
-            manifest: serde_json::Value::Null,
+            config: TrainConfig { workers: 2, ..Default::default() },
+            manifest: None,
             epochs: Vec::new(),
             steps: vec![step; 8],
         };
@@ -602,25 +508,36 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("gradcomp-seltime-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let bench = dir.join("bench.jsonl");
-        let mut text = String::from(
-            r#"{"compressor":"read_pass","op":"sum","elements":1024,"density":null,"seconds":1e-7}"#,
-        );
+        let line = |c: &str, op: &str, d: usize, rho: Option<f64>, t: f64| {
+            let row = crate::bench::compress::Row {
+                compressor: c.into(),
+                op: op.into(),
+                elements: d,
+                density: rho,
+                seconds: t,
+                gbytes_per_s: 1.0,
+                ratio_to_read_pass: 1.0,
+                selected: 1,
+                wire_bytes: 1,
+            };
+            serde_json::to_string(&row).unwrap()
+        };
+        let mut text = line("read_pass", "sum", 1024, None, 1e-7);
         for (d, t) in [(1024, 1e-6), (65536, 1e-4), (1048576, 2e-3)] {
-            text.push_str(&format!(
-                "\n{{\"compressor\":\"topk\",\"op\":\"compress\",\"elements\":{d},\"density\":0.001,\"seconds\":{t}}}"
-            ));
+            text.push('\n');
+            text.push_str(&line("topk", "compress", d, Some(0.001), t));
         }
         std::fs::write(&bench, text).unwrap();
         let (stem, _) = selection_time_figure(&bench, &dir).unwrap();
         assert!(std::fs::metadata(dir.join(format!("{stem}.png"))).unwrap().len() > 1000);
 
         // A file without sparsifier lines, or not JSON, is an error that names it.
-        std::fs::write(&bench, r#"{"compressor":"read_pass","op":"sum"}"#).unwrap();
+        std::fs::write(&bench, line("read_pass", "sum", 1024, None, 1e-7)).unwrap();
         let e = selection_time_figure(&bench, &dir).unwrap_err().to_string();
         assert!(e.contains("bench compress --json"), "{e}");
         std::fs::write(&bench, "not json").unwrap();
         let e = format!("{:#}", selection_time_figure(&bench, &dir).unwrap_err());
-        assert!(e.contains("not a JSON record"), "{e}");
+        assert!(e.contains("bench.jsonl:1") && e.contains("bench compress --json"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -246,10 +246,19 @@ impl DataParallelConfig {
     /// The strategy this configuration describes, for a model of `layout`.
     pub(crate) fn build_strategy(&self, layout: &GradientLayout) -> Box<dyn Strategy> {
         let exchange = |seed| {
-            GradientExchange::new(layout, &self.compressor, &self.compression, self.topology(), self.placement(), seed)
+            GradientExchange::new(
+                layout,
+                &self.compressor,
+                &self.compression,
+                self.topology(),
+                self.placement(),
+                seed,
+            )
         };
         match self.strategy.kind {
-            StrategyKind::Sync => Box::new(Synchronous::new(exchange(self.seed), self.compression.local_clip)),
+            StrategyKind::Sync => {
+                Box::new(Synchronous::new(exchange(self.seed), self.compression.local_clip))
+            }
             StrategyKind::Celgc => {
                 // The model delta's random stream differs from a gradient exchange's.
                 let delta = self.strategy.compress_delta.then(|| exchange(self.seed ^ 0xCE16C));

@@ -36,7 +36,10 @@ impl SyncError {
     /// collective's `PeerFailed`, a peer's non-finite value): when picking
     /// the error to show for a run, the original one is more useful.
     pub fn is_secondary(&self) -> bool {
-        matches!(self, SyncError::Comm { source: CommError::PeerFailed { .. }, .. } | SyncError::PeerNonFinite { .. })
+        matches!(
+            self,
+            SyncError::Comm { source: CommError::PeerFailed { .. }, .. } | SyncError::PeerNonFinite { .. }
+        )
     }
 
     pub(crate) fn from_strategy(rank: usize, e: StrategyError) -> Self {

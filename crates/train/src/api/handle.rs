@@ -314,7 +314,8 @@ impl DataParallel {
                 self.step
             )));
         }
-        if matches!(self.cfg.compressor, gradcomp_compress::CompressorConfig::Esgd(_)) && self.loss.is_none() {
+        if matches!(self.cfg.compressor, gradcomp_compress::CompressorConfig::Esgd(_)) && self.loss.is_none()
+        {
             return Err(SyncError::Usage("eSGD selects by the loss: call report_loss before sync".into()));
         }
         self.discard_foreign_bytes();
@@ -342,7 +343,12 @@ impl DataParallel {
         if agreed.skip {
             stats.skipped = true;
             self.finish(stats);
-            return Ok(Synced { grads: GradientsParams::new(), lr, skipped: true, stop_requested: agreed.stop });
+            return Ok(Synced {
+                grads: GradientsParams::new(),
+                lr,
+                skipped: true,
+                stop_requested: agreed.stop,
+            });
         }
         let measure = self.cfg.stats_every > 0 && step.is_multiple_of(self.cfg.stats_every);
         if measure && self.rank() == 0 {

@@ -57,16 +57,17 @@ fn be_u32(bytes: &[u8], at: usize) -> Option<u32> {
 /// Images: 3-D (one channel) or 4-D IDX, returned in CHW order.
 pub(super) fn parse_images(bytes: &[u8], path: &Path, layout: ImageLayout) -> Result<IdxImages, DataError> {
     let magic = be_u32(bytes, 0).ok_or_else(|| DataError::corrupt(path, "shorter than an IDX header"))?;
-    let ndims = match magic {
-        IMAGES_MAGIC => 3,
-        IMAGES_4D_MAGIC => 4,
-        _ => {
-            return Err(DataError::corrupt(
+    let ndims =
+        match magic {
+            IMAGES_MAGIC => 3,
+            IMAGES_4D_MAGIC => 4,
+            _ => return Err(DataError::corrupt(
                 path,
-                format!("magic {magic:#010x} is not an IDX image file (0x00000803, or 0x00000804 with channels)"),
-            ))
-        }
-    };
+                format!(
+                    "magic {magic:#010x} is not an IDX image file (0x00000803, or 0x00000804 with channels)"
+                ),
+            )),
+        };
     let dims: Vec<usize> = (0..ndims)
         .map(|i| be_u32(bytes, 4 + 4 * i).map(|v| v as usize))
         .collect::<Option<_>>()
@@ -89,7 +90,10 @@ pub(super) fn parse_images(bytes: &[u8], path: &Path, layout: ImageLayout) -> Re
         ));
     }
     if shape.contains(&0) {
-        return Err(DataError::corrupt(path, format!("images of {}×{}×{} hold no pixels", shape[0], shape[1], shape[2])));
+        return Err(DataError::corrupt(
+            path,
+            format!("images of {}×{}×{} hold no pixels", shape[0], shape[1], shape[2]),
+        ));
     }
     let body = &bytes[header..];
     let pixels = match (ndims, layout) {
@@ -153,7 +157,10 @@ mod tests {
         let img = parse_images(&ok, p, ImageLayout::Chw).unwrap();
         assert_eq!((img.pixels.len(), img.count, img.shape), (24, 2, [1, 3, 4]));
         let short = images_file(2, 3, 4, 23);
-        assert!(parse_images(&short, p, ImageLayout::Chw).unwrap_err().to_string().contains("header says 2 images"));
+        assert!(parse_images(&short, p, ImageLayout::Chw)
+            .unwrap_err()
+            .to_string()
+            .contains("header says 2 images"));
         assert!(parse_labels(&ok, p).unwrap_err().to_string().contains("not an IDX label file"));
         let mut labels = LABELS_MAGIC.to_be_bytes().to_vec();
         labels.extend_from_slice(&3u32.to_be_bytes());
@@ -163,7 +170,10 @@ mod tests {
         // Dimensions whose product overflows are rejected, not allocated.
         assert!(parse_images(&images_file(u32::MAX, u32::MAX, u32::MAX, 0), p, ImageLayout::Chw).is_err());
         // Images without pixels are an error, not a division by zero later.
-        assert!(parse_images(&images_file(2, 0, 4, 0), p, ImageLayout::Chw).unwrap_err().to_string().contains("no pixels"));
+        assert!(parse_images(&images_file(2, 0, 4, 0), p, ImageLayout::Chw)
+            .unwrap_err()
+            .to_string()
+            .contains("no pixels"));
     }
 
     #[test]

@@ -23,7 +23,12 @@ impl ImageDataset {
     /// A dataset from memory: `pixels` holds `labels.len()` images of
     /// `shape` (`[channels, rows, cols]`, CHW order); every label must be
     /// below `classes`.
-    pub fn new(pixels: Vec<u8>, labels: Vec<u8>, shape: [usize; 3], classes: usize) -> Result<Self, DataError> {
+    pub fn new(
+        pixels: Vec<u8>,
+        labels: Vec<u8>,
+        shape: [usize; 3],
+        classes: usize,
+    ) -> Result<Self, DataError> {
         let size = shape.iter().product::<usize>();
         if size == 0 {
             return Err(DataError::Invalid(format!("images of {shape:?} hold no pixels")));
@@ -142,12 +147,18 @@ impl ImageSplits {
         let test_images = find(&files.test_images)?;
         let test = ImageDataset::load(&test_images, &find(&files.test_labels)?, layout)?;
         if train.is_empty() {
-            return Err(DataError::Invalid(format!("the training split of {dataset} in {} holds no images", dir.display())));
+            return Err(DataError::Invalid(format!(
+                "the training split of {dataset} in {} holds no images",
+                dir.display()
+            )));
         }
         if test.shape != train.shape {
             return Err(DataError::corrupt(
                 &test_images,
-                format!("test images are {:?} (channels, rows, cols) but training images are {:?}", test.shape, train.shape),
+                format!(
+                    "test images are {:?} (channels, rows, cols) but training images are {:?}",
+                    test.shape, train.shape
+                ),
             ));
         }
         let classes = train.classes.max(test.classes);

@@ -64,7 +64,10 @@ pub fn data_dir(explicit: Option<&Path>) -> PathBuf {
 /// The training data, loaded once and shared by the workers.
 #[derive(Clone, Debug)]
 pub enum TrainData {
-    Images { train: ImageDataset, test: ImageDataset },
+    Images {
+        train: ImageDataset,
+        test: ImageDataset,
+    },
     Tokens {
         train: Arc<Vec<u32>>,
         valid: Option<Arc<Vec<u32>>>,
@@ -87,7 +90,10 @@ impl TrainData {
         let root = data_dir(d.dir.as_deref());
         let own = || {
             d.dir.clone().ok_or_else(|| {
-                DataError::Invalid(format!("dataset {:?} is read from data.dir: set it to the directory that holds the files", d.dataset))
+                DataError::Invalid(format!(
+                    "dataset {:?} is read from data.dir: set it to the directory that holds the files",
+                    d.dataset
+                ))
             })
         };
         let data = match d.dataset {
@@ -122,7 +128,8 @@ impl TrainData {
         };
         if cfg.train.eval && data.test_len() == 0 {
             return Err(DataError::Invalid(
-                "the test split is empty: evaluation needs at least one example (or set train.eval = false)".into(),
+                "the test split is empty: evaluation needs at least one example (or set train.eval = false)"
+                    .into(),
             ));
         }
         Ok(data)

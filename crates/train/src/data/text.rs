@@ -114,7 +114,8 @@ impl Corpus {
                     hint: missing.to_string(),
                 });
             }
-            let bytes = std::fs::read(&path).map_err(|source| DataError::Io { path: path.clone(), source })?;
+            let bytes =
+                std::fs::read(&path).map_err(|source| DataError::Io { path: path.clone(), source })?;
             let text = String::from_utf8(bytes).map_err(|_| DataError::corrupt(&path, "not UTF-8 text"))?;
             if text.trim().is_empty() {
                 return Err(DataError::corrupt(&path, "empty"));

@@ -150,18 +150,25 @@ impl ModelChoice {
         let bad = |problem: String| ConfigError { key: "model.name".into(), problem };
         match data {
             TrainData::Tokens { vocab, .. } => match cfg.model.name {
-                ModelName::Lstm => Ok(ModelChoice::Lstm(LstmLmConfig { vocab: *vocab, ..cfg.model.lstm.clone() })),
+                ModelName::Lstm => {
+                    Ok(ModelChoice::Lstm(LstmLmConfig { vocab: *vocab, ..cfg.model.lstm.clone() }))
+                }
                 other => Err(bad(format!("{other:?} classifies images; text data needs the lstm"))),
             },
             TrainData::Images { train, .. } => {
                 let task = ImageTask { shape: train.shape, classes: train.classes };
                 match cfg.model.name {
-                    ModelName::Lenet5 => LeNet5::check(&task).map(|()| ModelChoice::Lenet5(task)).map_err(bad),
+                    ModelName::Lenet5 => {
+                        LeNet5::check(&task).map(|()| ModelChoice::Lenet5(task)).map_err(bad)
+                    }
                     ModelName::FashionCnn => {
                         FashionCnn::check(&task).map(|()| ModelChoice::FashionCnn(task)).map_err(bad)
                     }
                     ModelName::Fcn5 => Ok(ModelChoice::Fcn5(task)),
-                    ModelName::Lstm => Err(bad("the lstm is a language model; image data needs lenet5, fcn5 or fashion-cnn".into())),
+                    ModelName::Lstm => {
+                        Err(bad("the lstm is a language model; image data needs lenet5, fcn5 or fashion-cnn"
+                            .into()))
+                    }
                 }
             }
         }

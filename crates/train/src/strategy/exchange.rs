@@ -202,9 +202,9 @@ impl GradientExchange {
             let mut bufs = Vec::new();
             for i in 0..mem.state().len() {
                 let name = format!("{prefix}memory.{u}.{i}");
-                let b = state.get(&name).ok_or_else(|| {
-                    format!("the memory of unit {} ({name}) is missing", unit.name)
-                })?;
+                let b = state
+                    .get(&name)
+                    .ok_or_else(|| format!("the memory of unit {} ({name}) is missing", unit.name))?;
                 if !b.is_empty() && b.len() != unit.len {
                     return Err(format!(
                         "the memory of unit {} ({name}) holds {} values, the unit has {}",
@@ -222,7 +222,11 @@ impl GradientExchange {
 
     /// ‖residual‖₂ over all units with a memory.
     pub fn residual_norm(&self) -> f64 {
-        self.memories.iter().map(|m| gradcomp_compress::reduce::sum_of_squares(m.residual())).sum::<f64>().sqrt()
+        self.memories
+            .iter()
+            .map(|m| gradcomp_compress::reduce::sum_of_squares(m.residual()))
+            .sum::<f64>()
+            .sqrt()
     }
 
     /// Does unit `u`'s message travel in the allreduce'd f32 buffer?

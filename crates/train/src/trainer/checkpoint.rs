@@ -87,7 +87,11 @@ impl Replica {
     }
 
     /// Puts the saved values into `model` and `optim`; checks they fit.
-    pub fn apply<M: Module>(&self, model: M, optim: ModuleOptimizer) -> Result<(M, ModuleOptimizer), TrainError> {
+    pub fn apply<M: Module>(
+        &self,
+        model: M,
+        optim: ModuleOptimizer,
+    ) -> Result<(M, ModuleOptimizer), TrainError> {
         let layout = params::layout(&model);
         if self.params.len() != layout.total() || self.param_ids.len() != layout.slots().len() {
             return Err(TrainError::Checkpoint(format!(
@@ -142,8 +146,8 @@ impl Checkpoint {
         let dir = latest_dir(run_dir)?;
         let path = dir.join("state.bin");
         let s = Sections::read(&path).map_err(|e| TrainError::Checkpoint(e.to_string()))?;
-        let counters: Counters =
-            serde_json::from_slice(s.bytes("counters").map_err(bad(&path))?).map_err(|e| bad(&path)(e.to_string()))?;
+        let counters: Counters = serde_json::from_slice(s.bytes("counters").map_err(bad(&path))?)
+            .map_err(|e| bad(&path)(e.to_string()))?;
         if counters.workers != cfg.workers {
             return Err(TrainError::Checkpoint(format!(
                 "the checkpoint was made with {} workers, the config has {}",
@@ -159,8 +163,8 @@ impl Checkpoint {
     pub fn rank_state(&self, rank: usize) -> Result<(DataParallelState, Option<Replica>), TrainError> {
         let path = self.dir.join(format!("rank-{rank}.bin"));
         let s = Sections::read(&path).map_err(|e| TrainError::Checkpoint(e.to_string()))?;
-        let mut state: DataParallelState =
-            serde_json::from_slice(s.bytes("dp").map_err(bad(&path))?).map_err(|e| bad(&path)(e.to_string()))?;
+        let mut state: DataParallelState = serde_json::from_slice(s.bytes("dp").map_err(bad(&path))?)
+            .map_err(|e| bad(&path)(e.to_string()))?;
         state.buffers = s.f32_under("dp.");
         let own = s.0.contains_key("params").then(|| Replica::get(&s)).transpose().map_err(bad(&path))?;
         Ok((state, own))

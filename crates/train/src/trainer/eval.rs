@@ -20,7 +20,10 @@ const TOKEN_ROWS: usize = 10;
 pub enum EvalSet<'a> {
     Images(&'a ImageDataset),
     /// A token stream, cut into rows of `bptt`-long segments.
-    Tokens { tokens: &'a [u32], bptt: usize },
+    Tokens {
+        tokens: &'a [u32],
+        bptt: usize,
+    },
 }
 
 /// The test split's statistics and, for language models with a validation
@@ -60,7 +63,11 @@ pub fn share<M: Net>(model: &M, set: EvalSet<'_>, rank: usize, workers: usize) -
 fn sum(stats: EvalStats, c: &mut dyn Collective) -> Result<EvalStats, SyncError> {
     let mut v = [stats.loss_sum as f32, stats.correct as f32, stats.count as f32];
     c.allreduce_sum_f32(&mut v).map_err(|source| SyncError::Comm { rank: c.rank(), source })?;
-    Ok(EvalStats { loss_sum: f64::from(v[0]), correct: f64::from(v[1]).round() as u64, count: f64::from(v[2]).round() as u64 })
+    Ok(EvalStats {
+        loss_sum: f64::from(v[0]),
+        correct: f64::from(v[1]).round() as u64,
+        count: f64::from(v[2]).round() as u64,
+    })
 }
 
 /// The test (and validation) split of the run's data.
@@ -68,14 +75,19 @@ fn splits<'a>(data: &'a TrainData, cfg: &TrainConfig) -> (EvalSet<'a>, Option<Ev
     let bptt = cfg.data.bptt;
     match data {
         TrainData::Images { test, .. } => (EvalSet::Images(test), None),
-        TrainData::Tokens { test, valid, .. } => {
-            (EvalSet::Tokens { tokens: test, bptt }, valid.as_deref().map(|v| EvalSet::Tokens { tokens: v, bptt }))
-        }
+        TrainData::Tokens { test, valid, .. } => (
+            EvalSet::Tokens { tokens: test, bptt },
+            valid.as_deref().map(|v| EvalSet::Tokens { tokens: v, bptt }),
+        ),
     }
 }
 
 /// Evaluates `model` with every worker taking a share.
-pub(super) fn evaluate<M: Net>(dp: &mut DataParallel, model: &M, sh: &Shared<'_>) -> Result<Evaluation, TrainError> {
+pub(super) fn evaluate<M: Net>(
+    dp: &mut DataParallel,
+    model: &M,
+    sh: &Shared<'_>,
+) -> Result<Evaluation, TrainError> {
     let (rank, n) = (dp.rank(), dp.world_size());
     let (test, valid) = splits(sh.data, sh.cfg);
     let test = sum(share(model, test, rank, n), dp.collective_mut())?;

@@ -44,14 +44,19 @@ fn in_process<M: Net>(
         threads
             .into_iter()
             .enumerate()
-            .map(|(rank, t)| t.join().unwrap_or_else(|p| Err(TrainError::Panic { rank, message: panic_message(&*p) })))
+            .map(|(rank, t)| {
+                t.join().unwrap_or_else(|p| Err(TrainError::Panic { rank, message: panic_message(&*p) }))
+            })
             .collect()
     });
     pick_result(results)
 }
 
 fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
-    p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default()
+    p.downcast_ref::<String>()
+        .cloned()
+        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_default()
 }
 
 /// The summary (rank 0's), or the first worker error that is not a
@@ -82,7 +87,8 @@ fn mpi_rank<M: Net>(
     let c = gradcomp_comm::mpi::MpiCollective::init(Some(sh.cfg.workers), timeout)
         .map_err(|source| SyncError::Comm { rank: 0, source })?;
     // Other ranks return no summary: theirs is rank 0's.
-    worker::run(c.rank(), c, sh, make).map(|s| {
+    let rank = gradcomp_comm::Collective::rank(&c);
+    worker::run(rank, c, sh, make).map(|s| {
         s.unwrap_or_else(|| RunSummary {
             run_dir: sh.run_dir.clone(),
             epochs: Vec::new(),

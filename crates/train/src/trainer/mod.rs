@@ -130,7 +130,11 @@ pub(crate) struct Shared<'a> {
 /// Trains the configured built-in model on the configured data with N
 /// in-process workers (or this process's MPI rank, when `backend = "mpi"`),
 /// writing records into the run directory.
-pub fn train(cfg: &TrainConfig, opts: RunOptions, observer: Box<dyn Observer>) -> Result<RunSummary, TrainError> {
+pub fn train(
+    cfg: &TrainConfig,
+    opts: RunOptions,
+    observer: Box<dyn Observer>,
+) -> Result<RunSummary, TrainError> {
     cfg.validate()?;
     let data = TrainData::load(cfg)?;
     struct Train<'a> {

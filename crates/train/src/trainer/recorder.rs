@@ -121,7 +121,9 @@ fn link_models(cfg: &TrainConfig) -> Vec<(String, NetworkModel)> {
     cfg.network
         .links_bps
         .iter()
-        .map(|&b| (link_key(b), NetworkModel::from_bits_per_second(b, cfg.network.alpha).with_allreduce(algorithm)))
+        .map(|&b| {
+            (link_key(b), NetworkModel::from_bits_per_second(b, cfg.network.alpha).with_allreduce(algorithm))
+        })
         .collect()
 }
 
@@ -146,7 +148,12 @@ fn predicted_comm(m: &NetworkModel, s: &WorkerStep, n: usize, cfg: &TrainConfig)
 
 impl Recorder {
     /// Opens the record files on rank 0 (appending when resuming).
-    pub(super) fn new(sh: &Shared<'_>, rank: usize, dp: &DataParallel, resume: bool) -> Result<Self, TrainError> {
+    pub(super) fn new(
+        sh: &Shared<'_>,
+        rank: usize,
+        dp: &DataParallel,
+        resume: bool,
+    ) -> Result<Self, TrainError> {
         let compressed_elems = dp.units().iter().filter(|u| !u.dense).map(|u| u.len).sum();
         let mut r = Recorder {
             steps: Vec::new(),
@@ -182,7 +189,7 @@ impl Recorder {
         }
         let per_worker: Vec<Vec<WorkerStep>> = g
             .iter()
-            .map(|b| serde_json::from_slice(b))
+            .map(serde_json::from_slice)
             .collect::<Result<_, _>>()
             .map_err(|e| TrainError::Records(format!("a worker's step records did not decode: {e}")))?;
         if let Some(r) = per_worker.iter().position(|w| w.len() != steps.len()) {
@@ -221,7 +228,8 @@ impl Recorder {
             lr: main.lr,
             loss: losses.iter().sum::<f64>() / losses.len().max(1) as f64,
             density: main.density,
-            sent_fraction: ws.iter().map(|w| w.selected as f64 / w.elements.max(1) as f64).sum::<f64>() / n as f64,
+            sent_fraction: ws.iter().map(|w| w.selected as f64 / w.elements.max(1) as f64).sum::<f64>()
+                / n as f64,
             wire_bytes: ws.iter().map(|w| w.wire_bytes).sum(),
             compute_s: per(|w| w.compute),
             compress_s: per(|w| w.compress),

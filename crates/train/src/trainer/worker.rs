@@ -39,8 +39,8 @@ pub(super) fn run<M: Net>(
     // Rank 0's seeded model becomes everyone's in `init`.
     let model = build_model(&make, &device, (rank == 0).then_some(sh.cfg.seed));
     let (mut dp, model) = sh.cfg.data_parallel().init(c, model)?;
-    let result = Worker::start(sh, &mut dp, &model, device, resume.as_ref())
-        .and_then(|(w, model)| w.train(model));
+    let result =
+        Worker::start(sh, &mut dp, &model, device, resume.as_ref()).and_then(|(w, model)| w.train(model));
     result.map_err(|e| give_up(sh, rank, dp.collective_mut(), e))
 }
 
@@ -92,11 +92,11 @@ impl<'a, 's, M: Net> Worker<'a, 's, M> {
             }));
         }
         let planned = steps_per_epoch * u64::from(cfg.train.epochs.max(1));
-        let total_steps =
-            if cfg.train.max_steps > 0 { cfg.train.max_steps.min(planned) } else { planned };
+        let total_steps = if cfg.train.max_steps > 0 { cfg.train.max_steps.min(planned) } else { planned };
         if rank == 0 {
             std::fs::create_dir_all(&sh.run_dir).map_err(io(&sh.run_dir))?;
-            write_atomic(&sh.run_dir.join("config.toml"), cfg.to_toml().as_bytes()).map_err(io(&sh.run_dir))?;
+            write_atomic(&sh.run_dir.join("config.toml"), cfg.to_toml().as_bytes())
+                .map_err(io(&sh.run_dir))?;
             write_manifest(sh, dp)?;
         }
         let mut w = Worker {
@@ -189,7 +189,11 @@ impl<'a, 's, M: Net> Worker<'a, 's, M> {
         let synced = self.dp.report_loss(loss).sync(&model, grads, lr)?;
         let t = Instant::now();
         let model = if synced.skipped { model } else { self.optim.step(synced.lr, model, synced.grads) };
-        let times = LoopTimes { forward_backward, optimizer: t.elapsed().as_secs_f64(), wall: wall.elapsed().as_secs_f64() };
+        let times = LoopTimes {
+            forward_backward,
+            optimizer: t.elapsed().as_secs_f64(),
+            wall: wall.elapsed().as_secs_f64(),
+        };
         let stats = self.dp.last_step();
         self.recorder.push(WorkerStep::new(self.dp.rank(), epoch, stats, &times));
         if self.dp.rank() == 0 {
@@ -285,5 +289,6 @@ fn write_manifest(sh: &Shared<'_>, dp: &DataParallel) -> Result<(), TrainError> 
         hardware: Hardware::this_machine(),
     };
     let path = sh.run_dir.join("manifest.json");
-    write_atomic(&path, serde_json::to_string_pretty(&m).expect("manifest serializes").as_bytes()).map_err(io(&path))
+    write_atomic(&path, serde_json::to_string_pretty(&m).expect("manifest serializes").as_bytes())
+        .map_err(io(&path))
 }
