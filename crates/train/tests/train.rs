@@ -383,3 +383,28 @@ fn invalid_strategy_combinations_are_config_errors() {
         assert_eq!(e.key, key, "{extra}: {e}");
     }
 }
+
+/// With `residual = "lr-scaled"` only error feedback folds the learning rate
+/// into its residual; everything else must still step at the configured lr.
+/// The old trainer handed the optimizer lr = 1.0 for the whole buffer, so
+/// memory-less compressors and DGC momentum stepped 20× too far here.
+#[test]
+fn lr_scaled_residual_leaves_units_without_error_feedback_at_the_configured_lr() {
+    for compressor in [
+        "[compressor]\nname = \"dense\"",
+        "[compressor]\nname = \"terngrad\"",
+        "[compressor]\nname = \"dgck\"\ndensity = 0.05\n[comm]\ntopology = \"allgather\"",
+    ] {
+        let base = format!("{compressor}\n[optimizer]\nlr = 0.05\n[train]\nmax_steps = 12");
+        let (raw, _a) = train(&format!("{base}\n[compression]\nresidual = \"raw\""));
+        let (scaled, _b) = train(&format!("{base}\n[compression]\nresidual = \"lr-scaled\""));
+        assert_eq!(raw.final_params, scaled.final_params, "{compressor}: the residual form changed a memory without error feedback");
+    }
+    // With error feedback the forms differ, but the lr-scaled one is in the
+    // same units: at a constant lr the two stay close.
+    let topk = "[compressor]\nname = \"topk\"\ndensity = 0.05\n[comm]\ntopology = \"allgather\"\n[compression.exclude]\nlast_layer = true\n[optimizer]\nlr = 0.05\nmomentum = 0.0\n[train]\nmax_steps = 12";
+    let (raw, _a) = train(&format!("{topk}\n[compression]\nresidual = \"raw\""));
+    let (scaled, _b) = train(&format!("{topk}\n[compression]\nresidual = \"lr-scaled\""));
+    let worst = raw.final_params.iter().zip(&scaled.final_params).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max);
+    assert!(worst < 1e-4, "largest difference {worst}");
+}

@@ -1,0 +1,243 @@
+//! The library API on a model of the test's own, with in-process workers:
+//! replicas start and stay identical, burn optimizers apply the result, and
+//! misuse, disagreement between workers and non-finite values are errors on
+//! every worker, never a hang.
+
+use burn::module::Module;
+use burn::nn::{Linear, LinearConfig, Relu};
+use burn::optim::{AdamWConfig, GradientsParams, SgdConfig};
+use burn::tensor::{Device, Tensor, TensorData};
+use gradcomp_comm::{InProcessCollective, InProcessGroup};
+use gradcomp_compress::CompressorConfig;
+use gradcomp_train::api::{DataParallel, DataParallelConfig, SyncError};
+use gradcomp_train::config::{OnNonFinite, Topology};
+
+#[derive(Module, Debug)]
+struct Mlp {
+    a: Linear,
+    b: Linear,
+    relu: Relu,
+}
+
+impl Mlp {
+    fn new(device: &Device, inputs: usize) -> Self {
+        Self { a: LinearConfig::new(inputs, 16).init(device), b: LinearConfig::new(16, 1).init(device), relu: Relu::new() }
+    }
+
+    /// Mean squared error against `y = Σ x` on a batch made from `seed`.
+    fn loss(&self, seed: usize, device: &Device) -> Tensor<1> {
+        let (x, y): (Vec<f32>, Vec<f32>) = (0..32)
+            .map(|i| {
+                let row: Vec<f32> = (0..4).map(|j| (((seed * 31 + i * 7 + j * 3) % 11) as f32 - 5.0) / 5.0).collect();
+                let target = row.iter().sum::<f32>();
+                (row, target)
+            })
+            .fold((Vec::new(), Vec::new()), |(mut xs, mut ys), (r, t)| {
+                xs.extend(r);
+                ys.push(t);
+                (xs, ys)
+            });
+        let x = Tensor::<2>::from_data(TensorData::new(x, [32, 4]), device);
+        let y = Tensor::<2>::from_data(TensorData::new(y, [32, 1]), device);
+        let d = self.b.forward(self.relu.forward(self.a.forward(x))) - y;
+        (d.clone() * d).mean()
+    }
+}
+
+/// Runs `f(rank, collective)` on `n` threads and returns their results in rank order.
+fn workers<T: Send>(n: usize, f: impl Fn(usize, InProcessCollective) -> T + Sync) -> Vec<T> {
+    let handles = InProcessGroup::new(n).timeout(std::time::Duration::from_secs(20)).build().unwrap();
+    std::thread::scope(|s| {
+        let threads: Vec<_> = handles.into_iter().enumerate().map(|(r, c)| {
+            let f = &f;
+            s.spawn(move || f(r, c))
+        }).collect();
+        threads.into_iter().map(|t| t.join().unwrap()).collect()
+    })
+}
+
+fn device() -> Device {
+    gradcomp_train::default_device()
+}
+
+fn flat(m: &Mlp) -> Vec<f32> {
+    let mut v = Vec::new();
+    gradcomp_train::params::read_params(m, &mut v);
+    v
+}
+
+#[test]
+fn replicas_start_from_rank_0_and_stay_identical_under_adamw_and_terngrad() {
+    let results = workers(3, |rank, c| {
+        let d = device();
+        d.seed(100 + rank as u64); // every worker draws different initial weights
+        let model = Mlp::new(&d, 4);
+        let cfg = DataParallelConfig::new(CompressorConfig::terngrad()).with_checksum_every(5);
+        let (mut dp, mut model) = cfg.init(c, model).unwrap();
+        let start = flat(&model);
+        let mut optim = AdamWConfig::new().init();
+        let first = f64::from(model.loss(rank, &d).into_scalar::<f32>());
+        let mut last = first;
+        for step in 0..60 {
+            let loss = model.loss(step * 3 + rank, &d);
+            last = f64::from(loss.clone().into_scalar::<f32>());
+            let synced = dp.report_loss(last).sync(&model, loss.backward(), 0.01).unwrap();
+            assert!(!synced.skipped && !synced.stop_requested);
+            model = optim.step(synced.lr, model, synced.grads);
+        }
+        dp.check_replicas(&model).unwrap();
+        assert_eq!(dp.step(), 60);
+        assert!(dp.bytes_sent() > 0 && dp.last_step().exchange.wire_bytes > 0);
+        (start, flat(&model), first, last)
+    });
+    assert!(results.iter().all(|r| r.0 == results[0].0), "rank 0's parameters were not broadcast");
+    assert!(results.iter().all(|r| r.1 == results[0].1), "replicas diverged");
+    assert!(results[0].3 < results[0].2 * 0.5, "loss {} -> {}", results[0].2, results[0].3);
+}
+
+#[test]
+fn burn_gradients_params_go_in_as_well() {
+    workers(2, |_, c| {
+        let d = device();
+        let (mut dp, model) = DataParallelConfig::new(CompressorConfig::dense()).init(c, Mlp::new(&d, 4)).unwrap();
+        let grads = GradientsParams::from_grads(model.loss(0, &d).backward(), &model);
+        let synced = dp.sync(&model, grads, 0.1).unwrap();
+        assert_eq!(synced.grads.len(), 4);
+        let model = SgdConfig::new().init().step(synced.lr, model, synced.grads);
+        dp.check_replicas(&model).unwrap();
+    });
+}
+
+#[test]
+fn misuse_is_an_error_that_says_what_to_do() {
+    workers(1, |_, c| {
+        let d = device();
+        let (mut dp, model) = DataParallelConfig::new(CompressorConfig::dense()).init(c, Mlp::new(&d, 4)).unwrap();
+        let e = dp.sync(&model, model.loss(0, &d).backward(), 0.0).unwrap_err().to_string();
+        assert!(e.contains("learning rate"), "{e}");
+    });
+    workers(2, |_, c| {
+        let d = device();
+        let (mut dp, model) =
+            DataParallelConfig::new(CompressorConfig::dense()).with_celgc(2, 1.0, 0.1).init(c, Mlp::new(&d, 4)).unwrap();
+        assert!(dp.averages_now());
+        let e = dp.sync(&model, model.loss(0, &d).backward(), 0.1).unwrap_err().to_string();
+        assert!(e.contains("call average_model"), "{e}");
+        let model = dp.average_model(model).unwrap();
+        assert!(!dp.averages_now());
+        let synced = dp.sync(&model, model.loss(0, &d).backward(), 0.1).unwrap();
+        assert!(synced.lr > 0.0 && synced.lr <= 0.1);
+    });
+    workers(1, |_, c| {
+        let d = device();
+        let cfg = DataParallelConfig::new(CompressorConfig::esgd(0.5))
+            .with_granularity(gradcomp_train::config::Granularity::Global)
+            .with_topology(Topology::ParameterServer);
+        let (mut dp, model) = cfg.init(c, Mlp::new(&d, 4)).unwrap();
+        let e = dp.sync(&model, model.loss(0, &d).backward(), 0.1).unwrap_err().to_string();
+        assert!(e.contains("report_loss"), "{e}");
+    });
+    // A configuration mistake is found before any collective runs, with the key named.
+    let e = workers(1, |_, c| {
+        DataParallelConfig::new(CompressorConfig::topk(0.01))
+            .with_topology(Topology::Allreduce)
+            .init(c, Mlp::new(&device(), 4))
+            .map(|_| ())
+            .unwrap_err()
+    });
+    assert!(matches!(&e[0], SyncError::Config(c) if c.key == "comm.topology"), "{}", e[0]);
+    // With no topology given, the one the compressor needs is chosen.
+    assert_eq!(DataParallelConfig::new(CompressorConfig::topk(0.01)).topology(), Topology::Allgather);
+}
+
+#[test]
+fn workers_that_disagree_on_the_model_or_configuration_fail_together() {
+    let errors = workers(2, |rank, c| {
+        let inputs = if rank == 0 { 4 } else { 5 };
+        DataParallelConfig::new(CompressorConfig::dense()).init(c, Mlp::new(&device(), inputs)).map(|_| ()).unwrap_err()
+    });
+    for e in &errors {
+        assert!(e.to_string().contains("other parameters"), "{e}");
+    }
+    let errors = workers(2, |rank, c| {
+        let compressor = if rank == 0 { CompressorConfig::dense() } else { CompressorConfig::fp16() };
+        DataParallelConfig::new(compressor).init(c, Mlp::new(&device(), 4)).map(|_| ()).unwrap_err()
+    });
+    for e in &errors {
+        assert!(e.to_string().contains("DataParallelConfig differs"), "{e}");
+    }
+}
+
+/// A gradient with a NaN on worker 1 only.
+fn poisoned_step(dp: &mut DataParallel, model: &Mlp, rank: usize, d: &Device) -> Result<bool, SyncError> {
+    let loss = model.loss(0, d) * if rank == 1 { f32::NAN } else { 1.0 };
+    dp.sync(model, loss.backward(), 0.1).map(|s| s.skipped)
+}
+
+#[test]
+fn a_non_finite_gradient_stops_every_worker_or_is_skipped_by_every_worker() {
+    let results = workers(3, |rank, c| {
+        let d = device();
+        let (mut dp, model) = DataParallelConfig::new(CompressorConfig::dense()).init(c, Mlp::new(&d, 4)).unwrap();
+        poisoned_step(&mut dp, &model, rank, &d).unwrap_err()
+    });
+    assert!(matches!(&results[1], SyncError::NonFinite { rank: 1, step: 0, .. }), "{}", results[1]);
+    assert!(results[1].to_string().contains("tensor"), "{}", results[1]);
+    for r in [0, 2] {
+        assert!(matches!(&results[r], SyncError::PeerNonFinite { ranks, .. } if ranks == &[1]), "{}", results[r]);
+    }
+    let skipped = workers(3, |rank, c| {
+        let d = device();
+        let cfg = DataParallelConfig::new(CompressorConfig::dense()).with_on_nonfinite(OnNonFinite::Skip);
+        let (mut dp, model) = cfg.init(c, Mlp::new(&d, 4)).unwrap();
+        let skipped = poisoned_step(&mut dp, &model, rank, &d).unwrap();
+        // The next, healthy step goes through.
+        let again = dp.sync(&model, model.loss(0, &d).backward(), 0.1).unwrap();
+        (skipped, again.skipped, dp.step())
+    });
+    assert!(skipped.iter().all(|&s| s == (true, false, 2)), "{skipped:?}");
+}
+
+#[test]
+fn a_diverged_replica_is_found_at_the_next_checksum() {
+    let errors = workers(2, |rank, c| {
+        let d = device();
+        let cfg = DataParallelConfig::new(CompressorConfig::dense()).with_checksum_every(1);
+        let (mut dp, model) = cfg.init(c, Mlp::new(&d, 4)).unwrap();
+        let synced = dp.sync(&model, model.loss(0, &d).backward(), 0.1).unwrap();
+        // Worker 1 applies another learning rate than everyone else.
+        let lr = if rank == 1 { 0.5 } else { synced.lr };
+        let model = SgdConfig::new().init().step(lr, model, synced.grads);
+        dp.sync(&model, model.loss(1, &d).backward(), 0.1).map(|_| ()).unwrap_err()
+    });
+    for e in &errors {
+        assert!(matches!(e, SyncError::ReplicaMismatch { step: 1, ranks } if ranks == &[1]), "{e}");
+    }
+}
+
+#[test]
+fn state_round_trips_and_a_misshapen_buffer_is_named() {
+    workers(1, |_, c| {
+        let d = device();
+        let cfg = DataParallelConfig::new(CompressorConfig::topk(0.1));
+        let (mut dp, model) = cfg.clone().init(c, Mlp::new(&d, 4)).unwrap();
+        for i in 0..3 {
+            dp.sync(&model, model.loss(i, &d).backward(), 0.1).unwrap();
+        }
+        let state = dp.state();
+        assert_eq!(state.step, 3);
+        assert!(state.buffers.keys().any(|k| k.starts_with("memory.")), "{:?}", state.buffers.keys());
+        let json = serde_json::to_string(&state).unwrap();
+        let back: gradcomp_train::api::DataParallelState = serde_json::from_str(&json).unwrap();
+        let c2 = InProcessGroup::new(1).build().unwrap().pop().unwrap();
+        let (mut other, _) = cfg.init(c2, Mlp::new(&d, 4)).unwrap();
+        other.restore(&back).unwrap();
+        assert_eq!(other.state(), state);
+        let mut bad = state.clone();
+        let (name, buf) = bad.buffers.iter_mut().next().unwrap();
+        let name = name.clone();
+        buf.push(1.0);
+        let e = other.restore(&bad).unwrap_err().to_string();
+        assert!(e.contains(&name) && e.contains("values"), "{e}");
+    });
+}
