@@ -1,6 +1,7 @@
 //! The `gradcomp` command.
 
 mod bench;
+mod data;
 mod model;
 mod report;
 mod train;
@@ -33,6 +34,9 @@ enum Command {
     Report(report::Args),
     /// Predicted throughput and speedup of every method for N workers and link speeds.
     Model(model::Args),
+    /// Inspect a configuration's data, or write a generated IDX image set.
+    #[command(subcommand)]
+    Data(data::DataCommand),
 }
 
 /// A mistake of the user's (bad config, missing data): one line, exit code 2.
@@ -55,6 +59,7 @@ fn main() -> ExitCode {
         Command::Bench(b) => bench::run(b),
         Command::Report(a) => report::run(&a),
         Command::Model(a) => model::run(&a),
+        Command::Data(c) => data::run(c),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

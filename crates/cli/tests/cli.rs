@@ -116,3 +116,154 @@ fn the_model_predicts_and_dry_runs() {
     let dense_1 = rows.iter().find(|r| r["compressor"] == "dense" && r["workers"] == 1).unwrap();
     assert!(dense_1["speedup_over_dense"].as_f64().unwrap() > 0.99);
 }
+
+/// A fresh directory under the system's temp dir.
+fn scratch(name: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("gradcomp-cli-{name}-{}", std::process::id()));
+    std::fs::remove_dir_all(&d).ok();
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+#[test]
+fn your_own_images_of_any_shape_and_class_count_train_and_evaluate() {
+    use gradcomp_train::data::{images_file, labels_file, synthetic};
+    let dir = scratch("images");
+    let data = dir.join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    // 3 channels of 32×32 in 20 classes, in files with names of our own.
+    let shape = [3, 32, 32];
+    for (split, n, name) in [(0, 1600, "train"), (1, 400, "test")] {
+        let d = synthetic::images(n, 7, split, shape, 20);
+        std::fs::write(data.join(format!("{name}-x.idx")), images_file(&d.pixels, n, shape)).unwrap();
+        std::fs::write(data.join(format!("{name}-y.idx")), labels_file(&d.labels)).unwrap();
+    }
+    let sets = |model: &str| {
+        [
+            format!("run_dir=\"{}\"", dir.join(model).display()),
+            "data.dataset=\"images\"".into(),
+            format!("data.dir=\"{}\"", data.display()),
+            "data.train_images=\"train-x.idx\"".into(),
+            "data.train_labels=\"train-y.idx\"".into(),
+            "data.test_images=\"test-x.idx\"".into(),
+            "data.test_labels=\"test-y.idx\"".into(),
+            format!("model.name=\"{model}\""),
+            "train.epochs=2".into(),
+        ]
+    };
+    let cfg = experiments("quick-synthetic.toml");
+    let args = |model: &str, cmd: &[&str]| -> Vec<String> {
+        let mut a: Vec<String> = cmd.iter().map(|s| s.to_string()).chain(["--config".into(), cfg.clone()]).collect();
+        for s in sets(model) {
+            a.push("--set".into());
+            a.push(s);
+        }
+        a
+    };
+    let run = |a: Vec<String>| gradcomp(&a.iter().map(String::as_str).collect::<Vec<_>>());
+
+    let (code, out, err) = run(args("lenet5", &["data", "inspect"]));
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("3 channel(s) of 32×32") && out.contains("classes: 20") && out.contains("fits"), "{out}");
+
+    for model in ["lenet5", "fashion-cnn", "fcn5"] {
+        let (code, out, err) = run(args(model, &["train", "--quiet"]));
+        assert_eq!(code, 0, "{model}: {err}");
+        let acc: f64 = out
+            .lines()
+            .find_map(|l| l.strip_prefix("test accuracy: ")?.strip_suffix('%')?.parse().ok())
+            .unwrap_or_else(|| panic!("{model}: {out}"));
+        assert!(acc > 50.0, "{model}: {acc}% on 20 classes (chance is 5%)");
+        let manifest: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join(model).join("manifest.json")).unwrap()).unwrap();
+        assert_eq!(manifest["data"]["image_shape"], serde_json::json!([3, 32, 32]), "{model}");
+        assert_eq!(manifest["data"]["classes"], 20, "{model}");
+    }
+    let (code, out, err) = gradcomp(&["eval", dir.join("lenet5").to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("(400 examples)"), "{out}");
+
+    // A model that cannot take the data says so before any work, with exit code 2.
+    let small = dir.join("small");
+    std::fs::create_dir_all(&small).unwrap();
+    let d = synthetic::images(64, 1, 0, [1, 8, 8], 3);
+    for name in ["train", "t10k"] {
+        std::fs::write(small.join(format!("{name}-images-idx3-ubyte")), images_file(&d.pixels, 64, [1, 8, 8])).unwrap();
+        std::fs::write(small.join(format!("{name}-labels-idx1-ubyte")), labels_file(&d.labels)).unwrap();
+    }
+    let (code, _, err) = gradcomp(&[
+        "train",
+        "--config",
+        &cfg,
+        "--set",
+        "data.dataset=\"images\"",
+        "--set",
+        &format!("data.dir=\"{}\"", small.display()),
+        "--set",
+        "model.name=\"lenet5\"",
+        "--set",
+        &format!("run_dir=\"{}\"", dir.join("never").display()),
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("at least 16×16") && err.contains("8×8"), "{err}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn a_text_corpus_with_unseen_words_trains_and_counts_them() {
+    let dir = scratch("text");
+    let corpus = dir.join("corpus");
+    std::fs::create_dir_all(&corpus).unwrap();
+    let sentence = |i: usize| format!("the cat number {} sat on mat {}\n", i % 7, i % 5);
+    let text = |range: std::ops::Range<usize>| range.map(sentence).collect::<String>();
+    std::fs::write(corpus.join("a.txt"), text(0..1500)).unwrap();
+    std::fs::write(corpus.join("b.txt"), text(0..200)).unwrap();
+    // Test text with two words training never saw, three times.
+    std::fs::write(corpus.join("c.txt"), text(0..200) + "the zebra sat\nthe zebra flew\n").unwrap();
+    let run_dir = dir.join("run");
+    let (code, out, err) = gradcomp(&[
+        "train",
+        "--quiet",
+        "--config",
+        &experiments("quick-synthetic.toml"),
+        "--set",
+        &format!("run_dir=\"{}\"", run_dir.display()),
+        "--set",
+        "data.dataset=\"text\"",
+        "--set",
+        &format!("data.dir=\"{}\"", corpus.display()),
+        "--set",
+        "data.train_text=\"a.txt\"",
+        "--set",
+        "data.valid_text=\"b.txt\"",
+        "--set",
+        "data.test_text=\"c.txt\"",
+        "--set",
+        "data.batch_size=4",
+        "--set",
+        "data.bptt=8",
+        "--set",
+        "model.name=\"lstm\"",
+        "--set",
+        "model.lstm={ embed = 16, hidden = 16 }",
+        "--set",
+        "optimizer.name=\"adam\"",
+        "--set",
+        "optimizer.lr=0.01",
+        "--set",
+        "optimizer.momentum=0.0",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("test perplexity:"), "{out}");
+    let manifest: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run_dir.join("manifest.json")).unwrap()).unwrap();
+    assert_eq!(manifest["data"]["unknown_words"]["test"], 3, "{manifest}");
+    assert_eq!(manifest["data"]["unknown_words"]["valid"], 0, "{manifest}");
+    let epochs = std::fs::read_to_string(run_dir.join("epochs.jsonl")).unwrap();
+    let last: serde_json::Value = serde_json::from_str(epochs.lines().last().unwrap()).unwrap();
+    let (test, valid) = (last["test_perplexity"].as_f64().unwrap(), last["valid_perplexity"].as_f64().unwrap());
+    // The vocabulary holds 17 words and <eos>, <unk>: a model that learned the
+    // sentences is far below that; the test file's unseen words cost it a little.
+    assert!(valid < 6.0 && test >= valid, "valid {valid}, test {test}");
+    std::fs::remove_dir_all(&dir).ok();
+}

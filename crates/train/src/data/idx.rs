@@ -117,6 +117,27 @@ fn hwc_to_chw(body: &[u8], n: usize, [c, h, w]: [usize; 3]) -> Vec<u8> {
     out
 }
 
+/// The bytes of an IDX image file: 3-D for one channel, 4-D
+/// (`count × channels × rows × cols`) otherwise. `pixels` is in CHW order.
+pub fn images_file(pixels: &[u8], count: usize, [c, h, w]: [usize; 3]) -> Vec<u8> {
+    let dims: Vec<usize> = if c == 1 { vec![count, h, w] } else { vec![count, c, h, w] };
+    let magic = if c == 1 { IMAGES_MAGIC } else { IMAGES_4D_MAGIC };
+    let mut out = magic.to_be_bytes().to_vec();
+    for d in dims {
+        out.extend_from_slice(&(d as u32).to_be_bytes());
+    }
+    out.extend_from_slice(pixels);
+    out
+}
+
+/// The bytes of an IDX label file.
+pub fn labels_file(labels: &[u8]) -> Vec<u8> {
+    let mut out = LABELS_MAGIC.to_be_bytes().to_vec();
+    out.extend_from_slice(&(labels.len() as u32).to_be_bytes());
+    out.extend_from_slice(labels);
+    out
+}
+
 /// Labels: returns one u8 per example.
 pub(super) fn parse_labels(bytes: &[u8], path: &Path) -> Result<Vec<u8>, DataError> {
     let magic = be_u32(bytes, 0).ok_or_else(|| DataError::corrupt(path, "shorter than an IDX header"))?;
@@ -190,6 +211,11 @@ mod tests {
         // The same bytes read as 1 × rows 2 × cols 1 × channels 3: pixels (1,2,3) and (4,5,6).
         let hwc = parse_images(&b, p, ImageLayout::Hwc).unwrap();
         assert_eq!((hwc.shape, hwc.pixels), ([3, 2, 1], vec![1, 4, 2, 5, 3, 6]));
+        // The writer makes what the parser reads.
+        assert_eq!(super::images_file(&[1, 2, 3, 4, 5, 6], 1, [2, 1, 3]), b);
+        let one = parse_images(&super::images_file(&[9; 12], 2, [1, 2, 3]), p, ImageLayout::Chw).unwrap();
+        assert_eq!((one.count, one.shape), (2, [1, 2, 3]));
+        assert_eq!(parse_labels(&labels_file(&[4, 5]), p).unwrap(), [4, 5]);
     }
 
     proptest! {

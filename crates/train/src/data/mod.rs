@@ -15,7 +15,7 @@ mod loader;
 pub mod synthetic;
 mod text;
 
-pub use idx::ImageLayout;
+pub use idx::{images_file, labels_file, ImageLayout};
 pub use images::{ImageDataset, ImageFiles, ImageSplits};
 pub use loader::{eval_batches, ImageLoader, TokenLoader};
 pub use text::{Corpus, TextFiles, Vocabulary, UNK};
