@@ -140,7 +140,8 @@ pub fn run(workers: usize) -> (f64, u64) {
 fn main() {
     #[cfg(feature = "mpi")]
     if std::env::var_os("OMPI_COMM_WORLD_SIZE").is_some() || std::env::var_os("PMI_SIZE").is_some() {
-        let c = gradcomp_comm::mpi::MpiCollective::init(None, std::time::Duration::from_secs(120)).expect("MPI");
+        let c =
+            gradcomp_comm::mpi::MpiCollective::init(None, std::time::Duration::from_secs(120)).expect("MPI");
         let rank = c.rank();
         let device = gradcomp_train::default_device();
         device.seed(SEED);
@@ -148,10 +149,18 @@ fn main() {
         let (model, sent) = train_worker(c, GlyphNet::new(&device), train);
         if rank == 0 {
             let acc = accuracy(&model, &test, &device);
-            println!("MPI rank 0: test accuracy {:.2}%, bytes sent by this rank {:.2} MB", acc * 100.0, sent as f64 / 1e6);
+            println!(
+                "MPI rank 0: test accuracy {:.2}%, bytes sent by this rank {:.2} MB",
+                acc * 100.0,
+                sent as f64 / 1e6
+            );
         }
         return;
     }
     let (acc, sent) = run(4);
-    println!("4 workers, TernGrad, AdamW: test accuracy {:.2}%, bytes sent {:.2} MB", acc * 100.0, sent as f64 / 1e6);
+    println!(
+        "4 workers, TernGrad, AdamW: test accuracy {:.2}%, bytes sent {:.2} MB",
+        acc * 100.0,
+        sent as f64 / 1e6
+    );
 }

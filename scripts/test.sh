@@ -4,4 +4,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
-cargo test --workspace --features gradcomp-cli/mpi "$@"
+cargo test --workspace --features gradcomp-cli/mpi,gradcomp-train/learner "$@"

@@ -99,7 +99,10 @@ fn write_synthetic(a: &SyntheticArgs) -> Result<()> {
     std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
     for (split, n, prefix) in [(0, a.train, "train"), (1, a.test, "t10k")] {
         let d = synthetic::images(n, a.seed, split, [c, h, w], a.classes);
-        write_gz(&a.out.join(format!("{prefix}-images-idx3-ubyte.gz")), &images_file(&d.pixels, n, [c, h, w]))?;
+        write_gz(
+            &a.out.join(format!("{prefix}-images-idx3-ubyte.gz")),
+            &images_file(&d.pixels, n, [c, h, w]),
+        )?;
         write_gz(&a.out.join(format!("{prefix}-labels-idx1-ubyte.gz")), &labels_file(&d.labels))?;
     }
     println!(

@@ -153,7 +153,8 @@ fn your_own_images_of_any_shape_and_class_count_train_and_evaluate() {
     };
     let cfg = experiments("quick-synthetic.toml");
     let args = |model: &str, cmd: &[&str]| -> Vec<String> {
-        let mut a: Vec<String> = cmd.iter().map(|s| s.to_string()).chain(["--config".into(), cfg.clone()]).collect();
+        let mut a: Vec<String> =
+            cmd.iter().map(|s| s.to_string()).chain(["--config".into(), cfg.clone()]).collect();
         for s in sets(model) {
             a.push("--set".into());
             a.push(s);
@@ -164,7 +165,10 @@ fn your_own_images_of_any_shape_and_class_count_train_and_evaluate() {
 
     let (code, out, err) = run(args("lenet5", &["data", "inspect"]));
     assert_eq!(code, 0, "{err}");
-    assert!(out.contains("3 channel(s) of 32×32") && out.contains("classes: 20") && out.contains("fits"), "{out}");
+    assert!(
+        out.contains("3 channel(s) of 32×32") && out.contains("classes: 20") && out.contains("fits"),
+        "{out}"
+    );
 
     for model in ["lenet5", "fashion-cnn", "fcn5"] {
         let (code, out, err) = run(args(model, &["train", "--quiet"]));
@@ -175,7 +179,8 @@ fn your_own_images_of_any_shape_and_class_count_train_and_evaluate() {
             .unwrap_or_else(|| panic!("{model}: {out}"));
         assert!(acc > 50.0, "{model}: {acc}% on 20 classes (chance is 5%)");
         let manifest: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(dir.join(model).join("manifest.json")).unwrap()).unwrap();
+            serde_json::from_str(&std::fs::read_to_string(dir.join(model).join("manifest.json")).unwrap())
+                .unwrap();
         assert_eq!(manifest["data"]["image_shape"], serde_json::json!([3, 32, 32]), "{model}");
         assert_eq!(manifest["data"]["classes"], 20, "{model}");
     }
@@ -188,7 +193,11 @@ fn your_own_images_of_any_shape_and_class_count_train_and_evaluate() {
     std::fs::create_dir_all(&small).unwrap();
     let d = synthetic::images(64, 1, 0, [1, 8, 8], 3);
     for name in ["train", "t10k"] {
-        std::fs::write(small.join(format!("{name}-images-idx3-ubyte")), images_file(&d.pixels, 64, [1, 8, 8])).unwrap();
+        std::fs::write(
+            small.join(format!("{name}-images-idx3-ubyte")),
+            images_file(&d.pixels, 64, [1, 8, 8]),
+        )
+        .unwrap();
         std::fs::write(small.join(format!("{name}-labels-idx1-ubyte")), labels_file(&d.labels)).unwrap();
     }
     let (code, _, err) = gradcomp(&[
@@ -261,7 +270,8 @@ fn a_text_corpus_with_unseen_words_trains_and_counts_them() {
     assert_eq!(manifest["data"]["unknown_words"]["valid"], 0, "{manifest}");
     let epochs = std::fs::read_to_string(run_dir.join("epochs.jsonl")).unwrap();
     let last: serde_json::Value = serde_json::from_str(epochs.lines().last().unwrap()).unwrap();
-    let (test, valid) = (last["test_perplexity"].as_f64().unwrap(), last["valid_perplexity"].as_f64().unwrap());
+    let (test, valid) =
+        (last["test_perplexity"].as_f64().unwrap(), last["valid_perplexity"].as_f64().unwrap());
     // The vocabulary holds 17 words and <eos>, <unk>: a model that learned the
     // sentences is far below that; the test file's unseen words cost it a little.
     assert!(valid < 6.0 && test >= valid, "valid {valid}, test {test}");

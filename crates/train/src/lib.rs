@@ -15,6 +15,8 @@ pub mod checkpoint;
 pub mod config;
 pub mod data;
 pub mod layout;
+#[cfg(feature = "learner")]
+pub mod learner;
 pub mod models;
 pub mod optim;
 pub mod params;

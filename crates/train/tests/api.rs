@@ -21,14 +21,19 @@ struct Mlp {
 
 impl Mlp {
     fn new(device: &Device, inputs: usize) -> Self {
-        Self { a: LinearConfig::new(inputs, 16).init(device), b: LinearConfig::new(16, 1).init(device), relu: Relu::new() }
+        Self {
+            a: LinearConfig::new(inputs, 16).init(device),
+            b: LinearConfig::new(16, 1).init(device),
+            relu: Relu::new(),
+        }
     }
 
     /// Mean squared error against `y = Σ x` on a batch made from `seed`.
     fn loss(&self, seed: usize, device: &Device) -> Tensor<1> {
         let (x, y): (Vec<f32>, Vec<f32>) = (0..32)
             .map(|i| {
-                let row: Vec<f32> = (0..4).map(|j| (((seed * 31 + i * 7 + j * 3) % 11) as f32 - 5.0) / 5.0).collect();
+                let row: Vec<f32> =
+                    (0..4).map(|j| (((seed * 31 + i * 7 + j * 3) % 11) as f32 - 5.0) / 5.0).collect();
                 let target = row.iter().sum::<f32>();
                 (row, target)
             })
@@ -48,10 +53,14 @@ impl Mlp {
 fn workers<T: Send>(n: usize, f: impl Fn(usize, InProcessCollective) -> T + Sync) -> Vec<T> {
     let handles = InProcessGroup::new(n).timeout(std::time::Duration::from_secs(20)).build().unwrap();
     std::thread::scope(|s| {
-        let threads: Vec<_> = handles.into_iter().enumerate().map(|(r, c)| {
-            let f = &f;
-            s.spawn(move || f(r, c))
-        }).collect();
+        let threads: Vec<_> = handles
+            .into_iter()
+            .enumerate()
+            .map(|(r, c)| {
+                let f = &f;
+                s.spawn(move || f(r, c))
+            })
+            .collect();
         threads.into_iter().map(|t| t.join().unwrap()).collect()
     })
 }
@@ -99,7 +108,8 @@ fn replicas_start_from_rank_0_and_stay_identical_under_adamw_and_terngrad() {
 fn burn_gradients_params_go_in_as_well() {
     workers(2, |_, c| {
         let d = device();
-        let (mut dp, model) = DataParallelConfig::new(CompressorConfig::dense()).init(c, Mlp::new(&d, 4)).unwrap();
+        let (mut dp, model) =
+            DataParallelConfig::new(CompressorConfig::dense()).init(c, Mlp::new(&d, 4)).unwrap();
         let grads = GradientsParams::from_grads(model.loss(0, &d).backward(), &model);
         let synced = dp.sync(&model, grads, 0.1).unwrap();
         assert_eq!(synced.grads.len(), 4);
@@ -112,14 +122,17 @@ fn burn_gradients_params_go_in_as_well() {
 fn misuse_is_an_error_that_says_what_to_do() {
     workers(1, |_, c| {
         let d = device();
-        let (mut dp, model) = DataParallelConfig::new(CompressorConfig::dense()).init(c, Mlp::new(&d, 4)).unwrap();
+        let (mut dp, model) =
+            DataParallelConfig::new(CompressorConfig::dense()).init(c, Mlp::new(&d, 4)).unwrap();
         let e = dp.sync(&model, model.loss(0, &d).backward(), 0.0).unwrap_err().to_string();
         assert!(e.contains("learning rate"), "{e}");
     });
     workers(2, |_, c| {
         let d = device();
-        let (mut dp, model) =
-            DataParallelConfig::new(CompressorConfig::dense()).with_celgc(2, 1.0, 0.1).init(c, Mlp::new(&d, 4)).unwrap();
+        let (mut dp, model) = DataParallelConfig::new(CompressorConfig::dense())
+            .with_celgc(2, 1.0, 0.1)
+            .init(c, Mlp::new(&d, 4))
+            .unwrap();
         assert!(dp.averages_now());
         let e = dp.sync(&model, model.loss(0, &d).backward(), 0.1).unwrap_err().to_string();
         assert!(e.contains("call average_model"), "{e}");
@@ -154,7 +167,10 @@ fn misuse_is_an_error_that_says_what_to_do() {
 fn workers_that_disagree_on_the_model_or_configuration_fail_together() {
     let errors = workers(2, |rank, c| {
         let inputs = if rank == 0 { 4 } else { 5 };
-        DataParallelConfig::new(CompressorConfig::dense()).init(c, Mlp::new(&device(), inputs)).map(|_| ()).unwrap_err()
+        DataParallelConfig::new(CompressorConfig::dense())
+            .init(c, Mlp::new(&device(), inputs))
+            .map(|_| ())
+            .unwrap_err()
     });
     for e in &errors {
         assert!(e.to_string().contains("other parameters"), "{e}");
@@ -178,13 +194,18 @@ fn poisoned_step(dp: &mut DataParallel, model: &Mlp, rank: usize, d: &Device) ->
 fn a_non_finite_gradient_stops_every_worker_or_is_skipped_by_every_worker() {
     let results = workers(3, |rank, c| {
         let d = device();
-        let (mut dp, model) = DataParallelConfig::new(CompressorConfig::dense()).init(c, Mlp::new(&d, 4)).unwrap();
+        let (mut dp, model) =
+            DataParallelConfig::new(CompressorConfig::dense()).init(c, Mlp::new(&d, 4)).unwrap();
         poisoned_step(&mut dp, &model, rank, &d).unwrap_err()
     });
     assert!(matches!(&results[1], SyncError::NonFinite { rank: 1, step: 0, .. }), "{}", results[1]);
     assert!(results[1].to_string().contains("tensor"), "{}", results[1]);
     for r in [0, 2] {
-        assert!(matches!(&results[r], SyncError::PeerNonFinite { ranks, .. } if ranks == &[1]), "{}", results[r]);
+        assert!(
+            matches!(&results[r], SyncError::PeerNonFinite { ranks, .. } if ranks == &[1]),
+            "{}",
+            results[r]
+        );
     }
     let skipped = workers(3, |rank, c| {
         let d = device();

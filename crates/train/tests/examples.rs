@@ -39,25 +39,43 @@ fn the_user_model_example_matches_the_built_in_trainer() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
-/// The example binary, built by `cargo test` beside this test's binary.
 #[cfg(feature = "mpi")]
 #[test]
 fn the_user_model_example_runs_under_mpirun() {
+    let text = run_example("custom_model", &["mpirun", "--oversubscribe", "-np", "2"]);
+    assert!(printed_accuracy(&text, "MPI rank 0: test accuracy ") > 80.0, "{text}");
+}
+
+/// Runs an example binary built by `cargo test` beside this test's binary.
+fn run_example(name: &str, launcher: &[&str]) -> String {
     let exe = std::env::current_exe().unwrap();
-    let example = exe.parent().unwrap().parent().unwrap().join("examples/custom_model");
+    let example = exe.parent().unwrap().parent().unwrap().join("examples").join(name);
     assert!(example.is_file(), "{} was not built", example.display());
     let out = std::process::Command::new("timeout")
-        .args(["300", "mpirun", "--oversubscribe", "-np", "2"])
+        .arg("300")
+        .args(launcher)
         .arg(&example)
         .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
         .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
         .output()
-        .expect("mpirun is on PATH (install openmpi-bin)");
+        .expect("the example starts");
     let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{text}");
-    let acc: f64 = text
-        .lines()
-        .find_map(|l| l.strip_prefix("MPI rank 0: test accuracy ")?.split('%').next()?.parse().ok())
-        .unwrap_or_else(|| panic!("{text}"));
-    assert!(acc > 80.0, "{text}");
+    text
+}
+
+/// The accuracy an example printed after `prefix`, in %.
+fn printed_accuracy(text: &str, prefix: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.split(prefix).nth(1)?.split('%').next()?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no `{prefix}` in {text}"))
+}
+
+#[cfg(feature = "learner")]
+#[test]
+fn the_learner_example_trains_through_burn_train_with_gradcomp() {
+    let text = run_example("learner", &[]);
+    assert!(printed_accuracy(&text, "test accuracy ") > 80.0, "{text}");
+    let mb: f64 = text.split("bytes sent ").nth(1).and_then(|t| t.split(' ').next()?.parse().ok()).unwrap();
+    assert!(mb > 0.0, "{text}");
 }

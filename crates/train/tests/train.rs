@@ -398,13 +398,17 @@ fn lr_scaled_residual_leaves_units_without_error_feedback_at_the_configured_lr()
         let base = format!("{compressor}\n[optimizer]\nlr = 0.05\n[train]\nmax_steps = 12");
         let (raw, _a) = train(&format!("{base}\n[compression]\nresidual = \"raw\""));
         let (scaled, _b) = train(&format!("{base}\n[compression]\nresidual = \"lr-scaled\""));
-        assert_eq!(raw.final_params, scaled.final_params, "{compressor}: the residual form changed a memory without error feedback");
+        assert_eq!(
+            raw.final_params, scaled.final_params,
+            "{compressor}: the residual form changed a memory without error feedback"
+        );
     }
     // With error feedback the forms differ, but the lr-scaled one is in the
     // same units: at a constant lr the two stay close.
     let topk = "[compressor]\nname = \"topk\"\ndensity = 0.05\n[comm]\ntopology = \"allgather\"\n[compression.exclude]\nlast_layer = true\n[optimizer]\nlr = 0.05\nmomentum = 0.0\n[train]\nmax_steps = 12";
     let (raw, _a) = train(&format!("{topk}\n[compression]\nresidual = \"raw\""));
     let (scaled, _b) = train(&format!("{topk}\n[compression]\nresidual = \"lr-scaled\""));
-    let worst = raw.final_params.iter().zip(&scaled.final_params).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max);
+    let worst =
+        raw.final_params.iter().zip(&scaled.final_params).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max);
     assert!(worst < 1e-4, "largest difference {worst}");
 }

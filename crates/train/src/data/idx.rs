@@ -57,17 +57,18 @@ fn be_u32(bytes: &[u8], at: usize) -> Option<u32> {
 /// Images: 3-D (one channel) or 4-D IDX, returned in CHW order.
 pub(super) fn parse_images(bytes: &[u8], path: &Path, layout: ImageLayout) -> Result<IdxImages, DataError> {
     let magic = be_u32(bytes, 0).ok_or_else(|| DataError::corrupt(path, "shorter than an IDX header"))?;
-    let ndims =
-        match magic {
-            IMAGES_MAGIC => 3,
-            IMAGES_4D_MAGIC => 4,
-            _ => return Err(DataError::corrupt(
+    let ndims = match magic {
+        IMAGES_MAGIC => 3,
+        IMAGES_4D_MAGIC => 4,
+        _ => {
+            return Err(DataError::corrupt(
                 path,
                 format!(
                     "magic {magic:#010x} is not an IDX image file (0x00000803, or 0x00000804 with channels)"
                 ),
-            )),
-        };
+            ))
+        }
+    };
     let dims: Vec<usize> = (0..ndims)
         .map(|i| be_u32(bytes, 4 + 4 * i).map(|v| v as usize))
         .collect::<Option<_>>()

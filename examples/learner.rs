@@ -1,0 +1,123 @@
+//! burn-train's `Learner`, with gradcomp's compressed data parallelism as its
+//! training strategy: burn-train's dashboard, metrics and checkpoints stay,
+//! and one line (marked `// gradcomp`) switches compression on.
+//!
+//! ```text
+//! cargo run --release -p gradcomp-train --features learner --example learner
+//! ```
+//!
+//! The model and data are those of `custom_model.rs`.
+
+#[path = "custom_model.rs"]
+#[allow(dead_code)]
+mod custom_model;
+
+use std::sync::Arc;
+
+use burn::data::dataloader::batcher::Batcher;
+use burn::data::dataloader::{DataLoader, DataLoaderBuilder};
+use burn::data::dataset::InMemDataset;
+use burn::nn::loss::CrossEntropyLossConfig;
+use burn::optim::AdamWConfig;
+use burn::tensor::{Device, Int, Tensor, TensorData};
+use burn::train::metric::{AccuracyMetric, LossMetric};
+use burn::train::{ClassificationOutput, InferenceStep, Learner, SupervisedTraining, TrainOutput, TrainStep};
+use custom_model::{accuracy, make_data, GlyphNet, BATCH, EPOCHS, LR, SEED};
+use gradcomp_compress::CompressorConfig;
+use gradcomp_train::api::DataParallelConfig;
+use gradcomp_train::learner::GradcompStrategy;
+
+/// One image (64 pixels in [0, 1]) and its class.
+#[derive(Clone, Debug)]
+pub struct Glyph {
+    pixels: Vec<f32>,
+    label: i64,
+}
+
+#[derive(Clone, Debug)]
+pub struct GlyphBatch {
+    images: Tensor<4>,
+    targets: Tensor<1, Int>,
+}
+
+struct GlyphBatcher;
+
+impl Batcher<Glyph, GlyphBatch> for GlyphBatcher {
+    fn batch(&self, items: Vec<Glyph>, device: &Device) -> GlyphBatch {
+        let n = items.len();
+        let pixels: Vec<f32> = items.iter().flat_map(|g| g.pixels.iter().copied()).collect();
+        let labels: Vec<i64> = items.iter().map(|g| g.label).collect();
+        GlyphBatch {
+            images: Tensor::from_data(TensorData::new(pixels, [n, 1, 8, 8]), device),
+            targets: Tensor::from_data(TensorData::new(labels, [n]), device),
+        }
+    }
+}
+
+fn classify(model: &GlyphNet, batch: GlyphBatch) -> ClassificationOutput {
+    let output = model.forward(batch.images);
+    let loss =
+        CrossEntropyLossConfig::new().init(&output.device()).forward(output.clone(), batch.targets.clone());
+    ClassificationOutput { loss, output, targets: batch.targets }
+}
+
+impl TrainStep for GlyphNet {
+    type Input = GlyphBatch;
+    type Output = ClassificationOutput;
+
+    fn step(&self, batch: GlyphBatch) -> TrainOutput<ClassificationOutput> {
+        let out = classify(self, batch);
+        TrainOutput::new(self, out.loss.backward(), out)
+    }
+}
+
+impl InferenceStep for GlyphNet {
+    type Input = GlyphBatch;
+    type Output = ClassificationOutput;
+
+    fn step(&self, batch: GlyphBatch) -> ClassificationOutput {
+        classify(self, batch)
+    }
+}
+
+fn loader(data: &gradcomp_train::data::ImageDataset, shuffle: bool) -> Arc<dyn DataLoader<GlyphBatch>> {
+    let items: Vec<Glyph> = (0..data.len())
+        .map(|i| {
+            let (mut pixels, mut labels) = (Vec::new(), Vec::new());
+            data.push_example(i, &mut pixels, &mut labels);
+            Glyph { pixels, label: labels[0] }
+        })
+        .collect();
+    let builder = DataLoaderBuilder::new(GlyphBatcher).batch_size(BATCH);
+    let builder = if shuffle { builder.shuffle(SEED) } else { builder };
+    builder.build(InMemDataset::new(items))
+}
+
+/// Trains with the Learner on `workers` workers; returns the test accuracy and bytes sent.
+pub fn run(workers: usize, dir: &std::path::Path) -> (f64, u64) {
+    let device = gradcomp_train::default_device();
+    device.seed(SEED);
+    let (train, test) = make_data(SEED);
+    let strategy = GradcompStrategy::new(workers, DataParallelConfig::new(CompressorConfig::terngrad())); // gradcomp
+    let result = SupervisedTraining::new(dir, loader(&train, true), loader(&test, false))
+        .metric_train_numeric(LossMetric::new())
+        .metric_valid_numeric(AccuracyMetric::new())
+        .num_epochs(EPOCHS as usize)
+        .with_application_logger(None)
+        .with_training_strategy(strategy.clone().into())
+        .launch(Learner::new(GlyphNet::new(&device), AdamWConfig::new().init(), LR));
+    if let Some(e) = result.error {
+        panic!("training failed: {e}");
+    }
+    (accuracy(&result.model, &test, &device), strategy.bytes_sent())
+}
+
+fn main() {
+    let dir = std::env::temp_dir().join("gradcomp-learner-example");
+    let (acc, sent) = run(4, &dir);
+    println!(
+        "burn-train Learner, 4 workers, TernGrad: test accuracy {:.2}%, bytes sent {:.2} MB",
+        acc * 100.0,
+        sent as f64 / 1e6
+    );
+}
