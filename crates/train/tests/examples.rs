@@ -47,6 +47,7 @@ fn the_user_model_example_runs_under_mpirun() {
 }
 
 /// Runs an example binary built by `cargo test` beside this test's binary.
+#[cfg(any(feature = "mpi", feature = "learner"))]
 fn run_example(name: &str, launcher: &[&str]) -> String {
     let exe = std::env::current_exe().unwrap();
     let example = exe.parent().unwrap().parent().unwrap().join("examples").join(name);
@@ -65,6 +66,7 @@ fn run_example(name: &str, launcher: &[&str]) -> String {
 }
 
 /// The accuracy an example printed after `prefix`, in %.
+#[cfg(any(feature = "mpi", feature = "learner"))]
 fn printed_accuracy(text: &str, prefix: &str) -> f64 {
     text.lines()
         .find_map(|l| l.split(prefix).nth(1)?.split('%').next()?.trim().parse().ok())

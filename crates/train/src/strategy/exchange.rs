@@ -250,55 +250,71 @@ impl GradientExchange {
         measure: bool,
         c: &mut dyn Collective,
     ) -> Result<ExchangeStats, StrategyError> {
-        let (rank, n) = (c.rank(), c.world_size());
         let mut st = ExchangeStats { elements: grad.len() as u64, ..Default::default() };
-        let t0 = Instant::now();
-
+        let t = Instant::now();
         // 1. Memories fold in their state; the compensated gradient stays in the memory.
         for (u, unit) in self.units.iter().enumerate() {
             if self.has_memory[u] {
                 self.memories[u].compensate(&grad[unit.offset..unit.offset + unit.len], lr);
             }
         }
-        // The buffer unit `u` compresses.
-        fn input<'a>(
-            units: &[Unit],
-            has_memory: &[bool],
-            memories: &'a [Box<dyn Memory>],
-            grad: &'a [f32],
-            u: usize,
-        ) -> &'a [f32] {
-            if has_memory[u] {
-                memories[u].residual()
-            } else {
-                &grad[units[u].offset..units[u].offset + units[u].len]
-            }
-        }
         // 2. Two-phase compressors agree on their scalars (TernGrad's shared scaler).
         self.scalars.clear();
         self.scalar_of.clear();
         for u in 0..self.units.len() {
-            let x = input(&self.units, &self.has_memory, &self.memories, grad, u);
+            let x = unit_input(&self.units, &self.has_memory, &self.memories, grad, u);
             let s = if self.raw[u] { None } else { self.compressors[u].local_scalar(x) };
             self.scalar_of.push(s.map(|s| {
                 self.scalars.push(s);
                 self.scalars.len() - 1
             }));
         }
-        let compress_a = t0.elapsed().as_secs_f64();
-        let mut comm = 0.0;
+        let before_scalars = t.elapsed().as_secs_f64();
+        let t = Instant::now();
         if !self.scalars.is_empty() {
-            let t = Instant::now();
             c.allreduce_max_f32(&mut self.scalars)?;
-            comm += t.elapsed().as_secs_f64();
         }
+        let scalar_round = t.elapsed().as_secs_f64();
         // 3. Compress every unit.
-        let t1 = Instant::now();
+        let t = Instant::now();
+        self.compress_units(grad, RngKey::new(self.seed, c.rank() as u32, step, 0), loss, measure, &mut st);
+        st.compress_seconds = before_scalars + t.elapsed().as_secs_f64();
+        // 4. Move the messages and aggregate into `out`.
+        let t = Instant::now();
+        self.move_and_aggregate(grad, out, c, &mut st)?;
+        st.communicate_seconds = scalar_round + t.elapsed().as_secs_f64();
+        // 5. Memories keep what was not sent; lr-scaled units return to gradient units.
+        let t = Instant::now();
+        for (u, unit) in self.units.iter().enumerate() {
+            if self.has_memory[u] {
+                self.memories[u].update(&self.msgs[u]);
+            }
+            if self.lr_scaled[u] {
+                let inv = 1.0 / lr;
+                out[unit.offset..unit.offset + unit.len].iter_mut().for_each(|o| *o *= inv);
+            }
+        }
+        st.residual_norm = self.residual_norm();
+        st.decode_seconds = t.elapsed().as_secs_f64();
+        Ok(st)
+    }
+
+    /// Compresses every unit into its message (`key` with the unit's id seeds
+    /// its randomness); counts what is sent and, when measuring, the
+    /// contraction ratio and TernGrad's bound ratios.
+    fn compress_units(
+        &mut self,
+        grad: &[f32],
+        key: RngKey,
+        loss: Option<f64>,
+        measure: bool,
+        st: &mut ExchangeStats,
+    ) {
         // Σ‖acc − C(acc)‖² and Σ‖acc‖² over compressed units, when measuring.
         let (mut err_sum, mut norm_sum) = (0.0f64, 0.0f64);
         let encode_raw = self.topology == Topology::ParameterServer;
         for u in 0..self.units.len() {
-            let x = input(&self.units, &self.has_memory, &self.memories, grad, u);
+            let x = unit_input(&self.units, &self.has_memory, &self.memories, grad, u);
             if self.raw[u] {
                 if encode_raw {
                     let m = self.msgs[u].dense_mut();
@@ -307,10 +323,9 @@ impl GradientExchange {
                 }
                 continue;
             }
-            let shared = self.scalar_of[u].map(|i| self.scalars[i]);
             let ctx = UnitContext {
-                key: RngKey::new(self.seed, rank as u32, step, self.units[u].id),
-                shared_scalar: shared,
+                key: RngKey { unit: self.units[u].id, ..key },
+                shared_scalar: self.scalar_of[u].map(|i| self.scalars[i]),
                 loss,
             };
             self.compressors[u].compress(x, &ctx, &mut self.msgs[u]);
@@ -329,40 +344,29 @@ impl GradientExchange {
         if measure {
             st.contraction = Some(if norm_sum > 0.0 { err_sum / norm_sum } else { 0.0 });
         }
-        st.compress_seconds = compress_a + t1.elapsed().as_secs_f64();
+    }
 
-        // 4. Move the messages and aggregate into `out`.
+    /// The collectives of the topology, aggregating every worker's messages into `out`.
+    fn move_and_aggregate(
+        &mut self,
+        grad: &[f32],
+        out: &mut [f32],
+        c: &mut dyn Collective,
+        st: &mut ExchangeStats,
+    ) -> Result<(), StrategyError> {
         out.fill(0.0);
-        let inv_n = 1.0 / n as f32;
-        let t2 = Instant::now();
+        let inv_n = 1.0 / c.world_size() as f32;
         match self.topology {
-            Topology::ParameterServer => self.via_server(c, out, &mut st)?,
+            Topology::ParameterServer => self.via_server(c, out, st),
             Topology::Allreduce | Topology::Allgather => {
                 self.via_dense_allreduce(c, grad, out, inv_n)?;
                 if self.topology == Topology::Allreduce && self.combine == Combine::TernarySum {
-                    self.via_code_allreduce(c, out, inv_n)?;
+                    self.via_code_allreduce(c, out, inv_n)
                 } else {
-                    self.via_allgather(c, out, inv_n, &mut st)?;
+                    self.via_allgather(c, out, inv_n, st)
                 }
             }
         }
-        comm += t2.elapsed().as_secs_f64();
-        st.communicate_seconds = comm;
-
-        // 5. Memories keep what was not sent; lr-scaled units return to gradient units.
-        let t3 = Instant::now();
-        for (u, unit) in self.units.iter().enumerate() {
-            if self.has_memory[u] {
-                self.memories[u].update(&self.msgs[u]);
-            }
-            if self.lr_scaled[u] {
-                let inv = 1.0 / lr;
-                out[unit.offset..unit.offset + unit.len].iter_mut().for_each(|o| *o *= inv);
-            }
-        }
-        st.residual_norm = self.residual_norm();
-        st.decode_seconds = t3.elapsed().as_secs_f64();
-        Ok(st)
     }
 
     /// Dense units, dense compressors (fp16 values in f32) and Rand-k
@@ -536,6 +540,23 @@ impl GradientExchange {
             bytes = rest;
         }
         Ok(())
+    }
+}
+
+/// The buffer unit `u` compresses: its memory's compensated gradient, or its
+/// slice of the gradient. (Fields rather than `&self`, so the compressors and
+/// messages can be borrowed mutably beside it.)
+fn unit_input<'a>(
+    units: &[Unit],
+    has_memory: &[bool],
+    memories: &'a [Box<dyn Memory>],
+    grad: &'a [f32],
+    u: usize,
+) -> &'a [f32] {
+    if has_memory[u] {
+        memories[u].residual()
+    } else {
+        &grad[units[u].offset..units[u].offset + units[u].len]
     }
 }
 
