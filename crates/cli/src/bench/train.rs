@@ -1,8 +1,9 @@
 //! `gradcomp bench train`: the trainer's own cost.
 //!
-//! 1. Overhead: steps/s of `gradcomp`'s trainer with one worker and no
-//!    compression, against a plain burn loop (burn's SGD optimizer) on the
-//!    same model and minibatches, measured in one run; and the library API's
+//! 1. Overhead: steps/s (1 / median step time) of `gradcomp`'s trainer with
+//!    one worker and no compression, against a plain burn loop (burn's SGD
+//!    optimizer; its minibatches made before timing) on the same model and
+//!    data, measured in one run; and the library API's
 //!    own cost: the same plain loop with `DataParallel::sync` between
 //!    `backward` and the optimizer (one in-process worker, dense), per step.
 //! 2. Compression overhead: time in compression and decoding as a fraction
@@ -70,6 +71,7 @@ const WARM: usize = 5;
 
 /// What one timed burn loop measured.
 struct LoopSpeed {
+    /// 1 / the median step time (medians resist this shared machine's noise).
     steps_per_s: f64,
     /// With the API: median seconds per step inside `sync`, and its parts.
     sync_s: Option<SyncParts>,
@@ -105,12 +107,10 @@ fn burn_loop(batch: usize, steps: usize, api: bool) -> Result<LoopSpeed> {
     let mut optim = SgdConfig::new()
         .with_momentum(Some(MomentumConfig::new().with_momentum(0.9).with_dampening(0.0)))
         .init();
-    let mut start = Instant::now();
     let mut parts = Vec::new();
-    for (i, b) in batches.iter().enumerate() {
-        if i == WARM {
-            start = Instant::now();
-        }
+    let mut step_s = Vec::new();
+    for b in &batches {
+        let start = Instant::now();
         let loss = model.loss(b, &device);
         let grads = loss.backward();
         let grads = match &mut dp {
@@ -132,8 +132,9 @@ fn burn_loop(batch: usize, steps: usize, api: bool) -> Result<LoopSpeed> {
             None => GradientsParams::from_grads(grads, &model),
         };
         model = optim.step(0.01, model, grads);
+        step_s.push(start.elapsed().as_secs_f64());
     }
-    let steps_per_s = (batches.len() - WARM) as f64 / start.elapsed().as_secs_f64();
+    let steps_per_s = 1.0 / median(step_s[WARM..].to_vec());
     let parts = &parts[parts.len().min(WARM)..];
     let med = |f: fn(&SyncParts) -> f64| median(parts.iter().map(f).collect());
     let sync_s = api.then(|| SyncParts {
@@ -164,7 +165,7 @@ pub fn run(a: &Args) -> Result<()> {
         let cfg = base_config(&dir, a.batch, a.steps, &[("compressor.name", "\"dense\"")])?;
         trainer::train(&cfg, RunOptions::default(), Box::new(Silent))?;
         let walls: Vec<f64> = read_steps(&dir)?.iter().map(|s| s.wall_s).collect();
-        let ours = (walls.len() - WARM) as f64 / walls[WARM..].iter().sum::<f64>();
+        let ours = 1.0 / median(walls[WARM..].to_vec());
         println!(
             "  round {}: plain burn loop {plain:7.1} steps/s, with DataParallel::sync {:7.1} steps/s ({:.3}), gradcomp trainer {ours:7.1} steps/s ({:.3})",
             round + 1,
