@@ -199,6 +199,26 @@ fn an_interrupted_run_resumes_bit_exactly() {
     );
     assert_eq!(rest.params_checksum, full.params_checksum, "resumed run differs from the uninterrupted one");
     assert_eq!(rest.final_params, full.final_params);
+    // The interrupted epoch's loss is the mean over all its steps, not only those after the resume.
+    assert_eq!(rest.epochs.last().unwrap().train_loss, full.epochs.last().unwrap().train_loss);
+    assert_eq!(rest.epochs.last().unwrap().bytes_sent, full.epochs.last().unwrap().bytes_sent);
+}
+
+#[test]
+fn resuming_with_another_model_is_a_clear_error() {
+    let d = tempdir::Dir::new();
+    let cfg = config(
+        d.path(),
+        "[train]
+max_steps = 3",
+    );
+    trainer::train(&cfg, RunOptions::default(), Box::new(Silent)).unwrap();
+    let mut other = cfg.clone();
+    other.model.name = gradcomp_train::config::ModelName::Lenet5;
+    let e = trainer::train(&other, RunOptions { resume: true, ..Default::default() }, Box::new(Silent))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("another model"), "{e}");
 }
 
 #[test]

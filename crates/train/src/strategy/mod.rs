@@ -53,7 +53,8 @@ pub struct Combined {
     /// Bytes, times and compression statistics of the exchange.
     pub stats: ExchangeStats,
     /// Strategy-specific figures for the step record (CELGC's effective step
-    /// size, gradient norm, whether it clipped and whether it communicated).
+    /// size, gradient norm, whether it clipped and whether it communicated);
+    /// compressors' own figures are in [`ExchangeStats::extra`].
     pub extra: Vec<(&'static str, f64)>,
 }
 

@@ -58,7 +58,7 @@ impl Strategy for Synchronous {
         }
         let stats =
             self.exchange.exchange(grad, input.loss, out, input.step, input.lr as f32, input.measure, c)?;
-        Ok(Combined { lr: input.lr, extra: stats.extra.clone(), stats })
+        Ok(Combined { lr: input.lr, extra: Vec::new(), stats })
     }
 
     fn identical_replicas(&self) -> bool {

@@ -64,16 +64,13 @@ impl Replica {
         s.put("optimizer", Values::Bytes(self.optimizer.clone()));
     }
 
+    /// The saved replica; [`Replica::apply`] checks that it fits the model.
     fn get(s: &Sections) -> Result<Self, String> {
-        let r = Replica {
+        Ok(Replica {
             params: s.f32("params")?.to_vec(),
             param_ids: s.u64("param_ids")?.to_vec(),
             optimizer: s.bytes("optimizer")?.to_vec(),
-        };
-        if r.param_ids.len() > r.params.len() {
-            return Err(format!("{} parameter ids for {} values", r.param_ids.len(), r.params.len()));
-        }
-        Ok(r)
+        })
     }
 
     /// This worker's model and optimizer now.
