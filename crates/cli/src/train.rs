@@ -34,6 +34,9 @@ pub struct TrainArgs {
     /// `in-process` (default: N threads) or `mpi` (under `mpirun -np N`).
     #[arg(long)]
     backend: Option<String>,
+    /// `cpu` (default), `cuda`, `cuda:N` or `wgpu` (builds with `--features cuda` / `wgpu`).
+    #[arg(long)]
+    device: Option<String>,
 }
 
 #[derive(ClapArgs)]
@@ -56,6 +59,9 @@ fn overrides(a: &TrainArgs) -> Result<Vec<(String, String)>, UserError> {
     }
     if let Some(b) = &a.backend {
         out.push(("backend".into(), format!("\"{b}\"")));
+    }
+    if let Some(d) = &a.device {
+        out.push(("device".into(), format!("\"{d}\"")));
     }
     Ok(out)
 }

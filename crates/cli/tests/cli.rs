@@ -33,6 +33,14 @@ fn config_mistakes_are_one_line_errors_with_exit_code_2() {
         assert_eq!(err.trim().lines().count(), 1, "{set}: {err}");
         assert!(err.contains(needle), "{set}: {err}");
     }
+    if !cfg!(feature = "cuda") {
+        let (code, _, err) = gradcomp(&["train", "--config", &cfg, "--device", "cuda"]);
+        assert_eq!(code, 2, "{err}");
+        assert!(err.contains("device") && err.contains("--features cuda"), "{err}");
+    }
+    let (code, _, err) = gradcomp(&["train", "--config", &cfg, "--device", "tpu"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("cpu, cuda, cuda:N or wgpu"), "{err}");
     let (code, _, err) = gradcomp(&["train", "--config", "/nonexistent.toml"]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("cannot read"), "{err}");

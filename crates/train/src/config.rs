@@ -13,6 +13,7 @@ use thiserror::Error;
 
 use crate::api::DataParallelConfig;
 use crate::data::{ImageFiles, ImageLayout, TextFiles};
+use crate::device::DeviceSpec;
 use crate::models::LstmLmConfig;
 
 /// A configuration problem: names the key and says what is wrong.
@@ -38,6 +39,8 @@ pub struct TrainConfig {
     /// Data-parallel workers.
     pub workers: usize,
     pub backend: Backend,
+    /// Where the workers compute: `cpu` (default), `cuda`, `cuda:N`, `wgpu`.
+    pub device: DeviceSpec,
     pub data: DataConfig,
     pub model: ModelConfig,
     pub optimizer: OptimizerConfig,
@@ -58,6 +61,7 @@ impl Default for TrainConfig {
             seed: 1,
             workers: 1,
             backend: Backend::InProcess,
+            device: DeviceSpec::Cpu,
             data: DataConfig::default(),
             model: ModelConfig::default(),
             optimizer: OptimizerConfig::default(),
@@ -606,6 +610,7 @@ impl TrainConfig {
         if self.workers == 0 {
             return Err(err("workers", "must be at least 1"));
         }
+        self.device.check().map_err(|p| err("device", p))?;
         if self.data.batch_size == 0 {
             return Err(err("data.batch_size", "must be at least 1"));
         }

@@ -14,6 +14,7 @@ pub mod api;
 pub mod checkpoint;
 pub mod config;
 pub mod data;
+pub mod device;
 pub mod layout;
 #[cfg(feature = "learner")]
 pub mod learner;

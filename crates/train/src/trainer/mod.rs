@@ -205,7 +205,7 @@ pub fn evaluate_run(run_dir: &Path, data_dir: Option<&Path>) -> Result<(TrainCon
     impl WithModel for Evaluate<'_> {
         type Output = Result<EvalStats, TrainError>;
         fn run<M: Net>(self, make: impl Fn(&Device) -> M + Send + Sync + Clone + 'static) -> Self::Output {
-            let model = build_model(&make, &crate::default_device(), None);
+            let model = build_model(&make, &self.cfg.device.device(0), None);
             eval::checkpoint(self.saved, model, self.data, self.cfg)
         }
     }

@@ -35,7 +35,7 @@ pub(super) fn run<M: Net>(
     } else {
         None
     };
-    let device = crate::default_device();
+    let device = sh.cfg.device.device(rank);
     // Rank 0's seeded model becomes everyone's in `init`.
     let model = build_model(&make, &device, (rank == 0).then_some(sh.cfg.seed));
     let (mut dp, model) = sh.cfg.data_parallel().init(c, model)?;
