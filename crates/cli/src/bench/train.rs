@@ -21,6 +21,7 @@ use gradcomp_compress::CompressorConfig;
 use gradcomp_train::api::DataParallelConfig;
 use gradcomp_train::config::TrainConfig;
 use gradcomp_train::data::{synthetic, ImageLoader};
+use gradcomp_train::device::DeviceSpec;
 use gradcomp_train::models::{ImageTask, LeNet5, Net};
 use gradcomp_train::records::{read_jsonl, StepRecord};
 use gradcomp_train::trainer::{self, RunOptions, Silent};
@@ -38,6 +39,9 @@ pub struct Args {
     /// Workers for the peak-memory measurement (0 skips it).
     #[arg(long, default_value_t = 16)]
     memory_workers: usize,
+    /// Where to train: cpu, cuda, cuda:N, wgpu (GPU backends need their cargo feature).
+    #[arg(long, default_value = "cpu")]
+    device: DeviceSpec,
     /// Alternating rounds of the overhead measurement.
     #[arg(long, default_value_t = 3)]
     rounds: usize,
@@ -45,11 +49,13 @@ pub struct Args {
 
 fn base_config(
     run_dir: &std::path::Path,
-    batch: usize,
+    a: &Args,
     steps: usize,
     extra: &[(&str, &str)],
 ) -> Result<TrainConfig> {
+    let batch = a.batch;
     let mut ov: Vec<(String, String)> = vec![
+        ("device".into(), format!("\"{}\"", String::from(a.device))),
         ("name".into(), "\"bench\"".into()),
         ("run_dir".into(), format!("\"{}\"", run_dir.display())),
         ("data.dataset".into(), "\"synthetic-images\"".into()),
@@ -88,8 +94,9 @@ struct SyncParts {
 /// Steps/s of a plain burn loop (forward, backward, burn's SGD with momentum)
 /// on LeNet-5 and the same synthetic minibatches the trainer sees; with
 /// `api`, `DataParallel::sync` runs between backward and the optimizer.
-fn burn_loop(batch: usize, steps: usize, api: bool) -> Result<LoopSpeed> {
-    let device = gradcomp_train::default_device();
+fn burn_loop(a: &Args, api: bool) -> Result<LoopSpeed> {
+    let (batch, steps) = (a.batch, a.steps);
+    let device = a.device.device(0);
     device.seed(1);
     let task = ImageTask { shape: [1, 28, 28], classes: 10 };
     let data = synthetic::images(batch * steps, 1, 0, task.shape, task.classes);
@@ -112,6 +119,9 @@ fn burn_loop(batch: usize, steps: usize, api: bool) -> Result<LoopSpeed> {
     for b in &batches {
         let start = Instant::now();
         let loss = model.loss(b, &device);
+        // Read the loss as a training loop logging it does (and the trainer does):
+        // on a GPU this waits for the step, so step times are not enqueue times.
+        let _ = loss.clone().into_scalar::<f32>();
         let grads = loss.backward();
         let grads = match &mut dp {
             Some(dp) => {
@@ -159,10 +169,10 @@ pub fn run(a: &Args) -> Result<()> {
     let (mut ratios, mut api_ratios, mut syncs) = (Vec::new(), Vec::new(), Vec::new());
     println!("trainer overhead (LeNet-5, batch {}, {} steps, 1 worker, no compression):", a.batch, a.steps);
     for round in 0..a.rounds {
-        let plain = burn_loop(a.batch, a.steps, false)?.steps_per_s;
-        let api = burn_loop(a.batch, a.steps, true)?;
+        let plain = burn_loop(a, false)?.steps_per_s;
+        let api = burn_loop(a, true)?;
         let dir = tmp.join(format!("dense-{round}"));
-        let cfg = base_config(&dir, a.batch, a.steps, &[("compressor.name", "\"dense\"")])?;
+        let cfg = base_config(&dir, a, a.steps, &[("compressor.name", "\"dense\"")])?;
         trainer::train(&cfg, RunOptions::default(), Box::new(Silent))?;
         let walls: Vec<f64> = read_steps(&dir)?.iter().map(|s| s.wall_s).collect();
         let ours = 1.0 / median(walls[WARM..].to_vec());
@@ -207,7 +217,7 @@ pub fn run(a: &Args) -> Result<()> {
         ),
     ] {
         let dir = tmp.join(name);
-        let cfg = base_config(&dir, a.batch, a.steps, &extra)?;
+        let cfg = base_config(&dir, a, a.steps, &extra)?;
         trainer::train(&cfg, RunOptions::default(), Box::new(Silent))?;
         let steps = read_steps(&dir)?;
         let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
@@ -234,7 +244,7 @@ pub fn run(a: &Args) -> Result<()> {
         std::fs::create_dir_all(&tmp)?;
         std::fs::write(
             &cfg,
-            base_config(&dir, a.batch, a.memory_workers * 20, &[("workers", &a.memory_workers.to_string())])?
+            base_config(&dir, a, a.memory_workers * 20, &[("workers", &a.memory_workers.to_string())])?
                 .to_toml(),
         )?;
         let out =
