@@ -1,0 +1,70 @@
+//! Decoding and summing N workers' ternary codes on the device.
+//!
+//! With a shared scaler the sum is taken in integers and scaled once, exactly
+//! as the CPU's `TernarySum` then `add_to` do, so the result is bit-identical
+//! to the CPU path whatever the order of workers.
+
+use cubecl::prelude::*;
+use gradcomp_compress::message::TernaryMessage;
+
+use crate::buffer::{u32_arg, DeviceF32, KernelError};
+use crate::{cubes_for, CUBE_UNITS};
+
+/// `out[i] += coef · Σ_r code_r(i)` over `workers` packed code vectors laid
+/// end to end, `words_per` words each.
+#[cube(launch)]
+fn add_ternary_sum(words: &[u32], out: &mut [f32], workers: u32, words_per: u32, coef: f32) {
+    let n = out.len();
+    let stride = CUBE_COUNT as usize * CUBE_DIM as usize;
+    let mut i = ABSOLUTE_POS;
+    while i < n {
+        let w = i / 16;
+        let shift = 2u32 * (i % 16) as u32;
+        let mut sum = 0i32;
+        for r in 0..workers {
+            let c = (words[r as usize * words_per as usize + w] >> shift) & 3u32;
+            // 0b01 = +1, 0b10 = −1 (0b11 is rejected by the decoder upstream).
+            sum += (c & 1u32) as i32 - (c >> 1u32) as i32;
+        }
+        out[i] += coef * f32::cast_from(sum);
+        i += stride;
+    }
+}
+
+/// `out += weight · scale · (1/N) Σ codes` for N messages that share one
+/// scaler, the CPU's `TernarySum` followed by `Message::add_to(weight)`.
+pub fn add_shared_scale(
+    client: &Client,
+    messages: &[&TernaryMessage],
+    weight: f32,
+    out: &DeviceF32,
+) -> Result<(), KernelError> {
+    let Some(first) = messages.first() else { return Ok(()) };
+    if messages.iter().any(|m| m.len != out.len || m.scale != first.scale) {
+        return Err(KernelError::Input(format!(
+            "ternary messages must share one length ({}) and one scaler ({})",
+            out.len, first.scale
+        )));
+    }
+    if out.len == 0 {
+        return Ok(());
+    }
+    let words_per = out.len.div_ceil(16);
+    let mut all = vec![0u8; words_per * 4 * messages.len()];
+    for (dst, m) in all.chunks_exact_mut(words_per * 4).zip(messages) {
+        dst[..m.packed.len()].copy_from_slice(&m.packed);
+    }
+    let words = client.create_from_slice(&all);
+    let coef = weight * first.scale / messages.len() as f32;
+    add_ternary_sum::launch(
+        client,
+        CubeCount::Static(cubes_for(out.len, 1), 1, 1),
+        CubeDim::new_1d(CUBE_UNITS),
+        u32_arg(&words, words_per * messages.len()),
+        out.arg(),
+        messages.len() as u32,
+        words_per as u32,
+        coef,
+    );
+    Ok(())
+}

@@ -1,0 +1,45 @@
+//! gradcomp-kernels: gradcomp's compressors on a GPU, written in cubecl.
+//!
+//! Each device compressor reads a gradient that already lives on the device
+//! (a [`DeviceF32`]) and produces the same [`gradcomp_compress::Message`] the
+//! CPU compressor produces, so the wire format, the collectives and the
+//! decoders are shared: bytes from a GPU worker and from a CPU worker mix in
+//! one collective. Only the compressed payload (packed codes, halves, the
+//! selected pairs) and a few per-block statistics cross to the host.
+//!
+//! - [`reduce`]: per-block sums, sums of squares and max |x| (scalers, norms).
+//! - [`fp16`]: the half-precision baseline, rounding exactly as `half` does.
+//! - [`terngrad`]: TernGrad's scaler, stochastic ternarization and 2-bit
+//!   packing in one pass.
+//! - [`select`]: exact Top-k by radix select and the ordered compaction that
+//!   every threshold sparsifier shares.
+//! - [`aggregate`]: decoding and summing N workers' ternary codes on the device.
+//!
+//! Deterministic compressors are byte-identical to the CPU reference;
+//! stochastic ones draw from a counter-based hash instead of the CPU's
+//! xoshiro stream, so they agree in distribution (tested statistically).
+//!
+//! The crate compiles against no runtime; turn on `wgpu` or `cuda` to link one.
+
+pub mod aggregate;
+pub mod buffer;
+pub mod fp16;
+mod hash;
+pub mod reduce;
+pub mod select;
+pub mod terngrad;
+
+pub use buffer::{DeviceF32, KernelError};
+pub use cubecl::prelude::Client;
+
+/// Units per cube for every kernel of the crate: a multiple of the warp and
+/// wavefront widths, and within every backend's limit.
+pub(crate) const CUBE_UNITS: u32 = 256;
+
+/// The cube count for `work` items of `per_unit` each, capped so that the
+/// grid-stride loops of the kernels cover the rest (65535 is the smallest
+/// per-dimension limit across backends).
+pub(crate) fn cubes_for(work: usize, per_unit: usize) -> u32 {
+    let units = work.div_ceil(per_unit.max(1));
+    units.div_ceil(CUBE_UNITS as usize).clamp(1, 4096) as u32
+}

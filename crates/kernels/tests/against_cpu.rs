@@ -1,0 +1,283 @@
+//! The device kernels against the CPU reference of gradcomp-compress, on
+//! whatever wgpu adapter the machine has: Mesa's software Vulkan (lavapipe)
+//! in CI, a real GPU elsewhere. Deterministic compressors must produce the
+//! same message and the same wire bytes; stochastic ones the same
+//! distribution.
+#![cfg(feature = "wgpu")]
+
+use std::sync::OnceLock;
+
+use cubecl::prelude::Client;
+use gradcomp_compress::aggregate::TernarySum;
+use gradcomp_compress::codec;
+use gradcomp_compress::message::{SparseWire, TernaryMessage};
+use gradcomp_compress::quantize::terngrad::{TernGrad, TernGradConfig};
+use gradcomp_compress::{reduce, Compressor, CompressorConfig, Message, RngKey, UnitContext, UnitRng};
+use gradcomp_kernels::terngrad::DeviceTernGrad;
+use gradcomp_kernels::{aggregate, fp16, reduce as dreduce, select, DeviceF32};
+use proptest::prelude::*;
+
+fn client() -> &'static Client {
+    static CLIENT: OnceLock<Client> = OnceLock::new();
+    CLIENT.get_or_init(|| {
+        cubecl::Device::wgpu(Default::default())
+            .expect("no wgpu adapter: install mesa-vulkan-drivers (lavapipe) or run on a GPU")
+            .client()
+    })
+}
+
+fn gaussian(n: usize, seed: u64) -> Vec<f32> {
+    let mut rng = UnitRng::from_parts(&[seed]);
+    (0..n).map(|_| rng.next_gaussian() as f32).collect()
+}
+
+fn wire(msg: &Message) -> Vec<u8> {
+    let mut out = Vec::new();
+    codec::encode(msg, 3, &mut out);
+    out
+}
+
+fn cpu_message(config: &CompressorConfig, g: &[f32], ctx: &UnitContext) -> Message {
+    let mut msg = Message::default();
+    config.build().compress(g, ctx, &mut msg);
+    msg
+}
+
+/// Values every f32 edge case of the half conversion lands on.
+fn edge_values() -> Vec<f32> {
+    let mut v = vec![
+        0.0, -0.0, 1.0, -2.5, 0.1, 65504.0, 65519.0, 65520.0, -65536.0, 70000.0, 1e-8, -1e-8,
+        5.96e-8, 2.98e-8, 2.99e-8, 6.1e-5, 6.09e-5, f32::MAX, f32::MIN_POSITIVE, 1e-40,
+        f32::INFINITY, f32::NEG_INFINITY, f32::NAN, -f32::NAN, 1.000_976_6, 1.000_488_3, 1.001_464_8,
+    ];
+    v.extend((0..2000).map(|i| f32::from_bits(0x3380_0000 + i * 0x0004_1234)));
+    v
+}
+
+#[test]
+fn fp16_is_bit_identical_to_the_cpu_on_every_edge_case() {
+    let g = edge_values();
+    let mut dev = Message::default();
+    fp16::compress(client(), &DeviceF32::upload(client(), &g), &mut dev).unwrap();
+    let cpu = cpu_message(&CompressorConfig::fp16(), &g, &UnitContext::default());
+    let (Message::Half(d), Message::Half(c)) = (&dev, &cpu) else { panic!("not half messages") };
+    for (i, (a, b)) in d.values.iter().zip(&c.values).enumerate() {
+        assert_eq!(a, b, "element {i} = {:e}: device {a:#06x}, cpu {b:#06x}", g[i]);
+    }
+    assert_eq!(wire(&dev), wire(&cpu));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    #[test]
+    fn fp16_matches_the_cpu_on_arbitrary_bits(bits in prop::collection::vec(any::<u32>(), 1..3000)) {
+        let g: Vec<f32> = bits.into_iter().map(f32::from_bits).collect();
+        let mut dev = Message::default();
+        fp16::compress(client(), &DeviceF32::upload(client(), &g), &mut dev).unwrap();
+        let cpu = cpu_message(&CompressorConfig::fp16(), &g, &UnitContext::default());
+        prop_assert_eq!(wire(&dev), wire(&cpu));
+    }
+
+    /// Exact Top-k: same indices, values and wire bytes as the CPU, also with
+    /// heavy ties (values drawn from a handful of levels) and zeros.
+    #[test]
+    fn top_k_is_identical_to_the_cpu(
+        n in 1usize..5000,
+        levels in prop::option::of(1u32..6),
+        density in 0.0005f64..0.6,
+        seed in any::<u64>(),
+    ) {
+        let mut g = gaussian(n, seed);
+        if let Some(l) = levels {
+            for v in &mut g {
+                *v = (*v * l as f32).round() / l as f32;
+            }
+        }
+        let config = CompressorConfig::topk(density);
+        let cpu = cpu_message(&config, &g, &UnitContext::default());
+        let mut dev = Message::default();
+        select::top_k(client(), &DeviceF32::upload(client(), &g), density, SparseWire::default(), &mut dev).unwrap();
+        prop_assert_eq!(&dev, &cpu);
+        prop_assert_eq!(wire(&dev), wire(&cpu));
+    }
+}
+
+#[test]
+fn top_k_on_a_large_vector_matches_the_cpu() {
+    // Large enough for many cubes and many chunks per cube in every pass.
+    let g = gaussian(1_000_003, 7);
+    for density in [0.001, 0.01, 0.1] {
+        let config = CompressorConfig::topk(density);
+        let cpu = cpu_message(&config, &g, &UnitContext::default());
+        let mut dev = Message::default();
+        select::top_k(client(), &DeviceF32::upload(client(), &g), density, SparseWire::default(), &mut dev)
+            .unwrap();
+        assert_eq!(wire(&dev), wire(&cpu), "density {density}");
+    }
+}
+
+/// Gaussian-k and the threshold sparsifier share the ordered compaction; on
+/// ordinary gradients their selections equal the CPU's.
+#[test]
+fn threshold_sparsifiers_match_the_cpu() {
+    for (n, seed) in [(10usize, 1u64), (5000, 2), (300_007, 3)] {
+        let g: Vec<f32> = gaussian(n, seed).iter().map(|v| v * 0.01 + 0.001).collect();
+        let x = DeviceF32::upload(client(), &g);
+        for density in [0.001, 0.01, 0.3] {
+            let cpu = cpu_message(&CompressorConfig::gaussiank(density), &g, &UnitContext::default());
+            let mut dev = Message::default();
+            select::gaussian_k(client(), &x, density, SparseWire::default(), &mut dev).unwrap();
+            assert_eq!(wire(&dev), wire(&cpu), "gaussian-k n {n} density {density}");
+        }
+        for thr in [-1.0f32, 0.0, 0.005, 0.02, f32::INFINITY] {
+            let cpu = cpu_message(&CompressorConfig::threshold(thr), &g, &UnitContext::default());
+            let mut dev = Message::default();
+            select::threshold(client(), &x, thr, SparseWire::default(), &mut dev).unwrap();
+            assert_eq!(wire(&dev), wire(&cpu), "threshold {thr} n {n}");
+        }
+    }
+    // NaN is never selected, as on the CPU.
+    let mut g = vec![1.0f32; 600];
+    g[7] = f32::NAN;
+    let mut dev = Message::default();
+    select::threshold(client(), &DeviceF32::upload(client(), &g), 0.5, SparseWire::default(), &mut dev).unwrap();
+    assert!(matches!(&dev, Message::Sparse(m) if m.indices.len() == 599 && !m.indices.contains(&7)));
+}
+
+#[test]
+fn statistics_agree_with_the_cpu_reduction() {
+    for (n, seed) in [(1, 1), (17, 2), (4096, 3), (1_000_001, 4)] {
+        let g: Vec<f32> = gaussian(n, seed).iter().map(|v| v * 3.0 + 0.5).collect();
+        let st = dreduce::stats(client(), &DeviceF32::upload(client(), &g)).unwrap();
+        let (s, q) = reduce::sum_and_squares(&g);
+        assert!((st.sum - s).abs() <= 1e-5 * q.sqrt() * (n as f64).sqrt(), "sum {} vs {s}", st.sum);
+        assert!((st.sum_sq - q).abs() <= 1e-5 * q, "sum of squares {} vs {q}", st.sum_sq);
+        assert_eq!(st.max_abs, reduce::max_abs(&g));
+        let (_, sigma) = reduce::mean_and_population_std(&g);
+        assert!((st.population_std() - sigma).abs() <= 1e-5 * sigma.max(1e-30), "{n}");
+    }
+}
+
+fn decode(m: &Message, len: usize) -> Vec<f32> {
+    let mut out = vec![0.0; len];
+    m.decompress_into(&mut out);
+    out
+}
+
+#[test]
+fn terngrad_scaler_matches_and_codes_follow_the_rule() {
+    let n = 100_003;
+    let g = gaussian(n, 11);
+    let config = TernGradConfig::default();
+    let dev_tg = DeviceTernGrad::new(config.clone());
+    let x = DeviceF32::upload(client(), &g);
+    let s_dev = dev_tg.scaler(client(), &x).unwrap();
+    let s_cpu = TernGrad::new(config.clone()).scaler(&g);
+    assert!((s_dev - s_cpu).abs() <= 1e-5 * s_cpu, "scaler {s_dev} vs {s_cpu}");
+
+    let mut msg = Message::default();
+    dev_tg.compress(client(), &x, Some(s_cpu), &RngKey::new(1, 0, 0, 0), &mut msg).unwrap();
+    let Message::Ternary(t) = &msg else { panic!("not a ternary message") };
+    assert_eq!((t.len, t.scale, t.packed.len()), (n, s_cpu, n.div_ceil(4)));
+    let d = decode(&msg, n);
+    for (i, (&v, &q)) in g.iter().zip(&d).enumerate() {
+        // Every code is 0 or ±s with the sign of g; |g| ≥ s is always kept.
+        assert!(q == 0.0 || q == s_cpu.copysign(v), "element {i}: {v} -> {q}");
+        if v.abs() >= s_cpu {
+            assert_eq!(q, s_cpu.copysign(v), "clipped element {i} dropped");
+        }
+    }
+    // The padding codes past `len` are zero, as on the CPU.
+    let tail = (n % 4) * 2;
+    assert_eq!(t.packed.last().unwrap() >> tail, 0);
+    // Wire bytes decode with the CPU codec.
+    let mut back = Message::default();
+    codec::decode(&wire(&msg), &mut back).unwrap();
+    assert_eq!(back, msg);
+}
+
+/// Unbiasedness, measured: averaged over many independent steps the device
+/// codes reproduce g clipped to [−s, s] (clipping is TernGrad's one bias), and the kept fraction equals the CPU's E = Σ min(1, |g|/s)/n.
+#[test]
+fn terngrad_is_unbiased_and_keeps_what_the_cpu_keeps() {
+    let n = 4096;
+    let g = gaussian(n, 5);
+    let config = TernGradConfig::default();
+    let s = TernGrad::new(config.clone()).scaler(&g);
+    let dev_tg = DeviceTernGrad::new(config);
+    let x = DeviceF32::upload(client(), &g);
+    let steps = 200;
+    let mut mean = vec![0.0f64; n];
+    let mut kept = 0usize;
+    for step in 0..steps {
+        let mut msg = Message::default();
+        dev_tg.compress(client(), &x, Some(s), &RngKey::new(9, 0, step, 0), &mut msg).unwrap();
+        for (m, q) in mean.iter_mut().zip(decode(&msg, n)) {
+            *m += f64::from(q) / steps as f64;
+            kept += usize::from(q != 0.0);
+        }
+    }
+    let expected_kept: f64 = g.iter().map(|v| f64::from((v.abs() / s).min(1.0))).sum::<f64>() * steps as f64;
+    let sd = expected_kept.sqrt();
+    assert!((kept as f64 - expected_kept).abs() < 5.0 * sd, "kept {kept}, expected {expected_kept:.0} ± {sd:.0}");
+    // Per element, the mean of `steps` draws of s·Bernoulli(p) has sd ≤ s/(2√steps).
+    let tol = 5.0 * f64::from(s) / (2.0 * (steps as f64).sqrt());
+    let worst = g.iter().zip(&mean).map(|(&v, &m)| (m - f64::from(v.clamp(-s, s))).abs()).fold(0.0, f64::max);
+    assert!(worst < tol, "worst bias {worst} over tolerance {tol}");
+    // Different steps draw different codes; the same step draws the same.
+    let draw = |step| {
+        let mut msg = Message::default();
+        dev_tg.compress(client(), &x, Some(s), &RngKey::new(9, 0, step, 0), &mut msg).unwrap();
+        msg
+    };
+    assert_eq!(draw(3), draw(3));
+    assert_ne!(draw(3), draw(4));
+}
+
+#[test]
+fn terngrad_with_zero_or_nan_input_sends_zeros() {
+    let mut msg = Message::default();
+    let dev_tg = DeviceTernGrad::default();
+    dev_tg.compress(client(), &DeviceF32::upload(client(), &[0.0; 40]), None, &RngKey::default(), &mut msg).unwrap();
+    assert!(matches!(&msg, Message::Ternary(t) if t.scale == 0.0 && t.packed.iter().all(|&b| b == 0)));
+    let mut g = vec![1.0f32; 40];
+    g[3] = f32::NAN;
+    dev_tg.compress(client(), &DeviceF32::upload(client(), &g), Some(1.0), &RngKey::default(), &mut msg).unwrap();
+    let d = decode(&msg, 40);
+    assert_eq!(d[3], 0.0, "NaN must be dropped");
+    assert!(d.iter().enumerate().all(|(i, &v)| i == 3 || v == 1.0));
+}
+
+#[test]
+fn ternary_aggregation_is_bit_identical_to_the_cpu_sum() {
+    let n = 70_001;
+    let workers = 4;
+    let s = 0.75f32;
+    let mut cpu_sum = TernarySum::default();
+    cpu_sum.reset(n);
+    let mut messages = Vec::new();
+    for r in 0..workers {
+        let g = gaussian(n, 100 + r);
+        let mut msg = Message::default();
+        let ctx = UnitContext { key: RngKey::new(2, r as u32, 0, 0), shared_scalar: Some(s), loss: None };
+        TernGrad::default().compress(&g, &ctx, &mut msg);
+        messages.push(msg);
+    }
+    let ternaries: Vec<&TernaryMessage> =
+        messages.iter().map(|m| if let Message::Ternary(t) = m { t } else { unreachable!() }).collect();
+    for t in &ternaries {
+        cpu_sum.add(t).unwrap();
+    }
+    let mut cpu = vec![0.5f32; n];
+    Message::TernarySum(cpu_sum.result().clone()).add_to(-0.1, &mut cpu);
+    let out = DeviceF32::upload(client(), &vec![0.5f32; n]);
+    aggregate::add_shared_scale(client(), &ternaries, -0.1, &out).unwrap();
+    let dev = out.read(client()).unwrap();
+    assert!(dev.iter().zip(&cpu).all(|(a, b)| a.to_bits() == b.to_bits()));
+    // Messages with different scalers cannot be summed in integers.
+    let mut other = ternaries[0].clone();
+    other.scale = 2.0;
+    let err = aggregate::add_shared_scale(client(), &[ternaries[0], &other], 1.0, &out).unwrap_err();
+    assert!(err.to_string().contains("one scaler"), "{err}");
+}
