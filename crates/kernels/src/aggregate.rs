@@ -31,40 +31,69 @@ fn add_ternary_sum(words: &[u32], out: &mut [f32], workers: u32, words_per: u32,
     }
 }
 
-/// `out += weight · scale · (1/N) Σ codes` for N messages that share one
-/// scaler, the CPU's `TernarySum` followed by `Message::add_to(weight)`.
+/// N workers' packed codes in device memory, ready to sum.
+pub struct TernaryCodes {
+    words: cubecl::server::Handle,
+    workers: usize,
+    len: usize,
+    scale: f32,
+}
+
+impl TernaryCodes {
+    /// Uploads the codes of N messages that share one scaler (the CPU's
+    /// `TernarySum` refuses any other mix, and so does this).
+    pub fn upload(client: &Client, messages: &[&TernaryMessage]) -> Result<Self, KernelError> {
+        let Some(first) = messages.first() else {
+            return Err(KernelError::Input("no ternary messages to sum".into()));
+        };
+        if messages.iter().any(|m| m.len != first.len || m.scale != first.scale) {
+            return Err(KernelError::Input(format!(
+                "ternary messages must share one length ({}) and one scaler ({})",
+                first.len, first.scale
+            )));
+        }
+        let words_per = first.len.div_ceil(16);
+        let mut all = vec![0u8; (words_per * 4 * messages.len()).max(4)];
+        for (dst, m) in all.chunks_exact_mut(words_per * 4).zip(messages) {
+            dst[..m.packed.len()].copy_from_slice(&m.packed);
+        }
+        Ok(Self { words: client.create_from_slice(&all), workers: messages.len(), len: first.len, scale: first.scale })
+    }
+
+    /// `out += weight · scale · (1/N) Σ codes`: the CPU's `TernarySum`
+    /// followed by `Message::add_to(weight)`, bit for bit.
+    pub fn add_to(&self, client: &Client, weight: f32, out: &DeviceF32) -> Result<(), KernelError> {
+        if out.len != self.len {
+            return Err(KernelError::Input(format!("codes of {} elements cannot add into {}", self.len, out.len)));
+        }
+        if self.len == 0 {
+            return Ok(());
+        }
+        let words_per = self.len.div_ceil(16);
+        let coef = weight * self.scale / self.workers as f32;
+        add_ternary_sum::launch(
+            client,
+            CubeCount::Static(cubes_for(self.len, 1), 1, 1),
+            CubeDim::new_1d(CUBE_UNITS),
+            u32_arg(&self.words, words_per * self.workers),
+            out.arg(),
+            self.workers as u32,
+            words_per as u32,
+            coef,
+        );
+        Ok(())
+    }
+}
+
+/// Uploads and adds in one call: `out += weight · scale · (1/N) Σ codes`.
 pub fn add_shared_scale(
     client: &Client,
     messages: &[&TernaryMessage],
     weight: f32,
     out: &DeviceF32,
 ) -> Result<(), KernelError> {
-    let Some(first) = messages.first() else { return Ok(()) };
-    if messages.iter().any(|m| m.len != out.len || m.scale != first.scale) {
-        return Err(KernelError::Input(format!(
-            "ternary messages must share one length ({}) and one scaler ({})",
-            out.len, first.scale
-        )));
-    }
-    if out.len == 0 {
+    if messages.is_empty() {
         return Ok(());
     }
-    let words_per = out.len.div_ceil(16);
-    let mut all = vec![0u8; words_per * 4 * messages.len()];
-    for (dst, m) in all.chunks_exact_mut(words_per * 4).zip(messages) {
-        dst[..m.packed.len()].copy_from_slice(&m.packed);
-    }
-    let words = client.create_from_slice(&all);
-    let coef = weight * first.scale / messages.len() as f32;
-    add_ternary_sum::launch(
-        client,
-        CubeCount::Static(cubes_for(out.len, 1), 1, 1),
-        CubeDim::new_1d(CUBE_UNITS),
-        u32_arg(&words, words_per * messages.len()),
-        out.arg(),
-        messages.len() as u32,
-        words_per as u32,
-        coef,
-    );
-    Ok(())
+    TernaryCodes::upload(client, messages)?.add_to(client, weight, out)
 }

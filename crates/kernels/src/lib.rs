@@ -14,6 +14,7 @@
 //! - [`select`]: exact Top-k by radix select and the ordered compaction that
 //!   every threshold sparsifier shares.
 //! - [`aggregate`]: decoding and summing N workers' ternary codes on the device.
+//! - [`memory`]: error feedback with the residual kept on the device.
 //!
 //! Deterministic compressors are byte-identical to the CPU reference;
 //! stochastic ones draw from a counter-based hash instead of the CPU's
@@ -23,14 +24,21 @@
 
 pub mod aggregate;
 pub mod buffer;
+pub mod device;
 pub mod fp16;
 mod hash;
+pub mod memory;
 pub mod reduce;
 pub mod select;
 pub mod terngrad;
 
 pub use buffer::{DeviceF32, KernelError};
 pub use cubecl::prelude::Client;
+
+/// Waits until every kernel launched on `client` has finished.
+pub fn sync(client: &Client) -> Result<(), KernelError> {
+    cubecl::future::block_on(client.sync()).map_err(|e| KernelError::Read(format!("{e:?}")))
+}
 
 /// Units per cube for every kernel of the crate: a multiple of the warp and
 /// wavefront widths, and within every backend's limit.

@@ -281,3 +281,46 @@ fn ternary_aggregation_is_bit_identical_to_the_cpu_sum() {
     let err = aggregate::add_shared_scale(client(), &[ternaries[0], &other], 1.0, &out).unwrap_err();
     assert!(err.to_string().contains("one scaler"), "{err}");
 }
+
+/// Error feedback over several steps: the device residual and every message
+/// equal the CPU's `ErrorFeedback` + compressor, in both residual forms.
+#[test]
+fn error_feedback_on_the_device_tracks_the_cpu_bit_for_bit() {
+    use gradcomp_compress::memory::{ErrorFeedback, Memory, ResidualForm};
+    use gradcomp_kernels::memory::DeviceErrorFeedback;
+    let n = 20_011;
+    for form in [ResidualForm::Raw, ResidualForm::LrScaled] {
+        for name in ["topk", "terngrad"] {
+            let mut cpu_ef = ErrorFeedback::new(form);
+            let mut dev_ef = DeviceErrorFeedback::new(form);
+            let config = if name == "topk" { CompressorConfig::topk(0.01) } else { CompressorConfig::terngrad() };
+            let mut cpu_c = config.build();
+            for step in 0..4u64 {
+                let g = gaussian(n, 40 + step);
+                let lr = 0.1;
+                let acc = cpu_ef.compensate(&g, lr).to_vec();
+                let s = TernGrad::default().scaler(&acc);
+                let ctx = UnitContext { key: RngKey::new(1, 0, step, 0), shared_scalar: Some(s), loss: None };
+                let mut cpu = Message::default();
+                cpu_c.compress(&acc, &ctx, &mut cpu);
+                cpu_ef.update(&cpu);
+
+                let dev_acc = dev_ef.compensate(client(), &DeviceF32::upload(client(), &g), lr).clone();
+                assert_eq!(dev_acc.read(client()).unwrap(), acc, "{name} {form:?} step {step}: compensated");
+                // TernGrad draws differ by design: feed the CPU's message to the
+                // device memory, which must then land on the CPU's residual.
+                if name == "topk" {
+                    let mut dev = Message::default();
+                    select::top_k(client(), &dev_acc, 0.01, SparseWire::default(), &mut dev).unwrap();
+                    assert_eq!(dev, cpu, "{name} {form:?} step {step}: message");
+                }
+                dev_ef.update(client(), &cpu).unwrap();
+                let e = dev_ef.residual().unwrap().read(client()).unwrap();
+                assert!(
+                    e.iter().zip(cpu_ef.residual()).all(|(a, b)| a.to_bits() == b.to_bits()),
+                    "{name} {form:?} step {step}: residual"
+                );
+            }
+        }
+    }
+}

@@ -200,6 +200,7 @@ pub enum ModelName {
     Fcn5,
     Lenet5,
     FashionCnn,
+    Resnet18,
     Lstm,
 }
 

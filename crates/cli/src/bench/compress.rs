@@ -42,6 +42,10 @@ pub struct Args {
     /// Seed of the N(0, 1) input.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Where the compressors run: `cpu` (one thread), or `wgpu` / `cuda` /
+    /// `cuda:N` for the device kernels (builds with `--features wgpu|cuda`).
+    #[arg(long, default_value = "cpu")]
+    device: String,
 }
 
 /// One measurement, as `--json` prints it and `gradcomp report --selection-time` reads it.
@@ -81,6 +85,9 @@ pub fn run(args: &Args) -> Result<()> {
         .filter(|n| args.compressors.is_empty() || args.compressors.iter().any(|c| c == n))
         .collect();
     let min_time = Duration::from_secs_f64(args.min_time.max(0.0));
+    if args.device != "cpu" {
+        return on_device(args, &sizes, &densities, &names, min_time);
+    }
     if !args.json {
         println!(
             "gradcomp bench compress: one thread, f32 input ~ N(0,1), GB/s of dense input (4 B/element)"
@@ -132,9 +139,22 @@ pub fn run(args: &Args) -> Result<()> {
     Ok(())
 }
 
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+fn on_device(args: &Args, sizes: &[usize], densities: &[f64], names: &[&str], min_time: Duration) -> Result<()> {
+    super::compress_device::run(&args.device, sizes, densities, names, args.seed, min_time, args.json)
+}
+
+#[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+fn on_device(args: &Args, _: &[usize], _: &[f64], _: &[&str], _: Duration) -> Result<()> {
+    bail!(
+        "--device {}: this gradcomp was built without device kernels; rebuild with `cargo build --release -p gradcomp-cli --features wgpu` (or `cuda`, after scripts/install-gpu-deps.sh)",
+        args.device
+    )
+}
+
 /// The configuration measured for `name` at `density`: defaults, except the
 /// threshold compressor's τ, set to the N(0,1) quantile that keeps `density`.
-fn config_for(name: &str, density: Option<f64>) -> CompressorConfig {
+pub(super) fn config_for(name: &str, density: Option<f64>) -> CompressorConfig {
     let mut cfg = CompressorConfig::named(name).expect("names come from COMPRESSORS");
     if let (Some(rho), CompressorConfig::Threshold(t)) = (density, &mut cfg) {
         t.threshold = normal_quantile(1.0 - rho / 2.0) as f32;
@@ -185,7 +205,7 @@ fn measure(
     vec![row("compress", t_compress), row("encode", t_encode), row("decode_aggregate", t_decode)]
 }
 
-fn emit(json: bool, r: &Row) {
+pub(super) fn emit(json: bool, r: &Row) {
     if json {
         println!("{}", serde_json::to_string(r).expect("rows serialize"));
     } else {

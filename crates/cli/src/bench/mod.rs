@@ -2,6 +2,8 @@
 
 mod comm;
 pub(crate) mod compress;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+mod compress_device;
 pub(crate) mod timing;
 mod train;
 

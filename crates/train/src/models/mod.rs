@@ -27,11 +27,13 @@ mod cnn;
 mod fcn;
 mod lenet;
 mod lstm;
+mod resnet;
 
 pub use cnn::FashionCnn;
 pub use fcn::Fcn5;
 pub use lenet::LeNet5;
 pub use lstm::{LstmLm, LstmLmConfig};
+pub use resnet::ResNet18;
 
 use burn::module::Module;
 use burn::tensor::{Device, Int, Tensor, TensorData};
@@ -133,6 +135,7 @@ pub enum ModelChoice {
     Lenet5(ImageTask),
     Fcn5(ImageTask),
     FashionCnn(ImageTask),
+    ResNet18(ImageTask),
     Lstm(LstmLmConfig),
 }
 
@@ -164,9 +167,12 @@ impl ModelChoice {
                     ModelName::FashionCnn => {
                         FashionCnn::check(&task).map(|()| ModelChoice::FashionCnn(task)).map_err(bad)
                     }
+                    ModelName::Resnet18 => {
+                        ResNet18::check(&task).map(|()| ModelChoice::ResNet18(task)).map_err(bad)
+                    }
                     ModelName::Fcn5 => Ok(ModelChoice::Fcn5(task)),
                     ModelName::Lstm => {
-                        Err(bad("the lstm is a language model; image data needs lenet5, fcn5 or fashion-cnn"
+                        Err(bad("the lstm is a language model; image data needs lenet5, fcn5, fashion-cnn or resnet18"
                             .into()))
                     }
                 }
@@ -180,6 +186,7 @@ impl ModelChoice {
             ModelChoice::Lenet5(t) => w.run(move |d: &Device| LeNet5::new(&t, d)),
             ModelChoice::Fcn5(t) => w.run(move |d: &Device| Fcn5::new(&t, d)),
             ModelChoice::FashionCnn(t) => w.run(move |d: &Device| FashionCnn::new(&t, d)),
+            ModelChoice::ResNet18(t) => w.run(move |d: &Device| ResNet18::new(&t, d)),
             ModelChoice::Lstm(c) => w.run(move |d: &Device| LstmLm::new(&c, d)),
         }
     }

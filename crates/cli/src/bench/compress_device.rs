@@ -1,0 +1,126 @@
+//! `gradcomp bench compress --device wgpu|cuda`: the device kernels of
+//! gradcomp-kernels on a gradient already in device memory.
+//!
+//! Every timed call ends with the compressed payload on the host (that read
+//! is how the call synchronizes with the device), so a figure is what a
+//! training step pays: kernels, launch and the payload's transfer. The read
+//! pass is the statistics kernel (one pass over the input, a few bytes per
+//! cube back), the device's cost floor for touching every element once.
+
+use std::time::Duration;
+
+use anyhow::{anyhow, Result};
+use gradcomp_compress::message::SparseWire;
+use gradcomp_compress::quantize::terngrad::TernGradConfig;
+use gradcomp_compress::{codec, Message, RngKey, UnitRng};
+use gradcomp_kernels::terngrad::DeviceTernGrad;
+use gradcomp_kernels::aggregate::TernaryCodes;
+use gradcomp_kernels::{fp16, reduce, select, DeviceF32};
+
+use super::compress::{config_for, emit, Row};
+use super::timing::median_seconds;
+
+/// The compressors with a device kernel.
+pub const DEVICE_COMPRESSORS: [&str; 5] = ["terngrad", "fp16", "topk", "gaussiank", "threshold"];
+
+pub fn run(
+    device: &str,
+    sizes: &[usize],
+    densities: &[f64],
+    names: &[&str],
+    seed: u64,
+    min_time: Duration,
+    json: bool,
+) -> Result<()> {
+    let client = gradcomp_kernels::device::client(device).map_err(|e| anyhow!("{e}"))?;
+    if !json {
+        println!("gradcomp bench compress --device {device}: f32 input ~ N(0,1) in device memory, GB/s of dense input");
+        println!("(each compress ends with its payload on the host; ops without a device kernel are listed at the end)");
+        println!(
+            "{:<10} {:<17} {:>10} {:>8} {:>11} {:>9} {:>8} {:>10}",
+            "compressor", "op", "elements", "density", "ms", "GB/s", "x read", "selected"
+        );
+    }
+    let missing: Vec<&str> = names.iter().copied().filter(|n| !DEVICE_COMPRESSORS.contains(n)).collect();
+    for &n in sizes {
+        let mut rng = UnitRng::from_parts(&[seed, n as u64]);
+        let host: Vec<f32> = (0..n).map(|_| rng.next_gaussian() as f32).collect();
+        let x = DeviceF32::upload(&client, &host);
+        let read = median_seconds(min_time, 5, || {
+            reduce::stats(&client, &x).expect("device read");
+        });
+        let row = |name: &str, op: &str, density: Option<f64>, secs: f64, msg: &Message| Row {
+            compressor: name.into(),
+            op: op.into(),
+            elements: n,
+            density,
+            seconds: secs,
+            gbytes_per_s: 4.0 * n as f64 / secs / 1e9,
+            ratio_to_read_pass: read / secs,
+            selected: msg.selected(),
+            wire_bytes: codec::encoded_len(msg),
+        };
+        let print = |r: &Row| {
+            if json {
+                emit(true, r);
+            } else {
+                let density = r.density.map_or("-".to_string(), |d| d.to_string());
+                println!(
+                    "{:<10} {:<17} {:>10} {:>8} {:>11.4} {:>9.2} {:>8.3} {:>10}",
+                    r.compressor, r.op, r.elements, density, r.seconds * 1e3, r.gbytes_per_s, r.ratio_to_read_pass, r.selected
+                );
+            }
+        };
+        print(&row("read_pass", "stats", None, read, &Message::Dense(Default::default())));
+        for &name in names.iter().filter(|n| DEVICE_COMPRESSORS.contains(n)) {
+            let sparse = !matches!(name, "terngrad" | "fp16");
+            let cases: Vec<Option<f64>> = if sparse { densities.iter().map(|&d| Some(d)).collect() } else { vec![None] };
+            for density in cases {
+                let mut msg = Message::default();
+                let mut step = 0u64;
+                let tg = DeviceTernGrad::new(TernGradConfig::default());
+                let mut compress = |msg: &mut Message| {
+                    step += 1;
+                    let key = RngKey::new(7, 0, step, 0);
+                    let wire = SparseWire::default();
+                    let r = match (name, density) {
+                        ("terngrad", _) => tg.compress(&client, &x, None, &key, msg),
+                        ("fp16", _) => fp16::compress(&client, &x, msg),
+                        ("topk", Some(d)) => select::top_k(&client, &x, d, wire, msg),
+                        ("gaussiank", Some(d)) => select::gaussian_k(&client, &x, d, wire, msg),
+                        ("threshold", Some(d)) => {
+                            let gradcomp_compress::CompressorConfig::Threshold(t) = config_for(name, Some(d)) else {
+                                unreachable!("config_for(threshold) is a threshold config")
+                            };
+                            select::threshold(&client, &x, t.threshold, wire, msg)
+                        }
+                        _ => unreachable!("sparsifiers always have a density here"),
+                    };
+                    r.expect("device compress");
+                };
+                let secs = median_seconds(min_time, 5, || compress(&mut msg));
+                print(&row(name, "compress", density, secs, &msg));
+                if name == "terngrad" {
+                    let secs = ternary_aggregate(&client, &msg, n, min_time)?;
+                    print(&row(name, "decode_aggregate", None, secs, &msg));
+                }
+            }
+        }
+    }
+    if !missing.is_empty() && !json {
+        println!("\nno device kernel yet (CPU only): {}", missing.join(", "));
+    }
+    Ok(())
+}
+
+/// Seconds to decode and sum 4 workers' ternary messages into a device
+/// vector, codes already on the device (their upload is the collective's).
+fn ternary_aggregate(client: &gradcomp_kernels::Client, msg: &Message, n: usize, min_time: Duration) -> Result<f64> {
+    let Message::Ternary(t) = msg else { return Err(anyhow!("TernGrad produced no ternary message")) };
+    let codes = TernaryCodes::upload(client, &[t, t, t, t]).map_err(|e| anyhow!("{e}"))?;
+    let out = DeviceF32::zeros(client, n);
+    Ok(median_seconds(min_time, 5, || {
+        codes.add_to(client, 0.25, &out).expect("aggregate");
+        gradcomp_kernels::sync(client).expect("device sync");
+    }))
+}
