@@ -57,14 +57,22 @@ impl TernaryCodes {
         for (dst, m) in all.chunks_exact_mut(words_per * 4).zip(messages) {
             dst[..m.packed.len()].copy_from_slice(&m.packed);
         }
-        Ok(Self { words: client.create_from_slice(&all), workers: messages.len(), len: first.len, scale: first.scale })
+        Ok(Self {
+            words: client.create_from_slice(&all),
+            workers: messages.len(),
+            len: first.len,
+            scale: first.scale,
+        })
     }
 
     /// `out += weight · scale · (1/N) Σ codes`: the CPU's `TernarySum`
     /// followed by `Message::add_to(weight)`, bit for bit.
     pub fn add_to(&self, client: &Client, weight: f32, out: &DeviceF32) -> Result<(), KernelError> {
         if out.len != self.len {
-            return Err(KernelError::Input(format!("codes of {} elements cannot add into {}", self.len, out.len)));
+            return Err(KernelError::Input(format!(
+                "codes of {} elements cannot add into {}",
+                self.len, out.len
+            )));
         }
         if self.len == 0 {
             return Ok(());

@@ -9,14 +9,17 @@ use crate::KernelError;
 /// lavapipe where there is no GPU), `cuda` or `cuda:N`. Each runtime needs
 /// its cargo feature.
 pub fn client(spec: &str) -> Result<Client, KernelError> {
-    let unavailable = |e: &dyn std::fmt::Debug| KernelError::Input(format!("device {spec} is unavailable: {e:?}"));
+    let unavailable =
+        |e: &dyn std::fmt::Debug| KernelError::Input(format!("device {spec} is unavailable: {e:?}"));
     match spec {
         #[cfg(feature = "wgpu")]
         "wgpu" => cubecl::Device::wgpu(Default::default()).map(|d| d.client()).map_err(|e| unavailable(&e)),
         #[cfg(feature = "cuda")]
         s if s == "cuda" || s.starts_with("cuda:") => {
             let index = match s.strip_prefix("cuda:") {
-                Some(i) => i.parse().map_err(|_| KernelError::Input(format!("bad GPU index in {s}: use cuda:N")))?,
+                Some(i) => {
+                    i.parse().map_err(|_| KernelError::Input(format!("bad GPU index in {s}: use cuda:N")))?
+                }
                 None => 0,
             };
             cubecl::Device::cuda(index).map(|d| d.client()).map_err(|e| unavailable(&e))

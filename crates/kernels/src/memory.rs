@@ -73,13 +73,18 @@ impl DeviceErrorFeedback {
     /// CPU's decoder over a host copy of the residual (correct, not fast).
     pub fn update(&mut self, client: &Client, sent: &Message) -> Result<(), KernelError> {
         let Some(e) = self.residual.as_mut() else {
-            return Err(KernelError::Input("update before compensate: the residual has no length yet".into()));
+            return Err(KernelError::Input(
+                "update before compensate: the residual has no length yet".into(),
+            ));
         };
         match sent {
             Message::Sparse(m) if m.indices.is_empty() => Ok(()),
             Message::Sparse(m) => {
                 if m.indices.iter().any(|&i| i as usize >= e.len) {
-                    return Err(KernelError::Input(format!("a sent index is past the unit's {} elements", e.len)));
+                    return Err(KernelError::Input(format!(
+                        "a sent index is past the unit's {} elements",
+                        e.len
+                    )));
                 }
                 let idx = client.create_from_slice(u32::as_bytes(&m.indices));
                 let val = DeviceF32::upload(client, &m.values);

@@ -252,7 +252,12 @@ fn strictly_above(thr: f32) -> (u32, usize) {
 }
 
 /// The pairs with |x| > `thr`, ascending: the CPU's `collect_abs_above`.
-pub fn collect_above(client: &Client, x: &DeviceF32, thr: f32, out: &mut SparseMessage) -> Result<(), KernelError> {
+pub fn collect_above(
+    client: &Client,
+    x: &DeviceF32,
+    thr: f32,
+    out: &mut SparseMessage,
+) -> Result<(), KernelError> {
     let (key, ties) = strictly_above(thr);
     write(client, x, &count(client, x, key)?, ties, out)
 }

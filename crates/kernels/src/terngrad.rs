@@ -55,11 +55,7 @@ impl DeviceTernGrad {
     /// This worker's scaler: `c·σ` with clipping, `max |g|` without.
     pub fn scaler(&self, client: &Client, g: &DeviceF32) -> Result<f32, KernelError> {
         let st = reduce::stats(client, g)?;
-        Ok(if self.config.clipping {
-            self.config.c * st.population_std() as f32
-        } else {
-            st.max_abs
-        })
+        Ok(if self.config.clipping { self.config.c * st.population_std() as f32 } else { st.max_abs })
     }
 
     /// [`Message::Ternary`] for `g`, with `shared` the max-reduced scaler when

@@ -46,9 +46,33 @@ fn cpu_message(config: &CompressorConfig, g: &[f32], ctx: &UnitContext) -> Messa
 /// Values every f32 edge case of the half conversion lands on.
 fn edge_values() -> Vec<f32> {
     let mut v = vec![
-        0.0, -0.0, 1.0, -2.5, 0.1, 65504.0, 65519.0, 65520.0, -65536.0, 70000.0, 1e-8, -1e-8,
-        5.96e-8, 2.98e-8, 2.99e-8, 6.1e-5, 6.09e-5, f32::MAX, f32::MIN_POSITIVE, 1e-40,
-        f32::INFINITY, f32::NEG_INFINITY, f32::NAN, -f32::NAN, 1.000_976_6, 1.000_488_3, 1.001_464_8,
+        0.0,
+        -0.0,
+        1.0,
+        -2.5,
+        0.1,
+        65504.0,
+        65519.0,
+        65520.0,
+        -65536.0,
+        70000.0,
+        1e-8,
+        -1e-8,
+        5.96e-8,
+        2.98e-8,
+        2.99e-8,
+        6.1e-5,
+        6.09e-5,
+        f32::MAX,
+        f32::MIN_POSITIVE,
+        1e-40,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        -f32::NAN,
+        1.000_976_6,
+        1.000_488_3,
+        1.001_464_8,
     ];
     v.extend((0..2000).map(|i| f32::from_bits(0x3380_0000 + i * 0x0004_1234)));
     v
@@ -141,7 +165,8 @@ fn threshold_sparsifiers_match_the_cpu() {
     let mut g = vec![1.0f32; 600];
     g[7] = f32::NAN;
     let mut dev = Message::default();
-    select::threshold(client(), &DeviceF32::upload(client(), &g), 0.5, SparseWire::default(), &mut dev).unwrap();
+    select::threshold(client(), &DeviceF32::upload(client(), &g), 0.5, SparseWire::default(), &mut dev)
+        .unwrap();
     assert!(matches!(&dev, Message::Sparse(m) if m.indices.len() == 599 && !m.indices.contains(&7)));
 }
 
@@ -220,7 +245,10 @@ fn terngrad_is_unbiased_and_keeps_what_the_cpu_keeps() {
     }
     let expected_kept: f64 = g.iter().map(|v| f64::from((v.abs() / s).min(1.0))).sum::<f64>() * steps as f64;
     let sd = expected_kept.sqrt();
-    assert!((kept as f64 - expected_kept).abs() < 5.0 * sd, "kept {kept}, expected {expected_kept:.0} ± {sd:.0}");
+    assert!(
+        (kept as f64 - expected_kept).abs() < 5.0 * sd,
+        "kept {kept}, expected {expected_kept:.0} ± {sd:.0}"
+    );
     // Per element, the mean of `steps` draws of s·Bernoulli(p) has sd ≤ s/(2√steps).
     let tol = 5.0 * f64::from(s) / (2.0 * (steps as f64).sqrt());
     let worst = g.iter().zip(&mean).map(|(&v, &m)| (m - f64::from(v.clamp(-s, s))).abs()).fold(0.0, f64::max);
@@ -239,11 +267,15 @@ fn terngrad_is_unbiased_and_keeps_what_the_cpu_keeps() {
 fn terngrad_with_zero_or_nan_input_sends_zeros() {
     let mut msg = Message::default();
     let dev_tg = DeviceTernGrad::default();
-    dev_tg.compress(client(), &DeviceF32::upload(client(), &[0.0; 40]), None, &RngKey::default(), &mut msg).unwrap();
+    dev_tg
+        .compress(client(), &DeviceF32::upload(client(), &[0.0; 40]), None, &RngKey::default(), &mut msg)
+        .unwrap();
     assert!(matches!(&msg, Message::Ternary(t) if t.scale == 0.0 && t.packed.iter().all(|&b| b == 0)));
     let mut g = vec![1.0f32; 40];
     g[3] = f32::NAN;
-    dev_tg.compress(client(), &DeviceF32::upload(client(), &g), Some(1.0), &RngKey::default(), &mut msg).unwrap();
+    dev_tg
+        .compress(client(), &DeviceF32::upload(client(), &g), Some(1.0), &RngKey::default(), &mut msg)
+        .unwrap();
     let d = decode(&msg, 40);
     assert_eq!(d[3], 0.0, "NaN must be dropped");
     assert!(d.iter().enumerate().all(|(i, &v)| i == 3 || v == 1.0));
@@ -293,7 +325,8 @@ fn error_feedback_on_the_device_tracks_the_cpu_bit_for_bit() {
         for name in ["topk", "terngrad"] {
             let mut cpu_ef = ErrorFeedback::new(form);
             let mut dev_ef = DeviceErrorFeedback::new(form);
-            let config = if name == "topk" { CompressorConfig::topk(0.01) } else { CompressorConfig::terngrad() };
+            let config =
+                if name == "topk" { CompressorConfig::topk(0.01) } else { CompressorConfig::terngrad() };
             let mut cpu_c = config.build();
             for step in 0..4u64 {
                 let g = gaussian(n, 40 + step);

@@ -140,7 +140,13 @@ pub fn run(args: &Args) -> Result<()> {
 }
 
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
-fn on_device(args: &Args, sizes: &[usize], densities: &[f64], names: &[&str], min_time: Duration) -> Result<()> {
+fn on_device(
+    args: &Args,
+    sizes: &[usize],
+    densities: &[f64],
+    names: &[&str],
+    min_time: Duration,
+) -> Result<()> {
     super::compress_device::run(&args.device, sizes, densities, names, args.seed, min_time, args.json)
 }
 

@@ -13,8 +13,8 @@ use anyhow::{anyhow, Result};
 use gradcomp_compress::message::SparseWire;
 use gradcomp_compress::quantize::terngrad::TernGradConfig;
 use gradcomp_compress::{codec, Message, RngKey, UnitRng};
-use gradcomp_kernels::terngrad::DeviceTernGrad;
 use gradcomp_kernels::aggregate::TernaryCodes;
+use gradcomp_kernels::terngrad::DeviceTernGrad;
 use gradcomp_kernels::{fp16, reduce, select, DeviceF32};
 
 use super::compress::{config_for, emit, Row};
@@ -67,14 +67,22 @@ pub fn run(
                 let density = r.density.map_or("-".to_string(), |d| d.to_string());
                 println!(
                     "{:<10} {:<17} {:>10} {:>8} {:>11.4} {:>9.2} {:>8.3} {:>10}",
-                    r.compressor, r.op, r.elements, density, r.seconds * 1e3, r.gbytes_per_s, r.ratio_to_read_pass, r.selected
+                    r.compressor,
+                    r.op,
+                    r.elements,
+                    density,
+                    r.seconds * 1e3,
+                    r.gbytes_per_s,
+                    r.ratio_to_read_pass,
+                    r.selected
                 );
             }
         };
         print(&row("read_pass", "stats", None, read, &Message::Dense(Default::default())));
         for &name in names.iter().filter(|n| DEVICE_COMPRESSORS.contains(n)) {
             let sparse = !matches!(name, "terngrad" | "fp16");
-            let cases: Vec<Option<f64>> = if sparse { densities.iter().map(|&d| Some(d)).collect() } else { vec![None] };
+            let cases: Vec<Option<f64>> =
+                if sparse { densities.iter().map(|&d| Some(d)).collect() } else { vec![None] };
             for density in cases {
                 let mut msg = Message::default();
                 let mut step = 0u64;
@@ -89,7 +97,8 @@ pub fn run(
                         ("topk", Some(d)) => select::top_k(&client, &x, d, wire, msg),
                         ("gaussiank", Some(d)) => select::gaussian_k(&client, &x, d, wire, msg),
                         ("threshold", Some(d)) => {
-                            let gradcomp_compress::CompressorConfig::Threshold(t) = config_for(name, Some(d)) else {
+                            let gradcomp_compress::CompressorConfig::Threshold(t) = config_for(name, Some(d))
+                            else {
                                 unreachable!("config_for(threshold) is a threshold config")
                             };
                             select::threshold(&client, &x, t.threshold, wire, msg)
@@ -115,7 +124,12 @@ pub fn run(
 
 /// Seconds to decode and sum 4 workers' ternary messages into a device
 /// vector, codes already on the device (their upload is the collective's).
-fn ternary_aggregate(client: &gradcomp_kernels::Client, msg: &Message, n: usize, min_time: Duration) -> Result<f64> {
+fn ternary_aggregate(
+    client: &gradcomp_kernels::Client,
+    msg: &Message,
+    n: usize,
+    min_time: Duration,
+) -> Result<f64> {
     let Message::Ternary(t) = msg else { return Err(anyhow!("TernGrad produced no ternary message")) };
     let codes = TernaryCodes::upload(client, &[t, t, t, t]).map_err(|e| anyhow!("{e}"))?;
     let out = DeviceF32::zeros(client, n);

@@ -144,8 +144,13 @@ mod tests {
         let mut model = ResNet18::new(&task, &device);
         let n = 8;
         let pixels = (0..n * 3 * 64).map(|i| ((i * 37 % 101) as f32) / 101.0).collect();
-        let batch =
-            Batch::Images { pixels, labels: (0..n as i64).map(|i| i % 4).collect(), channels: 3, height: 8, width: 8 };
+        let batch = Batch::Images {
+            pixels,
+            labels: (0..n as i64).map(|i| i % 4).collect(),
+            channels: 3,
+            height: 8,
+            width: 8,
+        };
         let mut optim = SgdConfig::new().init();
         let mut losses = Vec::new();
         for _ in 0..6 {
