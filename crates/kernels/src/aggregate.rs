@@ -15,7 +15,7 @@ use crate::{cubes_for, CUBE_UNITS};
 #[cube(launch)]
 fn add_ternary_sum(words: &[u32], out: &mut [f32], workers: u32, words_per: u32, coef: f32) {
     let n = out.len();
-    let stride = CUBE_COUNT as usize * CUBE_DIM as usize;
+    let stride = CUBE_COUNT * CUBE_DIM as usize;
     let mut i = ABSOLUTE_POS;
     while i < n {
         let w = i / 16;

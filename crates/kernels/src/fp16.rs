@@ -56,7 +56,7 @@ pub(crate) fn f16_bits(v: f32) -> u32 {
 #[cube(launch)]
 fn pack_halves(x: &[f32], words: &mut [u32]) {
     let n = x.len();
-    let stride = CUBE_COUNT as usize * CUBE_DIM as usize;
+    let stride = CUBE_COUNT * CUBE_DIM as usize;
     let mut w = ABSOLUTE_POS;
     while w < words.len() {
         let i = w * 2;

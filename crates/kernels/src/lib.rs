@@ -22,6 +22,10 @@
 //!
 //! The crate compiles against no runtime; turn on `wgpu` or `cuda` to link one.
 
+// Kernel bodies are cubecl's DSL, which expands `for i in a..b` but not
+// iterator chains: index loops are the only form.
+#![allow(clippy::needless_range_loop)]
+
 pub mod aggregate;
 pub mod buffer;
 pub mod device;

@@ -13,7 +13,7 @@ use crate::{cubes_for, CUBE_UNITS};
 
 #[cube(launch)]
 fn add_scaled(acc: &mut [f32], g: &[f32], scale: f32) {
-    let stride = CUBE_COUNT as usize * CUBE_DIM as usize;
+    let stride = CUBE_COUNT * CUBE_DIM as usize;
     let mut i = ABSOLUTE_POS;
     while i < acc.len() {
         acc[i] += scale * g[i];
@@ -23,7 +23,7 @@ fn add_scaled(acc: &mut [f32], g: &[f32], scale: f32) {
 
 #[cube(launch)]
 fn subtract_at(acc: &mut [f32], indices: &[u32], values: &[f32]) {
-    let stride = CUBE_COUNT as usize * CUBE_DIM as usize;
+    let stride = CUBE_COUNT * CUBE_DIM as usize;
     let mut j = ABSOLUTE_POS;
     while j < indices.len() {
         let i = indices[j] as usize;

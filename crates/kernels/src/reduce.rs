@@ -47,7 +47,7 @@ impl Stats {
 #[cube(launch)]
 fn block_stats(x: &[f32], partials: &mut [f32]) {
     let n = x.len();
-    let stride = CUBE_COUNT as usize * CUBE_DIM as usize;
+    let stride = CUBE_COUNT * CUBE_DIM as usize;
     let mut s = 0.0f32;
     let mut q = 0.0f32;
     let mut m = 0.0f32;
@@ -84,7 +84,7 @@ fn block_stats(x: &[f32], partials: &mut [f32]) {
         sync_cube();
     }
     if u == 0 {
-        let c = CUBE_POS as usize * 3;
+        let c = CUBE_POS * 3;
         partials[c] = sh_s[0];
         partials[c + 1] = sh_q[0];
         partials[c + 2] = sh_m[0];

@@ -33,7 +33,7 @@ pub const CHUNK: usize = 256;
 #[cube(launch)]
 fn radix_histogram(x: &[f32], hist: &[Atomic<u32>], prefix: u32, mask: u32, shift: u32) {
     let n = x.len();
-    let stride = CUBE_COUNT as usize * CUBE_DIM as usize;
+    let stride = CUBE_COUNT * CUBE_DIM as usize;
     let mut i = ABSOLUTE_POS;
     while i < n {
         let key = u32::reinterpret(x[i]) & 0x7fff_ffffu32;
@@ -48,7 +48,7 @@ fn radix_histogram(x: &[f32], hist: &[Atomic<u32>], prefix: u32, mask: u32, shif
 fn count_chunks(x: &[f32], counts: &mut [u32], thr: u32, #[comptime] chunk: usize) {
     let n = x.len();
     let units = counts.len() / 2;
-    let stride = CUBE_COUNT as usize * CUBE_DIM as usize;
+    let stride = CUBE_COUNT * CUBE_DIM as usize;
     let mut t = ABSOLUTE_POS;
     while t < units {
         let mut gt = 0u32;
@@ -86,7 +86,7 @@ fn write_chunks(
 ) {
     let n = x.len();
     let units = plan.len() / 2;
-    let stride = CUBE_COUNT as usize * CUBE_DIM as usize;
+    let stride = CUBE_COUNT * CUBE_DIM as usize;
     let mut t = ABSOLUTE_POS;
     while t < units {
         let mut slot = plan[2 * t] as usize;

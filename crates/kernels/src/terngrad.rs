@@ -19,7 +19,7 @@ use crate::{cubes_for, CUBE_UNITS};
 #[cube(launch)]
 fn pack_ternary(g: &[f32], words: &mut [u32], inv_s: f32, k0: u32, k1: u32) {
     let n = g.len();
-    let stride = CUBE_COUNT as usize * CUBE_DIM as usize;
+    let stride = CUBE_COUNT * CUBE_DIM as usize;
     let mut w = ABSOLUTE_POS;
     while w < words.len() {
         let mut word = 0u32;

@@ -126,7 +126,7 @@ image_classifier!(ResNet18);
 
 #[cfg(test)]
 mod tests {
-    use burn::optim::{GradientsParams, Optimizer, SgdConfig};
+    use burn::optim::{GradientsParams, SgdConfig};
 
     use super::*;
 
