@@ -14,14 +14,19 @@
 //! elements. One pass counts, per chunk, the keys above `T` and equal to it;
 //! the host turns those counts into each chunk's output offset and its share
 //! of the ties (ties go to the lowest indices, as on the CPU); a second pass
-//! writes the pairs in ascending index order. The result is the CPU's
+//! writes the pairs in ascending index order.
+//!
+//! **Rand-k** needs no pass over the data: the host draws the indices with
+//! the CPU's own code and the device gathers their values. The result is the CPU's
 //! `SparseMessage`, index for index and bit for bit.
 
 use cubecl::prelude::*;
 use gradcomp_compress::message::{SparseMessage, SparseWire, ValueEncoding};
 use gradcomp_compress::reduce::mean_and_std_from_sums;
 use gradcomp_compress::sparsify::gaussiank::normal_quantile;
-use gradcomp_compress::{k_for, Message};
+use gradcomp_compress::sparsify::randk::{self, RandK, RandKConfig};
+use gradcomp_compress::sparsify::Selector;
+use gradcomp_compress::{k_for, Message, UnitContext};
 
 use crate::buffer::{read_bytes, read_u32s, u32_arg, zeros_u32, DeviceF32, KernelError};
 use crate::reduce;
@@ -354,6 +359,53 @@ pub fn top_k(
     } else {
         let (thr, ties) = kth_largest_key(client, x, k)?;
         write(client, x, &count(client, x, thr)?, ties, m)?;
+    }
+    finish(m);
+    Ok(())
+}
+
+#[cube(launch)]
+fn gather(x: &[f32], indices: &[u32], values: &mut [f32]) {
+    let stride = CUBE_COUNT * CUBE_DIM as usize;
+    let mut j = ABSOLUTE_POS;
+    while j < indices.len() {
+        values[j] = x[indices[j] as usize];
+        j += stride;
+    }
+}
+
+/// Rand-k: the indices are drawn on the host by the CPU's own
+/// `draw_indices` from the same key (k draws, no pass over the data), and
+/// the device gathers their values; so the message is the CPU's, bit for bit.
+pub fn rand_k(
+    client: &Client,
+    x: &DeviceF32,
+    config: &RandKConfig,
+    ctx: &UnitContext,
+    out: &mut Message,
+) -> Result<(), KernelError> {
+    let selector = RandK::new(config);
+    let k = k_for(config.density, x.len);
+    let m = sparse(out, x.len, config.wire);
+    randk::draw_indices(x.len, k, &mut selector.rng(ctx), &mut Vec::new(), &mut m.indices);
+    let kept = m.indices.len();
+    if kept > 0 {
+        let idx = client.create_from_slice(u32::as_bytes(&m.indices));
+        let val = client.empty(kept * 4);
+        gather::launch(
+            client,
+            CubeCount::Static(cubes_for(kept, 1), 1, 1),
+            CubeDim::new_1d(CUBE_UNITS),
+            x.arg(),
+            u32_arg(&idx, kept),
+            // SAFETY: allocated just above with `kept` floats.
+            unsafe { BufferArg::from_raw_parts(val.clone(), kept) },
+        );
+        m.values.extend_from_slice(&f32::from_bytes(&read_bytes(client, &val)?)[..kept]);
+    }
+    let scale = selector.value_scale(k, x.len);
+    if scale != 1.0 {
+        m.values.iter_mut().for_each(|v| *v *= scale);
     }
     finish(m);
     Ok(())

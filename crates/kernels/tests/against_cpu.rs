@@ -357,3 +357,22 @@ fn error_feedback_on_the_device_tracks_the_cpu_bit_for_bit() {
         }
     }
 }
+
+/// Rand-k: the same indices and values as the CPU for the same key, in every
+/// option combination.
+#[test]
+fn rand_k_is_identical_to_the_cpu() {
+    use gradcomp_compress::sparsify::randk::RandKConfig;
+    let g = gaussian(30_001, 8);
+    let x = DeviceF32::upload(client(), &g);
+    for (same_seed, unbiased) in [(false, false), (true, false), (false, true)] {
+        for density in [0.0001, 0.01, 1.0] {
+            let config = RandKConfig { density, same_seed, unbiased, ..RandKConfig::default() };
+            let ctx = UnitContext { key: RngKey::new(5, 2, 7, 1), ..UnitContext::default() };
+            let cpu = cpu_message(&CompressorConfig::Randk(config.clone()), &g, &ctx);
+            let mut dev = Message::default();
+            select::rand_k(client(), &x, &config, &ctx, &mut dev).unwrap();
+            assert_eq!(wire(&dev), wire(&cpu), "same_seed {same_seed} unbiased {unbiased} density {density}");
+        }
+    }
+}

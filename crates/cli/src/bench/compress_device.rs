@@ -12,7 +12,8 @@ use std::time::Duration;
 use anyhow::{anyhow, Result};
 use gradcomp_compress::message::SparseWire;
 use gradcomp_compress::quantize::terngrad::TernGradConfig;
-use gradcomp_compress::{codec, Message, RngKey, UnitRng};
+use gradcomp_compress::sparsify::randk::RandKConfig;
+use gradcomp_compress::{codec, Message, RngKey, UnitContext, UnitRng};
 use gradcomp_kernels::aggregate::TernaryCodes;
 use gradcomp_kernels::terngrad::DeviceTernGrad;
 use gradcomp_kernels::{fp16, reduce, select, DeviceF32};
@@ -21,7 +22,7 @@ use super::compress::{config_for, emit, Row};
 use super::timing::median_seconds;
 
 /// The compressors with a device kernel.
-pub const DEVICE_COMPRESSORS: [&str; 5] = ["terngrad", "fp16", "topk", "gaussiank", "threshold"];
+pub const DEVICE_COMPRESSORS: [&str; 6] = ["terngrad", "fp16", "topk", "gaussiank", "threshold", "randk"];
 
 pub fn run(
     device: &str,
@@ -102,6 +103,11 @@ pub fn run(
                                 unreachable!("config_for(threshold) is a threshold config")
                             };
                             select::threshold(&client, &x, t.threshold, wire, msg)
+                        }
+                        ("randk", Some(d)) => {
+                            let config = RandKConfig { density: d, ..RandKConfig::default() };
+                            let ctx = UnitContext { key, ..UnitContext::default() };
+                            select::rand_k(&client, &x, &config, &ctx, msg)
                         }
                         _ => unreachable!("sparsifiers always have a density here"),
                     };

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use super::{Selector, Sparsifier};
 use crate::compressor::{Combine, UnitContext};
 use crate::message::{SparseMessage, SparseWire};
+use crate::rng::UnitRng;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -35,9 +36,48 @@ pub struct RandK {
 }
 
 impl RandK {
+    pub fn new(config: &RandKConfig) -> Self {
+        RandK { same_seed: config.same_seed, unbiased: config.unbiased, bitmap: Vec::new() }
+    }
+
     pub fn compressor(config: &RandKConfig) -> Sparsifier<RandK> {
-        let selector = RandK { same_seed: config.same_seed, unbiased: config.unbiased, bitmap: Vec::new() };
-        Sparsifier::new(selector, config.density, config.wire)
+        Sparsifier::new(RandK::new(config), config.density, config.wire)
+    }
+}
+
+impl RandK {
+    /// The stream the indices come from: shared by every worker with
+    /// `same_seed`, this worker's own otherwise.
+    pub fn rng(&self, ctx: &UnitContext) -> UnitRng {
+        if self.same_seed {
+            ctx.key.shared_rng()
+        } else {
+            ctx.key.rng()
+        }
+    }
+}
+
+/// Appends to `out` `min(k, d)` uniform indices of `0..d` without
+/// replacement, ascending: Floyd's algorithm over `bitmap` (scratch), then a
+/// scan of it. The one draw of Rand-k, shared by the CPU selector and the
+/// device one (which gathers the values on the GPU), so both pick the same
+/// indices from the same key.
+pub fn draw_indices(d: usize, k: usize, rng: &mut UnitRng, bitmap: &mut Vec<u64>, out: &mut Vec<u32>) {
+    let k = k.min(d);
+    bitmap.clear();
+    bitmap.resize(d.div_ceil(64), 0);
+    // Floyd: for j in d−k..d pick t in 0..=j; take t, or j if t was taken.
+    for j in d - k..d {
+        let t = rng.below(j as u64 + 1) as usize;
+        let pick = if bitmap[t / 64] >> (t % 64) & 1 == 1 { j } else { t };
+        bitmap[pick / 64] |= 1 << (pick % 64);
+    }
+    for (w, &word) in bitmap.iter().enumerate() {
+        let mut bits = word;
+        while bits != 0 {
+            out.push((w * 64 + bits.trailing_zeros() as usize) as u32);
+            bits &= bits - 1;
+        }
     }
 }
 
@@ -47,26 +87,8 @@ impl Selector for RandK {
     }
 
     fn select(&mut self, x: &[f32], k: usize, ctx: &UnitContext, out: &mut SparseMessage) {
-        let d = x.len();
-        let k = k.min(d);
-        let mut rng = if self.same_seed { ctx.key.shared_rng() } else { ctx.key.rng() };
-        self.bitmap.clear();
-        self.bitmap.resize(d.div_ceil(64), 0);
-        // Floyd: for j in d−k..d pick t in 0..=j; take t, or j if t was taken.
-        for j in d - k..d {
-            let t = rng.below(j as u64 + 1) as usize;
-            let pick = if self.bitmap[t / 64] >> (t % 64) & 1 == 1 { j } else { t };
-            self.bitmap[pick / 64] |= 1 << (pick % 64);
-        }
-        for (w, &word) in self.bitmap.iter().enumerate() {
-            let mut bits = word;
-            while bits != 0 {
-                let j = w * 64 + bits.trailing_zeros() as usize;
-                out.indices.push(j as u32);
-                out.values.push(x[j]);
-                bits &= bits - 1;
-            }
-        }
+        draw_indices(x.len(), k, &mut self.rng(ctx), &mut self.bitmap, &mut out.indices);
+        out.values.extend(out.indices.iter().map(|&j| x[j as usize]));
     }
 
     fn value_scale(&self, k: usize, d: usize) -> f32 {
