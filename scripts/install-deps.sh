@@ -5,6 +5,7 @@
 # when missing. Needs root and apt; on other
 # systems it says what to install and exits 1.
 set -euo pipefail
+. "$(dirname "$0")/lib/apt.sh"
 
 have_mpi() { command -v mpicc >/dev/null && command -v mpirun >/dev/null; }
 have_libclang() { ls /usr/lib/llvm-*/lib/libclang*.so* /usr/lib/x86_64-linux-gnu/libclang*.so* >/dev/null 2>&1; }
@@ -15,13 +16,5 @@ if have_mpi && have_libclang && have_font && have_vulkan; then
     exit 0
 fi
 # The font is for `gradcomp report`'s figures.
-packages="libopenmpi-dev openmpi-bin libclang-dev make fonts-dejavu-core mesa-vulkan-drivers"
-if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    echo "installing $packages" >&2
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq
-    apt-get install -y -qq $packages >/dev/null
-else
-    echo "error: gradcomp's MPI backend needs Open MPI and libclang, its kernel tests a Vulkan driver; install them (Debian/Ubuntu: sudo apt-get install $packages) or run this as root" >&2
-    exit 1
-fi
+apt_install "gradcomp's MPI backend needs Open MPI and libclang, its kernel tests a Vulkan driver" \
+    libopenmpi-dev openmpi-bin libclang-dev make fonts-dejavu-core mesa-vulkan-drivers

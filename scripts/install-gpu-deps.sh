@@ -10,21 +10,13 @@
 #     puts on LIBRARY_PATH (printed at the end: source it or export it).
 # Needs root and apt. Idempotent.
 set -euo pipefail
+. "$(dirname "$0")/lib/apt.sh"
 
 packages="llvm-22-dev libpolly-22-dev libzstd-dev zlib1g-dev libxml2-dev libffi-dev libz3-dev"
 missing=""
 for p in $packages; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
-if [ -n "$missing" ]; then
-    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-        echo "installing$missing" >&2
-        export DEBIAN_FRONTEND=noninteractive
-        apt-get update -qq
-        apt-get install -y -qq $missing >/dev/null
-    else
-        echo "error: the cuda build needs$missing; install them (sudo apt-get install$missing) or run this as root" >&2
-        exit 1
-    fi
-fi
+# shellcheck disable=SC2086 # a list of package names
+[ -z "$missing" ] || apt_install "the cuda build needs these packages" $missing
 
 llvm=/usr/lib/llvm-22
 tracel="$HOME/.local/share/tracel/tracel-llvm-23.1.0-4"

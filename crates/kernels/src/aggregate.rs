@@ -8,7 +8,7 @@ use cubecl::prelude::*;
 use gradcomp_compress::message::TernaryMessage;
 
 use crate::buffer::{u32_arg, DeviceF32, KernelError};
-use crate::{cubes_for, CUBE_UNITS};
+use crate::grid;
 
 /// `out[i] += coef · Σ_r code_r(i)` over `workers` packed code vectors laid
 /// end to end, `words_per` words each.
@@ -79,10 +79,11 @@ impl TernaryCodes {
         }
         let words_per = self.len.div_ceil(16);
         let coef = weight * self.scale / self.workers as f32;
+        let (cubes, dim) = grid(self.len, 1);
         add_ternary_sum::launch(
             client,
-            CubeCount::Static(cubes_for(self.len, 1), 1, 1),
-            CubeDim::new_1d(CUBE_UNITS),
+            cubes,
+            dim,
             u32_arg(&self.words, words_per * self.workers),
             out.arg(),
             self.workers as u32,

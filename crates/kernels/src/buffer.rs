@@ -10,6 +10,8 @@ pub enum KernelError {
     Read(String),
     #[error("{0}")]
     Input(String),
+    #[error("no device kernel for compressor `{0}`: run it on the CPU path (device = \"cpu\")")]
+    Unsupported(String),
 }
 
 /// An f32 vector in device memory.
@@ -38,14 +40,11 @@ impl DeviceF32 {
 
     /// Copies the vector to the host.
     pub fn read(&self, client: &Client) -> Result<Vec<f32>, KernelError> {
-        let bytes = read_bytes(client, &self.handle)?;
-        Ok(f32::from_bytes(&bytes)[..self.len].to_vec())
+        read_f32s(client, &self.handle, self.len)
     }
 
     pub(crate) fn arg(&self) -> BufferArg {
-        // SAFETY: `len` is the element count the handle was created with
-        // (or, for `from_handle`, the caller's promise that it holds that many).
-        unsafe { BufferArg::from_raw_parts(self.handle.clone(), self.len) }
+        f32_arg(&self.handle, self.len)
     }
 }
 
@@ -55,19 +54,54 @@ pub(crate) fn read_bytes(client: &Client, handle: &Handle) -> Result<Vec<u8>, Ke
     Ok(bytes.to_vec())
 }
 
+/// The first `len` values of type `T` in `handle`; an error (not a panic)
+/// when the buffer is shorter, as a foreign handle from `from_handle` may be.
+/// Read unaligned: the host copy is a byte vector with no alignment promise.
+fn read_values<T: bytemuck::Pod>(
+    client: &Client,
+    handle: &Handle,
+    len: usize,
+) -> Result<Vec<T>, KernelError> {
+    let bytes = read_bytes(client, handle)?;
+    let size = std::mem::size_of::<T>();
+    let held = bytes.len() / size;
+    if held < len {
+        return Err(KernelError::Read(format!("the buffer holds {held} values, {len} were expected")));
+    }
+    Ok(bytes.chunks_exact(size).take(len).map(bytemuck::pod_read_unaligned).collect())
+}
+
+/// The first `n` bytes of `handle`: a packed payload written in whole words.
+pub(crate) fn read_prefix(client: &Client, handle: &Handle, n: usize) -> Result<Vec<u8>, KernelError> {
+    read_values(client, handle, n)
+}
+
+/// `len` f32 values read from `handle`.
+pub(crate) fn read_f32s(client: &Client, handle: &Handle, len: usize) -> Result<Vec<f32>, KernelError> {
+    read_values(client, handle, len)
+}
+
+/// `len` u32 values read from `handle`.
+pub(crate) fn read_u32s(client: &Client, handle: &Handle, len: usize) -> Result<Vec<u32>, KernelError> {
+    read_values(client, handle, len)
+}
+
 /// A device buffer of `len` u32 values, zeroed.
 pub(crate) fn zeros_u32(client: &Client, len: usize) -> Handle {
     client.create_from_slice(u32::as_bytes(&vec![0u32; len.max(1)]))
 }
 
-/// `len` u32 values read from `handle`.
-pub(crate) fn read_u32s(client: &Client, handle: &Handle, len: usize) -> Result<Vec<u32>, KernelError> {
-    let bytes = read_bytes(client, handle)?;
-    Ok(u32::from_bytes(&bytes)[..len].to_vec())
-}
-
 /// A buffer argument over `len` u32 values of `handle`.
 pub(crate) fn u32_arg(handle: &Handle, len: usize) -> BufferArg {
-    // SAFETY: every caller created `handle` with at least `len` u32 values.
+    // SAFETY: every caller created `handle` with at least `len` u32 values
+    // (`len.max(1)`: an empty binding is invalid on some backends, and every
+    // caller allocates at least one word).
     unsafe { BufferArg::from_raw_parts(handle.clone(), len.max(1)) }
+}
+
+/// A buffer argument over `len` f32 values of `handle`.
+pub(crate) fn f32_arg(handle: &Handle, len: usize) -> BufferArg {
+    // SAFETY: every caller created `handle` with at least `len` f32 values
+    // (or, for `DeviceF32::from_handle`, holds the caller's promise of it).
+    unsafe { BufferArg::from_raw_parts(handle.clone(), len) }
 }

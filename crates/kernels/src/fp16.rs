@@ -6,8 +6,8 @@
 use cubecl::prelude::*;
 use gradcomp_compress::Message;
 
-use crate::buffer::{read_bytes, u32_arg, DeviceF32, KernelError};
-use crate::{cubes_for, CUBE_UNITS};
+use crate::buffer::{read_prefix, u32_arg, DeviceF32, KernelError};
+use crate::grid;
 
 /// The binary16 bits of `v` in the low 16 bits.
 #[cube]
@@ -79,14 +79,9 @@ pub fn compress(client: &Client, g: &DeviceF32, out: &mut Message) -> Result<(),
     }
     let n_words = g.len.div_ceil(2);
     let words = client.empty(n_words * 4);
-    pack_halves::launch(
-        client,
-        CubeCount::Static(cubes_for(n_words, 1), 1, 1),
-        CubeDim::new_1d(CUBE_UNITS),
-        g.arg(),
-        u32_arg(&words, n_words),
-    );
-    let bytes = read_bytes(client, &words)?;
-    m.values.extend(bytes[..g.len * 2].chunks_exact(2).map(|b| u16::from_le_bytes([b[0], b[1]])));
+    let (cubes, dim) = grid(n_words, 1);
+    pack_halves::launch(client, cubes, dim, g.arg(), u32_arg(&words, n_words));
+    let bytes = read_prefix(client, &words, g.len * 2)?;
+    m.values.extend(bytes.chunks_exact(2).map(|b| u16::from_le_bytes([b[0], b[1]])));
     Ok(())
 }

@@ -7,14 +7,19 @@
 //! one collective. Only the compressed payload (packed codes, halves, the
 //! selected pairs) and a few per-block statistics cross to the host.
 //!
+//! - [`compressor`]: [`DeviceCompressor`], from a `CompressorConfig` to its
+//!   kernels: the one entry point trainers and benchmarks use.
 //! - [`reduce`]: per-block sums, sums of squares and max |x| (scalers, norms).
 //! - [`fp16`]: the half-precision baseline, rounding exactly as `half` does.
 //! - [`terngrad`]: TernGrad's scaler, stochastic ternarization and 2-bit
 //!   packing in one pass.
+//! - [`qsgd`]: per-bucket norms, then stochastic levels two to a word.
+//! - [`onebit`]: sign bits and the two means, summed in the CPU's order.
 //! - [`select`]: exact Top-k by radix select and the ordered compaction that
-//!   every threshold sparsifier shares.
+//!   every threshold sparsifier shares (Gaussian-k, DGC-k, threshold), and
+//!   Rand-k's gather.
 //! - [`aggregate`]: decoding and summing N workers' ternary codes on the device.
-//! - [`memory`]: error feedback with the residual kept on the device.
+//! - [`memory`]: error feedback and DGC momentum with their state on the device.
 //!
 //! Deterministic compressors are byte-identical to the CPU reference;
 //! stochastic ones draw from a counter-based hash instead of the CPU's
@@ -28,16 +33,21 @@
 
 pub mod aggregate;
 pub mod buffer;
+pub mod compressor;
 pub mod device;
 pub mod fp16;
 mod hash;
 pub mod memory;
+pub mod onebit;
+pub mod qsgd;
 pub mod reduce;
 pub mod select;
 pub mod terngrad;
 
 pub use buffer::{DeviceF32, KernelError};
+pub use compressor::DeviceCompressor;
 pub use cubecl::prelude::Client;
+use cubecl::prelude::{CubeCount, CubeDim};
 
 /// Waits until every kernel launched on `client` has finished.
 pub fn sync(client: &Client) -> Result<(), KernelError> {
@@ -54,4 +64,10 @@ pub(crate) const CUBE_UNITS: u32 = 256;
 pub(crate) fn cubes_for(work: usize, per_unit: usize) -> u32 {
     let units = work.div_ceil(per_unit.max(1));
     units.div_ceil(CUBE_UNITS as usize).clamp(1, 4096) as u32
+}
+
+/// The launch geometry of a grid-stride kernel over `work` items of
+/// `per_unit` each: [`cubes_for`] cubes of [`CUBE_UNITS`] units.
+pub(crate) fn grid(work: usize, per_unit: usize) -> (CubeCount, CubeDim) {
+    (CubeCount::Static(cubes_for(work, per_unit), 1, 1), CubeDim::new_1d(CUBE_UNITS))
 }

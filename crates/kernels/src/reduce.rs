@@ -7,8 +7,8 @@
 
 use cubecl::prelude::*;
 
-use crate::buffer::{read_bytes, DeviceF32, KernelError};
-use crate::{cubes_for, CUBE_UNITS};
+use crate::buffer::{f32_arg, read_f32s, DeviceF32, KernelError};
+use crate::grid;
 
 /// Statistics of one vector.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -96,20 +96,13 @@ pub fn stats(client: &Client, x: &DeviceF32) -> Result<Stats, KernelError> {
     if x.len == 0 {
         return Ok(Stats::default());
     }
-    let cubes = cubes_for(x.len, 16);
-    let partials = client.empty(cubes as usize * 3 * 4);
-    block_stats::launch(
-        client,
-        CubeCount::Static(cubes, 1, 1),
-        CubeDim::new_1d(CUBE_UNITS),
-        x.arg(),
-        // SAFETY: allocated just above with 3 floats per cube.
-        unsafe { BufferArg::from_raw_parts(partials.clone(), cubes as usize * 3) },
-    );
-    let bytes = read_bytes(client, &partials)?;
-    let p = f32::from_bytes(&bytes);
+    let (cubes, dim) = grid(x.len, 16);
+    // One partial triple per cube: the count the geometry just chose.
+    let n_partials = crate::cubes_for(x.len, 16) as usize * 3;
+    let partials = client.empty(n_partials * 4);
+    block_stats::launch(client, cubes, dim, x.arg(), f32_arg(&partials, n_partials));
     let mut st = Stats { len: x.len, ..Stats::default() };
-    for c in p[..cubes as usize * 3].chunks_exact(3) {
+    for c in read_f32s(client, &partials, n_partials)?.chunks_exact(3) {
         st.sum += f64::from(c[0]);
         st.sum_sq += f64::from(c[1]);
         st.max_abs = st.max_abs.max(c[2]);

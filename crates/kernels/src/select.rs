@@ -16,6 +16,9 @@
 //! of the ties (ties go to the lowest indices, as on the CPU); a second pass
 //! writes the pairs in ascending index order.
 //!
+//! **DGC-k** samples on the device, radix-selects the sample's threshold and
+//! then reuses the count and write passes.
+//!
 //! **Rand-k** needs no pass over the data: the host draws the indices with
 //! the CPU's own code and the device gathers their values. The result is the CPU's
 //! `SparseMessage`, index for index and bit for bit.
@@ -23,14 +26,15 @@
 use cubecl::prelude::*;
 use gradcomp_compress::message::{SparseMessage, SparseWire, ValueEncoding};
 use gradcomp_compress::reduce::mean_and_std_from_sums;
+use gradcomp_compress::sparsify::dgck::DgcKConfig;
 use gradcomp_compress::sparsify::gaussiank::normal_quantile;
 use gradcomp_compress::sparsify::randk::{self, RandK, RandKConfig};
 use gradcomp_compress::sparsify::Selector;
 use gradcomp_compress::{k_for, Message, UnitContext};
 
-use crate::buffer::{read_bytes, read_u32s, u32_arg, zeros_u32, DeviceF32, KernelError};
+use crate::buffer::{f32_arg, read_f32s, read_u32s, u32_arg, zeros_u32, DeviceF32, KernelError};
+use crate::grid;
 use crate::reduce;
-use crate::{cubes_for, CUBE_UNITS};
 
 /// Elements per unit in the compaction passes.
 pub const CHUNK: usize = 256;
@@ -122,20 +126,20 @@ fn write_chunks(
 /// The key (magnitude bits) of the k-th largest |x|, and how many elements
 /// with exactly that key belong to the top k. `1 ≤ k ≤ x.len`.
 pub fn kth_largest_key(client: &Client, x: &DeviceF32, k: usize) -> Result<(u32, usize), KernelError> {
-    let cubes = cubes_for(x.len, 16);
     let mut prefix = 0u32;
     let mut mask = 0u32;
     let mut remaining = k; // rank of the target among the elements matching `prefix`
     for pass in 0..4u32 {
         let shift = 24 - 8 * pass;
         let hist = zeros_u32(client, 256);
+        let (cubes, dim) = grid(x.len, 16);
         radix_histogram::launch(
             client,
-            CubeCount::Static(cubes, 1, 1),
-            CubeDim::new_1d(CUBE_UNITS),
+            cubes,
+            dim,
             x.arg(),
-            // SAFETY: 256 counters, allocated just above.
-            unsafe { BufferArg::from_raw_parts(hist.clone(), 256) },
+            // The 256 counters, allocated just above (atomics take a u32 binding).
+            u32_arg(&hist, 256),
             prefix,
             mask,
             shift,
@@ -186,15 +190,8 @@ pub fn count(client: &Client, x: &DeviceF32, thr: u32) -> Result<ChunkCounts, Ke
         return Ok(ChunkCounts { thr, counts: Vec::new() });
     }
     let counts = client.empty(units * 2 * 4);
-    count_chunks::launch(
-        client,
-        CubeCount::Static(cubes_for(units, 1), 1, 1),
-        CubeDim::new_1d(CUBE_UNITS),
-        x.arg(),
-        u32_arg(&counts, units * 2),
-        thr,
-        CHUNK,
-    );
+    let (cubes, dim) = grid(units, 1);
+    count_chunks::launch(client, cubes, dim, x.arg(), u32_arg(&counts, units * 2), thr, CHUNK);
     Ok(ChunkCounts { thr, counts: read_u32s(client, &counts, units * 2)? })
 }
 
@@ -226,20 +223,20 @@ pub fn write(
     let plan_h = client.create_from_slice(u32::as_bytes(&plan));
     let idx = client.empty(offset * 4);
     let val = client.empty(offset * 4);
+    let (cubes, dim) = grid(units, 1);
     write_chunks::launch(
         client,
-        CubeCount::Static(cubes_for(units, 1), 1, 1),
-        CubeDim::new_1d(CUBE_UNITS),
+        cubes,
+        dim,
         x.arg(),
         u32_arg(&plan_h, units * 2),
         u32_arg(&idx, offset),
-        // SAFETY: allocated just above with `offset` floats.
-        unsafe { BufferArg::from_raw_parts(val.clone(), offset) },
+        f32_arg(&val, offset),
         counts.thr,
         CHUNK,
     );
     out.indices.extend(read_u32s(client, &idx, offset)?);
-    out.values.extend_from_slice(&f32::from_bytes(&read_bytes(client, &val)?)[..offset]);
+    out.values.extend(read_f32s(client, &val, offset)?);
     Ok(())
 }
 
@@ -265,6 +262,19 @@ pub fn collect_above(
 ) -> Result<(), KernelError> {
     let (key, ties) = strictly_above(thr);
     write(client, x, &count(client, x, key)?, ties, out)
+}
+
+/// The key threshold and tie allowance that select `{|x| ≥ thr}` (DGC-k's
+/// inclusive comparison): `thr ≤ 0` keeps every non-NaN element, a NaN
+/// threshold none.
+fn at_or_above(thr: f32) -> (u32, usize) {
+    if thr <= 0.0 {
+        (0, usize::MAX)
+    } else if thr.is_nan() {
+        (0x7f80_0000, 0)
+    } else {
+        (thr.to_bits() & 0x7fff_ffff, usize::MAX)
+    }
 }
 
 /// Starts a sparse message of `len` elements.
@@ -364,6 +374,70 @@ pub fn top_k(
     Ok(())
 }
 
+/// `out[j] = x[start + j·step]`. Signs are kept: the radix keys clear them.
+#[cube(launch)]
+fn strided(x: &[f32], out: &mut [f32], start: u32, step: u32) {
+    let stride = CUBE_COUNT * CUBE_DIM as usize;
+    let mut j = ABSOLUTE_POS;
+    while j < out.len() {
+        out[j] = x[start as usize + j * step as usize];
+        j += stride;
+    }
+}
+
+/// DGC's sampled top-k (ALGORITHMS.md §3.4), decision for decision the
+/// CPU's `DgcK`: the same strided sample from the same random start, its
+/// exact top-ρ threshold (a radix select over the sample, on the device),
+/// up to 10 rounds that lower it by 0.8 while fewer than 0.8k elements
+/// reach it, and an exact top-k when more than 1.3k do. Every comparison is
+/// exact, so the message is the CPU's bit for bit.
+pub fn dgc_k(
+    client: &Client,
+    x: &DeviceF32,
+    config: &DgcKConfig,
+    ctx: &UnitContext,
+    out: &mut Message,
+) -> Result<(), KernelError> {
+    let d = x.len;
+    let k = k_for(config.density, d);
+    let m = sparse(out, d, config.wire);
+    if k == 0 || d == 0 {
+        return Ok(());
+    }
+    let rho = k as f64 / d as f64;
+    let wanted = (config.sample_fraction * d as f64).max(2.0 / rho).ceil() as usize;
+    let step = d / wanted.clamp(1, d);
+    let start = ctx.key.rng().below(step as u64) as usize;
+    let n = (d - start).div_ceil(step);
+    let samples = DeviceF32::from_handle(client.empty(n * 4), n);
+    let (cubes, dim) = grid(n, 1);
+    strided::launch(client, cubes, dim, x.arg(), samples.arg(), start as u32, step as u32);
+    let top = ((n as f64 * rho).ceil() as usize).clamp(1, n);
+    let mut thr = f32::from_bits(kth_largest_key(client, &samples, top)?.0);
+
+    let (low, high) = (0.8 * k as f64, 1.3 * k as f64);
+    for round in 0..DGC_MAX_ADAPT {
+        let (key, ties) = at_or_above(thr);
+        let counts = count(client, x, key)?;
+        let selected = counts.above() + counts.equal().min(ties);
+        if selected as f64 > high {
+            let (thr, ties) = kth_largest_key(client, x, k)?;
+            write(client, x, &count(client, x, thr)?, ties, m)?;
+            break;
+        }
+        if selected as f64 >= low || round + 1 == DGC_MAX_ADAPT {
+            write(client, x, &counts, ties, m)?;
+            break;
+        }
+        thr *= 0.8;
+    }
+    finish(m);
+    Ok(())
+}
+
+/// DGC-k's adaptation rounds before the threshold is accepted as it is.
+const DGC_MAX_ADAPT: usize = 10;
+
 #[cube(launch)]
 fn gather(x: &[f32], indices: &[u32], values: &mut [f32]) {
     let stride = CUBE_COUNT * CUBE_DIM as usize;
@@ -392,16 +466,9 @@ pub fn rand_k(
     if kept > 0 {
         let idx = client.create_from_slice(u32::as_bytes(&m.indices));
         let val = client.empty(kept * 4);
-        gather::launch(
-            client,
-            CubeCount::Static(cubes_for(kept, 1), 1, 1),
-            CubeDim::new_1d(CUBE_UNITS),
-            x.arg(),
-            u32_arg(&idx, kept),
-            // SAFETY: allocated just above with `kept` floats.
-            unsafe { BufferArg::from_raw_parts(val.clone(), kept) },
-        );
-        m.values.extend_from_slice(&f32::from_bytes(&read_bytes(client, &val)?)[..kept]);
+        let (cubes, dim) = grid(kept, 1);
+        gather::launch(client, cubes, dim, x.arg(), u32_arg(&idx, kept), f32_arg(&val, kept));
+        m.values.extend(read_f32s(client, &val, kept)?);
     }
     let scale = selector.value_scale(k, x.len);
     if scale != 1.0 {

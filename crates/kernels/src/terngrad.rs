@@ -8,10 +8,10 @@ use cubecl::prelude::*;
 use gradcomp_compress::quantize::terngrad::TernGradConfig;
 use gradcomp_compress::{Message, RngKey};
 
-use crate::buffer::{read_bytes, u32_arg, DeviceF32, KernelError};
+use crate::buffer::{read_prefix, u32_arg, DeviceF32, KernelError};
+use crate::grid;
 use crate::hash::{draw, stream_words};
 use crate::reduce;
-use crate::{cubes_for, CUBE_UNITS};
 
 /// Codes of 16 elements per word, element `j` in bits `2j..2j+2`: `0b01` = +1,
 /// `0b10` = −1, 0 = dropped, as the CPU's `pack_ternary`. `b_k = 1` iff a
@@ -84,19 +84,9 @@ impl DeviceTernGrad {
         let n_words = g.len.div_ceil(16);
         let words = client.empty(n_words * 4);
         let (k0, k1) = stream_words(key);
-        pack_ternary::launch(
-            client,
-            CubeCount::Static(cubes_for(n_words, 1), 1, 1),
-            CubeDim::new_1d(CUBE_UNITS),
-            g.arg(),
-            u32_arg(&words, n_words),
-            1.0 / m.scale,
-            k0,
-            k1,
-        );
-        let bytes = read_bytes(client, &words)?;
-        let len = m.packed.len();
-        m.packed.copy_from_slice(&bytes[..len]);
+        let (cubes, dim) = grid(n_words, 1);
+        pack_ternary::launch(client, cubes, dim, g.arg(), u32_arg(&words, n_words), 1.0 / m.scale, k0, k1);
+        m.packed = read_prefix(client, &words, m.packed.len())?;
         Ok(())
     }
 }

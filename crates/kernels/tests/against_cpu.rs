@@ -14,7 +14,7 @@ use gradcomp_compress::message::{SparseWire, TernaryMessage};
 use gradcomp_compress::quantize::terngrad::{TernGrad, TernGradConfig};
 use gradcomp_compress::{reduce, Compressor, CompressorConfig, Message, RngKey, UnitContext, UnitRng};
 use gradcomp_kernels::terngrad::DeviceTernGrad;
-use gradcomp_kernels::{aggregate, fp16, reduce as dreduce, select, DeviceF32};
+use gradcomp_kernels::{aggregate, fp16, onebit, reduce as dreduce, select, DeviceF32};
 use proptest::prelude::*;
 
 fn client() -> &'static Client {
@@ -375,4 +375,191 @@ fn rand_k_is_identical_to_the_cpu() {
             assert_eq!(wire(&dev), wire(&cpu), "same_seed {same_seed} unbiased {unbiased} density {density}");
         }
     }
+}
+
+/// Gradients at many scales with zeros, negative zeros and NaN: the inputs
+/// where a sign rule or a reduction order shows.
+fn awkward(n: usize, seed: u64) -> Vec<f32> {
+    let mut g = gaussian(n, seed);
+    for (i, v) in g.iter_mut().enumerate() {
+        match i % 97 {
+            0 => *v = 0.0,
+            1 => *v = -0.0,
+            2 => *v *= 1e6,
+            3 => *v *= 1e-6,
+            _ => {}
+        }
+    }
+    g
+}
+
+/// 1-bit: the same sign bits and, because the device adds in the CPU's
+/// order, the same two means, bit for bit.
+#[test]
+fn one_bit_is_bit_identical_to_the_cpu() {
+    for (n, seed) in [(1usize, 1u64), (7, 2), (1023, 3), (1025, 4), (8 * 1024 + 5, 5), (300_007, 6)] {
+        let g = awkward(n, seed);
+        let cpu = cpu_message(&CompressorConfig::Onebit(Default::default()), &g, &UnitContext::default());
+        let mut dev = Message::default();
+        onebit::compress(client(), &DeviceF32::upload(client(), &g), &mut dev).unwrap();
+        assert_eq!(dev, cpu, "n {n}");
+        assert_eq!(wire(&dev), wire(&cpu), "n {n}");
+    }
+    // NaN is a negative sign, as on the CPU (and makes the negative mean NaN).
+    let g = [1.0, f32::NAN, -2.0, 3.0];
+    let cpu = cpu_message(&CompressorConfig::Onebit(Default::default()), &g, &UnitContext::default());
+    let mut dev = Message::default();
+    onebit::compress(client(), &DeviceF32::upload(client(), &g), &mut dev).unwrap();
+    assert_eq!(wire(&dev), wire(&cpu));
+}
+
+/// QSGD: norms equal to rounding, levels bounded and signed like the input,
+/// and the decoded vector unbiased (measured over many independent steps).
+#[test]
+fn qsgd_norms_match_and_levels_are_unbiased() {
+    use gradcomp_compress::quantize::qsgd::{Qsgd, QsgdConfig};
+    use gradcomp_kernels::qsgd::DeviceQsgd;
+    let n = 5000;
+    let mut g = awkward(n, 12);
+    g[600..1112].fill(0.0); // one whole bucket of zeros sends zeros
+    let config = QsgdConfig { levels: 4, bucket: 512 };
+    let x = DeviceF32::upload(client(), &g);
+    let dev_q = DeviceQsgd::new(config.clone());
+    let mut cpu = Message::default();
+    Qsgd::new(config.clone()).compress(&g, &UnitContext::default(), &mut cpu);
+    let Message::Qsgd(c) = &cpu else { panic!("not a QSGD message") };
+
+    let steps = 300u64;
+    let mut mean = vec![0.0f64; n];
+    for step in 0..steps {
+        let mut msg = Message::default();
+        dev_q.compress(client(), &x, &RngKey::new(3, 0, step, 0), &mut msg).unwrap();
+        let Message::Qsgd(m) = &msg else { panic!("not a QSGD message") };
+        assert_eq!((m.levels, m.bucket, m.codes.len(), m.norms.len()), (4, 512, n, c.norms.len()));
+        for (b, (d, h)) in m.norms.iter().zip(&c.norms).enumerate() {
+            assert!((d - h).abs() <= 1e-5 * h, "bucket {b}: norm {d} vs {h}");
+        }
+        for (i, (&code, &v)) in m.codes.iter().zip(&g).enumerate() {
+            assert!(code.abs() <= 4, "element {i}: level {code}");
+            assert!(code == 0 || (code < 0) == v.is_sign_negative(), "element {i}: {v} -> {code}");
+        }
+        for (acc, q) in mean.iter_mut().zip(decode(&msg, n)) {
+            *acc += f64::from(q) / steps as f64;
+        }
+    }
+    // Each draw is norm/s times a level within one of |v|·s/norm: sd ≤ norm/(2s).
+    for (b, chunk) in g.chunks(512).enumerate() {
+        let tol = 5.0 * f64::from(c.norms[b]) / 4.0 / 2.0 / (steps as f64).sqrt() + 1e-12;
+        for (j, &v) in chunk.iter().enumerate() {
+            let i = b * 512 + j;
+            assert!((mean[i] - f64::from(v)).abs() <= tol, "element {i}: mean {} vs {v}", mean[i]);
+        }
+    }
+    assert!(mean[600..1112].iter().all(|&m| m == 0.0));
+}
+
+/// DGC-k: the same sample, threshold, adaptation and fallback as the CPU,
+/// so the same message; with the same key, on ordinary and tied inputs.
+#[test]
+fn dgc_k_is_identical_to_the_cpu() {
+    use gradcomp_compress::sparsify::dgck::DgcKConfig;
+    for (n, seed) in [(10usize, 1u64), (4999, 2), (200_003, 3)] {
+        for ties in [false, true] {
+            let mut g = gaussian(n, seed);
+            if ties {
+                g.iter_mut().for_each(|v| *v = (*v * 2.0).round() / 2.0);
+            }
+            let x = DeviceF32::upload(client(), &g);
+            for density in [0.001, 0.01, 0.2] {
+                for sample_fraction in [0.01, 0.3] {
+                    let config = DgcKConfig { density, sample_fraction, ..DgcKConfig::default() };
+                    let ctx = UnitContext { key: RngKey::new(4, 1, n as u64, 0), ..UnitContext::default() };
+                    let cpu = cpu_message(&CompressorConfig::Dgck(config.clone()), &g, &ctx);
+                    let mut dev = Message::default();
+                    select::dgc_k(client(), &x, &config, &ctx, &mut dev).unwrap();
+                    assert_eq!(
+                        wire(&dev),
+                        wire(&cpu),
+                        "n {n} ties {ties} density {density} sample {sample_fraction}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// DGC momentum on the device: `u` and `v` equal the CPU's after every step,
+/// with sparse messages (masking where sent) and a dense one (masking all).
+#[test]
+fn dgc_momentum_on_the_device_tracks_the_cpu_bit_for_bit() {
+    use gradcomp_compress::memory::{DgcMomentum, Memory};
+    use gradcomp_kernels::memory::DeviceDgcMomentum;
+    let n = 10_007;
+    let mut cpu_m = DgcMomentum::new(0.9);
+    let mut dev_m = DeviceDgcMomentum::new(0.9);
+    for step in 0..5u64 {
+        let g = gaussian(n, 70 + step);
+        let v = cpu_m.compensate(&g, 0.1).to_vec();
+        let dev_v = dev_m.compensate(client(), &DeviceF32::upload(client(), &g)).clone();
+        assert_eq!(dev_v.read(client()).unwrap(), v, "step {step}: velocity");
+        let config = if step == 3 { CompressorConfig::fp16() } else { CompressorConfig::topk(0.01) };
+        let sent = cpu_message(&config, &v, &UnitContext::default());
+        cpu_m.update(&sent);
+        dev_m.update(client(), &sent).unwrap();
+        let (u, v) = dev_m.state().unwrap();
+        let (u, v) = (u.read(client()).unwrap(), v.read(client()).unwrap());
+        let [cu, cv] = cpu_m.state()[..] else { panic!("two buffers") };
+        assert!(u.iter().zip(cu).all(|(a, b)| a.to_bits() == b.to_bits()), "step {step}: u");
+        assert!(v.iter().zip(cv).all(|(a, b)| a.to_bits() == b.to_bits()), "step {step}: v");
+    }
+    // Out-of-range indices are an error, not a wild write.
+    let bad = Message::Sparse(gradcomp_compress::message::SparseMessage {
+        len: n,
+        indices: vec![n as u32],
+        values: vec![1.0],
+        ..Default::default()
+    });
+    assert!(dev_m.update(client(), &bad).is_err());
+}
+
+/// Every method with a device form, through the one entry point: the
+/// deterministic ones produce the CPU's wire bytes; the rest are refused
+/// with an error that names them.
+#[test]
+fn device_compressor_matches_the_cpu_for_every_deterministic_method() {
+    use gradcomp_compress::sparsify::randk::RandKConfig;
+    use gradcomp_kernels::{DeviceCompressor, KernelError};
+    let g = awkward(50_001, 21);
+    let x = DeviceF32::upload(client(), &g);
+    let ctx = UnitContext { key: RngKey::new(8, 0, 3, 1), ..UnitContext::default() };
+    let configs = [
+        CompressorConfig::dense(),
+        CompressorConfig::fp16(),
+        CompressorConfig::Onebit(Default::default()),
+        CompressorConfig::topk(0.01),
+        CompressorConfig::gaussiank(0.01),
+        CompressorConfig::Dgck(Default::default()),
+        CompressorConfig::Randk(RandKConfig { density: 0.01, ..RandKConfig::default() }),
+        CompressorConfig::threshold(0.5),
+    ];
+    for config in configs {
+        let cpu = cpu_message(&config, &g, &ctx);
+        let mut dev = Message::default();
+        DeviceCompressor::new(&config).unwrap().compress(client(), &x, &ctx, &mut dev).unwrap();
+        assert_eq!(wire(&dev), wire(&cpu), "{config:?}");
+    }
+    for config in [CompressorConfig::Trimmedk(Default::default()), CompressorConfig::Esgd(Default::default())]
+    {
+        let err = DeviceCompressor::new(&config).unwrap_err();
+        assert!(matches!(err, KernelError::Unsupported(_)), "{err}");
+        assert!(err.to_string().contains("cpu"), "{err}");
+    }
+}
+
+#[test]
+fn a_short_device_buffer_is_an_error_not_a_panic() {
+    let x = DeviceF32::upload(client(), &[1.0, 2.0]);
+    let claimed = DeviceF32::from_handle(x.handle.clone(), 1000);
+    let err = claimed.read(client()).unwrap_err();
+    assert!(err.to_string().contains("expected"), "{err}");
 }

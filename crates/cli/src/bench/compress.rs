@@ -120,11 +120,7 @@ pub fn run(args: &Args) -> Result<()> {
             },
         );
         for &name in &names {
-            let sparse =
-                CompressorConfig::named(name).and_then(|c| c.density()).is_some() || name == "threshold";
-            let cases: Vec<Option<f64>> =
-                if sparse { densities.iter().map(|&d| Some(d)).collect() } else { vec![None] };
-            for density in cases {
+            for density in density_cases(name, &densities) {
                 let cfg = config_for(name, density);
                 for row in measure(&cfg, &x, density, read, min_time) {
                     summary.note(&row);
@@ -156,6 +152,17 @@ fn on_device(args: &Args, _: &[usize], _: &[f64], _: &[&str], _: Duration) -> Re
         "--device {}: this gradcomp was built without device kernels; rebuild with `cargo build --release -p gradcomp-cli --features wgpu` (or `cuda`, after scripts/install-gpu-deps.sh)",
         args.device
     )
+}
+
+/// The densities `name` is measured at: each of `densities` for a sparsifier
+/// (the threshold compressor's τ is derived from one), none for the rest.
+pub(super) fn density_cases(name: &str, densities: &[f64]) -> Vec<Option<f64>> {
+    let sparse = CompressorConfig::named(name).and_then(|c| c.density()).is_some() || name == "threshold";
+    if sparse {
+        densities.iter().map(|&d| Some(d)).collect()
+    } else {
+        vec![None]
+    }
 }
 
 /// The configuration measured for `name` at `density`: defaults, except the

@@ -10,19 +10,12 @@
 use std::time::Duration;
 
 use anyhow::{anyhow, Result};
-use gradcomp_compress::message::SparseWire;
-use gradcomp_compress::quantize::terngrad::TernGradConfig;
-use gradcomp_compress::sparsify::randk::RandKConfig;
 use gradcomp_compress::{codec, Message, RngKey, UnitContext, UnitRng};
 use gradcomp_kernels::aggregate::TernaryCodes;
-use gradcomp_kernels::terngrad::DeviceTernGrad;
-use gradcomp_kernels::{fp16, reduce, select, DeviceF32};
+use gradcomp_kernels::{reduce, DeviceCompressor, DeviceF32};
 
-use super::compress::{config_for, emit, Row};
+use super::compress::{config_for, density_cases, emit, Row};
 use super::timing::median_seconds;
-
-/// The compressors with a device kernel.
-pub const DEVICE_COMPRESSORS: [&str; 6] = ["terngrad", "fp16", "topk", "gaussiank", "threshold", "randk"];
 
 pub fn run(
     device: &str,
@@ -42,7 +35,9 @@ pub fn run(
             "compressor", "op", "elements", "density", "ms", "GB/s", "x read", "selected"
         );
     }
-    let missing: Vec<&str> = names.iter().copied().filter(|n| !DEVICE_COMPRESSORS.contains(n)).collect();
+    let on_device: Vec<&str> =
+        names.iter().copied().filter(|n| DeviceCompressor::new(&config_for(n, None)).is_ok()).collect();
+    let missing: Vec<&str> = names.iter().copied().filter(|n| !on_device.contains(n)).collect();
     for &n in sizes {
         let mut rng = UnitRng::from_parts(&[seed, n as u64]);
         let host: Vec<f32> = (0..n).map(|_| rng.next_gaussian() as f32).collect();
@@ -80,40 +75,17 @@ pub fn run(
             }
         };
         print(&row("read_pass", "stats", None, read, &Message::Dense(Default::default())));
-        for &name in names.iter().filter(|n| DEVICE_COMPRESSORS.contains(n)) {
-            let sparse = !matches!(name, "terngrad" | "fp16");
-            let cases: Vec<Option<f64>> =
-                if sparse { densities.iter().map(|&d| Some(d)).collect() } else { vec![None] };
-            for density in cases {
+        for &name in &on_device {
+            for density in density_cases(name, densities) {
+                let config = config_for(name, density);
+                let mut compressor = DeviceCompressor::new(&config).map_err(|e| anyhow!("{e}"))?;
                 let mut msg = Message::default();
                 let mut step = 0u64;
-                let tg = DeviceTernGrad::new(TernGradConfig::default());
-                let mut compress = |msg: &mut Message| {
+                let secs = median_seconds(min_time, 5, || {
                     step += 1;
-                    let key = RngKey::new(7, 0, step, 0);
-                    let wire = SparseWire::default();
-                    let r = match (name, density) {
-                        ("terngrad", _) => tg.compress(&client, &x, None, &key, msg),
-                        ("fp16", _) => fp16::compress(&client, &x, msg),
-                        ("topk", Some(d)) => select::top_k(&client, &x, d, wire, msg),
-                        ("gaussiank", Some(d)) => select::gaussian_k(&client, &x, d, wire, msg),
-                        ("threshold", Some(d)) => {
-                            let gradcomp_compress::CompressorConfig::Threshold(t) = config_for(name, Some(d))
-                            else {
-                                unreachable!("config_for(threshold) is a threshold config")
-                            };
-                            select::threshold(&client, &x, t.threshold, wire, msg)
-                        }
-                        ("randk", Some(d)) => {
-                            let config = RandKConfig { density: d, ..RandKConfig::default() };
-                            let ctx = UnitContext { key, ..UnitContext::default() };
-                            select::rand_k(&client, &x, &config, &ctx, msg)
-                        }
-                        _ => unreachable!("sparsifiers always have a density here"),
-                    };
-                    r.expect("device compress");
-                };
-                let secs = median_seconds(min_time, 5, || compress(&mut msg));
+                    let ctx = UnitContext { key: RngKey::new(7, 0, step, 0), ..UnitContext::default() };
+                    compressor.compress(&client, &x, &ctx, &mut msg).expect("device compress");
+                });
                 print(&row(name, "compress", density, secs, &msg));
                 if name == "terngrad" {
                     let secs = ternary_aggregate(&client, &msg, n, min_time)?;
@@ -123,7 +95,7 @@ pub fn run(
         }
     }
     if !missing.is_empty() && !json {
-        println!("\nno device kernel yet (CPU only): {}", missing.join(", "));
+        println!("\nno device kernel (CPU only): {}", missing.join(", "));
     }
     Ok(())
 }

@@ -1,0 +1,125 @@
+//! 1-bit SGD on the device (ALGORITHMS.md §5): a sign bit per element and
+//! the means of the non-negative and of the negative elements.
+//!
+//! The means are bit-identical to the CPU's, not just close: the CPU sums
+//! each block of 1024 elements in 8 f32 lanes (lane = index mod 8) and folds
+//! the lanes into f64 block by block. Here one unit owns one (block, lane)
+//! pair and adds its 128 elements in the same order, and the host folds the
+//! partials in the CPU's order. Bits are packed 32 to a word in a second,
+//! fully coalesced pass.
+
+use cubecl::prelude::*;
+use gradcomp_compress::Message;
+
+use crate::buffer::{f32_arg, read_f32s, read_prefix, read_u32s, u32_arg, DeviceF32, KernelError};
+use crate::grid;
+
+/// Elements per block of the CPU's sums, and lanes per block.
+const BLOCK: usize = 1024;
+const LANES: usize = 8;
+
+/// Word `w` holds the sign bits of elements `32w..32w+32`, element `i` in bit
+/// `i mod 32` (so its little-endian bytes are the CPU's byte layout): 1 for
+/// `x ≥ 0`, 0 for negative and NaN.
+// The bounds test stays a separate `if`: the DSL's `&&` does not short-circuit,
+// so a merged condition would read past the end.
+#[allow(clippy::collapsible_if)]
+#[cube(launch)]
+fn pack_signs(x: &[f32], words: &mut [u32]) {
+    let n = x.len();
+    let stride = CUBE_COUNT * CUBE_DIM as usize;
+    let mut w = ABSOLUTE_POS;
+    while w < words.len() {
+        let mut word = 0u32;
+        #[unroll]
+        for j in 0..32u32 {
+            let i = w * 32 + j as usize;
+            if i < n {
+                if x[i] >= 0.0f32 {
+                    word |= 1u32 << j;
+                }
+            }
+        }
+        words[w] = word;
+        w += stride;
+    }
+}
+
+/// Per (block, lane), unit `t` = block·8 + lane: the f32 sum of the lane's
+/// non-negative elements, of its negative ones, and the count of
+/// non-negatives, each added in index order as the CPU adds them.
+#[cube(launch)]
+fn lane_sums(x: &[f32], pos: &mut [f32], neg: &mut [f32], n_pos: &mut [u32]) {
+    let n = x.len();
+    let stride = CUBE_COUNT * CUBE_DIM as usize;
+    let mut t = ABSOLUTE_POS;
+    while t < pos.len() {
+        // BLOCK = 1024 elements, LANES = 8 (the DSL takes literals here).
+        let block_start = (t / 8) * 1024;
+        let mut end = block_start + 1024;
+        if end > n {
+            end = n;
+        }
+        let mut p = 0.0f32;
+        let mut q = 0.0f32;
+        let mut c = 0u32;
+        let mut i = block_start + t % 8;
+        while i < end {
+            let v = x[i];
+            if v >= 0.0f32 {
+                p += v;
+                c += 1u32;
+            } else {
+                q += v;
+            }
+            i += 8;
+        }
+        pos[t] = p;
+        neg[t] = q;
+        n_pos[t] = c;
+        t += stride;
+    }
+}
+
+/// The 1-bit compressor's message for `g`: [`Message::Sign`].
+pub fn compress(client: &Client, g: &DeviceF32, out: &mut Message) -> Result<(), KernelError> {
+    let m = out.sign_mut();
+    m.len = g.len;
+    m.bits.clear();
+    m.positive = 0.0;
+    m.negative = 0.0;
+    if g.len == 0 {
+        return Ok(());
+    }
+    let n_words = g.len.div_ceil(32);
+    let words = client.empty(n_words * 4);
+    let (cubes, dim) = grid(n_words, 1);
+    pack_signs::launch(client, cubes, dim, g.arg(), u32_arg(&words, n_words));
+
+    let units = g.len.div_ceil(BLOCK) * LANES;
+    let (pos, neg, cnt) = (client.empty(units * 4), client.empty(units * 4), client.empty(units * 4));
+    let (cubes, dim) = grid(units, 1);
+    lane_sums::launch(
+        client,
+        cubes,
+        dim,
+        g.arg(),
+        f32_arg(&pos, units),
+        f32_arg(&neg, units),
+        u32_arg(&cnt, units),
+    );
+    m.bits = read_prefix(client, &words, g.len.div_ceil(8))?;
+    let (p, q, c) =
+        (read_f32s(client, &pos, units)?, read_f32s(client, &neg, units)?, read_u32s(client, &cnt, units)?);
+    // The CPU's fold: per block, the 8 lanes summed in f64, then added.
+    let (mut pos_sum, mut neg_sum) = (0.0f64, 0.0f64);
+    for (pb, qb) in p.chunks_exact(LANES).zip(q.chunks_exact(LANES)) {
+        pos_sum += pb.iter().map(|&v| f64::from(v)).sum::<f64>();
+        neg_sum += qb.iter().map(|&v| f64::from(v)).sum::<f64>();
+    }
+    let pos_n: usize = c.iter().map(|&v| v as usize).sum();
+    let neg_n = g.len - pos_n;
+    m.positive = if pos_n > 0 { (pos_sum / pos_n as f64) as f32 } else { 0.0 };
+    m.negative = if neg_n > 0 { (neg_sum / neg_n as f64) as f32 } else { 0.0 };
+    Ok(())
+}

@@ -1,0 +1,174 @@
+//! QSGD on the device (Alistarh et al., 2017; ALGORITHMS.md §5): one pass for
+//! the per-bucket norms (a cube per bucket, folded in shared memory), one
+//! that draws, rounds and writes two signed 16-bit levels per word.
+//!
+//! The level rule is the CPU's: `r = |v|·s/n`, level `⌊r⌋ + [u < r − ⌊r⌋]`
+//! with `u` on the 2⁻²⁴ grid, capped at `s`, signed by `v`'s sign bit; a
+//! bucket whose norm is 0 or not finite sends zeros. The norms differ from
+//! the CPU's in rounding only (f32 tree sums against f32 lanes folded in
+//! f64), and the draws come from the counter hash, so the messages agree in
+//! distribution.
+
+use cubecl::prelude::*;
+use gradcomp_compress::quantize::qsgd::{QsgdConfig, MAX_LEVELS};
+use gradcomp_compress::{Message, RngKey};
+
+use crate::buffer::{f32_arg, read_f32s, read_prefix, u32_arg, DeviceF32, KernelError};
+use crate::hash::{draw, stream_words};
+use crate::{grid, CUBE_UNITS};
+
+/// `norms[b] = ‖x[b·bucket .. (b+1)·bucket]‖₂`, or 0 when that is not finite.
+#[cube(launch)]
+fn bucket_norms(x: &[f32], norms: &mut [f32], bucket: u32) {
+    let n = x.len();
+    let u = UNIT_POS as usize;
+    let mut sh = Shared::<[f32]>::new_slice(256usize);
+    let mut b = CUBE_POS;
+    while b < norms.len() {
+        let start = b * bucket as usize;
+        let mut end = start + bucket as usize;
+        if end > n {
+            end = n;
+        }
+        let mut q = 0.0f32;
+        let mut i = start + u;
+        while i < end {
+            let v = x[i];
+            q += v * v;
+            i += CUBE_DIM as usize;
+        }
+        sh[u] = q;
+        sync_cube();
+        #[unroll]
+        for level in 0..8u32 {
+            let half = comptime!(128usize >> level);
+            if u < half {
+                sh[u] += sh[u + half];
+            }
+            sync_cube();
+        }
+        if u == 0 {
+            let norm = f32::sqrt(sh[0]);
+            // Finite iff the exponent bits are not all ones.
+            if (u32::reinterpret(norm) & 0x7f80_0000u32) == 0x7f80_0000u32 {
+                norms[b] = 0.0f32;
+            } else {
+                norms[b] = norm;
+            }
+        }
+        // Every unit must be done reading `sh` before the next bucket writes it.
+        sync_cube();
+        b += CUBE_COUNT;
+    }
+}
+
+/// The signed level of element `i`, as the low 16 bits of a u32 (i16 two's
+/// complement).
+#[cube]
+fn level_bits(v: f32, scale: f32, max_level: u32, i: u32, k0: u32, k1: u32) -> u32 {
+    let bits = u32::reinterpret(v);
+    let r = f32::reinterpret(bits & 0x7fff_ffffu32) * scale;
+    let floor = f32::floor(r);
+    let d = f32::cast_from(draw(i, k0, k1) >> 8u32) * (1.0f32 / 16_777_216.0f32);
+    let mut level = u32::cast_from(floor);
+    if d < r - floor {
+        level += 1u32;
+    }
+    if level > max_level {
+        level = max_level;
+    }
+    let mut out = level;
+    if (bits >> 31u32) == 1u32 {
+        out = (0u32 - level) & 0xffffu32;
+    }
+    out
+}
+
+/// Word `w` holds the levels of elements `2w` (low half) and `2w+1`.
+#[cube(launch)]
+fn quantize(x: &[f32], norms: &[f32], words: &mut [u32], bucket: u32, levels: u32, k0: u32, k1: u32) {
+    let n = x.len();
+    let stride = CUBE_COUNT * CUBE_DIM as usize;
+    let mut w = ABSOLUTE_POS;
+    while w < words.len() {
+        let mut word = 0u32;
+        #[unroll]
+        for j in 0..2u32 {
+            let i = w * 2 + j as usize;
+            if i < n {
+                let norm = norms[i / bucket as usize];
+                if norm > 0.0f32 {
+                    let scale = f32::cast_from(levels) / norm;
+                    word |= level_bits(x[i], scale, levels, i as u32, k0, k1) << (16u32 * j);
+                }
+            }
+        }
+        words[w] = word;
+        w += stride;
+    }
+}
+
+/// QSGD with the CPU compressor's options.
+#[derive(Clone, Debug, Default)]
+pub struct DeviceQsgd {
+    pub config: QsgdConfig,
+}
+
+impl DeviceQsgd {
+    pub fn new(config: QsgdConfig) -> Self {
+        Self { config }
+    }
+
+    /// [`Message::Qsgd`] for `g`, drawing from `key`'s stream.
+    pub fn compress(
+        &self,
+        client: &Client,
+        g: &DeviceF32,
+        key: &RngKey,
+        out: &mut Message,
+    ) -> Result<(), KernelError> {
+        // The CPU's clamps: levels in 1..=MAX_LEVELS, buckets of at least 1.
+        let levels = self.config.levels.clamp(1, MAX_LEVELS);
+        let bucket = self.config.bucket.clamp(1, u32::MAX as usize);
+        let m = out.qsgd_mut();
+        m.levels = levels;
+        m.bucket = bucket as u32;
+        m.norms.clear();
+        m.codes.clear();
+        if g.len == 0 {
+            return Ok(());
+        }
+        let n_buckets = g.len.div_ceil(bucket);
+        let norms = client.empty(n_buckets * 4);
+        // A cube per bucket; the loop inside covers buckets past the cap.
+        let cubes = n_buckets.clamp(1, 65_535) as u32;
+        bucket_norms::launch(
+            client,
+            CubeCount::Static(cubes, 1, 1),
+            CubeDim::new_1d(CUBE_UNITS),
+            g.arg(),
+            f32_arg(&norms, n_buckets),
+            bucket as u32,
+        );
+        let n_words = g.len.div_ceil(2);
+        let words = client.empty(n_words * 4);
+        let (k0, k1) = stream_words(key);
+        let (cubes, dim) = grid(n_words, 1);
+        quantize::launch(
+            client,
+            cubes,
+            dim,
+            g.arg(),
+            f32_arg(&norms, n_buckets),
+            u32_arg(&words, n_words),
+            bucket as u32,
+            levels,
+            k0,
+            k1,
+        );
+        m.norms = read_f32s(client, &norms, n_buckets)?;
+        let bytes = read_prefix(client, &words, g.len * 2)?;
+        m.codes.extend(bytes.chunks_exact(2).map(|b| i16::from_le_bytes([b[0], b[1]])));
+        Ok(())
+    }
+}
