@@ -71,15 +71,10 @@ impl DeviceCompressor {
     }
 
     /// Sets the density of a density-driven sparsifier (DGC's warm-up
-    /// schedule drives it), as `Compressor::set_density` does.
+    /// schedule drives it), as `Compressor::set_density` does; other methods
+    /// ignore it.
     pub fn set_density(&mut self, density: f64) {
-        match &mut self.config {
-            CompressorConfig::Topk(c) => c.density = density,
-            CompressorConfig::Gaussiank(c) => c.density = density,
-            CompressorConfig::Dgck(c) => c.density = density,
-            CompressorConfig::Randk(c) => c.density = density,
-            _ => {}
-        }
+        self.config.set_density(density);
     }
 
     /// The configuration this compressor runs.

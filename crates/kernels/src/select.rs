@@ -26,7 +26,7 @@
 use cubecl::prelude::*;
 use gradcomp_compress::message::{SparseMessage, SparseWire, ValueEncoding};
 use gradcomp_compress::reduce::mean_and_std_from_sums;
-use gradcomp_compress::sparsify::dgck::DgcKConfig;
+use gradcomp_compress::sparsify::dgck::{DgcKConfig, MAX_ADAPT};
 use gradcomp_compress::sparsify::gaussiank::normal_quantile;
 use gradcomp_compress::sparsify::randk::{self, RandK, RandKConfig};
 use gradcomp_compress::sparsify::Selector;
@@ -180,6 +180,11 @@ impl ChunkCounts {
     pub fn equal(&self) -> usize {
         self.counts.chunks_exact(2).map(|c| c[1] as usize).sum()
     }
+
+    /// What [`write`] with this tie allowance selects.
+    pub fn selected(&self, ties: usize) -> usize {
+        self.above() + self.equal().min(ties)
+    }
 }
 
 /// Counts, per chunk of [`CHUNK`] elements, the keys above and equal to `thr`.
@@ -240,16 +245,17 @@ pub fn write(
     Ok(())
 }
 
-/// The key threshold and tie allowance that select `{|x| > thr}`: a negative
-/// threshold keeps every (non-NaN) element, a NaN one none, as the CPU's
-/// comparisons do.
-fn strictly_above(thr: f32) -> (u32, usize) {
+/// The key threshold and tie allowance that select `{|x| > thr}`, or
+/// `{|x| ≥ thr}` when `inclusive` (the CPU's `collect_abs_above` flag): a
+/// negative threshold keeps every (non-NaN) element, a NaN one none, as the
+/// CPU's comparisons do.
+fn key_threshold(thr: f32, inclusive: bool) -> (u32, usize) {
     if thr < 0.0 {
         (0, usize::MAX)
     } else if thr.is_nan() {
         (0x7f80_0000, 0)
     } else {
-        (thr.to_bits() & 0x7fff_ffff, 0)
+        (thr.to_bits() & 0x7fff_ffff, if inclusive { usize::MAX } else { 0 })
     }
 }
 
@@ -260,21 +266,8 @@ pub fn collect_above(
     thr: f32,
     out: &mut SparseMessage,
 ) -> Result<(), KernelError> {
-    let (key, ties) = strictly_above(thr);
+    let (key, ties) = key_threshold(thr, false);
     write(client, x, &count(client, x, key)?, ties, out)
-}
-
-/// The key threshold and tie allowance that select `{|x| ≥ thr}` (DGC-k's
-/// inclusive comparison): `thr ≤ 0` keeps every non-NaN element, a NaN
-/// threshold none.
-fn at_or_above(thr: f32) -> (u32, usize) {
-    if thr <= 0.0 {
-        (0, usize::MAX)
-    } else if thr.is_nan() {
-        (0x7f80_0000, 0)
-    } else {
-        (thr.to_bits() & 0x7fff_ffff, usize::MAX)
-    }
 }
 
 /// Starts a sparse message of `len` elements.
@@ -335,9 +328,9 @@ pub fn gaussian_k(
     let mut thr = (mu + z * sd) as f32;
     let (low, high) = (2.0 * k as f64 / 3.0, 4.0 * k as f64 / 3.0);
     for round in 0..3 {
-        let (key, ties) = strictly_above(thr);
+        let (key, ties) = key_threshold(thr, false);
         let counts = count(client, x, key)?;
-        let n = (counts.above() + counts.equal().min(ties)) as f64;
+        let n = counts.selected(ties) as f64;
         if round == 2 || (n >= low && n <= high) {
             write(client, x, &counts, ties, m)?;
             break;
@@ -346,6 +339,13 @@ pub fn gaussian_k(
     }
     finish(m);
     Ok(())
+}
+
+/// Writes the exact top k of `x` (`1 ≤ k < x.len`): radix select, then the
+/// ordered write with the k-th key's share of ties.
+fn write_top_k(client: &Client, x: &DeviceF32, k: usize, out: &mut SparseMessage) -> Result<(), KernelError> {
+    let (thr, ties) = kth_largest_key(client, x, k)?;
+    write(client, x, &count(client, x, thr)?, ties, out)
 }
 
 /// Exact Top-k of `x` at density `density` as the CPU's `TopK` sparsifier
@@ -367,8 +367,7 @@ pub fn top_k(
         m.indices.extend(0..x.len as u32);
         m.values.extend(x.read(client)?);
     } else {
-        let (thr, ties) = kth_largest_key(client, x, k)?;
-        write(client, x, &count(client, x, thr)?, ties, m)?;
+        write_top_k(client, x, k, m)?;
     }
     finish(m);
     Ok(())
@@ -416,16 +415,15 @@ pub fn dgc_k(
     let mut thr = f32::from_bits(kth_largest_key(client, &samples, top)?.0);
 
     let (low, high) = (0.8 * k as f64, 1.3 * k as f64);
-    for round in 0..DGC_MAX_ADAPT {
-        let (key, ties) = at_or_above(thr);
+    for round in 0..MAX_ADAPT {
+        let (key, ties) = key_threshold(thr, true);
         let counts = count(client, x, key)?;
-        let selected = counts.above() + counts.equal().min(ties);
+        let selected = counts.selected(ties);
         if selected as f64 > high {
-            let (thr, ties) = kth_largest_key(client, x, k)?;
-            write(client, x, &count(client, x, thr)?, ties, m)?;
+            write_top_k(client, x, k, m)?;
             break;
         }
-        if selected as f64 >= low || round + 1 == DGC_MAX_ADAPT {
+        if selected as f64 >= low || round + 1 == MAX_ADAPT {
             write(client, x, &counts, ties, m)?;
             break;
         }
@@ -434,9 +432,6 @@ pub fn dgc_k(
     finish(m);
     Ok(())
 }
-
-/// DGC-k's adaptation rounds before the threshold is accepted as it is.
-const DGC_MAX_ADAPT: usize = 10;
 
 #[cube(launch)]
 fn gather(x: &[f32], indices: &[u32], values: &mut [f32]) {

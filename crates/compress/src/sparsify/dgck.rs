@@ -40,8 +40,9 @@ impl DgcK {
     }
 }
 
-/// Adaptation rounds before the threshold is accepted as it is.
-const MAX_ADAPT: usize = 10;
+/// Adaptation rounds before the threshold is accepted as it is (the device
+/// kernel runs the same rounds).
+pub const MAX_ADAPT: usize = 10;
 
 impl Selector for DgcK {
     fn name(&self) -> &'static str {
