@@ -8,6 +8,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use clap::Args as ClapArgs;
+use gradcomp_train::api::Site;
 use gradcomp_train::config::{parse_override, ConfigError, TrainConfig};
 use gradcomp_train::records::EpochRecord;
 use gradcomp_train::trainer::{self, Observer, Progress, RunOptions, TrainError};
@@ -72,6 +73,8 @@ struct Printer {
     quiet: bool,
     start: Instant,
     last_line: Instant,
+    /// Whether the line saying where compression runs was printed.
+    site_shown: bool,
 }
 
 impl Printer {
@@ -98,6 +101,16 @@ impl Observer for Printer {
     fn step(&mut self, p: &Progress) {
         if self.quiet {
             return;
+        }
+        if !self.site_shown {
+            self.site_shown = true;
+            match &p.site {
+                Site::Device => {
+                    eprintln!("compressing on the GPU: gradients and memories stay in device memory")
+                }
+                Site::Host(why) => eprintln!("compressing on the host ({why})"),
+                Site::Undecided => self.site_shown = false,
+            }
         }
         if self.tty {
             let width = 30;
@@ -150,6 +163,8 @@ pub fn run(a: &TrainArgs) -> Result<()> {
         quiet: a.quiet,
         start: Instant::now(),
         last_line: Instant::now(),
+        // On the CPU there is nothing to say about where compression runs.
+        site_shown: cfg.device == gradcomp_train::device::DeviceSpec::Cpu,
     };
     let summary = trainer::train(&cfg, RunOptions { resume: a.resume, stop }, Box::new(printer))
         .map_err(train_error)?;

@@ -10,7 +10,7 @@ pub enum KernelError {
     Read(String),
     #[error("{0}")]
     Input(String),
-    #[error("no device kernel for compressor `{0}`: run it on the CPU path (device = \"cpu\")")]
+    #[error("no device kernel for compressor `{0}`: it compresses on the host")]
     Unsupported(String),
 }
 

@@ -20,6 +20,7 @@
 //!   Rand-k's gather.
 //! - [`aggregate`]: decoding and summing N workers' ternary codes on the device.
 //! - [`memory`]: error feedback and DGC momentum with their state on the device.
+//! - [`elementwise`]: scaling (DGC's local clipping).
 //!
 //! Deterministic compressors are byte-identical to the CPU reference;
 //! stochastic ones draw from a counter-based hash instead of the CPU's
@@ -35,6 +36,7 @@ pub mod aggregate;
 pub mod buffer;
 pub mod compressor;
 pub mod device;
+pub mod elementwise;
 pub mod fp16;
 mod hash;
 pub mod memory;

@@ -163,6 +163,12 @@ impl DeviceErrorFeedback {
     pub fn residual(&self) -> Option<&DeviceF32> {
         self.residual.as_ref()
     }
+
+    /// Sets the residual to `e` (a checkpoint's, or a host memory's); empty
+    /// means no step has run.
+    pub fn restore(&mut self, client: &Client, e: &[f32]) {
+        self.residual = (!e.is_empty()).then(|| DeviceF32::upload(client, e));
+    }
 }
 
 /// DGC momentum correction with factor masking (ALGORITHMS.md §3.4), the
@@ -203,5 +209,19 @@ impl DeviceDgcMomentum {
     /// `(u, v)`, if any step has run.
     pub fn state(&self) -> Option<(&DeviceF32, &DeviceF32)> {
         self.state.as_ref().map(|(u, v)| (u, v))
+    }
+
+    /// Sets `(u, v)` (a checkpoint's, or a host memory's); empty means no
+    /// step has run.
+    pub fn restore(&mut self, client: &Client, u: &[f32], v: &[f32]) -> Result<(), KernelError> {
+        if u.len() != v.len() {
+            return Err(KernelError::Input(format!(
+                "DGC momentum's u and v differ in length ({} and {})",
+                u.len(),
+                v.len()
+            )));
+        }
+        self.state = (!u.is_empty()).then(|| (DeviceF32::upload(client, u), DeviceF32::upload(client, v)));
+        Ok(())
     }
 }

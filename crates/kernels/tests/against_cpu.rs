@@ -520,6 +520,31 @@ fn dgc_momentum_on_the_device_tracks_the_cpu_bit_for_bit() {
         ..Default::default()
     });
     assert!(dev_m.update(client(), &bad).is_err());
+    // State restored from the host continues where the host left off.
+    let (cu, cv) = (cpu_m.state()[0].to_vec(), cpu_m.state()[1].to_vec());
+    let mut fresh = DeviceDgcMomentum::new(0.9);
+    fresh.restore(client(), &cu, &cv).unwrap();
+    let g = gaussian(n, 99);
+    let next = cpu_m.compensate(&g, 0.1).to_vec();
+    let dev_next = fresh.compensate(client(), &DeviceF32::upload(client(), &g)).read(client()).unwrap();
+    assert!(dev_next.iter().zip(&next).all(|(a, b)| a.to_bits() == b.to_bits()), "after restore");
+    assert!(fresh.restore(client(), &cu, &cv[1..]).is_err(), "u and v of different lengths");
+}
+
+#[test]
+fn scaling_on_the_device_is_the_cpus_product_and_leaves_its_input() {
+    let g = awkward(5_003, 17);
+    let dev = DeviceF32::upload(client(), &g);
+    let s = 0.3712f32;
+    let out = gradcomp_kernels::elementwise::scaled(client(), &dev, s).unwrap().read(client()).unwrap();
+    assert!(out.iter().zip(&g).all(|(o, x)| o.to_bits() == (s * x).to_bits()));
+    assert_eq!(dev.read(client()).unwrap(), g, "the input was modified");
+    let empty = DeviceF32::from_handle(client().empty(4), 0);
+    assert!(gradcomp_kernels::elementwise::scaled(client(), &empty, s)
+        .unwrap()
+        .read(client())
+        .unwrap()
+        .is_empty());
 }
 
 /// Every method with a device form, through the one entry point: the

@@ -370,6 +370,13 @@ pub struct CompressionConfig {
     /// DGC's local gradient clipping: each worker scales its gradient to norm
     /// at most `local_clip · N^(−1/2)` before its memory (0: off).
     pub local_clip: f64,
+    /// Compress on the model's device when its gradients live on a GPU
+    /// (a cubecl device: `cuda`, `wgpu`) and the run has a device form
+    /// (synchronous exchange; every method but trimmed top-k and eSGD):
+    /// memories stay in device memory and only messages cross to the host.
+    /// False compresses on the host. Builds without the `cuda` and `wgpu`
+    /// features always compress on the host.
+    pub on_device: bool,
 }
 
 impl Default for CompressionConfig {
@@ -382,6 +389,7 @@ impl Default for CompressionConfig {
             warmup: DensitySchedule::None,
             exclude: Exclusions::default(),
             local_clip: 0.0,
+            on_device: true,
         }
     }
 }

@@ -15,6 +15,8 @@ pub mod checkpoint;
 pub mod config;
 pub mod data;
 pub mod device;
+#[cfg(feature = "device-kernels")]
+pub mod device_grad;
 pub mod layout;
 #[cfg(feature = "learner")]
 pub mod learner;

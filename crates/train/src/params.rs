@@ -28,6 +28,14 @@ impl GradSource for Gradients {
     }
 }
 
+/// Borrowed gradients, so the caller keeps them (to hand the same gradients
+/// to two handles, or to burn afterwards).
+impl<G: GradSource> GradSource for &G {
+    fn grad<const D: usize>(&self, param: &Param<Tensor<D>>) -> Option<Tensor<D>> {
+        (**self).grad(param)
+    }
+}
+
 impl GradSource for GradientsParams {
     fn grad<const D: usize>(&self, param: &Param<Tensor<D>>) -> Option<Tensor<D>> {
         self.get(param.id)
@@ -88,6 +96,13 @@ pub fn read_params<M: Module>(model: &M, out: &mut Vec<f32>) {
 /// The gradients of the model's trainable parameters, flat. A parameter the
 /// loss does not depend on gets zeros.
 pub fn read_grads<M: Module, G: GradSource>(model: &M, grads: &G, out: &mut Vec<f32>) {
+    flatten_into(grad_tensors(model, grads), out);
+}
+
+/// The gradient of each trainable parameter, flattened to one dimension and
+/// left on its device, in layout order (zeros where the loss does not depend
+/// on the parameter).
+pub(crate) fn grad_tensors<M: Module, G: GradSource>(model: &M, grads: &G) -> Vec<Tensor<1>> {
     struct Grads<'a, G> {
         grads: &'a G,
         out: Vec<Tensor<1>>,
@@ -107,7 +122,7 @@ pub fn read_grads<M: Module, G: GradSource>(model: &M, grads: &G, out: &mut Vec<
     }
     let mut v = Grads { grads, out: Vec::new() };
     model.visit(&mut v);
-    flatten_into(v.out, out);
+    v.out
 }
 
 /// The device the model's trainable parameters live on, without autodiff

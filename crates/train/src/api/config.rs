@@ -113,6 +113,12 @@ impl DataParallelConfig {
         self
     }
 
+    /// Whether to compress on the model's GPU when it can (`compression.on_device`).
+    pub fn with_on_device(mut self, on_device: bool) -> Self {
+        self.compression.on_device = on_device;
+        self
+    }
+
     pub fn with_server(mut self, server: ServerPlace) -> Self {
         self.server = server;
         self

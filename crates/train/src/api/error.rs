@@ -29,6 +29,8 @@ pub enum SyncError {
     Usage(String),
     #[error("cannot restore the data-parallel state: {0}")]
     State(String),
+    #[error("worker {rank}: {message}; set compression.on_device = false to compress on the host")]
+    Device { rank: usize, message: String },
 }
 
 impl SyncError {
@@ -46,6 +48,7 @@ impl SyncError {
         match e {
             StrategyError::Comm(source) => SyncError::Comm { rank, source },
             StrategyError::Codec { rank: sender, source } => SyncError::Codec { rank, sender, source },
+            e @ StrategyError::Device(_) => SyncError::Device { rank, message: e.to_string() },
         }
     }
 }

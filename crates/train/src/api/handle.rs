@@ -107,6 +107,31 @@ pub struct DataParallel {
     /// All workers' strategy bytes through the previous step (agreement round).
     group_sent: u64,
     last: StepStats,
+    /// Where the exchange compresses: decided at the first step, from where
+    /// burn left the gradient and whether the strategy has a device form.
+    site: Site,
+}
+
+/// Where this worker compresses.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub enum Site {
+    /// Not decided yet (no step has run).
+    #[default]
+    Undecided,
+    /// On the model's GPU: the gradient stays in device memory and only
+    /// messages cross to the host.
+    Device,
+    /// On the host, and why (a CPU model, `compression.on_device = false`,
+    /// a method or strategy without a device form, or a build without the
+    /// `cuda`/`wgpu` features).
+    Host(String),
+}
+
+/// This step's gradient: read into `DataParallel::grad`, or left on the device.
+enum StepGrad {
+    Host,
+    #[cfg(feature = "device-kernels")]
+    Device(crate::device_grad::DeviceGrad),
 }
 
 impl DataParallelConfig {
@@ -173,6 +198,7 @@ impl DataParallelConfig {
             earlier: (0, 0),
             group_sent: 0,
             last: StepStats::default(),
+            site: Site::Undecided,
         };
         Ok((dp, model))
     }
@@ -204,6 +230,11 @@ impl DataParallel {
     /// The compression units (empty for CELGC without compressed deltas).
     pub fn units(&self) -> &[Unit] {
         self.strategy.units()
+    }
+
+    /// Where this worker compresses (decided at the first [`sync`](Self::sync)).
+    pub fn site(&self) -> &Site {
+        &self.site
     }
 
     /// What the last [`sync`](Self::sync) did on this worker.
@@ -326,10 +357,11 @@ impl DataParallel {
             self.compare_checksums(step)?;
         }
         let t = Instant::now();
-        params::read_grads(model, &grads, &mut self.grad);
+        let grad = self.take_grad(model, &grads)?;
         drop(grads);
         let read_seconds = t.elapsed().as_secs_f64();
-        let agreed = self.agree(step)?;
+        let bad = self.find_nonfinite(&grad)?;
+        let agreed = self.agree(step, bad)?;
         let mut stats = StepStats {
             step,
             loss: self.loss.take(),
@@ -352,14 +384,17 @@ impl DataParallel {
         }
         let measure = self.cfg.stats_every > 0 && step.is_multiple_of(self.cfg.stats_every);
         if measure && self.rank() == 0 {
+            self.grad_on_host(&grad)?;
             stats.histogram = Some(Histogram::symmetric(&self.grad, 41));
         }
         let input = StepInput { step, lr, loss: stats.loss, measure };
         let rank = self.rank();
-        let combined = self
-            .strategy
-            .combine(&input, &mut self.grad, &mut self.out, &mut *self.c)
-            .map_err(|e| SyncError::from_strategy(rank, e))?;
+        let combined = match &grad {
+            StepGrad::Host => self.strategy.combine(&input, &mut self.grad, &mut self.out, &mut *self.c),
+            #[cfg(feature = "device-kernels")]
+            StepGrad::Device(g) => self.strategy.combine_device(&input, g, &mut self.out, &mut *self.c),
+        }
+        .map_err(|e| SyncError::from_strategy(rank, e))?;
         let t = Instant::now();
         let grads = params::grads_params(model, &self.out);
         stats.write_seconds = t.elapsed().as_secs_f64();
@@ -418,12 +453,114 @@ impl DataParallel {
         Ok(())
     }
 
-    /// The agreement round: non-finite values, losses and stop requests,
-    /// one small allreduce.
-    fn agree(&mut self, step: u64) -> Result<Agreed, SyncError> {
+    /// This step's gradient where the exchange compresses it: on the device
+    /// (left where burn put it), or read into `self.grad`. The first step
+    /// decides the [`Site`].
+    fn take_grad<M: Module, G: GradSource>(&mut self, model: &M, grads: &G) -> Result<StepGrad, SyncError> {
+        #[cfg(feature = "device-kernels")]
+        if matches!(self.site, Site::Undecided | Site::Device) {
+            if let Some(g) = self.device_grad(model, grads)? {
+                return Ok(StepGrad::Device(g));
+            }
+        }
+        if self.site == Site::Undecided {
+            self.site = Site::Host(if cfg!(feature = "device-kernels") {
+                "compression.on_device = false".into()
+            } else {
+                "this build has no device kernels (cargo features cuda, wgpu)".into()
+            });
+        }
+        params::read_grads(model, grads, &mut self.grad);
+        Ok(StepGrad::Host)
+    }
+
+    /// The gradient as device buffers, one per unit, when the exchange runs
+    /// on the device; at the first step, moves the strategy there if it can
+    /// and records why not otherwise.
+    #[cfg(feature = "device-kernels")]
+    fn device_grad<M: Module, G: GradSource>(
+        &mut self,
+        model: &M,
+        grads: &G,
+    ) -> Result<Option<crate::device_grad::DeviceGrad>, SyncError> {
+        use crate::device_grad::DeviceGrad;
+        if !self.cfg.compression.on_device {
+            return Ok(None);
+        }
+        if self.site == Site::Device {
+            // The memories live on the device now: a gradient that left it
+            // (a model moved to the CPU mid-run) cannot go back to the host path.
+            return DeviceGrad::from_burn(model, grads, self.strategy.units())
+                .ok_or_else(|| SyncError::Device {
+                    rank: self.rank(),
+                    message: "the gradients left the GPU after the exchange moved its memories there".into(),
+                })
+                .map(Some);
+        }
+        if self.strategy.units().is_empty() {
+            self.site = Site::Host(format!("strategy `{}` compresses on the host", self.strategy.name()));
+            return Ok(None);
+        }
+        let Some(g) = DeviceGrad::from_burn(model, grads, self.strategy.units()) else {
+            self.site = Site::Host("the gradients are not f32 tensors on a GPU (cuda, wgpu) device".into());
+            return Ok(None);
+        };
+        match self.strategy.to_device(&g.client) {
+            Ok(()) => {
+                self.site = Site::Device;
+                Ok(Some(g))
+            }
+            Err(why) => {
+                self.site = Site::Host(why);
+                Ok(None)
+            }
+        }
+    }
+
+    /// Copies a device gradient into `self.grad` (measured steps, error reports).
+    fn grad_on_host(&mut self, grad: &StepGrad) -> Result<(), SyncError> {
+        match grad {
+            StepGrad::Host => Ok(()),
+            #[cfg(feature = "device-kernels")]
+            StepGrad::Device(g) => g
+                .read(&mut self.grad)
+                .map_err(|e| SyncError::Device { rank: self.rank(), message: e.to_string() }),
+        }
+    }
+
+    /// This worker's first non-finite value: the loss, or the tensor holding it.
+    fn find_nonfinite(&mut self, grad: &StepGrad) -> Result<Option<(&'static str, String)>, SyncError> {
+        if self.loss.is_some_and(|l| !l.is_finite()) {
+            return Ok(Some(("loss", "(loss)".to_string())));
+        }
+        match grad {
+            StepGrad::Host => {}
+            #[cfg(feature = "device-kernels")]
+            StepGrad::Device(g) => {
+                let device = |e: gradcomp_kernels::KernelError| SyncError::Device {
+                    rank: self.rank(),
+                    message: e.to_string(),
+                };
+                if g.all_finite().map_err(device)? {
+                    return Ok(None);
+                }
+                self.grad_on_host(grad)?;
+            }
+        }
+        if gradcomp_compress::reduce::all_finite(&self.grad) {
+            return Ok(None);
+        }
+        let Some(j) = self.grad.iter().position(|g| !g.is_finite()) else {
+            return Ok(None);
+        };
+        Ok(Some(("gradient", self.layout.slot_of(j).map_or_else(|| "?".into(), |s| s.name.clone()))))
+    }
+
+    /// The agreement round: non-finite values (`bad`, this worker's first),
+    /// losses and stop requests, one small allreduce.
+    fn agree(&mut self, step: u64, bad: Option<(&'static str, String)>) -> Result<Agreed, SyncError> {
         let t = Instant::now();
         let (rank, n) = (self.rank(), self.world_size());
-        let bad = self.find_nonfinite();
         // [stop, loss sum, losses, previous step's bytes, one non-finite flag per rank]
         const FLAGS: usize = 4;
         let mut control = vec![0.0f32; FLAGS + n];
@@ -451,18 +588,6 @@ impl DataParallel {
             mean_loss: (control[2] > 0.0).then(|| f64::from(control[1]) / f64::from(control[2])),
             seconds: t.elapsed().as_secs_f64(),
         })
-    }
-
-    /// This worker's first non-finite value: the loss, or the tensor holding it.
-    fn find_nonfinite(&self) -> Option<(&'static str, String)> {
-        if self.loss.is_some_and(|l| !l.is_finite()) {
-            return Some(("loss", "(loss)".to_string()));
-        }
-        if gradcomp_compress::reduce::all_finite(&self.grad) {
-            return None;
-        }
-        let j = self.grad.iter().position(|g| !g.is_finite())?;
-        Some(("gradient", self.layout.slot_of(j).map_or_else(|| "?".into(), |s| s.name.clone())))
     }
 
     /// Ends a step: its bytes (and a preceding round's) become the step's.

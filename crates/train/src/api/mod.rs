@@ -39,7 +39,7 @@ mod handle;
 
 pub use config::DataParallelConfig;
 pub use error::SyncError;
-pub use handle::{DataParallel, DataParallelState, StepStats, Synced};
+pub use handle::{DataParallel, DataParallelState, Site, StepStats, Synced};
 
 /// Everything a burn user needs for compressed data-parallel training.
 pub mod prelude {

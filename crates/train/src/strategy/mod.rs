@@ -65,6 +65,10 @@ pub enum StrategyError {
     Comm(#[from] CommError),
     #[error("corrupt message from worker {rank}: {source}")]
     Codec { rank: usize, source: CodecError },
+    /// A device kernel or transfer failed (the device was lost, or a buffer
+    /// did not hold what it should).
+    #[error("the device exchange failed: {0}")]
+    Device(String),
 }
 
 /// A strategy's state, for checkpoints: named flat buffers.
@@ -143,4 +147,27 @@ pub trait Strategy: Send {
     /// Restores [`Strategy::state`]. Errors (naming the buffer) if a buffer
     /// is missing or its length does not fit this model and configuration.
     fn restore(&mut self, state: &StateBuffers) -> Result<(), String>;
+
+    /// Moves the strategy's compression (memories and compressors) to the
+    /// device of `client`, so that [`Strategy::combine_device`] can run; the
+    /// error says why the strategy has no device form, and the caller keeps
+    /// [`Strategy::combine`].
+    #[cfg(feature = "device-kernels")]
+    fn to_device(&mut self, _client: &gradcomp_kernels::Client) -> Result<(), String> {
+        Err(format!("strategy `{}` compresses on the host", self.name()))
+    }
+
+    /// [`Strategy::combine`] for a gradient in device memory, after
+    /// [`Strategy::to_device`] succeeded: the same result, with only the
+    /// messages crossing to the host.
+    #[cfg(feature = "device-kernels")]
+    fn combine_device(
+        &mut self,
+        _input: &StepInput,
+        _grad: &crate::device_grad::DeviceGrad,
+        _out: &mut [f32],
+        _c: &mut dyn Collective,
+    ) -> Result<Combined, StrategyError> {
+        Err(StrategyError::Device(format!("strategy `{}` has no device form", self.name())))
+    }
 }

@@ -21,6 +21,18 @@ impl Synchronous {
     }
 }
 
+impl Synchronous {
+    /// DGC's local clipping: the factor that brings a gradient of squared
+    /// norm `norm_sq` to norm `local_clip · N^(−1/2)` (the bound shrinks with
+    /// N^(−1/2) because the N workers' gradients add up), if it exceeds it.
+    /// Only called with clipping on.
+    fn clip_scale(&self, norm_sq: f64, workers: usize) -> Option<f32> {
+        let bound = self.local_clip / (workers as f64).sqrt();
+        let norm = norm_sq.sqrt();
+        (norm > bound).then(|| (bound / norm) as f32)
+    }
+}
+
 impl Strategy for Synchronous {
     fn name(&self) -> &'static str {
         "sync"
@@ -47,17 +59,50 @@ impl Strategy for Synchronous {
         c: &mut dyn Collective,
     ) -> Result<Combined, StrategyError> {
         if self.local_clip > 0.0 {
-            // DGC's local clipping: the norm bound shrinks with N^(-1/2) because
-            // the N workers' gradients add up.
-            let bound = self.local_clip / (c.world_size() as f64).sqrt();
-            let norm = gradcomp_compress::reduce::sum_of_squares(grad).sqrt();
-            if norm > bound {
-                let scale = (bound / norm) as f32;
+            let norm_sq = gradcomp_compress::reduce::sum_of_squares(grad);
+            if let Some(scale) = self.clip_scale(norm_sq, c.world_size()) {
                 grad.iter_mut().for_each(|g| *g *= scale);
             }
         }
         let stats =
             self.exchange.exchange(grad, input.loss, out, input.step, input.lr as f32, input.measure, c)?;
+        Ok(Combined { lr: input.lr, extra: Vec::new(), stats })
+    }
+
+    #[cfg(feature = "device-kernels")]
+    fn to_device(&mut self, client: &gradcomp_kernels::Client) -> Result<(), String> {
+        self.exchange.to_device(client)
+    }
+
+    #[cfg(feature = "device-kernels")]
+    fn combine_device(
+        &mut self,
+        input: &StepInput,
+        grad: &crate::device_grad::DeviceGrad,
+        out: &mut [f32],
+        c: &mut dyn Collective,
+    ) -> Result<Combined, StrategyError> {
+        use gradcomp_kernels::{elementwise, reduce};
+        let device = |e: gradcomp_kernels::KernelError| StrategyError::Device(e.to_string());
+        let mut clipped = None;
+        if self.local_clip > 0.0 {
+            let mut norm_sq = 0.0;
+            for g in &grad.units {
+                norm_sq += reduce::stats(&grad.client, g).map_err(device)?.sum_sq;
+            }
+            if let Some(scale) = self.clip_scale(norm_sq, c.world_size()) {
+                let units = grad
+                    .units
+                    .iter()
+                    .map(|g| elementwise::scaled(&grad.client, g, scale))
+                    .collect::<Result<_, _>>()
+                    .map_err(device)?;
+                clipped = Some(crate::device_grad::DeviceGrad { client: grad.client.clone(), units });
+            }
+        }
+        let grad = clipped.as_ref().unwrap_or(grad);
+        let stats =
+            self.exchange.exchange_device(grad, out, input.step, input.lr as f32, input.measure, c)?;
         Ok(Combined { lr: input.lr, extra: Vec::new(), stats })
     }
 

@@ -82,6 +82,8 @@ pub struct Progress {
     pub bytes_sent: u64,
     pub last_accuracy: Option<f64>,
     pub last_perplexity: Option<f64>,
+    /// Where rank 0 compresses (the GPU, or the host and why).
+    pub site: crate::api::Site,
 }
 
 /// Receives progress on rank 0.

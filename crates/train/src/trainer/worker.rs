@@ -206,6 +206,7 @@ impl<'a, 's, M: Net> Worker<'a, 's, M> {
                 bytes_sent: self.dp.group_bytes_sent(),
                 last_accuracy: self.last_eval.0,
                 last_perplexity: self.last_eval.1,
+                site: self.dp.site().clone(),
             };
             self.sh.observer.lock().unwrap_or_else(|e| e.into_inner()).step(&progress);
         }

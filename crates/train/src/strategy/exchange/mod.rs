@@ -32,6 +32,9 @@ use super::{StateBuffers, StrategyError};
 use crate::config::{CompressionConfig, Granularity, Topology};
 use crate::layout::GradientLayout;
 
+#[cfg(feature = "device-kernels")]
+mod device;
+
 /// One compression unit: a range of the flat gradient.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Unit {
@@ -98,6 +101,23 @@ pub struct GradientExchange {
     down: Vec<u8>,
     scratch: Vec<f32>,
     server: ServerState,
+    /// What the compressors and memories were built from, for their device form.
+    spec: FrontSpec,
+    /// The compressors and memories on the device, once
+    /// [`GradientExchange::to_device`] moved them there.
+    #[cfg(feature = "device-kernels")]
+    device: Option<device::DeviceFront>,
+}
+
+/// The configuration of the units' compressors and memories.
+#[cfg_attr(not(feature = "device-kernels"), allow(dead_code))]
+struct FrontSpec {
+    compressor: CompressorConfig,
+    memory: MemoryKind,
+    residual: ResidualForm,
+    momentum: f32,
+    /// The density last set (warm-up), which a device form starts from.
+    density: Option<f64>,
 }
 
 /// The co-located server's reused buffers.
@@ -174,6 +194,15 @@ impl GradientExchange {
             down: Vec::new(),
             scratch: Vec::new(),
             server: ServerState::default(),
+            spec: FrontSpec {
+                compressor: compressor.clone(),
+                memory,
+                residual: c.residual,
+                momentum: c.dgc_momentum,
+                density: None,
+            },
+            #[cfg(feature = "device-kernels")]
+            device: None,
         }
     }
 
@@ -183,10 +212,28 @@ impl GradientExchange {
 
     pub fn set_density(&mut self, rho: f64) {
         self.compressors.iter_mut().for_each(|c| c.set_density(rho));
+        self.spec.density = Some(rho);
+        #[cfg(feature = "device-kernels")]
+        if let Some(d) = &mut self.device {
+            d.set_density(rho);
+        }
     }
 
-    /// The memories' state as named buffers (`{prefix}memory.{unit}.{i}`).
+    /// The memories' state as named buffers (`{prefix}memory.{unit}.{i}`),
+    /// read from the device when they live there (an unreadable device
+    /// buffer is a panic: the device is gone).
     pub fn state(&self, prefix: &str, out: &mut StateBuffers) {
+        #[cfg(feature = "device-kernels")]
+        if let Some(d) = &self.device {
+            for (u, bufs) in
+                d.state().expect("reading the device memories for a checkpoint").into_iter().enumerate()
+            {
+                for (i, b) in bufs.into_iter().enumerate() {
+                    out.insert(format!("{prefix}memory.{u}.{i}"), b);
+                }
+            }
+            return;
+        }
         for (u, mem) in self.memories.iter().enumerate() {
             for (i, b) in mem.state().into_iter().enumerate() {
                 out.insert(format!("{prefix}memory.{u}.{i}"), b.to_vec());
@@ -216,6 +263,11 @@ impl GradientExchange {
                 bufs.push(b.clone());
             }
             mem.restore(&bufs)?;
+        }
+        // A device form takes the restored state from the host memories.
+        #[cfg(feature = "device-kernels")]
+        if let Some(d) = &mut self.device {
+            d.load_memories(&self.memories).map_err(|e| e.to_string())?;
         }
         Ok(())
     }
@@ -285,18 +337,25 @@ impl GradientExchange {
         st.communicate_seconds = scalar_round + t.elapsed().as_secs_f64();
         // 5. Memories keep what was not sent; lr-scaled units return to gradient units.
         let t = Instant::now();
-        for (u, unit) in self.units.iter().enumerate() {
+        for u in 0..self.units.len() {
             if self.has_memory[u] {
                 self.memories[u].update(&self.msgs[u]);
             }
+        }
+        self.to_gradient_units(out, lr);
+        st.residual_norm = self.residual_norm();
+        st.decode_seconds = t.elapsed().as_secs_f64();
+        Ok(st)
+    }
+
+    /// Divides the aggregate of units with lr-scaled residuals by `lr`.
+    fn to_gradient_units(&self, out: &mut [f32], lr: f32) {
+        for (u, unit) in self.units.iter().enumerate() {
             if self.lr_scaled[u] {
                 let inv = 1.0 / lr;
                 out[unit.offset..unit.offset + unit.len].iter_mut().for_each(|o| *o *= inv);
             }
         }
-        st.residual_norm = self.residual_norm();
-        st.decode_seconds = t.elapsed().as_secs_f64();
-        Ok(st)
     }
 
     /// Compresses every unit into its message (`key` with the unit's id seeds
@@ -310,8 +369,7 @@ impl GradientExchange {
         measure: bool,
         st: &mut ExchangeStats,
     ) {
-        // Σ‖acc − C(acc)‖² and Σ‖acc‖² over compressed units, when measuring.
-        let (mut err_sum, mut norm_sum) = (0.0f64, 0.0f64);
+        let mut sums = ContractionSums::default();
         let encode_raw = self.topology == Topology::ParameterServer;
         for u in 0..self.units.len() {
             let x = unit_input(&self.units, &self.has_memory, &self.memories, grad, u);
@@ -332,17 +390,11 @@ impl GradientExchange {
             if st.extra.is_empty() {
                 st.extra = self.compressors[u].stats();
             }
-            st.selected += self.msgs[u].selected() as u64;
-            st.wire_bytes += codec::encoded_len(&self.msgs[u]) as u64;
-            if measure {
-                let norm = gradcomp_compress::reduce::sum_of_squares(x);
-                err_sum += norm * stats::contraction_ratio(x, &self.msgs[u], &mut self.scratch);
-                norm_sum += norm;
-                st.bound_ratios.push(stats::terngrad_bound_ratio(x));
-            }
+            let measured = measure.then_some(x);
+            account(&self.msgs[u], measured, &mut self.scratch, st, &mut sums);
         }
         if measure {
-            st.contraction = Some(if norm_sum > 0.0 { err_sum / norm_sum } else { 0.0 });
+            st.contraction = Some(sums.ratio());
         }
     }
 
@@ -540,6 +592,44 @@ impl GradientExchange {
             bytes = rest;
         }
         Ok(())
+    }
+}
+
+/// Σ‖acc − C(acc)‖² and Σ‖acc‖² over the compressed units of a measured step.
+#[derive(Default)]
+struct ContractionSums {
+    err: f64,
+    norm: f64,
+}
+
+impl ContractionSums {
+    /// The step's contraction ratio: Σ‖acc − C(acc)‖² / Σ‖acc‖² (0 for a zero gradient).
+    fn ratio(&self) -> f64 {
+        if self.norm > 0.0 {
+            self.err / self.norm
+        } else {
+            0.0
+        }
+    }
+}
+
+/// Counts a compressed unit's message into the step's statistics; `measured`
+/// is the compressed vector on a measured step (contraction and TernGrad's
+/// bound ratio).
+fn account(
+    msg: &Message,
+    measured: Option<&[f32]>,
+    scratch: &mut Vec<f32>,
+    st: &mut ExchangeStats,
+    sums: &mut ContractionSums,
+) {
+    st.selected += msg.selected() as u64;
+    st.wire_bytes += codec::encoded_len(msg) as u64;
+    if let Some(x) = measured {
+        let norm = gradcomp_compress::reduce::sum_of_squares(x);
+        sums.err += norm * stats::contraction_ratio(x, msg, scratch);
+        sums.norm += norm;
+        st.bound_ratios.push(stats::terngrad_bound_ratio(x));
     }
 }
 

@@ -1,0 +1,262 @@
+//! The device-resident exchange (a gradient left on the GPU, compressed by
+//! the device kernels, memories in device memory) against the host exchange
+//! on the same gradients: the same combined gradient bit for bit for every
+//! deterministic method, the same memory state, checkpoints that move
+//! between the two, and clear fallbacks. Runs on wgpu, which is Mesa's
+//! software Vulkan (lavapipe) where there is no GPU.
+#![cfg(feature = "wgpu")]
+
+use burn::module::Module;
+use burn::nn::{Linear, LinearConfig, Relu};
+use burn::optim::{GradientsParams, SgdConfig};
+use burn::tensor::{Device, DeviceKind, Tensor, TensorData};
+use gradcomp_comm::{InProcessCollective, InProcessGroup};
+use gradcomp_compress::sparsify::dgck::DgcKConfig;
+use gradcomp_compress::sparsify::randk::RandKConfig;
+use gradcomp_compress::CompressorConfig;
+use gradcomp_train::api::{DataParallel, DataParallelConfig, Site, SyncError};
+use gradcomp_train::config::{Exclusions, Granularity, Topology};
+use gradcomp_train::params;
+
+#[derive(Module, Debug)]
+struct Mlp {
+    a: Linear,
+    b: Linear,
+    relu: Relu,
+}
+
+impl Mlp {
+    fn new(device: &Device) -> Self {
+        Self {
+            a: LinearConfig::new(8, 32).init(device),
+            b: LinearConfig::new(32, 1).init(device),
+            relu: Relu::new(),
+        }
+    }
+
+    /// Mean squared error against `y = Σ x` on a batch made from `seed`.
+    fn loss(&self, seed: usize, device: &Device) -> Tensor<1> {
+        let x: Vec<f32> = (0..32 * 8).map(|i| (((seed * 31 + i * 7) % 13) as f32 - 6.0) / 6.0).collect();
+        let y: Vec<f32> = x.chunks(8).map(|r| r.iter().sum()).collect();
+        let x = Tensor::<2>::from_data(TensorData::new(x, [32, 8]), device);
+        let y = Tensor::<2>::from_data(TensorData::new(y, [32, 1]), device);
+        let d = self.b.forward(self.relu.forward(self.a.forward(x))) - y;
+        (d.clone() * d).mean()
+    }
+}
+
+fn gpu() -> Device {
+    Device::wgpu(DeviceKind::DefaultDevice).autodiff()
+}
+
+fn single() -> InProcessCollective {
+    InProcessGroup::new(1).build().unwrap().pop().unwrap()
+}
+
+/// One handle on the device path and one on the host path, over the same model.
+fn pair(cfg: &DataParallelConfig, model: &Mlp) -> (DataParallel, DataParallel) {
+    let (dev, _) = cfg.clone().with_on_device(true).init(single(), model.clone()).unwrap();
+    let (host, _) = cfg.clone().with_on_device(false).init(single(), model.clone()).unwrap();
+    (dev, host)
+}
+
+fn flat_grads(model: &Mlp, grads: &GradientsParams) -> Vec<f32> {
+    let mut v = Vec::new();
+    params::read_grads(model, grads, &mut v);
+    v
+}
+
+/// Feeds the same gradients to both paths for `steps` steps (the model moves
+/// with the host path's result) and returns every step's two results.
+fn run_both(
+    cfg: &DataParallelConfig,
+    steps: usize,
+) -> (DataParallel, DataParallel, Vec<(Vec<f32>, Vec<f32>)>) {
+    let d = gpu();
+    d.seed(7);
+    let mut model = Mlp::new(&d);
+    let (mut dev, mut host) = pair(cfg, &model);
+    let mut optim = SgdConfig::new().init();
+    let mut results = Vec::new();
+    for step in 0..steps {
+        let grads = GradientsParams::from_grads(model.loss(step, &d).backward(), &model);
+        let a = dev.sync(&model, &grads, 0.05).unwrap();
+        let b = host.sync(&model, &grads, 0.05).unwrap();
+        results.push((flat_grads(&model, &a.grads), flat_grads(&model, &b.grads)));
+        model = optim.step(b.lr, model, b.grads);
+    }
+    (dev, host, results)
+}
+
+fn same_bits(a: &[f32], b: &[f32]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+}
+
+#[test]
+fn the_device_exchange_gives_the_host_exchanges_result_bit_for_bit() {
+    let cases: Vec<(&str, DataParallelConfig)> = vec![
+        ("fp16", DataParallelConfig::new(CompressorConfig::fp16())),
+        ("onebit", DataParallelConfig::new(CompressorConfig::onebit())),
+        ("topk", DataParallelConfig::new(CompressorConfig::topk(0.1))),
+        (
+            "topk global",
+            DataParallelConfig::new(CompressorConfig::topk(0.1)).with_granularity(Granularity::Global),
+        ),
+        ("gaussiank", DataParallelConfig::new(CompressorConfig::gaussiank(0.1))),
+        (
+            "dgck",
+            DataParallelConfig::new(CompressorConfig::Dgck(DgcKConfig {
+                density: 0.1,
+                ..Default::default()
+            })),
+        ),
+        (
+            "randk",
+            DataParallelConfig::new(CompressorConfig::Randk(RandKConfig {
+                density: 0.25,
+                ..Default::default()
+            })),
+        ),
+        ("threshold", DataParallelConfig::new(CompressorConfig::threshold(0.01))),
+        (
+            "topk, small tensors dense, parameter server",
+            DataParallelConfig::new(CompressorConfig::topk(0.1))
+                .with_exclusions(Exclusions { min_size: 64, ..Default::default() })
+                .with_topology(Topology::ParameterServer),
+        ),
+    ];
+    for (name, cfg) in cases {
+        let (dev, host, results) = run_both(&cfg, 4);
+        assert_eq!(dev.site(), &Site::Device, "{name}");
+        assert!(
+            matches!(host.site(), Site::Host(why) if why.contains("on_device")),
+            "{name}: {:?}",
+            host.site()
+        );
+        for (step, (a, b)) in results.iter().enumerate() {
+            assert!(a.iter().any(|&v| v != 0.0), "{name}: step {step} combined nothing");
+            assert!(same_bits(a, b), "{name}: step {step}: the device and host exchanges differ");
+        }
+        // The memories (error feedback, DGC momentum) agree bit for bit too.
+        assert_eq!(dev.state().buffers, host.state().buffers, "{name}: memories differ");
+        let (da, ha) = (&dev.last_step().exchange, &host.last_step().exchange);
+        assert_eq!((da.wire_bytes, da.selected), (ha.wire_bytes, ha.selected), "{name}");
+        assert!((da.residual_norm - ha.residual_norm).abs() <= 1e-6 * ha.residual_norm.max(1.0), "{name}");
+    }
+}
+
+/// Two workers train with `compressor`, compressing on the device or on the
+/// host; returns each worker's site, first and last loss.
+fn train_two(compressor: &CompressorConfig, on_device: bool) -> Vec<(Site, f32, f32)> {
+    let handles = InProcessGroup::new(2).timeout(std::time::Duration::from_secs(120)).build().unwrap();
+    std::thread::scope(|s| {
+        let threads: Vec<_> = handles
+            .into_iter()
+            .enumerate()
+            .map(|(rank, c)| {
+                let compressor = compressor.clone();
+                s.spawn(move || {
+                    let d = gpu();
+                    d.seed(11);
+                    let cfg =
+                        DataParallelConfig::new(compressor).with_checksum_every(5).with_on_device(on_device);
+                    let (mut dp, mut model) = cfg.init(c, Mlp::new(&d)).unwrap();
+                    let mut optim = SgdConfig::new().init();
+                    let first: f32 = model.loss(rank, &d).into_scalar();
+                    for step in 0..60 {
+                        let synced =
+                            dp.sync(&model, model.loss(step * 2 + rank, &d).backward(), 0.05).unwrap();
+                        model = optim.step(synced.lr, model, synced.grads);
+                    }
+                    dp.check_replicas(&model).unwrap();
+                    let last: f32 = model.loss(rank, &d).into_scalar();
+                    (dp.site().clone(), first, last)
+                })
+            })
+            .collect();
+        threads.into_iter().map(|t| t.join().unwrap()).collect()
+    })
+}
+
+/// TernGrad and QSGD draw differently on the device (a counter-based hash,
+/// not the CPU's stream), so their runs are compared in outcome: replicas
+/// stay identical (checksums every 5 steps), and the loss falls on the device
+/// as it does on the host.
+#[test]
+fn stochastic_methods_train_on_the_device_as_well_as_on_the_host() {
+    for compressor in [CompressorConfig::terngrad(), CompressorConfig::qsgd()] {
+        let name = compressor.name();
+        let dev = train_two(&compressor, true);
+        let host = train_two(&compressor, false);
+        for (rank, ((site, first, last), (_, _, host_last))) in dev.iter().zip(&host).enumerate() {
+            eprintln!("{name}, worker {rank}: loss {first} -> {last} on the device, {host_last} on the host");
+            assert_eq!(site, &Site::Device, "{name}");
+            assert!(last < &(first * 0.6), "{name}, worker {rank}: loss {first} -> {last} on the device");
+            assert!(
+                last < &(host_last * 1.5),
+                "{name}, worker {rank}: {last} on the device, {host_last} on the host"
+            );
+        }
+    }
+}
+
+#[test]
+fn checkpoints_move_between_the_device_and_the_host() {
+    let cfg =
+        DataParallelConfig::new(CompressorConfig::Dgck(DgcKConfig { density: 0.1, ..Default::default() }));
+    let (dev, host, _) = run_both(&cfg, 3);
+    let saved = dev.state();
+    assert!(saved.buffers.values().any(|b| b.iter().any(|&v| v != 0.0)), "no memory state was read back");
+    // Restored into fresh handles, both paths continue alike from the device's state.
+    let d = gpu();
+    d.seed(7);
+    let model = Mlp::new(&d);
+    let (mut dev2, mut host2) = pair(&cfg, &model);
+    dev2.restore(&saved).unwrap();
+    host2.restore(&saved).unwrap();
+    let grads = GradientsParams::from_grads(model.loss(9, &d).backward(), &model);
+    let a = dev2.sync(&model, &grads, 0.05).unwrap();
+    let b = host2.sync(&model, &grads, 0.05).unwrap();
+    assert!(same_bits(&flat_grads(&model, &a.grads), &flat_grads(&model, &b.grads)));
+    assert_eq!(dev2.state().buffers, host2.state().buffers);
+    drop((dev, host));
+}
+
+#[test]
+fn a_run_without_a_device_form_compresses_on_the_host_and_says_why() {
+    let d = gpu();
+    let model = Mlp::new(&d);
+    let (mut dp, _) =
+        DataParallelConfig::new(CompressorConfig::trimmedk(0.1)).init(single(), model.clone()).unwrap();
+    dp.sync(&model, model.loss(0, &d).backward(), 0.05).unwrap();
+    assert!(matches!(dp.site(), Site::Host(why) if why.contains("trimmedk")), "{:?}", dp.site());
+    // Nothing to compress: one read-back on the host beats one per unit.
+    let (mut dp, _) =
+        DataParallelConfig::new(CompressorConfig::dense()).init(single(), model.clone()).unwrap();
+    dp.sync(&model, model.loss(0, &d).backward(), 0.05).unwrap();
+    assert!(matches!(dp.site(), Site::Host(why) if why.contains("uncompressed")), "{:?}", dp.site());
+    // A CPU model with on_device left on: the host path, named.
+    let cpu = gradcomp_train::default_device();
+    let model = Mlp::new(&cpu);
+    let (mut dp, _) =
+        DataParallelConfig::new(CompressorConfig::topk(0.1)).init(single(), model.clone()).unwrap();
+    dp.sync(&model, model.loss(0, &cpu).backward(), 0.05).unwrap();
+    assert!(
+        matches!(dp.site(), Site::Host(why) if why.contains("not f32 tensors on a GPU")),
+        "{:?}",
+        dp.site()
+    );
+}
+
+#[test]
+fn a_non_finite_gradient_on_the_device_names_its_tensor() {
+    let d = gpu();
+    let model = Mlp::new(&d);
+    let (mut dp, _) =
+        DataParallelConfig::new(CompressorConfig::topk(0.1)).init(single(), model.clone()).unwrap();
+    let ok = dp.sync(&model, model.loss(0, &d).backward(), 0.05).unwrap();
+    assert!(!ok.skipped);
+    assert_eq!(dp.site(), &Site::Device);
+    let e = dp.sync(&model, (model.loss(1, &d) * f32::NAN).backward(), 0.05).unwrap_err();
+    assert!(matches!(&e, SyncError::NonFinite { tensor, .. } if tensor.starts_with("a.")), "{e}");
+}
