@@ -66,12 +66,12 @@ fn flat_grads(model: &Mlp, grads: &GradientsParams) -> Vec<f32> {
     v
 }
 
+/// Each step's combined gradient from the device path and from the host path.
+type StepResults = Vec<(Vec<f32>, Vec<f32>)>;
+
 /// Feeds the same gradients to both paths for `steps` steps (the model moves
 /// with the host path's result) and returns every step's two results.
-fn run_both(
-    cfg: &DataParallelConfig,
-    steps: usize,
-) -> (DataParallel, DataParallel, Vec<(Vec<f32>, Vec<f32>)>) {
+fn run_both(cfg: &DataParallelConfig, steps: usize) -> (DataParallel, DataParallel, StepResults) {
     let d = gpu();
     d.seed(7);
     let mut model = Mlp::new(&d);

@@ -56,6 +56,10 @@ pub struct Args {
     /// reported against the step (on a GPU it compresses on the device).
     #[arg(long, default_value = "dense")]
     compressor: String,
+    /// Compress on the host even when the model is on a GPU
+    /// (`compression.on_device = false`), to compare the two exchanges.
+    #[arg(long)]
+    host_exchange: bool,
 }
 
 impl Args {
@@ -150,7 +154,10 @@ fn timed_loop<M: Net>(a: &Args, api: bool, mut model: M, device: &Device) -> Res
         let compressor = CompressorConfig::named(&a.compressor)
             .with_context(|| format!("--compressor {}: not a compressor name", a.compressor))?;
         let c = InProcessGroup::new(1).build()?.pop().expect("one worker");
-        let (handle, m) = DataParallelConfig::new(compressor).with_checksum_every(0).init(c, model)?;
+        let (handle, m) = DataParallelConfig::new(compressor)
+            .with_checksum_every(0)
+            .with_on_device(!a.host_exchange)
+            .init(c, model)?;
         dp = Some(handle);
         model = m;
     }

@@ -181,11 +181,11 @@ impl GradientExchange {
         // 2. Two-phase compressors agree on their scalars (TernGrad's shared scaler).
         self.scalars.clear();
         self.scalar_of.clear();
-        for u in 0..self.units.len() {
+        for (u, input) in inputs.iter().enumerate() {
             let s = if self.raw[u] {
                 None
             } else {
-                front.compressors[u].local_scalar(client, &inputs[u]).map_err(device_error)?
+                front.compressors[u].local_scalar(client, input).map_err(device_error)?
             };
             self.scalar_of.push(s.map(|s| {
                 self.scalars.push(s);
@@ -202,7 +202,7 @@ impl GradientExchange {
         let t = Instant::now();
         let key = RngKey::new(self.seed, c.rank() as u32, step, 0);
         let mut sums = ContractionSums::default();
-        for u in 0..self.units.len() {
+        for (u, input) in inputs.iter().enumerate() {
             let unit = &self.units[u];
             if self.raw[u] {
                 if self.topology == crate::config::Topology::ParameterServer {
@@ -217,10 +217,8 @@ impl GradientExchange {
                 shared_scalar: self.scalar_of[u].map(|i| self.scalars[i]),
                 loss: None,
             };
-            front.compressors[u]
-                .compress(client, &inputs[u], &ctx, &mut self.msgs[u])
-                .map_err(device_error)?;
-            let measured = if measure { Some(inputs[u].read(client).map_err(device_error)?) } else { None };
+            front.compressors[u].compress(client, input, &ctx, &mut self.msgs[u]).map_err(device_error)?;
+            let measured = if measure { Some(input.read(client).map_err(device_error)?) } else { None };
             account(&self.msgs[u], measured.as_deref(), &mut self.scratch, &mut st, &mut sums);
         }
         if measure {
