@@ -173,6 +173,9 @@ fn timed_loop<M: Net>(a: &Args, api: bool, mut model: M, device: &Device) -> Res
         // on a GPU this waits for the step, so step times are not enqueue times.
         let _ = loss.clone().into_scalar::<f32>();
         let grads = loss.backward();
+        // On a GPU the backward pass runs asynchronously: wait for it, so that
+        // the time inside `sync` is the exchange's own, not the backward's.
+        device.sync().map_err(|e| anyhow::anyhow!("the device failed: {e:?}"))?;
         let grads = match &mut dp {
             Some(dp) => {
                 let t = Instant::now();
@@ -257,7 +260,7 @@ pub fn run(a: &Args) -> Result<()> {
     );
     let ms = |f: fn(&SyncParts) -> f64| median(syncs.iter().map(f).collect()) * 1e3;
     println!(
-        "  library API: median ratio {:.3}; sync {:.3} ms per step = read-out {:.3} + agreement round {:.3} + exchange {:.3} + hand-back {:.3} ({} parameters, {} compressing {})",
+        "  library API: median ratio {:.3}; sync {:.3} ms per step = read-out {:.3} + non-finite check and agreement {:.3} + exchange {:.3} + hand-back {:.3} ({} parameters, {} compressing {})",
         median(api_ratios),
         ms(|p| p.total),
         ms(|p| p.read),

@@ -50,7 +50,7 @@ pub struct StepStats {
     /// Seconds to read the gradient out of burn, and to hand the result back.
     pub read_seconds: f64,
     pub write_seconds: f64,
-    /// Seconds in the agreement round (non-finite values, loss, stop).
+    /// Seconds in the non-finite check and the agreement round (non-finite values, loss, stop).
     pub control_seconds: f64,
     /// Compression statistics and times of the exchange; `communicate_seconds`
     /// includes a model-averaging round before the step.
@@ -360,7 +360,9 @@ impl DataParallel {
         let grad = self.take_grad(model, &grads)?;
         drop(grads);
         let read_seconds = t.elapsed().as_secs_f64();
+        let t = Instant::now();
         let bad = self.find_nonfinite(&grad)?;
+        let check_seconds = t.elapsed().as_secs_f64();
         let agreed = self.agree(step, bad)?;
         let mut stats = StepStats {
             step,
@@ -369,7 +371,7 @@ impl DataParallel {
             lr,
             density: self.density,
             read_seconds,
-            control_seconds: agreed.seconds,
+            control_seconds: check_seconds + agreed.seconds,
             ..Default::default()
         };
         if agreed.skip {
