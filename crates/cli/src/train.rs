@@ -26,6 +26,14 @@ pub struct TrainArgs {
     /// Continue from the run directory's latest checkpoint.
     #[arg(long)]
     resume: bool,
+    /// Replace a run already in the run directory (otherwise an error).
+    #[arg(long, conflicts_with = "resume")]
+    overwrite: bool,
+    /// With --resume: accept changed values of the keys that keep the run's
+    /// meaning (epochs, max_steps, device, evaluation and checkpoint
+    /// intervals, data.dir, timeouts); other changes are always refused.
+    #[arg(long, requires = "resume")]
+    allow_change: bool,
     /// Print only the final summary.
     #[arg(long)]
     quiet: bool,
@@ -148,16 +156,7 @@ pub fn run(a: &TrainArgs) -> Result<()> {
     let ov = overrides(a)?;
     let cfg = TrainConfig::load(&a.config, &ov).map_err(config_error)?;
     let stop = Arc::new(AtomicBool::new(false));
-    {
-        let stop = Arc::clone(&stop);
-        // A second Ctrl-C exits at once.
-        let _ = ctrlc::set_handler(move || {
-            if stop.swap(true, Ordering::SeqCst) {
-                std::process::exit(130);
-            }
-            eprintln!("\ninterrupt: checkpointing at the next step (Ctrl-C again to quit now)");
-        });
-    }
+    let signal = stop_on_signals(&stop)?;
     let printer = Printer {
         tty: std::io::stderr().is_terminal(),
         quiet: a.quiet,
@@ -166,8 +165,8 @@ pub fn run(a: &TrainArgs) -> Result<()> {
         // On the CPU there is nothing to say about where compression runs.
         site_shown: cfg.device == gradcomp_train::device::DeviceSpec::Cpu,
     };
-    let summary = trainer::train(&cfg, RunOptions { resume: a.resume, stop }, Box::new(printer))
-        .map_err(train_error)?;
+    let opts = RunOptions { resume: a.resume, overwrite: a.overwrite, allow_changes: a.allow_change, stop };
+    let summary = trainer::train(&cfg, opts, Box::new(printer)).map_err(train_error)?;
     if summary.epochs.is_empty() && summary.steps == 0 {
         return Ok(()); // an MPI rank other than 0
     }
@@ -197,7 +196,39 @@ pub fn run(a: &TrainArgs) -> Result<()> {
         summary.steps,
         if summary.interrupted { " (interrupted; resume with --resume)" } else { "" }
     );
+    // An interrupted run is not a finished one: exit as the signal asks
+    // (130 for SIGINT, 143 for SIGTERM, 129 for SIGHUP), its checkpoint safe.
+    let sig = signal.load(Ordering::SeqCst);
+    if summary.interrupted && sig > 0 {
+        std::process::exit(128 + sig);
+    }
     Ok(())
+}
+
+/// SIGINT, SIGTERM and SIGHUP (what Ctrl-C, `timeout`, Docker, Kubernetes,
+/// Slurm and a closed terminal send) all set `stop`: the workers agree to
+/// stop, write a checkpoint and return. A second signal exits at once.
+/// Returns the number of the first signal (0 until one arrives).
+fn stop_on_signals(stop: &Arc<AtomicBool>) -> Result<Arc<std::sync::atomic::AtomicI32>> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let first = Arc::new(std::sync::atomic::AtomicI32::new(0));
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])?;
+    let (stop, seen) = (Arc::clone(stop), Arc::clone(&first));
+    std::thread::spawn(move || {
+        for sig in signals.forever() {
+            if stop.swap(true, Ordering::SeqCst) {
+                std::process::exit(128 + sig);
+            }
+            seen.store(sig, Ordering::SeqCst);
+            let name = match sig {
+                SIGTERM => "SIGTERM",
+                SIGHUP => "SIGHUP",
+                _ => "interrupt",
+            };
+            eprintln!("\n{name}: checkpointing at the next step (signal again to quit now)");
+        }
+    });
+    Ok(first)
 }
 
 /// The process's peak resident memory (Linux `VmHWM`), in MB.

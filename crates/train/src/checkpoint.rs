@@ -1,8 +1,12 @@
 //! Checkpoint files: named sections of numbers, written atomically.
 //!
 //! ```text
-//! "GCCKPT1\n" | sections: name_len u32 | name | kind u8 (0 f32, 1 u64, 2 f64, 3 bytes) | count u64 | data (LE)
+//! "GCCKPT2\n" | sections: name_len u32 | name | kind u8 (0 f32, 1 u64, 2 f64, 3 bytes) | count u64 | data (LE) | check u64
 //! ```
+//! `check` is FNV-1a over the section's bytes before it (name length to
+//! data), so a flipped bit or a spliced section is an error naming the
+//! section, not a silently different run. Format 1 (`GCCKPT1`, no checks) is
+//! refused with a message saying so.
 //! The trainer's checkpoint directories built from these files are
 //! described in `trainer/checkpoint.rs`.
 
@@ -11,7 +15,9 @@ use std::path::Path;
 
 use crate::records::write_atomic;
 
-const MAGIC: &[u8; 8] = b"GCCKPT1\n";
+const MAGIC: &[u8; 8] = b"GCCKPT2\n";
+/// The first format, without checksums.
+const MAGIC_V1: &[u8; 8] = b"GCCKPT1\n";
 
 /// A section's values.
 #[derive(Clone, Debug, PartialEq)]
@@ -44,6 +50,7 @@ impl Sections {
     pub fn encode(&self) -> Vec<u8> {
         let mut out = MAGIC.to_vec();
         for (name, v) in &self.0 {
+            let start = out.len();
             out.extend_from_slice(&(name.len() as u32).to_le_bytes());
             out.extend_from_slice(name.as_bytes());
             let (kind, count) = match v {
@@ -60,6 +67,8 @@ impl Sections {
                 Values::F64(x) => x.iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
                 Values::Bytes(x) => out.extend_from_slice(x),
             }
+            let check = crate::params::checksum_bytes(&out[start..]);
+            out.extend_from_slice(&check.to_le_bytes());
         }
         out
     }
@@ -67,17 +76,24 @@ impl Sections {
     pub fn decode(bytes: &[u8], path: &str) -> Result<Self, CheckpointError> {
         let bad =
             |problem: &str| CheckpointError::Corrupt { path: path.to_string(), problem: problem.to_string() };
+        if bytes.starts_with(MAGIC_V1) {
+            return Err(bad(
+                "a format-1 checkpoint (no checksums), written by an older gradcomp: this one reads format 2; start the run again",
+            ));
+        }
         let mut rest = bytes.strip_prefix(MAGIC).ok_or_else(|| bad("not a gradcomp checkpoint"))?;
-        let mut take = |n: usize| -> Result<&[u8], CheckpointError> {
-            if n > rest.len() {
-                return Err(bad("truncated"));
-            }
-            let (a, b) = rest.split_at(n);
-            rest = b;
-            Ok(a)
-        };
         let mut s = Sections::default();
-        while let Ok(len_bytes) = take(4) {
+        while !rest.is_empty() {
+            let section = rest;
+            let mut take = |n: usize| -> Result<&[u8], CheckpointError> {
+                if n > rest.len() {
+                    return Err(bad("truncated"));
+                }
+                let (a, b) = rest.split_at(n);
+                rest = b;
+                Ok(a)
+            };
+            let len_bytes = take(4)?;
             let len = u32::from_le_bytes(len_bytes.try_into().expect("4 bytes")) as usize;
             let name =
                 std::str::from_utf8(take(len)?).map_err(|_| bad("section name is not UTF-8"))?.to_string();
@@ -94,6 +110,18 @@ impl Sections {
                 .and_then(|c| c.checked_mul(width))
                 .ok_or_else(|| bad("section too large"))?;
             let data = take(n)?;
+            // What the checksum covers: name length, name, kind, count, data.
+            let body = 4 + len + 1 + 8 + n;
+            let check = u64::from_le_bytes(take(8)?.try_into().expect("8 bytes"));
+            if check != crate::params::checksum_bytes(&section[..body]) {
+                return Err(CheckpointError::Corrupt {
+                    path: path.to_string(),
+                    problem: format!("section {name} fails its checksum: the file is damaged"),
+                });
+            }
+            if s.0.contains_key(&name) {
+                return Err(bad("a section appears twice"));
+            }
             let v = match kind {
                 0 => Values::F32(
                     data.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().expect("4"))).collect(),
@@ -107,9 +135,6 @@ impl Sections {
                 ),
             };
             s.0.insert(name, v);
-        }
-        if !rest.is_empty() {
-            return Err(bad("trailing bytes"));
         }
         Ok(s)
     }
@@ -189,6 +214,31 @@ mod tests {
         assert_eq!(s.f32_under("dp.").get("memory.0.0"), Some(&vec![1.5]));
         assert!(Sections::decode(&b[..b.len() - 1], "x").is_err());
         assert!(Sections::decode(b"nope", "x").is_err());
+    }
+
+    #[test]
+    fn every_flipped_bit_is_caught_and_the_old_format_is_named() {
+        let mut s = Sections::default();
+        s.put("params", Values::F32(vec![1.0, -2.5, 3.25]));
+        s.put("counters", Values::Bytes(b"{\"step\":3}".to_vec()));
+        let b = s.encode();
+        for i in MAGIC.len() * 8..b.len() * 8 {
+            let mut d = b.clone();
+            d[i / 8] ^= 1 << (i % 8);
+            assert!(Sections::decode(&d, "x").is_err(), "bit {i} flipped went unnoticed");
+        }
+        let e = Sections::decode(&b.iter().map(|&x| x ^ 0xff).collect::<Vec<_>>(), "x").unwrap_err();
+        assert!(e.to_string().contains("not a gradcomp checkpoint"), "{e}");
+        let mut old = MAGIC_V1.to_vec();
+        old.extend_from_slice(&b[8..]);
+        let e = Sections::decode(&old, "x").unwrap_err().to_string();
+        assert!(e.contains("format-1") && e.contains("start the run again"), "{e}");
+        // A data bit names its section.
+        let mut d = b.clone();
+        let at = b.len() - 12;
+        d[at] ^= 4;
+        let e = Sections::decode(&d, "x").unwrap_err().to_string();
+        assert!(e.contains("fails its checksum"), "{e}");
     }
 
     proptest! {

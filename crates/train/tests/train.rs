@@ -177,7 +177,7 @@ fn interrupted_and_resumed(
     let stop = Arc::new(AtomicBool::new(false));
     let part = trainer::train(
         &cfg,
-        RunOptions { resume: false, stop: Arc::clone(&stop) },
+        RunOptions { stop: Arc::clone(&stop), ..Default::default() },
         Box::new(StopAt(stop, stop_at)),
     )
     .unwrap();
@@ -219,6 +219,90 @@ max_steps = 3",
         .unwrap_err()
         .to_string();
     assert!(e.contains("another model"), "{e}");
+}
+
+#[test]
+fn a_run_directory_is_never_overwritten_silently() {
+    let d = tempdir::Dir::new();
+    let cfg = config(d.path(), "[train]\nmax_steps = 2");
+    trainer::train(&cfg, RunOptions::default(), Box::new(Silent)).unwrap();
+    let e = trainer::train(&cfg, RunOptions::default(), Box::new(Silent)).unwrap_err().to_string();
+    assert!(e.contains("already holds a run") && e.contains("--overwrite") && e.contains("--resume"), "{e}");
+    let again = RunOptions { overwrite: true, ..Default::default() };
+    let s = trainer::train(&cfg, again, Box::new(Silent)).unwrap();
+    assert_eq!(s.steps, 2);
+    // The old records are gone, not appended to.
+    let lines = std::fs::read_to_string(d.path().join("steps.jsonl")).unwrap().lines().count();
+    assert_eq!(lines, 2);
+}
+
+#[test]
+fn a_resume_refuses_changes_of_meaning_and_asks_before_safe_ones() {
+    let d = tempdir::Dir::new();
+    let cfg = config(d.path(), "[train]\nmax_steps = 2");
+    trainer::train(&cfg, RunOptions::default(), Box::new(Silent)).unwrap();
+    let resume = || RunOptions { resume: true, ..Default::default() };
+    for (key, change) in [
+        ("optimizer.lr", "[optimizer]\nlr = 0.5\n[train]\nmax_steps = 2"),
+        ("seed", "seed = 99\n[train]\nmax_steps = 2"),
+        ("compressor", "[compressor]\nname = \"fp16\"\n[train]\nmax_steps = 2"),
+        ("data.batch_size", "[data]\nbatch_size = 8\n[train]\nmax_steps = 2"),
+    ] {
+        let other = config(d.path(), change);
+        let allow = RunOptions { allow_changes: true, ..resume() };
+        let e = trainer::train(&other, allow, Box::new(Silent)).unwrap_err().to_string();
+        assert!(e.contains(key) && e.contains("change the run's meaning"), "{key}: {e}");
+    }
+    let longer = config(d.path(), "[train]\nmax_steps = 4");
+    let e = trainer::train(&longer, resume(), Box::new(Silent)).unwrap_err().to_string();
+    assert!(e.contains("train.max_steps") && e.contains("--allow-change"), "{e}");
+    let s =
+        trainer::train(&longer, RunOptions { allow_changes: true, ..resume() }, Box::new(Silent)).unwrap();
+    assert_eq!(s.steps, 4);
+}
+
+/// The latest checkpoint's `state.bin` in run directory `d`.
+fn latest_state(d: &std::path::Path) -> std::path::PathBuf {
+    let name = std::fs::read_to_string(d.join("checkpoints/latest")).unwrap();
+    d.join("checkpoints").join(name.trim()).join("state.bin")
+}
+
+#[test]
+fn a_damaged_or_diverged_checkpoint_is_refused() {
+    use gradcomp_train::checkpoint::{Sections, Values};
+    let d = tempdir::Dir::new();
+    let cfg = config(d.path(), "[train]\nmax_steps = 2");
+    trainer::train(&cfg, RunOptions::default(), Box::new(Silent)).unwrap();
+    let path = latest_state(d.path());
+    let good = std::fs::read(&path).unwrap();
+    let resume = || trainer::train(&cfg, RunOptions { resume: true, ..Default::default() }, Box::new(Silent));
+    // A flipped bit in the parameters.
+    let mut bad = good.clone();
+    let at = bad.len() / 2;
+    bad[at] ^= 0x10;
+    std::fs::write(&path, &bad).unwrap();
+    let e = resume().unwrap_err().to_string();
+    assert!(e.contains("fails its checksum"), "{e}");
+    // Valid checksums over NaN parameters: a diverged model.
+    let mut s = Sections::decode(&good, "x").unwrap();
+    let Some(Values::F32(p)) = s.0.get_mut("params") else { panic!("params") };
+    p[3] = f32::NAN;
+    std::fs::write(&path, s.encode()).unwrap();
+    let e = resume().unwrap_err().to_string();
+    assert!(e.contains("parameter 3") && e.contains("NaN"), "{e}");
+    // A step counter that disagrees with the checkpoint it is in.
+    let mut s = Sections::decode(&good, "x").unwrap();
+    let Some(Values::Bytes(c)) = s.0.get_mut("counters") else { panic!("counters") };
+    let mut counters: serde_json::Value = serde_json::from_slice(c).unwrap();
+    counters["step"] = serde_json::json!(u64::MAX);
+    *c = serde_json::to_vec(&counters).unwrap();
+    std::fs::write(&path, s.encode()).unwrap();
+    let e = resume().unwrap_err().to_string();
+    assert!(e.contains(&u64::MAX.to_string()), "{e}");
+    // The intact file resumes.
+    std::fs::write(&path, &good).unwrap();
+    let longer = RunOptions { resume: true, ..Default::default() };
+    assert_eq!(trainer::train(&cfg, longer, Box::new(Silent)).unwrap().steps, 2);
 }
 
 #[test]

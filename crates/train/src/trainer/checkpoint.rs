@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use super::{io, Shared, TrainError};
 use crate::api::{DataParallel, DataParallelState, SyncError};
 use crate::checkpoint::{Sections, Values};
-use crate::config::TrainConfig;
+use crate::config::{TrainConfig, RESUME_SAFE_KEYS};
 use crate::params;
 use crate::records::write_atomic;
 
@@ -62,6 +62,18 @@ impl Replica {
         s.put("params", Values::F32(self.params.clone()));
         s.put("param_ids", Values::U64(self.param_ids.clone()));
         s.put("optimizer", Values::Bytes(self.optimizer.clone()));
+    }
+
+    /// An error naming the first non-finite parameter: a model that cannot
+    /// be resumed or evaluated.
+    fn check_finite(&self) -> Result<(), String> {
+        match self.params.iter().position(|p| !p.is_finite()) {
+            None => Ok(()),
+            Some(i) => Err(format!(
+                "parameter {i} of the saved model is {}: a diverged run cannot be resumed or evaluated; resume an earlier checkpoint",
+                self.params[i]
+            )),
+        }
     }
 
     /// The saved replica; [`Replica::apply`] checks that it fits the model.
@@ -119,6 +131,27 @@ fn bad(path: &Path) -> impl Fn(String) -> TrainError + '_ {
     move |problem| TrainError::Checkpoint(format!("{}: {problem}", path.display()))
 }
 
+/// Refuses a resume whose configuration `now` changes the meaning of the run
+/// `saved` describes; names every differing key.
+fn check_config(saved: &TrainConfig, now: &TrainConfig, allow_changes: bool) -> Result<(), TrainError> {
+    let changed = saved.differing_keys(now);
+    let safe = |k: &String| RESUME_SAFE_KEYS.iter().any(|s| k == s || k.starts_with(&format!("{s}.")));
+    let (allowed, refused): (Vec<String>, Vec<String>) = changed.into_iter().partition(safe);
+    if !refused.is_empty() {
+        return Err(TrainError::Checkpoint(format!(
+            "the checkpoint was made with another {}: resuming would change the run's meaning; start a new run (another name) instead",
+            refused.join(", ")
+        )));
+    }
+    if !allowed.is_empty() && !allow_changes {
+        return Err(TrainError::Checkpoint(format!(
+            "the configuration changed since the checkpoint ({}): pass --allow-change to resume with the new values",
+            allowed.join(", ")
+        )));
+    }
+    Ok(())
+}
+
 /// The directory `checkpoints/latest` points at.
 fn latest_dir(run_dir: &Path) -> Result<PathBuf, TrainError> {
     let latest = run_dir.join("checkpoints/latest");
@@ -138,20 +171,31 @@ fn latest_dir(run_dir: &Path) -> Result<PathBuf, TrainError> {
 
 impl Checkpoint {
     /// Reads the run directory's latest checkpoint (rank 0's state) and
-    /// checks it was made with the configured number of workers.
-    pub fn load_latest(run_dir: &Path, cfg: &TrainConfig) -> Result<Self, TrainError> {
+    /// checks it against `cfg`: the configuration it was made with (any
+    /// change of meaning is refused, naming the keys; the keys of
+    /// [`RESUME_SAFE_KEYS`] may change when `allow_changes`), the step its
+    /// directory names, and finite parameters.
+    pub fn load_latest(run_dir: &Path, cfg: &TrainConfig, allow_changes: bool) -> Result<Self, TrainError> {
         let dir = latest_dir(run_dir)?;
         let path = dir.join("state.bin");
         let s = Sections::read(&path).map_err(|e| TrainError::Checkpoint(e.to_string()))?;
         let counters: Counters = serde_json::from_slice(s.bytes("counters").map_err(bad(&path))?)
             .map_err(|e| bad(&path)(e.to_string()))?;
-        if counters.workers != cfg.workers {
-            return Err(TrainError::Checkpoint(format!(
-                "the checkpoint was made with {} workers, the config has {}",
-                counters.workers, cfg.workers
+        let saved_cfg = std::str::from_utf8(s.bytes("config").map_err(bad(&path))?)
+            .map_err(|e| e.to_string())
+            .and_then(|t| TrainConfig::from_toml(t, &[]).map_err(|e| e.to_string()))
+            .map_err(|e| bad(&path)(format!("its configuration does not load: {e}")))?;
+        check_config(&saved_cfg, cfg, allow_changes)?;
+        let named = dir.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_prefix("step-"));
+        if named.and_then(|n| n.parse::<u64>().ok()) != Some(counters.step) {
+            return Err(bad(&path)(format!(
+                "its counters say step {}, its directory {}",
+                counters.step,
+                dir.display()
             )));
         }
         let replica = Replica::get(&s).map_err(bad(&path))?;
+        replica.check_finite().map_err(bad(&path))?;
         Ok(Self { dir, counters, replica })
     }
 
@@ -164,6 +208,9 @@ impl Checkpoint {
             .map_err(|e| bad(&path)(e.to_string()))?;
         state.buffers = s.f32_under("dp.");
         let own = s.0.contains_key("params").then(|| Replica::get(&s)).transpose().map_err(bad(&path))?;
+        if let Some(own) = &own {
+            own.check_finite().map_err(bad(&path))?;
+        }
         Ok((state, own))
     }
 }
@@ -198,6 +245,7 @@ pub(super) fn write<M: Module>(
         let mut s = Sections::default();
         replica.put(&mut s);
         s.put("counters", Values::Bytes(serde_json::to_vec(counters).expect("counters serialize")));
+        s.put("config", Values::Bytes(sh.cfg.to_toml().into_bytes()));
         s.write(&dir.join("state.bin")).map_err(checkpoint_err)?;
     }
     dp.collective_mut().barrier().map_err(|source| SyncError::Comm { rank, source })?;

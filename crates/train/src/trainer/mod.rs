@@ -101,6 +101,12 @@ impl Observer for Silent {}
 pub struct RunOptions {
     /// Continue from the run directory's latest checkpoint.
     pub resume: bool,
+    /// Replace a run already in the run directory (without it, or
+    /// `resume`, an existing run is an error, never silently overwritten).
+    pub overwrite: bool,
+    /// On resume, accept changes of the keys in
+    /// [`RESUME_SAFE_KEYS`](crate::config::RESUME_SAFE_KEYS) (more epochs, another device).
+    pub allow_changes: bool,
     /// Set (e.g. by Ctrl-C) to checkpoint and stop after the current step.
     pub stop: Arc<AtomicBool>,
 }
@@ -167,8 +173,46 @@ pub fn train_with<M: Net>(
     observer: Box<dyn Observer>,
 ) -> Result<RunSummary, TrainError> {
     cfg.validate()?;
-    let shared = Shared { cfg, data, run_dir: cfg.run_dir(), opts, observer: Mutex::new(observer) };
+    let run_dir = cfg.run_dir();
+    prepare_run_dir(&run_dir, &opts)?;
+    let shared = Shared { cfg, data, run_dir, opts, observer: Mutex::new(observer) };
     launch::run(&shared, make)
+}
+
+/// What marks a directory as holding a run.
+const RUN_FILES: &[&str] = &["config.toml", "manifest.json", "steps.jsonl", "epochs.jsonl", "checkpoints"];
+
+/// Refuses to start a new run over an existing one unless asked to
+/// overwrite it (then removes the old run's files); a resume keeps it.
+fn prepare_run_dir(run_dir: &Path, opts: &RunOptions) -> Result<(), TrainError> {
+    if opts.resume {
+        return Ok(());
+    }
+    let existing: Vec<&str> = RUN_FILES.iter().copied().filter(|f| run_dir.join(f).exists()).collect();
+    if existing.is_empty() {
+        return Ok(());
+    }
+    if !opts.overwrite {
+        return Err(TrainError::Config(crate::config::ConfigError {
+            key: "run_dir".into(),
+            problem: format!(
+                "{} already holds a run ({}): pass --resume to continue it, --overwrite to replace it, or choose another name",
+                run_dir.display(),
+                existing.join(", ")
+            ),
+        }));
+    }
+    for f in existing {
+        let path = run_dir.join(f);
+        let removed =
+            if path.is_dir() { std::fs::remove_dir_all(&path) } else { std::fs::remove_file(&path) };
+        // Under MPI every rank clears the same directory: another may have been first.
+        match removed {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io(&path)(e)),
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// Serializes model construction. burn draws initial weights from a
@@ -197,7 +241,8 @@ pub fn evaluate_run(run_dir: &Path, data_dir: Option<&Path>) -> Result<(TrainCon
     if let Some(d) = data_dir {
         cfg.data.dir = Some(d.to_path_buf());
     }
-    let saved = checkpoint::Checkpoint::load_latest(run_dir, &cfg)?;
+    // The run's own configuration, the data directory aside (a safe change).
+    let saved = checkpoint::Checkpoint::load_latest(run_dir, &cfg, true)?;
     let data = TrainData::load(&cfg)?;
     struct Evaluate<'a> {
         saved: &'a checkpoint::Checkpoint,

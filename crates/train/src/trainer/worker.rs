@@ -28,7 +28,7 @@ pub(super) fn run<M: Net>(
     make: impl Fn(&Device) -> M,
 ) -> Result<Option<RunSummary>, TrainError> {
     let resume = if sh.opts.resume {
-        match Checkpoint::load_latest(&sh.run_dir, sh.cfg) {
+        match Checkpoint::load_latest(&sh.run_dir, sh.cfg, sh.opts.allow_changes) {
             Ok(saved) => Some(saved),
             Err(e) => return Err(give_up(sh, rank, &mut c, e)),
         }
