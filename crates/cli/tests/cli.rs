@@ -285,3 +285,53 @@ fn a_text_corpus_with_unseen_words_trains_and_counts_them() {
     assert!(valid < 6.0 && test >= valid, "valid {valid}, test {test}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// SIGINT, SIGTERM and SIGHUP stop a run the same way: the workers agree on
+/// a step, write a checkpoint, and the process exits 128 + the signal (130,
+/// 143, 129), so a script or a scheduler can tell it from a finished run;
+/// `--resume` then continues it.
+#[test]
+fn a_signal_checkpoints_the_run_and_exits_with_its_code() {
+    for (signal, code) in [("TERM", 143), ("INT", 130), ("HUP", 129)] {
+        let dir = scratch(&format!("signal-{signal}"));
+        let run_dir = format!("run_dir=\"{}\"", dir.display());
+        let args = [
+            "train",
+            "--quiet",
+            "--config",
+            &experiments("quick-synthetic.toml"),
+            "--set",
+            &run_dir,
+            "--set",
+            "train.epochs=200",
+        ];
+        let child = Command::new(env!("CARGO_BIN_EXE_gradcomp"))
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Wait until it trains (a step record exists), then signal it.
+        let steps = dir.join("steps.jsonl");
+        let start = std::time::Instant::now();
+        while std::fs::metadata(&steps).map_or(true, |m| m.len() == 0) {
+            assert!(start.elapsed().as_secs() < 120, "{signal}: the run never started");
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        let kill = Command::new("kill").args([format!("-{signal}"), child.id().to_string()]).status().unwrap();
+        assert!(kill.success());
+        let out = child.wait_with_output().unwrap();
+        let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert_eq!(out.status.code(), Some(code), "{signal}: {stderr}");
+        assert!(stdout.contains("interrupted; resume with --resume"), "{signal}: {stdout}");
+        assert!(dir.join("checkpoints/latest").exists(), "{signal}: no checkpoint");
+        if signal == "TERM" {
+            // The checkpoint resumes to the end of a shorter run.
+            let mut resumed = args.to_vec();
+            resumed.extend(["--resume", "--allow-change", "--set", "train.max_steps=1"]);
+            let (c, _, e) = gradcomp(&resumed);
+            assert_eq!(c, 0, "{e}");
+        }
+        std::fs::remove_dir_all(&dir).ok();
+    }
+}
