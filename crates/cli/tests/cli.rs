@@ -318,7 +318,8 @@ fn a_signal_checkpoints_the_run_and_exits_with_its_code() {
             assert!(start.elapsed().as_secs() < 120, "{signal}: the run never started");
             std::thread::sleep(std::time::Duration::from_millis(50));
         }
-        let kill = Command::new("kill").args([format!("-{signal}"), child.id().to_string()]).status().unwrap();
+        let kill =
+            Command::new("kill").args([format!("-{signal}"), child.id().to_string()]).status().unwrap();
         assert!(kill.success());
         let out = child.wait_with_output().unwrap();
         let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));

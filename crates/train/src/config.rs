@@ -668,9 +668,16 @@ impl TrainConfig {
         if s.kind == ScheduleKind::Step && (s.step_epochs == 0 || !positive(s.gamma)) {
             return Err(err("schedule", "step schedule needs step_epochs ≥ 1 and gamma > 0"));
         }
-        if !non_negative(s.warmup_epochs) {
-            return Err(err("schedule.warmup_epochs", "must be ≥ 0"));
+        if !(non_negative(s.warmup_epochs) && s.warmup_epochs.is_finite()) {
+            return Err(err("schedule.warmup_epochs", "must be finite and ≥ 0"));
         }
+        if !(non_negative(s.power) && s.power.is_finite()) {
+            return Err(err(
+                "schedule.power",
+                format!("{} is out of range: the poly schedule needs a finite power ≥ 0", s.power),
+            ));
+        }
+        self.check_sizes()?;
         if self.train.epochs == 0 && self.train.max_steps == 0 {
             return Err(err("train.epochs", "must be at least 1 (or set train.max_steps)"));
         }
@@ -683,6 +690,64 @@ impl TrainConfig {
         }
         Ok(())
     }
+}
+
+/// In-process workers are threads of one process; past this many, use MPI.
+pub const MAX_IN_PROCESS_WORKERS: usize = 1024;
+
+impl TrainConfig {
+    /// Upper bounds on sizes, so that a mistyped size is refused at once
+    /// instead of aborting on allocation after the workers started: the
+    /// in-process worker count, and the memory generated data would take,
+    /// against what the machine has available.
+    fn check_sizes(&self) -> Result<(), ConfigError> {
+        if self.backend == Backend::InProcess && self.workers > MAX_IN_PROCESS_WORKERS {
+            return Err(err(
+                "workers",
+                format!(
+                    "{} in-process workers is more than {MAX_IN_PROCESS_WORKERS} threads of one process: use backend = \"mpi\" for that many",
+                    self.workers
+                ),
+            ));
+        }
+        let d = &self.data;
+        // Synthetic data is generated in memory: the train split plus a test
+        // split of a quarter, one byte per pixel (images) or four per token.
+        let per_example = match d.dataset {
+            Dataset::SyntheticImages => d.synthetic_shape.iter().try_fold(1usize, |a, &x| a.checked_mul(x)),
+            Dataset::SyntheticTokens => Some(4),
+            _ => Some(0),
+        };
+        let bytes = per_example.and_then(|e| e.checked_mul(d.synthetic_size)).map(|b| b as f64 * 1.25);
+        let available = available_memory_bytes();
+        match (bytes, available) {
+            (None, _) => Err(err("data.synthetic_size", "the generated data's size overflows: lower data.synthetic_size or data.synthetic_shape")),
+            (Some(b), Some(avail)) if b > avail => Err(err(
+                "data.synthetic_size",
+                format!(
+                    "{} examples would take {:.1} GB of memory, and this machine has {:.1} GB available: lower data.synthetic_size",
+                    d.synthetic_size,
+                    b / 1e9,
+                    avail / 1e9
+                ),
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// The memory the machine has available (Linux `MemAvailable`), if known.
+fn available_memory_bytes() -> Option<f64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kb: f64 = info
+        .lines()
+        .find_map(|l| l.strip_prefix("MemAvailable:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kb * 1024.0)
 }
 
 /// `x > 0`, false for NaN.
@@ -702,6 +767,29 @@ fn one_line(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sizes_past_the_machine_and_bad_schedule_powers_are_refused() {
+        let bad = |sets: &[(&str, &str)]| {
+            let ov: Vec<(String, String)> =
+                sets.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+            TrainConfig::from_toml("", &ov).and_then(|c| c.validate()).unwrap_err()
+        };
+        let e = bad(&[("data.dataset", "\"synthetic-images\""), ("data.synthetic_size", "1000000000000")]);
+        assert_eq!(e.key, "data.synthetic_size", "{e}");
+        assert!(e.problem.contains("GB"), "{e}");
+        let e = bad(&[
+            ("data.synthetic_shape", "[100000, 100000, 100000]"),
+            ("data.dataset", "\"synthetic-images\""),
+        ]);
+        assert_eq!(e.key, "data.synthetic_size", "{e}");
+        let e = bad(&[("workers", "100000")]);
+        assert!(e.key == "workers" && e.problem.contains("mpi"), "{e}");
+        for power in ["nan", "-1.0", "inf"] {
+            let e = bad(&[("schedule.power", power)]);
+            assert_eq!(e.key, "schedule.power", "{power}: {e}");
+        }
+    }
 
     #[test]
     fn defaults_validate_and_round_trip() {
