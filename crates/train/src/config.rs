@@ -313,6 +313,8 @@ pub struct LoopConfig {
     pub stats_every: u64,
     /// Evaluate on the test set after every epoch.
     pub eval: bool,
+    /// Keep this many of the newest checkpoints, deleting older ones (0: keep all).
+    pub keep_checkpoints: u32,
 }
 
 impl Default for LoopConfig {
@@ -325,6 +327,7 @@ impl Default for LoopConfig {
             checkpoint_every: 1,
             stats_every: 50,
             eval: true,
+            keep_checkpoints: 3,
         }
     }
 }
@@ -839,6 +842,7 @@ pub const RESUME_SAFE_KEYS: &[&str] = &[
     "train.stats_every",
     "train.checksum_every",
     "train.on_nonfinite",
+    "train.keep_checkpoints",
     "comm.timeout_seconds",
     "compression.on_device",
     "network.links_bps",

@@ -261,6 +261,39 @@ fn a_resume_refuses_changes_of_meaning_and_asks_before_safe_ones() {
     assert_eq!(s.steps, 4);
 }
 
+#[test]
+fn old_checkpoints_are_pruned_and_stale_temporaries_removed() {
+    let d = tempdir::Dir::new();
+    let cfg = config(d.path(), "[train]\nepochs = 3\nkeep_checkpoints = 2");
+    trainer::train(&cfg, RunOptions::default(), Box::new(Silent)).unwrap();
+    let step_dirs = || {
+        let mut v: Vec<String> = std::fs::read_dir(d.path().join("checkpoints"))
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|n| n.starts_with("step-"))
+            .collect();
+        v.sort();
+        v
+    };
+    let kept = step_dirs();
+    assert_eq!(kept.len(), 2, "{kept:?}");
+    let latest = std::fs::read_to_string(d.path().join("checkpoints/latest")).unwrap();
+    assert_eq!(kept.last().unwrap(), latest.trim());
+    // A writer that died left its temporary files; a resume clears them.
+    let stale = [
+        d.path().join("steps.jsonl.tmp4242"),
+        d.path().join("checkpoints").join(&kept[1]).join("state.tmp77"),
+    ];
+    for f in &stale {
+        std::fs::write(f, b"partial").unwrap();
+    }
+    let resume = RunOptions { resume: true, ..Default::default() };
+    trainer::train(&cfg, resume, Box::new(Silent)).unwrap();
+    for f in &stale {
+        assert!(!f.exists(), "{} was left", f.display());
+    }
+}
+
 /// The latest checkpoint's `state.bin` in run directory `d`.
 fn latest_state(d: &std::path::Path) -> std::path::PathBuf {
     let name = std::fs::read_to_string(d.join("checkpoints/latest")).unwrap();

@@ -252,6 +252,52 @@ pub(super) fn write<M: Module>(
     if rank == 0 {
         let latest = sh.run_dir.join("checkpoints/latest");
         write_atomic(&latest, name.as_bytes()).map_err(io(&latest))?;
+        prune(&sh.run_dir.join("checkpoints"), sh.cfg.train.keep_checkpoints as usize)?;
     }
     Ok(())
+}
+
+/// Deletes all but the newest `keep` checkpoint directories (0 keeps all).
+/// Runs after `latest` names the newest, so a crash midway leaves a valid one.
+fn prune(checkpoints: &Path, keep: usize) -> Result<(), TrainError> {
+    if keep == 0 {
+        return Ok(());
+    }
+    let mut steps: Vec<PathBuf> = std::fs::read_dir(checkpoints)
+        .map_err(io(checkpoints))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.is_dir() && p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("step-"))
+        })
+        .collect();
+    // Zero-padded step numbers: name order is step order.
+    steps.sort();
+    let old = steps.len().saturating_sub(keep);
+    for dir in &steps[..old] {
+        std::fs::remove_dir_all(dir).map_err(io(dir))?;
+    }
+    Ok(())
+}
+
+/// Removes the temporary files an atomic write left behind when its process
+/// died (`<name>.tmp<pid>`) in the run directory and its checkpoints.
+pub(super) fn remove_stale_temporaries(run_dir: &Path) {
+    let is_tmp = |p: &Path| {
+        p.extension()
+            .and_then(|e| e.to_str())
+            .and_then(|e| e.strip_prefix("tmp"))
+            .is_some_and(|pid| !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()))
+    };
+    let mut dirs = vec![run_dir.to_path_buf(), run_dir.join("checkpoints")];
+    if let Ok(entries) = std::fs::read_dir(run_dir.join("checkpoints")) {
+        dirs.extend(entries.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.is_dir()));
+    }
+    for dir in dirs {
+        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        for path in entries.filter_map(|e| e.ok().map(|e| e.path())) {
+            if path.is_file() && is_tmp(&path) {
+                std::fs::remove_file(&path).ok();
+            }
+        }
+    }
 }

@@ -186,6 +186,7 @@ const RUN_FILES: &[&str] = &["config.toml", "manifest.json", "steps.jsonl", "epo
 /// overwrite it (then removes the old run's files); a resume keeps it.
 fn prepare_run_dir(run_dir: &Path, opts: &RunOptions) -> Result<(), TrainError> {
     if opts.resume {
+        checkpoint::remove_stale_temporaries(run_dir);
         return Ok(());
     }
     let existing: Vec<&str> = RUN_FILES.iter().copied().filter(|f| run_dir.join(f).exists()).collect();
