@@ -96,6 +96,21 @@ pub struct SparseMessage {
     pub values: Vec<f32>,
 }
 
+impl SparseMessage {
+    /// Rounds the values to what the wire carries, so the sender's error
+    /// feedback keeps exactly what the receivers do not get. On the f16
+    /// wire a magnitude past f16's largest finite value (65504) saturates
+    /// to it instead of becoming ±inf: the clipped amount stays in the
+    /// residual rather than an infinity reaching every worker.
+    pub fn round_to_wire(&mut self) {
+        if self.wire.values == ValueEncoding::F16 {
+            for v in &mut self.values {
+                *v = half::f16::from_f32(v.clamp(-65504.0, 65504.0)).to_f32();
+            }
+        }
+    }
+}
+
 /// QSGD's message: per bucket of `bucket` elements one f32 norm, per element a
 /// signed level in `−levels..=levels`; it decodes to `norm * level / levels`.
 #[derive(Clone, Debug, Default, PartialEq)]

@@ -24,7 +24,7 @@
 //! `SparseMessage`, index for index and bit for bit.
 
 use cubecl::prelude::*;
-use gradcomp_compress::message::{SparseMessage, SparseWire, ValueEncoding};
+use gradcomp_compress::message::{SparseMessage, SparseWire};
 use gradcomp_compress::reduce::mean_and_std_from_sums;
 use gradcomp_compress::sparsify::dgck::{DgcKConfig, MAX_ADAPT};
 use gradcomp_compress::sparsify::gaussiank::normal_quantile;
@@ -280,16 +280,6 @@ fn sparse(out: &mut Message, len: usize, wire: SparseWire) -> &mut SparseMessage
     m
 }
 
-/// Rounds the values through f16 when the wire sends them so, as the CPU's
-/// `Sparsifier` does.
-fn finish(m: &mut SparseMessage) {
-    if m.wire.values == ValueEncoding::F16 {
-        for v in &mut m.values {
-            *v = half::f16::from_f32(*v).to_f32();
-        }
-    }
-}
-
 /// The threshold sparsifier: every |x| > `threshold`.
 pub fn threshold(
     client: &Client,
@@ -300,7 +290,8 @@ pub fn threshold(
 ) -> Result<(), KernelError> {
     let m = sparse(out, x.len, wire);
     collect_above(client, x, threshold, m)?;
-    finish(m);
+    // The wire's precision, as the CPU's `Sparsifier` rounds.
+    m.round_to_wire();
     Ok(())
 }
 
@@ -337,7 +328,8 @@ pub fn gaussian_k(
         }
         thr *= if n < low { 0.5 } else { 1.5 };
     }
-    finish(m);
+    // The wire's precision, as the CPU's `Sparsifier` rounds.
+    m.round_to_wire();
     Ok(())
 }
 
@@ -369,7 +361,8 @@ pub fn top_k(
     } else {
         write_top_k(client, x, k, m)?;
     }
-    finish(m);
+    // The wire's precision, as the CPU's `Sparsifier` rounds.
+    m.round_to_wire();
     Ok(())
 }
 
@@ -429,7 +422,8 @@ pub fn dgc_k(
         }
         thr *= 0.8;
     }
-    finish(m);
+    // The wire's precision, as the CPU's `Sparsifier` rounds.
+    m.round_to_wire();
     Ok(())
 }
 
@@ -469,6 +463,7 @@ pub fn rand_k(
     if scale != 1.0 {
         m.values.iter_mut().for_each(|v| *v *= scale);
     }
-    finish(m);
+    // The wire's precision, as the CPU's `Sparsifier` rounds.
+    m.round_to_wire();
     Ok(())
 }

@@ -78,7 +78,9 @@ pub fn put_varint(mut v: u32, out: &mut Vec<u8>) {
 }
 
 /// Reads one varint from the front of `bytes`; returns it and the bytes used.
-/// Rejects truncated, overlong (more than 5 bytes) and out-of-range encodings.
+/// Rejects truncated, overlong (more than 5 bytes), out-of-range and
+/// non-minimal encodings (a trailing zero group, as in `80 00` for 0), so
+/// every value has exactly one encoding and the wire format is canonical.
 pub fn get_varint(bytes: &[u8]) -> Result<(u32, usize), CodecError> {
     let mut v = 0u32;
     for (i, &b) in bytes.iter().enumerate().take(5) {
@@ -88,6 +90,9 @@ pub fn get_varint(bytes: &[u8]) -> Result<(u32, usize), CodecError> {
         }
         v |= part << (7 * i);
         if b & 0x80 == 0 {
+            if b == 0 && i > 0 {
+                return Err(CodecError::Invalid("non-minimal varint"));
+            }
             return Ok((v, i + 1));
         }
     }
@@ -144,5 +149,21 @@ mod tests {
         assert!(get_varint(&[0x80]).is_err());
         assert!(get_varint(&[0xff, 0xff, 0xff, 0xff, 0x1f]).is_err());
         assert!(get_varint(&[0x80, 0x80, 0x80, 0x80, 0x80, 0x00]).is_err());
+        // Padded encodings of 0 and 1 are refused: one encoding per value.
+        assert!(get_varint(&[0x80, 0x00]).is_err());
+        assert!(get_varint(&[0x81, 0x80, 0x00]).is_err());
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(20_000))]
+        /// Whatever decodes re-encodes to the same bytes.
+        #[test]
+        fn varints_are_canonical(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..7)) {
+            if let Ok((v, n)) = get_varint(&bytes) {
+                let mut again = Vec::new();
+                put_varint(v, &mut again);
+                proptest::prop_assert_eq!(&again[..], &bytes[..n]);
+            }
+        }
     }
 }

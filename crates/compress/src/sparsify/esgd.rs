@@ -220,9 +220,7 @@ impl Compressor for Esgd {
                 jb += 1;
             }
         }
-        if self.config.wire.values == crate::message::ValueEncoding::F16 {
-            m.values.iter_mut().for_each(|v| *v = half::f16::from_f32(*v).to_f32());
-        }
+        m.round_to_wire();
         self.prev.clear();
         self.prev.extend_from_slice(&m.indices);
         self.prev_loss = ctx.loss;
