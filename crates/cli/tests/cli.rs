@@ -283,6 +283,30 @@ fn a_text_corpus_with_unseen_words_trains_and_counts_them() {
     // The vocabulary holds 17 words and <eos>, <unk>: a model that learned the
     // sentences is far below that; the test file's unseen words cost it a little.
     assert!(valid < 6.0 && test >= valid, "valid {valid}, test {test}");
+    // A test text too short for one evaluation batch is an error before any
+    // work, not a perplexity of 1.
+    std::fs::write(corpus.join("short.txt"), "the cat sat\n").unwrap();
+    let (code, _, err) = gradcomp(&[
+        "train",
+        "--config",
+        &experiments("quick-synthetic.toml"),
+        "--set",
+        &format!("run_dir=\"{}\"", dir.join("short-run").display()),
+        "--set",
+        "data.dataset=\"text\"",
+        "--set",
+        &format!("data.dir=\"{}\"", corpus.display()),
+        "--set",
+        "data.train_text=\"a.txt\"",
+        "--set",
+        "data.valid_text=\"\"",
+        "--set",
+        "data.test_text=\"short.txt\"",
+        "--set",
+        "model.name=\"lstm\"",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("test text holds 4 tokens") && err.contains("data.bptt"), "{err}");
     std::fs::remove_dir_all(&dir).ok();
 }
 

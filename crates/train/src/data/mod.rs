@@ -83,6 +83,9 @@ fn fetch_hint(name: &str) -> String {
     format!("fetch it with `scripts/fetch-data.sh {name}` (or set --data-dir / GRADCOMP_DATA to where it is)")
 }
 
+/// Token rows per evaluation batch of a text.
+pub const EVAL_TOKEN_ROWS: usize = 10;
+
 impl TrainData {
     /// Loads (or generates) what the configuration names.
     pub fn load(cfg: &TrainConfig) -> Result<Self, DataError> {
@@ -131,6 +134,21 @@ impl TrainData {
                 "the test split is empty: evaluation needs at least one example (or set train.eval = false)"
                     .into(),
             ));
+        }
+        if let (true, TrainData::Tokens { valid, test, .. }) = (cfg.train.eval, &data) {
+            // Evaluation cuts a text into EVAL_TOKEN_ROWS rows of bptt + 1
+            // tokens at least; a shorter one would evaluate nothing and
+            // report a perplexity of 1.
+            let need = EVAL_TOKEN_ROWS * (cfg.data.bptt + 1);
+            for (split, tokens) in [("test", Some(test)), ("validation", valid.as_ref())] {
+                if let Some(t) = tokens.filter(|t| t.len() < need) {
+                    return Err(DataError::Invalid(format!(
+                        "the {split} text holds {} tokens; evaluation needs at least {need} ({EVAL_TOKEN_ROWS} rows of data.bptt + 1 = {}): use a longer text, a smaller data.bptt, or train.eval = false",
+                        t.len(),
+                        cfg.data.bptt + 1
+                    )));
+                }
+            }
         }
         Ok(data)
     }

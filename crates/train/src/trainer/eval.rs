@@ -11,9 +11,9 @@ use crate::config::TrainConfig;
 use crate::data::{eval_batches, ImageDataset, TokenLoader, TrainData};
 use crate::models::{EvalStats, Net};
 
-/// Images per evaluation batch; token rows per evaluation batch.
+/// Images per evaluation batch.
 const IMAGE_BATCH: usize = 500;
-const TOKEN_ROWS: usize = 10;
+use crate::data::EVAL_TOKEN_ROWS as TOKEN_ROWS;
 
 /// A split to evaluate on.
 #[derive(Clone, Copy, Debug)]
