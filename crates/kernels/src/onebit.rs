@@ -9,6 +9,7 @@
 //! fully coalesced pass.
 
 use cubecl::prelude::*;
+use gradcomp_compress::quantize::onebit::sign_means;
 use gradcomp_compress::Message;
 
 use crate::buffer::{f32_arg, read_f32s, read_prefix, read_u32s, u32_arg, DeviceF32, KernelError};
@@ -118,8 +119,6 @@ pub fn compress(client: &Client, g: &DeviceF32, out: &mut Message) -> Result<(),
         neg_sum += qb.iter().map(|&v| f64::from(v)).sum::<f64>();
     }
     let pos_n: usize = c.iter().map(|&v| v as usize).sum();
-    let neg_n = g.len - pos_n;
-    m.positive = if pos_n > 0 { (pos_sum / pos_n as f64) as f32 } else { 0.0 };
-    m.negative = if neg_n > 0 { (neg_sum / neg_n as f64) as f32 } else { 0.0 };
+    (m.positive, m.negative) = sign_means(pos_sum, pos_n, neg_sum, g.len - pos_n);
     Ok(())
 }

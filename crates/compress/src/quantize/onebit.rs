@@ -30,10 +30,24 @@ impl Compressor for OneBit {
         m.bits.clear();
         m.bits.resize(input.len().div_ceil(8), 0);
         let (pos_sum, pos_n, neg_sum) = sign_bits(input, &mut m.bits);
-        let neg_n = input.len() - pos_n;
-        m.positive = if pos_n > 0 { (pos_sum / pos_n as f64) as f32 } else { 0.0 };
-        m.negative = if neg_n > 0 { (neg_sum / neg_n as f64) as f32 } else { 0.0 };
+        (m.positive, m.negative) = sign_means(pos_sum, pos_n, neg_sum, input.len() - pos_n);
     }
+}
+
+/// The two reconstruction values from the sums and counts of the
+/// non-negative and negative elements (shared with the device kernel, so
+/// both give the same bits). Near f32::MAX the f32 partial sums overflow;
+/// the means then saturate at ±f32::MAX instead of ±inf, which keeps the
+/// message decodable, and error feedback carries the difference.
+pub fn sign_means(pos_sum: f64, pos_n: usize, neg_sum: f64, neg_n: usize) -> (f32, f32) {
+    let mean = |sum: f64, n: usize| {
+        if n == 0 {
+            0.0
+        } else {
+            ((sum / n as f64) as f32).clamp(f32::MIN, f32::MAX)
+        }
+    };
+    (mean(pos_sum, pos_n), mean(neg_sum, neg_n))
 }
 
 multiversion! {
@@ -84,6 +98,20 @@ fn sign_bits(x: &[f32], bits: &mut [u8]) -> (f64, usize, f64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn means_near_the_largest_float_saturate_and_decode() {
+        let x: Vec<f32> = (0..3000).map(|i| if i % 3 == 0 { -f32::MAX } else { f32::MAX * 0.9 }).collect();
+        let mut msg = Message::default();
+        OneBit.compress(&x, &UnitContext::default(), &mut msg);
+        let Message::Sign(m) = &msg else { panic!("sign message") };
+        assert_eq!((m.positive, m.negative), (f32::MAX, f32::MIN));
+        let mut bytes = Vec::new();
+        crate::codec::encode(&msg, 0, &mut bytes);
+        let mut out = vec![0.0; x.len()];
+        crate::codec::accumulate(&bytes, 1.0, &mut out).expect("its own decoder accepts it");
+        assert!(out.iter().all(|v| v.is_finite()));
+    }
 
     #[test]
     fn reconstruction_values_are_the_two_means() {
