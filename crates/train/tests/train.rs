@@ -294,6 +294,37 @@ fn old_checkpoints_are_pruned_and_stale_temporaries_removed() {
     }
 }
 
+/// The progress line's "sent" is all workers' bytes through the previous
+/// step, so it never exceeds the run's total and trails it by one step (it
+/// once multiplied rank 0's bytes, a parameter server's downloads included,
+/// by N).
+#[test]
+fn progress_bytes_trail_the_records_and_never_exceed_them() {
+    use std::sync::{Arc, Mutex};
+    struct Last(Arc<Mutex<Vec<u64>>>);
+    impl trainer::Observer for Last {
+        fn step(&mut self, p: &trainer::Progress) {
+            self.0.lock().unwrap().push(p.bytes_sent);
+        }
+    }
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let d = tempdir::Dir::new();
+    let cfg = config(
+        d.path(),
+        "[compressor]\nname = \"terngrad\"\n[comm]\ntopology = \"parameter-server\"\n[train]\nmax_steps = 6",
+    );
+    let s = trainer::train(&cfg, RunOptions::default(), Box::new(Last(Arc::clone(&seen)))).unwrap();
+    let total = s.epochs.last().unwrap().bytes_sent;
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), 6);
+    let last = *seen.last().unwrap();
+    // Five of six equal steps: the agreement round learns a step's bytes at the next.
+    assert!(
+        last <= total && last as f64 >= total as f64 * 5.0 / 6.0 * 0.999,
+        "progress {last}, total {total}"
+    );
+}
+
 /// The latest checkpoint's `state.bin` in run directory `d`.
 fn latest_state(d: &std::path::Path) -> std::path::PathBuf {
     let name = std::fs::read_to_string(d.join("checkpoints/latest")).unwrap();
