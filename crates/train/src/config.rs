@@ -739,6 +739,41 @@ impl TrainConfig {
     }
 }
 
+impl TrainConfig {
+    /// Refuses a run whose workers' model state cannot fit in this machine's
+    /// memory, before any thread starts: per in-process worker (one per MPI
+    /// rank), `parameters` f32 values each for the parameters, their
+    /// gradients, the optimizer's slots (momentum; Adam's two moments), the
+    /// compression memories (error feedback, DGC's two buffers) and the
+    /// exchange's three flat buffers. Activations come on top, so this is a
+    /// lower bound: a run it refuses would certainly abort on allocation.
+    pub fn check_model_memory(&self, parameters: usize) -> Result<(), ConfigError> {
+        let optimizer = match self.optimizer.name {
+            OptimizerName::Sgd => usize::from(self.optimizer.momentum > 0.0),
+            OptimizerName::Adam | OptimizerName::Adamw => 2,
+        };
+        let memories = match self.compressor.resolve_memory(self.compression.memory) {
+            MemoryKind::ErrorFeedback => 1,
+            MemoryKind::DgcMomentum => 2,
+            MemoryKind::Auto | MemoryKind::None => 0,
+        };
+        let copies = 2 + optimizer + memories + 3;
+        let workers = if self.backend == Backend::InProcess { self.workers } else { 1 };
+        let need = workers as f64 * parameters as f64 * 4.0 * copies as f64;
+        match available_memory_bytes() {
+            Some(avail) if need > avail => Err(err(
+                "workers",
+                format!(
+                    "{workers} worker(s) of a model with {parameters} parameters need at least {:.1} GB (parameters, gradients, optimizer state, memories and exchange buffers; activations on top), and this machine has {:.1} GB available: use fewer workers, or backend = \"mpi\" across machines",
+                    need / 1e9,
+                    avail / 1e9
+                ),
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
 /// The memory the machine has available (Linux `MemAvailable`), if known.
 fn available_memory_bytes() -> Option<f64> {
     let info = std::fs::read_to_string("/proc/meminfo").ok()?;

@@ -325,6 +325,22 @@ fn progress_bytes_trail_the_records_and_never_exceed_them() {
     );
 }
 
+/// A run whose workers' model state cannot fit in memory is refused before
+/// any thread starts (1000 ResNet-18 workers: at least 300 GB), naming the need.
+#[test]
+fn workers_that_cannot_fit_in_memory_are_refused_before_they_start() {
+    let d = tempdir::Dir::new();
+    let cfg = config(
+        d.path(),
+        "workers = 1000\n[data]\nsynthetic_shape = [3, 32, 32]\nsynthetic_size = 64\n[model]\nname = \"resnet18\"",
+    );
+    let t = std::time::Instant::now();
+    let e = trainer::train(&cfg, RunOptions::default(), Box::new(Silent)).unwrap_err().to_string();
+    assert!(e.contains("workers") && e.contains("GB") && e.contains("11173962 parameters"), "{e}");
+    assert!(!d.path().join("config.toml").exists(), "the run started");
+    assert!(t.elapsed().as_secs() < 30, "took {:?}", t.elapsed());
+}
+
 /// The latest checkpoint's `state.bin` in run directory `d`.
 fn latest_state(d: &std::path::Path) -> std::path::PathBuf {
     let name = std::fs::read_to_string(d.join("checkpoints/latest")).unwrap();

@@ -173,6 +173,9 @@ pub fn train_with<M: Net>(
     observer: Box<dyn Observer>,
 ) -> Result<RunSummary, TrainError> {
     cfg.validate()?;
+    // burn creates parameters lazily: the shapes are known without allocating them.
+    let parameters = crate::params::layout(&make(&crate::default_device())).total();
+    cfg.check_model_memory(parameters)?;
     let run_dir = cfg.run_dir();
     prepare_run_dir(&run_dir, &opts)?;
     let shared = Shared { cfg, data, run_dir, opts, observer: Mutex::new(observer) };
