@@ -173,8 +173,13 @@ pub fn train_with<M: Net>(
     observer: Box<dyn Observer>,
 ) -> Result<RunSummary, TrainError> {
     cfg.validate()?;
-    // burn creates parameters lazily: the shapes are known without allocating them.
-    let parameters = crate::params::layout(&make(&crate::default_device())).total();
+    // Reading a parameter's shape initializes it, drawing from burn's global
+    // generator: under the lock, as every model construction, so another
+    // trainer's seeded draws are not interleaved with these.
+    let parameters = {
+        let _guard = INIT_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        crate::params::layout(&make(&crate::default_device())).total()
+    };
     cfg.check_model_memory(parameters)?;
     let run_dir = cfg.run_dir();
     prepare_run_dir(&run_dir, &opts)?;
