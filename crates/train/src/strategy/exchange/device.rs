@@ -187,17 +187,10 @@ impl GradientExchange {
             } else {
                 front.compressors[u].local_scalar(client, input).map_err(device_error)?
             };
-            self.scalar_of.push(s.map(|s| {
-                self.scalars.push(s);
-                self.scalars.len() - 1
-            }));
+            self.push_scalar(s);
         }
         let before_scalars = t.elapsed().as_secs_f64();
-        let t = Instant::now();
-        if !self.scalars.is_empty() {
-            c.allreduce_max_f32(&mut self.scalars)?;
-        }
-        let scalar_round = t.elapsed().as_secs_f64();
+        let scalar_round = self.share_scalars(c)?;
         // 3. Compress every unit on the device; only the message comes back.
         let t = Instant::now();
         let key = RngKey::new(self.seed, c.rank() as u32, step, 0);

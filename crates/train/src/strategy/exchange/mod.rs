@@ -316,17 +316,10 @@ impl GradientExchange {
         for u in 0..self.units.len() {
             let x = unit_input(&self.units, &self.has_memory, &self.memories, grad, u);
             let s = if self.raw[u] { None } else { self.compressors[u].local_scalar(x) };
-            self.scalar_of.push(s.map(|s| {
-                self.scalars.push(s);
-                self.scalars.len() - 1
-            }));
+            self.push_scalar(s);
         }
         let before_scalars = t.elapsed().as_secs_f64();
-        let t = Instant::now();
-        if !self.scalars.is_empty() {
-            c.allreduce_max_f32(&mut self.scalars)?;
-        }
-        let scalar_round = t.elapsed().as_secs_f64();
+        let scalar_round = self.share_scalars(c)?;
         // 3. Compress every unit.
         let t = Instant::now();
         self.compress_units(grad, RngKey::new(self.seed, c.rank() as u32, step, 0), loss, measure, &mut st);
@@ -346,6 +339,24 @@ impl GradientExchange {
         st.residual_norm = self.residual_norm();
         st.decode_seconds = t.elapsed().as_secs_f64();
         Ok(st)
+    }
+
+    /// Records the next unit's local scalar (two-phase compressors), in unit order.
+    fn push_scalar(&mut self, s: Option<f32>) {
+        self.scalar_of.push(s.map(|s| {
+            self.scalars.push(s);
+            self.scalars.len() - 1
+        }));
+    }
+
+    /// The scalars' max-reduce across workers (TernGrad's shared scaler), if
+    /// any unit has one; returns its seconds.
+    fn share_scalars(&mut self, c: &mut dyn Collective) -> Result<f64, StrategyError> {
+        let t = Instant::now();
+        if !self.scalars.is_empty() {
+            c.allreduce_max_f32(&mut self.scalars)?;
+        }
+        Ok(t.elapsed().as_secs_f64())
     }
 
     /// Divides the aggregate of units with lr-scaled residuals by `lr`.
