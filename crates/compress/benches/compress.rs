@@ -20,6 +20,8 @@ fn benches(c: &mut Criterion) {
     let mut g = c.benchmark_group("1M");
     g.throughput(Throughput::Bytes(4 * N as u64));
     g.bench_function("read_pass", |b| b.iter(|| reduce::sum(black_box(&x))));
+    // The scaler pass of TernGrad, QSGD and Gaussian-k (scaled, pivoted moments).
+    g.bench_function("moments", |b| b.iter(|| reduce::moments(black_box(&x))));
     for name in CompressorConfig::NAMES {
         let mut cfg = CompressorConfig::named(name).expect("known name");
         cfg.set_density(0.001);

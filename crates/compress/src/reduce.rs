@@ -37,40 +37,200 @@ pub fn sum(x: &[f32]) -> f64 {
 }
 }
 
-/// (Σ x, Σ x²) of one block.
+/// A power of two `2^-e` that brings `max` into [0.5, 1): a vector scaled by
+/// it has squares (and squared deviations, at most `(2·max)²`) that neither
+/// overflow nor underflow f32, whatever its magnitude, as BLAS `nrm2` scales.
+/// Multiplying by a power of two is exact, so undoing it is too. The exponent
+/// is clamped to ±126 (a zero, subnormal, infinite or NaN `max` gets a
+/// representable scale; the sums then carry the NaN or inf). The device
+/// kernels compute the same scale (`gradcomp_kernels::reduce`).
 #[inline(always)]
-fn block_sums(block: &[f32]) -> (f64, f64) {
-    // Two loops over the block (it is in L1 for the second): fused, LLVM
-    // pairs (sum, square) per lane instead of vectorizing across lanes.
+pub fn pow2_scale(max: f32) -> f32 {
+    let e = (max.to_bits() >> 23) & 0xff;
+    f32::from_bits(if e >= 252 { 1 } else { 253 - e } << 23)
+}
+
+/// The moments of one cache-resident block from one fused vectorized loop:
+/// max |x| and Σ d, Σ d² of the deviations `d = x·scale − pivot` from a pivot
+/// near the mean, in f32 lanes. Deviations do not cancel the way
+/// `Σx² − n·mean²` does when |mean| ≫ σ, and the power-of-two scale keeps
+/// every lane sum finite and normal. Returns the moments and `max |x|·scale`,
+/// which tells the caller whether the scale suited the block.
+#[inline(always)]
+fn block_moments_at(block: &[f32], scale: f32, pivot: f32) -> (Moments, f32) {
+    let n = block.len();
+    let mut mx = [0.0f32; LANES];
+    let mut dev = [0.0f32; LANES];
+    let mut sq = [0.0f32; LANES];
+    let chunks = block.chunks_exact(LANES);
+    let rem = chunks.remainder();
+    for c in chunks {
+        let c: &[f32; LANES] = c.try_into().expect("chunks_exact yields LANES");
+        for l in 0..LANES {
+            let v = c[l].abs();
+            mx[l] = if v > mx[l] { v } else { mx[l] };
+            let d = c[l] * scale - pivot;
+            dev[l] += d;
+            sq[l] += d * d;
+        }
+    }
+    let max = rem.iter().fold(mx.iter().fold(0.0f32, |a, &b| a.max(b)), |a, &b| a.max(b.abs()));
+    let mut d_sum: f64 = dev.iter().map(|&v| f64::from(v)).sum();
+    let mut d_sq: f64 = sq.iter().map(|&v| f64::from(v)).sum();
+    for &v in rem {
+        let d = f64::from(v * scale) - f64::from(pivot);
+        d_sum += d;
+        d_sq += d * d;
+    }
+    let inv = 1.0 / f64::from(scale);
+    let nf = n as f64;
+    let m = Moments {
+        n,
+        mean: (f64::from(pivot) + d_sum / nf) * inv,
+        // Rounding can leave a hair below 0; NaN must stay NaN (`f64::max` would drop it).
+        m2: non_negative(d_sq - d_sum * d_sum / nf) * inv * inv,
+        max_abs: max,
+    };
+    (m, max * scale)
+}
+
+/// The moments of the next block of a vector whose earlier blocks have the
+/// moments `before`. The scale comes from the running max and the pivot
+/// from the running mean, so ordinary data take one fused loop per block. A
+/// block whose max lands outside [2^-30, 2^30] at that scale (its squared
+/// deviations could overflow or go subnormal), and the first block, take
+/// two more loops: a scale from their own max, and their own mean as the
+/// pivot.
+///
+/// Accuracy: the cancellation error of a pivot `p` is about
+/// `ε·n_b·(p − mean_b)²` (ε: f32 rounding over a lane's 64 additions). With
+/// the running mean as the pivot that is at most `2ε` of the merged M2, since
+/// the merge adds at least `(p − mean_b)²·n_b/2` to it.
+#[inline(always)]
+fn next_block_moments(block: &[f32], before: &Moments) -> Moments {
+    const WINDOW: f32 = 1_073_741_824.0; // 2^30
+    if before.n > 0 {
+        let scale = pow2_scale(before.max_abs);
+        let (m, scaled_max) = block_moments_at(block, scale, (before.mean * f64::from(scale)) as f32);
+        if (1.0 / WINDOW..=WINDOW).contains(&scaled_max) || m.max_abs == 0.0 {
+            return m;
+        }
+    }
+    let scale = pow2_scale(max_abs_lanes(block));
     let (acc, rem) = lanes_fold(block, |a, c| {
         for l in 0..LANES {
-            a[l] += c[l];
+            a[l] += c[l] * scale;
         }
     });
-    let (sq, _) = lanes_fold(block, |a, c| {
-        for l in 0..LANES {
-            a[l] += c[l] * c[l];
-        }
-    });
-    let mut s: f64 = acc.iter().map(|&v| f64::from(v)).sum();
-    let mut q: f64 = sq.iter().map(|&v| f64::from(v)).sum();
-    for &v in rem {
-        s += f64::from(v);
-        q += f64::from(v) * f64::from(v);
+    let scaled_sum: f64 = acc.iter().map(|&v| f64::from(v)).sum::<f64>()
+        + rem.iter().map(|&v| f64::from(v * scale)).sum::<f64>();
+    block_moments_at(block, scale, (scaled_sum / block.len() as f64) as f32).0
+}
+
+/// `v`, or 0 when it is negative; NaN stays NaN.
+#[inline(always)]
+fn non_negative(v: f64) -> f64 {
+    if v < 0.0 {
+        0.0
+    } else {
+        v
     }
-    (s, q)
+}
+
+/// Count, mean, sum of squared deviations `M2 = Σ (x − mean)²` and max |x| of
+/// a vector: every scaler a compressor needs (σ, ‖x‖₂, max |x|), accurate at
+/// any magnitude f32 holds and when |mean| ≫ σ. Blocks are merged with Chan
+/// et al.'s pairwise update, in f64.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Moments {
+    pub n: usize,
+    pub mean: f64,
+    pub m2: f64,
+    /// max |x| over the non-NaN elements (0 when empty).
+    pub max_abs: f32,
+}
+
+impl Moments {
+    /// The moments of the union of two disjoint sets.
+    pub fn merge(self, other: Moments) -> Moments {
+        if self.n == 0 {
+            return other;
+        }
+        if other.n == 0 {
+            return self;
+        }
+        let (na, nb) = (self.n as f64, other.n as f64);
+        let n = na + nb;
+        let delta = other.mean - self.mean;
+        Moments {
+            n: self.n + other.n,
+            mean: self.mean + delta * (nb / n),
+            m2: self.m2 + other.m2 + delta * delta * (na * nb / n),
+            max_abs: self.max_abs.max(other.max_abs),
+        }
+    }
+
+    /// Σ x.
+    pub fn sum(&self) -> f64 {
+        self.mean * self.n as f64
+    }
+
+    /// Σ x² = M2 + n·mean²: two non-negative terms, so nothing cancels.
+    pub fn sum_of_squares(&self) -> f64 {
+        self.m2 + self.n as f64 * self.mean * self.mean
+    }
+
+    /// The standard deviation dividing by `n − ddof` (0 when there are too few values).
+    pub fn std(&self, ddof: usize) -> f64 {
+        if self.n <= ddof {
+            return 0.0;
+        }
+        (self.m2 / (self.n - ddof) as f64).sqrt()
+    }
+
+    /// `sqrt(mean((x − mean)²))`.
+    pub fn population_std(&self) -> f64 {
+        self.std(0)
+    }
+
+    /// The unbiased (n − 1) standard deviation.
+    pub fn sample_std(&self) -> f64 {
+        self.std(1)
+    }
 }
 
 multiversion! {
-/// (Σ x, Σ x²) in one pass.
-pub fn sum_and_squares(x: &[f32]) -> (f64, f64) {
-    x.chunks(BLOCK).map(block_sums).fold((0.0, 0.0), |(s, q), (bs, bq)| (s + bs, q + bq))
+/// The [`Moments`] of `x` in one pass over memory.
+pub fn moments(x: &[f32]) -> Moments {
+    // A plain loop, not a fold: a closure would not inherit the AVX2 target.
+    let mut m = Moments::default();
+    for block in x.chunks(BLOCK) {
+        m = m.merge(next_block_moments(block, &m));
+    }
+    m
 }
 }
 
-/// Σ x².
+/// Σ x², accurate at any magnitude (see [`Moments`]).
 pub fn sum_of_squares(x: &[f32]) -> f64 {
-    sum_and_squares(x).1
+    moments(x).sum_of_squares()
+}
+
+/// max |x| by 16 lanes, inlined into the caller's vectorized context.
+#[inline(always)]
+fn max_abs_lanes(x: &[f32]) -> f32 {
+    let mut mx = [0.0f32; LANES];
+    let chunks = x.chunks_exact(LANES);
+    let rem = chunks.remainder();
+    for c in chunks {
+        let c: &[f32; LANES] = c.try_into().expect("chunks_exact yields LANES");
+        for l in 0..LANES {
+            let v = c[l].abs();
+            mx[l] = if v > mx[l] { v } else { mx[l] };
+        }
+    }
+    let m = mx.iter().fold(0.0f32, |a, &b| a.max(b));
+    rem.iter().fold(m, |a, &b| a.max(b.abs()))
 }
 
 multiversion! {
@@ -117,45 +277,8 @@ pub fn all_finite(x: &[f32]) -> bool {
 multiversion! {
 /// max |x| (0 for an empty slice). NaN elements are ignored.
 pub fn max_abs(x: &[f32]) -> f32 {
-    let mut mx = [0.0f32; LANES];
-    let chunks = x.chunks_exact(LANES);
-    let rem = chunks.remainder();
-    for c in chunks {
-        let c: &[f32; LANES] = c.try_into().expect("chunks_exact yields LANES");
-        for l in 0..LANES {
-            let v = c[l].abs();
-            mx[l] = if v > mx[l] { v } else { mx[l] };
-        }
-    }
-    let m = mx.iter().fold(0.0f32, |a, &b| a.max(b));
-    rem.iter().fold(m, |a, &b| a.max(b.abs()))
+    max_abs_lanes(x)
 }
-}
-
-/// Mean and population standard deviation `sqrt(mean((x - mean)^2))`.
-pub fn mean_and_population_std(x: &[f32]) -> (f64, f64) {
-    let (s, q) = sum_and_squares(x);
-    mean_and_std_from_sums(s, q, x.len(), 0)
-}
-
-/// Mean and unbiased (n − 1) standard deviation.
-pub fn mean_and_sample_std(x: &[f32]) -> (f64, f64) {
-    let (s, q) = sum_and_squares(x);
-    mean_and_std_from_sums(s, q, x.len(), 1)
-}
-
-/// Mean and standard deviation from Σx and Σx² of `n` values, dividing the
-/// squared deviations by `n − ddof` (0 when there are too few values).
-pub fn mean_and_std_from_sums(s: f64, q: f64, n: usize, ddof: usize) -> (f64, f64) {
-    if n == 0 {
-        return (0.0, 0.0);
-    }
-    let mean = s / n as f64;
-    if n <= ddof {
-        return (mean, 0.0);
-    }
-    let var = (q - n as f64 * mean * mean) / (n - ddof) as f64;
-    (mean, var.max(0.0).sqrt())
 }
 
 multiversion! {
@@ -259,29 +382,27 @@ pub fn collect_abs_above(
 }
 
 multiversion! {
-/// [`sum_and_squares`] and [`collect_abs_above`] (exclusive) fused into one
-/// pass over memory: each block is summed and screened while it is in cache.
-/// Returns (Σ x, Σ x², count), where count is exact when it is at most `cap`;
-/// past `cap` the screening stops (the caller only needs to know the list
-/// overflowed) and count is some value above `cap`.
-pub fn sum_squares_and_collect(
+/// [`moments`] and [`collect_abs_above`] (exclusive) fused into one pass over
+/// memory: each block is summed and screened while it is in cache. Returns
+/// the moments and a count that is exact when it is at most `cap`; past `cap`
+/// the screening stops (the caller only needs to know the list overflowed)
+/// and count is some value above `cap`.
+pub fn moments_and_collect(
     x: &[f32],
     thr: f32,
     cap: usize,
     out: &mut Vec<u32>,
     values: &mut Vec<f32>,
-) -> (f64, f64, usize) {
+) -> (Moments, usize) {
     let limit = out.len().saturating_add(cap);
-    let (mut s, mut q, mut count) = (0.0, 0.0, 0);
+    let (mut m, mut count) = (Moments::default(), 0);
     for (b, block) in x.chunks(BLOCK).enumerate() {
-        let (bs, bq) = block_sums(block);
-        s += bs;
-        q += bq;
+        m = m.merge(next_block_moments(block, &m));
         if count <= cap {
             collect_block(block, b * BLOCK, thr, false, limit, &mut count, out, values);
         }
     }
-    (s, q, count)
+    (m, count)
 }
 }
 
@@ -321,7 +442,7 @@ mod tests {
                 assert_eq!(vals.len(), capped.len());
                 let mut fused = Vec::new();
                 let mut fused_values = Vec::new();
-                let (fs, fq, fc) = sum_squares_and_collect(&x, thr, 5, &mut fused, &mut fused_values);
+                let (fm, fc) = moments_and_collect(&x, thr, 5, &mut fused, &mut fused_values);
                 if want.len() <= 5 {
                     assert_eq!(fc, want.len());
                 } else {
@@ -329,7 +450,7 @@ mod tests {
                 }
                 assert_eq!(&fused[..], &want[..want.len().min(5)]);
                 assert!(fused.iter().zip(&fused_values).all(|(&i, &v)| x[i as usize] == v));
-                assert_eq!((fs, fq), sum_and_squares(&x));
+                assert_eq!(fm, moments(&x));
                 let mut incl = Vec::new();
                 collect_abs_above(&x, thr, true, usize::MAX, &mut incl, &mut Vec::new());
                 assert_eq!(incl.len(), x.iter().filter(|v| v.abs() >= thr).count());
@@ -355,11 +476,104 @@ mod tests {
 
     #[test]
     fn std_forms() {
-        let x = [1.0f32, 2.0, 3.0, 4.0];
-        let (m, p) = mean_and_population_std(&x);
-        assert!((m - 2.5).abs() < 1e-12);
-        assert!((p - 1.25f64.sqrt()).abs() < 1e-9);
-        let (_, s) = mean_and_sample_std(&x);
-        assert!((s - (5.0f64 / 3.0).sqrt()).abs() < 1e-9);
+        let m = moments(&[1.0f32, 2.0, 3.0, 4.0]);
+        assert!((m.mean - 2.5).abs() < 1e-12);
+        assert!((m.population_std() - 1.25f64.sqrt()).abs() < 1e-9);
+        assert!((m.sample_std() - (5.0f64 / 3.0).sqrt()).abs() < 1e-9);
+        assert_eq!(moments(&[]), Moments::default());
+        assert_eq!(moments(&[7.0]).sample_std(), 0.0);
+    }
+
+    /// Exact reference moments in f64 (two passes; f64 holds the square of
+    /// every f32 and sums of millions of them without overflow).
+    fn reference(x: &[f32]) -> (f64, f64, f64) {
+        let n = x.len() as f64;
+        let mean = x.iter().map(|&v| f64::from(v)).sum::<f64>() / n;
+        let m2: f64 = x.iter().map(|&v| (f64::from(v) - mean).powi(2)).sum();
+        let sq: f64 = x.iter().map(|&v| f64::from(v).powi(2)).sum();
+        (mean, m2, sq)
+    }
+
+    fn close(got: f64, want: f64, tol: f64) -> bool {
+        (got - want).abs() <= tol * want.abs() || got == want
+    }
+
+    proptest::proptest! {
+        /// Issue #12: sums of squares accumulated in f32 overflowed above
+        /// ~1.8e19 and lost everything below ~1e-19 (QSGD's norm and
+        /// TernGrad's scaler became inf or 0), and the one-pass variance
+        /// `q − n·mean²` was 5% off at mean = 10⁴σ. Every magnitude f32
+        /// holds, offset means and lengths across block boundaries.
+        #[test]
+        fn moments_hold_at_every_magnitude(
+            exp in -149i32..=127,
+            offset in proptest::prop_oneof![proptest::strategy::Just(0.0f64), 1.0f64..1e6],
+            n in 1usize..3000,
+            seed in 0u64..1000,
+        ) {
+            let mut r = crate::UnitRng::from_parts(&[seed]);
+            // Values σ·(offset + N(0, 1)) with σ = 2^exp, kept finite.
+            let sigma = 2f64.powi(exp);
+            let x: Vec<f32> = (0..n)
+                .map(|_| (sigma * (offset + r.next_gaussian())).clamp(-f64::from(f32::MAX), f64::from(f32::MAX)) as f32)
+                .collect();
+            let m = moments(&x);
+            let (mean, m2, sq) = reference(&x);
+            proptest::prop_assert!(m.m2.is_finite() && m.mean.is_finite());
+            // Subnormal inputs carry few significant bits of their own; the
+            // reductions must still not lose what is there.
+            let tol = if exp < -120 { 1e-3 } else { 1e-5 };
+            proptest::prop_assert!(close(m.sum_of_squares(), sq, tol), "Σx² {} vs {}", m.sum_of_squares(), sq);
+            // The mean is judged against the spread (a zero-mean vector's mean is noise).
+            let rms = (sq / n as f64).sqrt();
+            proptest::prop_assert!((m.mean - mean).abs() <= tol * rms, "mean {} vs {}", m.mean, mean);
+            proptest::prop_assert!(close(m.m2.sqrt(), m2.sqrt(), tol.max(1e-4)), "σ {} vs {}", m.m2.sqrt(), m2.sqrt());
+            let want_max = x.iter().fold(0.0f32, |a, &b| a.max(b.abs()));
+            proptest::prop_assert_eq!(m.max_abs, want_max);
+        }
+    }
+
+    proptest::proptest! {
+        /// A global unit concatenates layers whose gradients differ by many
+        /// orders of magnitude and in mean: blocks after a jump re-scale and
+        /// re-pivot, and the merged moments stay exact to f32 rounding.
+        #[test]
+        fn moments_across_layers_of_any_scale(
+            layers in proptest::collection::vec((-100i32..100, -1e4f64..1e4, 1usize..2500), 1..5),
+            seed in 0u64..1000,
+        ) {
+            let mut r = crate::UnitRng::from_parts(&[seed]);
+            let mut x = Vec::new();
+            for &(exp, offset, len) in &layers {
+                let sigma = 2f64.powi(exp);
+                x.extend((0..len).map(|_| (sigma * (offset + r.next_gaussian())) as f32));
+            }
+            let m = moments(&x);
+            let (mean, m2, sq) = reference(&x);
+            let rms = (sq / x.len() as f64).sqrt();
+            proptest::prop_assert!(close(m.sum_of_squares(), sq, 1e-5), "Σx² {} vs {}", m.sum_of_squares(), sq);
+            proptest::prop_assert!((m.mean - mean).abs() <= 1e-5 * rms, "mean {} vs {}", m.mean, mean);
+            proptest::prop_assert!(close(m.m2.sqrt(), m2.sqrt(), 1e-4), "σ {} vs {}", m.m2.sqrt(), m2.sqrt());
+        }
+    }
+
+    #[test]
+    fn the_issues_cases() {
+        // Values past 1.8e19 (their squares overflow f32) and below 1e-19.
+        for v in [3e19f32, 1e30, f32::MAX, 1e-20, 1e-30, 1e-38, 1e-44] {
+            let x = vec![v; 3000];
+            let m = moments(&x);
+            let want = f64::from(v).powi(2) * 3000.0;
+            assert!(close(m.sum_of_squares(), want, 1e-6), "{v}: {} vs {want}", m.sum_of_squares());
+            assert_eq!(m.m2, 0.0, "{v}: constant input has no spread");
+        }
+        // A mean 10⁴ σ away from zero: σ exact to 1e-5, not 5% off.
+        let mut r = crate::UnitRng::from_parts(&[5]);
+        let x: Vec<f32> = (0..100_000).map(|_| (1e4 + r.next_gaussian()) as f32).collect();
+        let (_, m2, _) = reference(&x);
+        assert!(close(moments(&x).m2, m2, 1e-5));
+        // NaN and inf propagate into the sums (callers test finiteness).
+        assert!(moments(&[1.0, f32::NAN, 2.0]).m2.is_nan());
+        assert!(!moments(&[1.0, f32::INFINITY]).sum_of_squares().is_finite());
     }
 }

@@ -265,3 +265,72 @@ fn every_sparsifier_selects_about_k_on_gaussian_data() {
         }
     }
 }
+
+/// The quantizers at every magnitude (issue #12): scalers computed in f32
+/// overflowed above ~1.8e19 or vanished below ~1e-19, and a scaler below
+/// ~3e-39 had an infinite reciprocal, so the message came out all zeros or
+/// NaN. Scaling the input by a power of two that keeps it normal must scale
+/// the message exactly (same codes, scaler times 2^e); and at the subnormal
+/// end the message must still be finite, non-zero and bounded by its scaler.
+fn quantizers() -> Vec<CompressorConfig> {
+    vec![
+        CompressorConfig::Terngrad(TernGradConfig::default()),
+        CompressorConfig::Terngrad(TernGradConfig { clipping: false, ..Default::default() }),
+        CompressorConfig::Qsgd(QsgdConfig { levels: 15, bucket: 512 }),
+    ]
+}
+
+fn scaled(x: &[f32], e: i32) -> Vec<f32> {
+    x.iter().map(|&v| v * 2f32.powi(e.clamp(-126, 127)) * 2f32.powi(e - e.clamp(-126, 127))).collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+    #[test]
+    fn quantizers_scale_exactly_with_their_input(e in -90i32..=90, seed in 0u64..1000) {
+        let x = gaussian(1500, seed);
+        for cfg in quantizers() {
+            let (mut a, mut b) = (Message::default(), Message::default());
+            cfg.build().compress(&x, &ctx(0, seed), &mut a);
+            cfg.build().compress(&scaled(&x, e), &ctx(0, seed), &mut b);
+            let (mut da, mut db) = (vec![0.0f32; x.len()], vec![0.0f32; x.len()]);
+            a.decompress_into(&mut da);
+            b.decompress_into(&mut db);
+            prop_assert_eq!(scaled(&da, e), db, "{:?} at 2^{}", cfg, e);
+        }
+    }
+
+    #[test]
+    fn quantizers_stay_finite_at_the_subnormal_end(e in -149i32..=-100, seed in 0u64..1000) {
+        let x = scaled(&gaussian(1500, seed), e);
+        prop_assume!(x.iter().any(|&v| v != 0.0));
+        let bound = x.iter().fold(0.0f32, |a, &v| a.max(v.abs()));
+        for cfg in quantizers() {
+            let mut m = Message::default();
+            cfg.build().compress(&x, &ctx(0, seed), &mut m);
+            let mut d = vec![0.0f32; x.len()];
+            m.decompress_into(&mut d);
+            prop_assert!(d.iter().all(|v| v.is_finite()), "{:?} at 2^{}", cfg, e);
+            prop_assert!(d.iter().any(|&v| v != 0.0), "{:?} at 2^{}: all zeros", cfg, e);
+            // TernGrad sends ±s (s = max |x| or 2.5σ); QSGD at most the bucket norm.
+            let limit = 3.0 * bound * (x.len() as f32).sqrt();
+            prop_assert!(d.iter().all(|v| v.abs() <= limit), "{:?} at 2^{}", cfg, e);
+        }
+    }
+}
+
+#[test]
+fn quantizers_at_the_issues_magnitudes() {
+    // 3e19 (squares overflow f32) and 1e-20, 1e-40 (underflow; 1/s overflows).
+    for v in [3e19f32, 1e-20, 1e-40] {
+        let x: Vec<f32> = gaussian(1000, 9).iter().map(|g| g * v).collect();
+        for cfg in quantizers() {
+            let mut m = Message::default();
+            cfg.build().compress(&x, &ctx(0, 1), &mut m);
+            let mut d = vec![0.0f32; x.len()];
+            m.decompress_into(&mut d);
+            let nonzero = d.iter().filter(|&&v| v != 0.0).count();
+            assert!(d.iter().all(|v| v.is_finite()) && nonzero > 100, "{cfg:?} at {v}: {nonzero} non-zero");
+        }
+    }
+}

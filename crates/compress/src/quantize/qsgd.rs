@@ -63,7 +63,8 @@ impl Compressor for Qsgd {
             let norm = if norm.is_finite() { norm } else { 0.0 };
             m.norms.push(norm);
             if norm > 0.0 {
-                quantize_bucket(v, levels as f32 / norm, levels as i16, &mut lanes, codes);
+                let (pre, scale) = super::ratio_factors(levels as f32, norm);
+                quantize_bucket(v, pre, scale, levels as i16, &mut lanes, codes);
             }
         }
     }
@@ -72,11 +73,12 @@ impl Compressor for Qsgd {
 multiversion! {
 /// Stochastic rounding of `|v|·scale` to an integer level, signed, with one
 /// 24-bit uniform draw per element from the lanes.
-fn quantize_bucket(v: &[f32], scale: f32, max: i16, lanes: &mut LaneRng, codes: &mut [i16]) {
+fn quantize_bucket(v: &[f32], pre: f32, scale: f32, max: i16, lanes: &mut LaneRng, codes: &mut [i16]) {
     #[inline(always)]
-    fn levels(x: &[f32; LANES], u: &[u32; LANES], scale: f32, max: i16, out: &mut [i16; LANES]) {
+    fn levels(x: &[f32; LANES], u: &[u32; LANES], pre: f32, scale: f32, max: i16, out: &mut [i16; LANES]) {
         for l in 0..LANES {
-            let r = x[l].abs() * scale;
+            // |x|·levels/norm, finite for any norm (`ratio_factors`).
+            let r = (x[l].abs() * pre) * scale;
             let floor = r.floor();
             let draw = ((u[l] >> 8) as i32) as f32 * (1.0 / 16_777_216.0);
             let level = (floor as i32 + i32::from(draw < r - floor)).min(i32::from(max)) as i16;
@@ -88,14 +90,14 @@ fn quantize_bucket(v: &[f32], scale: f32, max: i16, lanes: &mut LaneRng, codes: 
     for (x, c) in (&mut xs).zip(&mut cs) {
         let x: &[f32; LANES] = x.try_into().expect("chunks_exact yields LANES");
         let c: &mut [i16; LANES] = c.try_into().expect("chunks_exact yields LANES");
-        levels(x, &lanes.next_u32s(), scale, max, c);
+        levels(x, &lanes.next_u32s(), pre, scale, max, c);
     }
     let (x, c) = (xs.remainder(), cs.into_remainder());
     if !x.is_empty() {
         let mut padded = [0.0f32; LANES];
         padded[..x.len()].copy_from_slice(x);
         let mut out = [0i16; LANES];
-        levels(&padded, &lanes.next_u32s(), scale, max, &mut out);
+        levels(&padded, &lanes.next_u32s(), pre, scale, max, &mut out);
         c.copy_from_slice(&out[..c.len()]);
     }
 }

@@ -45,8 +45,7 @@ impl TernGrad {
     /// This worker's scaler `s_i` for `g`.
     pub fn scaler(&self, g: &[f32]) -> f32 {
         if self.config.clipping {
-            let (_, sigma) = reduce::mean_and_population_std(g);
-            self.config.c * sigma as f32
+            self.config.c * reduce::moments(g).population_std() as f32
         } else {
             reduce::max_abs(g)
         }
@@ -95,21 +94,21 @@ pub fn pack_ternary(g: &[f32], s: f32, rng: &mut UnitRng, out: &mut Vec<u8>) {
     if s <= 0.0 {
         return;
     }
-    let inv_s = 1.0 / s;
+    let (pre, inv_s) = super::ratio_factors(1.0, s);
     let mut lanes = LaneRng::from_rng(rng);
     let chunks = g.chunks_exact(LANES);
     let tail = chunks.remainder();
     let (body, last) = out.split_at_mut(chunks.len() * LANES / 4);
     for (bytes, c) in body.chunks_exact_mut(LANES / 4).zip(chunks) {
         let c: &[f32; LANES] = c.try_into().expect("chunks_exact yields LANES");
-        let word = ternary_word(c, &lanes.next_u32s(), inv_s);
+        let word = ternary_word(c, &lanes.next_u32s(), pre, inv_s);
         bytes.copy_from_slice(&word.to_le_bytes());
     }
     if !tail.is_empty() {
         // Zero padding draws code 0, so the padding bits stay zero.
         let mut padded = [0.0f32; LANES];
         padded[..tail.len()].copy_from_slice(tail);
-        let word = ternary_word(&padded, &lanes.next_u32s(), inv_s).to_le_bytes();
+        let word = ternary_word(&padded, &lanes.next_u32s(), pre, inv_s).to_le_bytes();
         last.copy_from_slice(&word[..last.len()]);
     }
 }
@@ -119,11 +118,12 @@ pub fn pack_ternary(g: &[f32], s: f32, rng: &mut UnitRng, out: &mut Vec<u8>) {
 /// `j` in bits `2j..2j+2`: `0b01` = +1, `0b10` = −1, 0 = dropped. Branch- and
 /// shift-free per element so it vectorizes.
 #[inline(always)]
-fn ternary_word(x: &[f32; LANES], u: &[u32; LANES], inv_s: f32) -> u32 {
+fn ternary_word(x: &[f32; LANES], u: &[u32; LANES], pre: f32, inv_s: f32) -> u32 {
     let mut word = 0u32;
     for j in 0..LANES {
         let (bits, u) = (x[j].to_bits(), u[j]);
-        let p = f32::from_bits(bits & 0x7fff_ffff) * inv_s;
+        // |x|/s as (|x|·pre)·(1/(s·pre)): finite for any scaler (`ratio_factors`).
+        let p = (f32::from_bits(bits & 0x7fff_ffff) * pre) * inv_s;
         // u >> 8 < 2^24 fits i32, whose conversion to f32 is one SIMD instruction.
         let draw = ((u >> 8) as i32) as f32 * (1.0 / 16_777_216.0);
         // NaN compares false: dropped.
@@ -165,7 +165,7 @@ mod tests {
         g[0] = 100.0;
         let t = TernGrad::default();
         let s = t.scaler(&g);
-        let (_, sigma) = reduce::mean_and_population_std(&g);
+        let sigma = reduce::moments(&g).population_std();
         assert!((s - 2.5 * sigma as f32).abs() < 1e-4);
         assert!(s < 100.0);
         let mut msg = Message::default();

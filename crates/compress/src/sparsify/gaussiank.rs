@@ -65,16 +65,17 @@ impl Selector for GaussianK {
         let stride = (d / SAMPLE).max(1);
         self.sample.clear();
         self.sample.extend(x.iter().step_by(stride));
-        let (mu_s, sd_s) = reduce::mean_and_sample_std(&self.sample);
+        let sample = reduce::moments(&self.sample);
+        let (mu_s, sd_s) = (sample.mean, sample.sample_std());
         let bound = (BOUND_MARGIN * (mu_s + z * sd_s)).max(0.0) as f32;
 
         let cap = 4 * k + 64;
         let c = &mut self.candidates;
         c.indices.clear();
         c.values.clear();
-        let (s, q, n_cand) = reduce::sum_squares_and_collect(x, bound, cap, &mut c.indices, &mut c.values);
+        let (m, n_cand) = reduce::moments_and_collect(x, bound, cap, &mut c.indices, &mut c.values);
         let complete = n_cand <= cap;
-        let (mu, sd) = reduce::mean_and_std_from_sums(s, q, d, 1);
+        let (mu, sd) = (m.mean, m.sample_std());
         let mut thr = (mu + z * sd) as f32;
 
         let (low, high) = (2.0 * k as f64 / 3.0, 4.0 * k as f64 / 3.0);
@@ -176,7 +177,8 @@ mod tests {
     /// ALGORITHMS.md §3.3 written out directly, one full mask pass per round.
     fn reference(x: &[f32], k: usize) -> Vec<u32> {
         let rho = k as f64 / x.len() as f64;
-        let (mu, sd) = reduce::mean_and_sample_std(x);
+        let m = reduce::moments(x);
+        let (mu, sd) = (m.mean, m.sample_std());
         let mut thr = (mu + normal_quantile(1.0 - rho / 2.0) * sd) as f32;
         let mut set = Vec::new();
         for round in 0..3 {
