@@ -15,6 +15,7 @@ use gradcomp_compress::{Message, RngKey};
 
 use crate::buffer::{f32_arg, read_f32s, read_prefix, u32_arg, DeviceF32, KernelError};
 use crate::hash::{draw, stream_words};
+use crate::reduce::{fold_shared, pow2_scale};
 use crate::{grid, CUBE_UNITS};
 
 /// `norms[b] = ‖x[b·bucket .. (b+1)·bucket]‖₂`, or 0 when that is not finite.
@@ -30,25 +31,34 @@ fn bucket_norms(x: &[f32], norms: &mut [f32], bucket: u32) {
         if end > n {
             end = n;
         }
-        let mut q = 0.0f32;
+        // max |v| first: squares of v·scale (scale = pow2_scale(max), as
+        // the CPU's moments) neither overflow nor underflow f32.
+        let mut m = 0.0f32;
         let mut i = start + u;
         while i < end {
-            let v = x[i];
+            let a = f32::reinterpret(u32::reinterpret(x[i]) & 0x7fff_ffffu32);
+            if a > m {
+                m = a;
+            }
+            i += CUBE_DIM as usize;
+        }
+        sh[u] = m;
+        sync_cube();
+        fold_shared(&mut sh, u, true);
+        let scale = pow2_scale(sh[0]);
+        sync_cube();
+        let mut q = 0.0f32;
+        i = start + u;
+        while i < end {
+            let v = x[i] * scale;
             q += v * v;
             i += CUBE_DIM as usize;
         }
         sh[u] = q;
         sync_cube();
-        #[unroll]
-        for level in 0..8u32 {
-            let half = comptime!(128usize >> level);
-            if u < half {
-                sh[u] += sh[u + half];
-            }
-            sync_cube();
-        }
+        fold_shared(&mut sh, u, false);
         if u == 0 {
-            let norm = f32::sqrt(sh[0]);
+            let norm = f32::sqrt(sh[0]) / scale;
             // Finite iff the exponent bits are not all ones.
             if (u32::reinterpret(norm) & 0x7f80_0000u32) == 0x7f80_0000u32 {
                 norms[b] = 0.0f32;
@@ -98,8 +108,14 @@ fn quantize(x: &[f32], norms: &[f32], words: &mut [u32], bucket: u32, levels: u3
             if i < n {
                 let norm = norms[i / bucket as usize];
                 if norm > 0.0f32 {
-                    let scale = f32::cast_from(levels) / norm;
-                    word |= level_bits(x[i], scale, levels, i as u32, k0, k1) << (16u32 * j);
+                    // levels/norm as (·2^64)/(norm·2^64) for a tiny norm, so
+                    // it stays finite: the CPU's `ratio_factors`.
+                    let mut pre = 1.0f32;
+                    if norm < 1.0f32 / 18_446_744_073_709_551_616.0f32 {
+                        pre = 18_446_744_073_709_551_616.0f32;
+                    }
+                    let scale = f32::cast_from(levels) / (norm * pre);
+                    word |= level_bits(x[i] * pre, scale, levels, i as u32, k0, k1) << (16u32 * j);
                 }
             }
         }

@@ -1,111 +1,153 @@
-//! One-pass statistics of a device vector: Σx, Σx² and max |x|.
+//! Moments of a device vector: count, mean, M2 = Σ(x − mean)² and max |x|,
+//! the same [`Moments`] as the CPU's `reduce::moments`.
 //!
-//! Each unit accumulates a grid-strided share in f32, each cube folds its
-//! units in shared memory, and the host adds the cubes' partials in f64: the
-//! same scheme as the CPU's `reduce` (f32 within a block, f64 across blocks),
-//! so scalers agree to f32 rounding. Only 3 floats per cube cross to the host.
+//! Each cube makes three grid-strided loops over its share: max |x| (folded
+//! in shared memory into a power-of-two scale, `pow2_scale`, so no square
+//! overflows or underflows f32), Σ x·scale (folded into a pivot, the cube's
+//! own mean), then Σ d and Σ d² of the deviations `d = x·scale − pivot`, which
+//! do not cancel when |mean| ≫ σ. Five floats per cube cross to the host,
+//! which merges the cubes in f64 (Chan et al.'s pairwise update). The CPU
+//! computes the same quantities per cache-resident block, so the two agree to
+//! f32 rounding at every magnitude.
 
 use cubecl::prelude::*;
+use gradcomp_compress::reduce::Moments;
 
 use crate::buffer::{f32_arg, read_f32s, DeviceF32, KernelError};
-use crate::grid;
+use crate::{cubes_for, grid, CUBE_UNITS};
 
-/// Statistics of one vector.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct Stats {
-    pub len: usize,
-    pub sum: f64,
-    pub sum_sq: f64,
-    /// max |x| over the non-NaN elements (0 when empty).
-    pub max_abs: f32,
+/// The CPU's `reduce::pow2_scale`: `2^-e` bringing `max` into [0.5, 1),
+/// exponent clamped to ±126.
+#[cube]
+pub(crate) fn pow2_scale(max: f32) -> f32 {
+    let e = (u32::reinterpret(max) >> 23u32) & 0xffu32;
+    let mut biased = 1u32;
+    if e < 252u32 {
+        biased = 253u32 - e;
+    }
+    f32::reinterpret(biased << 23u32)
 }
 
-impl Stats {
-    pub fn mean(&self) -> f64 {
-        if self.len == 0 {
-            0.0
-        } else {
-            self.sum / self.len as f64
+/// Folds `sh[0..256]` into `sh[0]` by sums (`max = false`) or maxima.
+#[cube]
+pub(crate) fn fold_shared(sh: &mut Shared<[f32]>, u: usize, #[comptime] max: bool) {
+    #[unroll]
+    for level in 0..8u32 {
+        let half = comptime!(128usize >> level);
+        if u < half {
+            if comptime!(max) {
+                let other = sh[u + half];
+                if other > sh[u] {
+                    sh[u] = other;
+                }
+            } else {
+                sh[u] += sh[u + half];
+            }
         }
-    }
-
-    /// Population standard deviation, as the CPU's `mean_and_population_std`.
-    pub fn population_std(&self) -> f64 {
-        if self.len == 0 {
-            return 0.0;
-        }
-        let n = self.len as f64;
-        let mean = self.sum / n;
-        (self.sum_sq / n - mean * mean).max(0.0).sqrt()
-    }
-
-    pub fn l2_norm(&self) -> f64 {
-        self.sum_sq.sqrt()
+        sync_cube();
     }
 }
 
 #[cube(launch)]
-fn block_stats(x: &[f32], partials: &mut [f32]) {
+fn block_moments(x: &[f32], partials: &mut [f32]) {
     let n = x.len();
     let stride = CUBE_COUNT * CUBE_DIM as usize;
-    let mut s = 0.0f32;
-    let mut q = 0.0f32;
+    let u = UNIT_POS as usize;
+    let mut sh_a = Shared::<[f32]>::new_slice(256usize);
+    let mut sh_b = Shared::<[f32]>::new_slice(256usize);
+
+    // max |x|; NaN compares false and is skipped.
     let mut m = 0.0f32;
     let mut i = ABSOLUTE_POS;
     while i < n {
-        let v = x[i];
-        s += v;
-        q += v * v;
-        let a = f32::reinterpret(u32::reinterpret(v) & 0x7fff_ffffu32);
+        let a = f32::reinterpret(u32::reinterpret(x[i]) & 0x7fff_ffffu32);
         if a > m {
             m = a;
         }
         i += stride;
     }
-    let mut sh_s = Shared::<[f32]>::new_slice(256usize);
-    let mut sh_q = Shared::<[f32]>::new_slice(256usize);
-    let mut sh_m = Shared::<[f32]>::new_slice(256usize);
-    let u = UNIT_POS as usize;
-    sh_s[u] = s;
-    sh_q[u] = q;
-    sh_m[u] = m;
+    sh_a[u] = m;
     sync_cube();
-    #[unroll]
-    for level in 0..8u32 {
-        let half = comptime!(128usize >> level);
-        if u < half {
-            sh_s[u] += sh_s[u + half];
-            sh_q[u] += sh_q[u + half];
-            let other = sh_m[u + half];
-            if other > sh_m[u] {
-                sh_m[u] = other;
-            }
-        }
-        sync_cube();
+    fold_shared(&mut sh_a, u, true);
+    let max = sh_a[0];
+    let scale = pow2_scale(max);
+    sync_cube();
+
+    // The pivot: this cube's mean, in scaled units.
+    let mut s = 0.0f32;
+    let mut c = 0.0f32;
+    i = ABSOLUTE_POS;
+    while i < n {
+        s += x[i] * scale;
+        c += 1.0f32;
+        i += stride;
     }
+    sh_a[u] = s;
+    sh_b[u] = c;
+    sync_cube();
+    fold_shared(&mut sh_a, u, false);
+    fold_shared(&mut sh_b, u, false);
+    let mut pivot = 0.0f32;
+    if sh_b[0] > 0.0f32 {
+        pivot = sh_a[0] / sh_b[0];
+    }
+    sync_cube();
+
+    let mut ds = 0.0f32;
+    let mut dq = 0.0f32;
+    i = ABSOLUTE_POS;
+    while i < n {
+        let d = x[i] * scale - pivot;
+        ds += d;
+        dq += d * d;
+        i += stride;
+    }
+    sh_a[u] = ds;
+    sh_b[u] = dq;
+    sync_cube();
+    fold_shared(&mut sh_a, u, false);
+    fold_shared(&mut sh_b, u, false);
     if u == 0 {
-        let c = CUBE_POS * 3;
-        partials[c] = sh_s[0];
-        partials[c + 1] = sh_q[0];
-        partials[c + 2] = sh_m[0];
+        let o = CUBE_POS * 5;
+        partials[o] = scale;
+        partials[o + 1] = pivot;
+        partials[o + 2] = sh_a[0];
+        partials[o + 3] = sh_b[0];
+        partials[o + 4] = max;
     }
 }
 
-/// Σx, Σx² and max |x| of `x`.
-pub fn stats(client: &Client, x: &DeviceF32) -> Result<Stats, KernelError> {
+/// The [`Moments`] of `x`.
+pub fn moments(client: &Client, x: &DeviceF32) -> Result<Moments, KernelError> {
     if x.len == 0 {
-        return Ok(Stats::default());
+        return Ok(Moments::default());
     }
     let (cubes, dim) = grid(x.len, 16);
-    // One partial triple per cube: the count the geometry just chose.
-    let n_partials = crate::cubes_for(x.len, 16) as usize * 3;
-    let partials = client.empty(n_partials * 4);
-    block_stats::launch(client, cubes, dim, x.arg(), f32_arg(&partials, n_partials));
-    let mut st = Stats { len: x.len, ..Stats::default() };
-    for c in read_f32s(client, &partials, n_partials)?.chunks_exact(3) {
-        st.sum += f64::from(c[0]);
-        st.sum_sq += f64::from(c[1]);
-        st.max_abs = st.max_abs.max(c[2]);
+    // One partial per cube: the count the geometry just chose.
+    let n_cubes = cubes_for(x.len, 16) as usize;
+    let partials = client.empty(n_cubes * 5 * 4);
+    block_moments::launch(client, cubes, dim, x.arg(), f32_arg(&partials, n_cubes * 5));
+    // Unit a (of `stride` in all) visits a, a + stride, …: ⌊n/stride⌋ elements,
+    // one more when a < n mod stride.
+    let units = CUBE_UNITS as usize;
+    let stride = n_cubes * units;
+    let (q, r) = (x.len / stride, x.len % stride);
+    let mut total = Moments::default();
+    for (c, p) in read_f32s(client, &partials, n_cubes * 5)?.chunks_exact(5).enumerate() {
+        let n = units * q + r.saturating_sub(c * units).min(units);
+        if n == 0 {
+            continue;
+        }
+        let (inv, nf) = (1.0 / f64::from(p[0]), n as f64);
+        let (d_sum, d_sq) = (f64::from(p[2]), f64::from(p[3]));
+        let m2 = d_sq - d_sum * d_sum / nf;
+        total = total.merge(Moments {
+            n,
+            mean: (f64::from(p[1]) + d_sum / nf) * inv,
+            // Rounding can leave a hair below 0; NaN stays NaN.
+            m2: if m2 < 0.0 { 0.0 } else { m2 } * inv * inv,
+            max_abs: p[4],
+        });
     }
-    Ok(st)
+    Ok(total)
 }

@@ -25,7 +25,6 @@
 
 use cubecl::prelude::*;
 use gradcomp_compress::message::{SparseMessage, SparseWire};
-use gradcomp_compress::reduce::mean_and_std_from_sums;
 use gradcomp_compress::sparsify::dgck::{DgcKConfig, MAX_ADAPT};
 use gradcomp_compress::sparsify::gaussiank::normal_quantile;
 use gradcomp_compress::sparsify::randk::{self, RandK, RandKConfig};
@@ -314,8 +313,8 @@ pub fn gaussian_k(
         return Ok(());
     }
     let z = normal_quantile(1.0 - k as f64 / d as f64 / 2.0);
-    let st = reduce::stats(client, x)?;
-    let (mu, sd) = mean_and_std_from_sums(st.sum, st.sum_sq, d, 1);
+    let moments = reduce::moments(client, x)?;
+    let (mu, sd) = (moments.mean, moments.sample_std());
     let mut thr = (mu + z * sd) as f32;
     let (low, high) = (2.0 * k as f64 / 3.0, 4.0 * k as f64 / 3.0);
     for round in 0..3 {

@@ -5,6 +5,7 @@
 //! depends on every element (and, with scalar sharing, on every worker).
 
 use cubecl::prelude::*;
+use gradcomp_compress::quantize::ratio_factors;
 use gradcomp_compress::quantize::terngrad::TernGradConfig;
 use gradcomp_compress::{Message, RngKey};
 
@@ -17,7 +18,7 @@ use crate::reduce;
 /// `0b10` = −1, 0 = dropped, as the CPU's `pack_ternary`. `b_k = 1` iff a
 /// uniform draw on the 2^-24 grid is below `|g_k|/s`; NaN is dropped.
 #[cube(launch)]
-fn pack_ternary(g: &[f32], words: &mut [u32], inv_s: f32, k0: u32, k1: u32) {
+fn pack_ternary(g: &[f32], words: &mut [u32], pre: f32, inv_s: f32, k0: u32, k1: u32) {
     let n = g.len();
     let stride = CUBE_COUNT * CUBE_DIM as usize;
     let mut w = ABSOLUTE_POS;
@@ -28,7 +29,8 @@ fn pack_ternary(g: &[f32], words: &mut [u32], inv_s: f32, k0: u32, k1: u32) {
             let i = w * 16 + j as usize;
             if i < n {
                 let bits = u32::reinterpret(g[i]);
-                let p = f32::reinterpret(bits & 0x7fff_ffffu32) * inv_s;
+                // |g|/s as (|g|·pre)·(1/(s·pre)), finite for any s (`ratio_factors`).
+                let p = (f32::reinterpret(bits & 0x7fff_ffffu32) * pre) * inv_s;
                 let u = draw(i as u32, k0, k1);
                 let d = f32::cast_from(u >> 8u32) * (1.0f32 / 16_777_216.0f32);
                 if d < p {
@@ -54,8 +56,8 @@ impl DeviceTernGrad {
 
     /// This worker's scaler: `c·σ` with clipping, `max |g|` without.
     pub fn scaler(&self, client: &Client, g: &DeviceF32) -> Result<f32, KernelError> {
-        let st = reduce::stats(client, g)?;
-        Ok(if self.config.clipping { self.config.c * st.population_std() as f32 } else { st.max_abs })
+        let m = reduce::moments(client, g)?;
+        Ok(if self.config.clipping { self.config.c * m.population_std() as f32 } else { m.max_abs })
     }
 
     /// [`Message::Ternary`] for `g`, with `shared` the max-reduced scaler when
@@ -85,7 +87,8 @@ impl DeviceTernGrad {
         let words = client.empty(n_words * 4);
         let (k0, k1) = stream_words(key);
         let (cubes, dim) = grid(n_words, 1);
-        pack_ternary::launch(client, cubes, dim, g.arg(), u32_arg(&words, n_words), 1.0 / m.scale, k0, k1);
+        let (pre, inv_s) = ratio_factors(1.0, m.scale);
+        pack_ternary::launch(client, cubes, dim, g.arg(), u32_arg(&words, n_words), pre, inv_s, k0, k1);
         m.packed = read_prefix(client, &words, m.packed.len())?;
         Ok(())
     }

@@ -171,16 +171,69 @@ fn threshold_sparsifiers_match_the_cpu() {
 }
 
 #[test]
-fn statistics_agree_with_the_cpu_reduction() {
-    for (n, seed) in [(1, 1), (17, 2), (4096, 3), (1_000_001, 4)] {
-        let g: Vec<f32> = gaussian(n, seed).iter().map(|v| v * 3.0 + 0.5).collect();
-        let st = dreduce::stats(client(), &DeviceF32::upload(client(), &g)).unwrap();
-        let (s, q) = reduce::sum_and_squares(&g);
-        assert!((st.sum - s).abs() <= 1e-5 * q.sqrt() * (n as f64).sqrt(), "sum {} vs {s}", st.sum);
-        assert!((st.sum_sq - q).abs() <= 1e-5 * q, "sum of squares {} vs {q}", st.sum_sq);
-        assert_eq!(st.max_abs, reduce::max_abs(&g));
-        let (_, sigma) = reduce::mean_and_population_std(&g);
-        assert!((st.population_std() - sigma).abs() <= 1e-5 * sigma.max(1e-30), "{n}");
+fn moments_agree_with_the_cpu_at_every_magnitude() {
+    // Ordinary data, then the issue #12 edges: squares past f32's range
+    // (3e19, 1e30), below it (1e-20, 1e-40), and a mean 10⁴σ from zero.
+    let cases: Vec<(usize, u64, f32, f32)> = vec![
+        (1, 1, 3.0, 0.5),
+        (17, 2, 3.0, 0.5),
+        (4096, 3, 3.0, 0.5),
+        (1_000_001, 4, 3.0, 0.5),
+        (50_000, 5, 3e19, 0.0),
+        (50_000, 6, 1e30, 1e30),
+        (50_000, 7, 1e-20, 0.0),
+        (50_000, 8, 1e-40, 0.0),
+        (300_000, 9, 1.0, 1e4),
+    ];
+    for (n, seed, sigma, mean) in cases {
+        let g: Vec<f32> = gaussian(n, seed).iter().map(|v| v * sigma + mean).collect();
+        let dev = dreduce::moments(client(), &DeviceF32::upload(client(), &g)).unwrap();
+        let cpu = reduce::moments(&g);
+        let tol = if sigma < 1e-38 { 1e-3 } else { 1e-5 };
+        let rms = (cpu.sum_of_squares() / n as f64).sqrt();
+        assert_eq!(dev.n, n);
+        assert!(dev.m2.is_finite() && dev.mean.is_finite(), "{n} at σ {sigma}: {dev:?}");
+        assert!(
+            (dev.mean - cpu.mean).abs() <= tol * rms,
+            "{n} at σ {sigma}: mean {} vs {}",
+            dev.mean,
+            cpu.mean
+        );
+        let (sd, sc) = (dev.population_std(), cpu.population_std());
+        assert!((sd - sc).abs() <= tol * sc.max(f64::MIN_POSITIVE), "{n} at σ {sigma}: σ {sd} vs {sc}");
+        let (qd, qc) = (dev.sum_of_squares(), cpu.sum_of_squares());
+        assert!((qd - qc).abs() <= tol * qc, "{n} at σ {sigma}: Σx² {qd} vs {qc}");
+        assert_eq!(dev.max_abs, cpu.max_abs);
+    }
+    // NaN reaches the moments, as on the CPU.
+    let nan = dreduce::moments(client(), &DeviceF32::upload(client(), &[1.0, f32::NAN, 2.0])).unwrap();
+    assert!(nan.m2.is_nan());
+}
+
+/// The quantizers at the issue's magnitudes: the scaler's sums no longer
+/// overflow or vanish, and a scaler below ~3e-39 no longer has an infinite
+/// reciprocal; the device messages are finite and carry the input.
+#[test]
+fn quantizers_on_the_device_hold_at_extreme_magnitudes() {
+    use gradcomp_compress::quantize::qsgd::QsgdConfig;
+    use gradcomp_kernels::qsgd::DeviceQsgd;
+    for v in [3e19f32, 1e-20, 1e-40] {
+        let g: Vec<f32> = gaussian(3000, 21).iter().map(|x| x * v).collect();
+        let x = DeviceF32::upload(client(), &g);
+        let mut t = Message::default();
+        DeviceTernGrad::default().compress(client(), &x, None, &RngKey::new(1, 0, 0, 0), &mut t).unwrap();
+        let mut q = Message::default();
+        DeviceQsgd::new(QsgdConfig { levels: 15, bucket: 512 })
+            .compress(client(), &x, &RngKey::new(1, 0, 0, 0), &mut q)
+            .unwrap();
+        for (name, msg) in [("terngrad", &t), ("qsgd", &q)] {
+            let d = decode(msg, g.len());
+            let nonzero = d.iter().filter(|&&v| v != 0.0).count();
+            assert!(d.iter().all(|v| v.is_finite()) && nonzero > 300, "{name} at {v}: {nonzero} non-zero");
+        }
+        let Message::Ternary(tm) = &t else { panic!("not ternary") };
+        let cpu = TernGrad::new(TernGradConfig::default()).scaler(&g);
+        assert!((tm.scale - cpu).abs() <= 1e-3 * cpu, "scaler {} vs {cpu} at {v}", tm.scale);
     }
 }
 
