@@ -48,6 +48,50 @@ pub(crate) fn fold_shared(sh: &mut Shared<[f32]>, u: usize, #[comptime] max: boo
     }
 }
 
+/// `partials[c]` = Σ x·scale over cube `c`'s grid-strided share.
+#[cube(launch)]
+fn block_sum(x: &[f32], partials: &mut [f32], scale: f32) {
+    let n = x.len();
+    let stride = CUBE_COUNT * CUBE_DIM as usize;
+    let u = UNIT_POS as usize;
+    let mut sh = Shared::<[f32]>::new_slice(256usize);
+    let mut s = 0.0f32;
+    let mut i = ABSOLUTE_POS;
+    while i < n {
+        s += x[i] * scale;
+        i += stride;
+    }
+    sh[u] = s;
+    sync_cube();
+    fold_shared(&mut sh, u, false);
+    if u == 0 {
+        partials[CUBE_POS] = sh[0];
+    }
+}
+
+fn scaled_sum(client: &Client, x: &DeviceF32, scale: f32) -> Result<f64, KernelError> {
+    if x.len == 0 {
+        return Ok(0.0);
+    }
+    let (cubes, dim) = grid(x.len, 16);
+    let n_cubes = cubes_for(x.len, 16) as usize;
+    let partials = client.empty(n_cubes * 4);
+    block_sum::launch(client, cubes, dim, x.arg(), f32_arg(&partials, n_cubes), scale);
+    Ok(read_f32s(client, &partials, n_cubes)?.iter().map(|&v| f64::from(v)).sum())
+}
+
+/// Σ x, one pass: the device's read pass, the floor the benchmarks compare with.
+pub fn sum(client: &Client, x: &DeviceF32) -> Result<f64, KernelError> {
+    scaled_sum(client, x, 1.0)
+}
+
+/// Whether every element is finite, in one pass: Σ x·2^-64 cannot overflow
+/// (|x·2^-64| < 2^65, and f32 sums of fewer than 2^60 of them stay finite),
+/// while an infinite or NaN element makes it inf or NaN.
+pub fn all_finite(client: &Client, x: &DeviceF32) -> Result<bool, KernelError> {
+    Ok(scaled_sum(client, x, 1.0 / 18_446_744_073_709_551_616.0)?.is_finite())
+}
+
 #[cube(launch)]
 fn block_moments(x: &[f32], partials: &mut [f32]) {
     let n = x.len();

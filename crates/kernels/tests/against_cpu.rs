@@ -210,6 +210,26 @@ fn moments_agree_with_the_cpu_at_every_magnitude() {
     assert!(nan.m2.is_nan());
 }
 
+#[test]
+fn finiteness_and_the_read_pass_on_the_device() {
+    let mut g = vec![f32::MAX; 70_001];
+    g[3] = -f32::MAX;
+    let finite = |g: &[f32]| dreduce::all_finite(client(), &DeviceF32::upload(client(), g)).unwrap();
+    assert!(finite(&g), "the largest finite values are finite");
+    assert!(finite(&[]));
+    for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+        for at in [0, 35_000, 70_000] {
+            let keep = g[at];
+            g[at] = bad;
+            assert!(!finite(&g), "{bad} at {at}");
+            g[at] = keep;
+        }
+    }
+    let x = gaussian(100_003, 5);
+    let dev = dreduce::sum(client(), &DeviceF32::upload(client(), &x)).unwrap();
+    assert!((dev - reduce::sum(&x)).abs() < 1e-2, "{dev} vs {}", reduce::sum(&x));
+}
+
 /// The quantizers at the magnitudes: the scaler's sums no longer
 /// overflow or vanish, and a scaler below ~3e-39 no longer has an infinite
 /// reciprocal; the device messages are finite and carry the input.

@@ -88,7 +88,7 @@ impl Strategy for Synchronous {
         if self.local_clip > 0.0 {
             let mut norm_sq = 0.0;
             for g in &grad.units {
-                norm_sq += reduce::stats(&grad.client, g).map_err(device)?.sum_sq;
+                norm_sq += reduce::moments(&grad.client, g).map_err(device)?.sum_of_squares();
             }
             if let Some(scale) = self.clip_scale(norm_sq, c.world_size()) {
                 let units = grad

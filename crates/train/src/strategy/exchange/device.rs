@@ -241,7 +241,8 @@ impl GradientExchange {
                 }
             };
             if let Some(r) = residual {
-                residual_sq += gradcomp_kernels::reduce::stats(client, r).map_err(device_error)?.sum_sq;
+                residual_sq +=
+                    gradcomp_kernels::reduce::moments(client, r).map_err(device_error)?.sum_of_squares();
             }
         }
         self.to_gradient_units(out, lr);
