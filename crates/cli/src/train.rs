@@ -153,10 +153,12 @@ impl Observer for Printer {
 }
 
 pub fn run(a: &TrainArgs) -> Result<()> {
-    let ov = overrides(a)?;
-    let cfg = TrainConfig::load(&a.config, &ov).map_err(config_error)?;
+    // Signals first: one that arrives while the data loads still stops the
+    // run cleanly, with its exit code.
     let stop = Arc::new(AtomicBool::new(false));
     let signal = stop_on_signals(&stop)?;
+    let ov = overrides(a)?;
+    let cfg = TrainConfig::load(&a.config, &ov).map_err(config_error)?;
     let printer = Printer {
         tty: std::io::stderr().is_terminal(),
         quiet: a.quiet,

@@ -635,11 +635,22 @@ impl TrainConfig {
         if self.data.bptt == 0 {
             return Err(err("data.bptt", "must be at least 1"));
         }
-        if self.data.synthetic_shape.contains(&0) || !(1..=256).contains(&self.data.synthetic_classes) {
+        if self.data.synthetic_shape.contains(&0) {
+            return Err(err("data.synthetic_shape", "every dimension must be at least 1"));
+        }
+        if !(2..=256).contains(&self.data.synthetic_classes) {
             return Err(err(
-                "data.synthetic_shape",
-                "synthetic images need every dimension ≥ 1 and 1..=256 classes (synthetic_classes)",
+                "data.synthetic_classes",
+                format!(
+                    "{} is out of range: 2..=256 classes (one byte per label)",
+                    self.data.synthetic_classes
+                ),
             ));
+        }
+        if matches!(self.data.dataset, Dataset::SyntheticImages | Dataset::SyntheticTokens)
+            && self.data.synthetic_size == 0
+        {
+            return Err(err("data.synthetic_size", "must be at least 1"));
         }
         let lstm = &self.model.lstm;
         for (key, v) in [
@@ -668,8 +679,15 @@ impl TrainConfig {
             return Err(err("optimizer.nesterov", "needs momentum > 0"));
         }
         let s = &self.schedule;
-        if s.kind == ScheduleKind::Step && (s.step_epochs == 0 || !positive(s.gamma)) {
-            return Err(err("schedule", "step schedule needs step_epochs ≥ 1 and gamma > 0"));
+        // Checked whatever the kind, so a typo waits for no schedule change to show.
+        if s.step_epochs == 0 {
+            return Err(err("schedule.step_epochs", "must be at least 1"));
+        }
+        if !(positive(s.gamma) && s.gamma.is_finite()) {
+            return Err(err(
+                "schedule.gamma",
+                format!("{} is out of range: must be finite and > 0", s.gamma),
+            ));
         }
         if !(non_negative(s.warmup_epochs) && s.warmup_epochs.is_finite()) {
             return Err(err("schedule.warmup_epochs", "must be finite and ≥ 0"));
@@ -688,8 +706,14 @@ impl TrainConfig {
         if !positive(self.comm.timeout_seconds) {
             return Err(err("comm.timeout_seconds", "must be positive"));
         }
-        if self.network.links_bps.iter().any(|&b| !positive(b)) || !non_negative(self.network.alpha) {
-            return Err(err("network", "links_bps must be positive and alpha ≥ 0"));
+        if let Some(b) = self.network.links_bps.iter().find(|&&b| !(positive(b) && b.is_finite())) {
+            return Err(err(
+                "network.links_bps",
+                format!("{b} is out of range: every link must be finite and > 0"),
+            ));
+        }
+        if !(non_negative(self.network.alpha) && self.network.alpha.is_finite()) {
+            return Err(err("network.alpha", "must be finite and ≥ 0"));
         }
         Ok(())
     }
@@ -728,10 +752,12 @@ impl TrainConfig {
             (Some(b), Some(avail)) if b > avail => Err(err(
                 "data.synthetic_size",
                 format!(
-                    "{} examples would take {:.1} GB of memory, and this machine has {:.1} GB available: lower data.synthetic_size",
+                    "{} examples{} would take {:.1} GB of memory, and this machine has {:.1} GB available: lower data.synthetic_size{}",
                     d.synthetic_size,
+                    if d.dataset == Dataset::SyntheticImages { format!(" of data.synthetic_shape {:?}", d.synthetic_shape) } else { String::new() },
                     b / 1e9,
-                    avail / 1e9
+                    avail / 1e9,
+                    if d.dataset == Dataset::SyntheticImages { " or data.synthetic_shape" } else { "" }
                 ),
             )),
             _ => Ok(()),

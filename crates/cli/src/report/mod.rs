@@ -55,7 +55,9 @@ impl Run {
         }
         let path = dir.join("config.toml");
         let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-        let config: TrainConfig = toml::from_str(&text).with_context(|| format!("{}", path.display()))?;
+        // The trainer's own parser: one-line errors that name the key.
+        let config =
+            TrainConfig::from_toml(&text, &[]).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
         let manifest = read_json(&dir.join("manifest.json")).ok();
         Ok(Self {
             name: config.name.clone(),

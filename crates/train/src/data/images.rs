@@ -143,9 +143,10 @@ impl ImageSplits {
                 hint: missing.to_string(),
             })
         };
-        let train = ImageDataset::load(&find(&files.train_images)?, &find(&files.train_labels)?, layout)?;
-        let test_images = find(&files.test_images)?;
-        let test = ImageDataset::load(&test_images, &find(&files.test_labels)?, layout)?;
+        let train_labels = find(&files.train_labels)?;
+        let train = ImageDataset::load(&find(&files.train_images)?, &train_labels, layout)?;
+        let (test_images, test_labels) = (find(&files.test_images)?, find(&files.test_labels)?);
+        let test = ImageDataset::load(&test_images, &test_labels, layout)?;
         if train.is_empty() {
             return Err(DataError::Invalid(format!(
                 "the training split of {dataset} in {} holds no images",
@@ -161,7 +162,24 @@ impl ImageSplits {
                 ),
             ));
         }
-        let classes = train.classes.max(test.classes);
-        Ok(Self { train: ImageDataset { classes, ..train }, test: ImageDataset { classes, ..test } })
+        if train.classes < 2 {
+            return Err(DataError::corrupt(
+                &train_labels,
+                "every training label is 0: classification needs at least two classes",
+            ));
+        }
+        // The model has one output per class seen in training: a test label
+        // past them could never be predicted, and the accuracy would be wrong.
+        if let Some(&bad) = test.labels.iter().find(|&&l| usize::from(l) >= train.classes) {
+            return Err(DataError::corrupt(
+                &test_labels,
+                format!(
+                    "test label {bad} is outside the training labels' 0..{}: the model would never predict it",
+                    train.classes
+                ),
+            ));
+        }
+        let classes = train.classes;
+        Ok(Self { train, test: ImageDataset { classes, ..test } })
     }
 }

@@ -48,6 +48,15 @@ impl DataError {
     }
 }
 
+/// The names of a language-model run's text files, for messages.
+fn text_files(cfg: &TrainConfig) -> TextFiles {
+    match cfg.data.dataset {
+        Dataset::Ptb => TextFiles::ptb(),
+        Dataset::Text => cfg.data.text_files(),
+        _ => TextFiles { train: "generated".into(), valid: "none".into(), test: "generated".into() },
+    }
+}
+
 /// The data directory: `explicit` if given, else `$GRADCOMP_DATA`, else
 /// `~/.cache/gradcomp/data`.
 pub fn data_dir(explicit: Option<&Path>) -> PathBuf {
@@ -140,10 +149,13 @@ impl TrainData {
             // tokens at least; a shorter one would evaluate nothing and
             // report a perplexity of 1.
             let need = EVAL_TOKEN_ROWS * (cfg.data.bptt + 1);
-            for (split, tokens) in [("test", Some(test)), ("validation", valid.as_ref())] {
+            let files = text_files(cfg);
+            for (split, tokens, file) in
+                [("test", Some(test), &files.test), ("validation", valid.as_ref(), &files.valid)]
+            {
                 if let Some(t) = tokens.filter(|t| t.len() < need) {
                     return Err(DataError::Invalid(format!(
-                        "the {split} text holds {} tokens; evaluation needs at least {need} ({EVAL_TOKEN_ROWS} rows of data.bptt + 1 = {}): use a longer text, a smaller data.bptt, or train.eval = false",
+                        "the {split} text ({file}) holds {} tokens; evaluation needs at least {need} ({EVAL_TOKEN_ROWS} rows of data.bptt + 1 = {}): use a longer text, a smaller data.bptt, or train.eval = false",
                         t.len(),
                         cfg.data.bptt + 1
                     )));
@@ -177,6 +189,24 @@ impl TrainData {
     }
 
     /// Test examples (images) or tokens.
+    /// Why a worker's shard holds no full batch, for the user: the split's
+    /// size, what one batch per worker needs, and what to change.
+    pub fn too_small_for_a_batch(&self, cfg: &TrainConfig) -> String {
+        let (b, w) = (cfg.data.batch_size, cfg.workers);
+        match self {
+            TrainData::Images { train, .. } => format!(
+                "the training split holds {} examples, fewer than one batch of {b} for each of {w} worker(s): lower data.batch_size or workers, or use more data",
+                train.len()
+            ),
+            TrainData::Tokens { train, .. } => format!(
+                "the training text ({}) holds {} tokens, fewer than one batch of {b} rows of data.bptt + 1 = {} for each of {w} worker(s): use a longer text, or lower data.batch_size, data.bptt or workers",
+                text_files(cfg).train,
+                train.len(),
+                cfg.data.bptt + 1
+            ),
+        }
+    }
+
     pub fn test_len(&self) -> usize {
         match self {
             TrainData::Images { test, .. } => test.len(),

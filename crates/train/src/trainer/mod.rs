@@ -252,6 +252,11 @@ pub fn evaluate_run(run_dir: &Path, data_dir: Option<&Path>) -> Result<(TrainCon
     }
     // The run's own configuration, the data directory aside (a safe change).
     let saved = checkpoint::Checkpoint::load_latest(run_dir, &cfg, true)?;
+    // Only rank 0's state holds the model, but a checkpoint with a damaged
+    // rank file is damaged: say so now, not at the next resume.
+    for rank in 0..cfg.workers {
+        saved.rank_state(rank)?;
+    }
     let data = TrainData::load(&cfg)?;
     struct Evaluate<'a> {
         saved: &'a checkpoint::Checkpoint,

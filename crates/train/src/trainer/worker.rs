@@ -88,7 +88,7 @@ impl<'a, 's, M: Net> Worker<'a, 's, M> {
         if steps_per_epoch == 0 {
             return Err(TrainError::Config(crate::config::ConfigError {
                 key: "data.batch_size".into(),
-                problem: "larger than a worker's shard: no full batch per epoch".into(),
+                problem: sh.data.too_small_for_a_batch(cfg),
             }));
         }
         let planned = steps_per_epoch * u64::from(cfg.train.epochs.max(1));
