@@ -1,6 +1,7 @@
 //! `gradcomp bench ...`: measurements that print tables (or JSON lines).
 
 mod comm;
+mod fuzz;
 pub(crate) mod compress;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod compress_device;
@@ -17,6 +18,9 @@ pub enum BenchCommand {
     Comm(comm::Args),
     /// The trainer's overhead against a plain burn loop, compression overhead, peak memory.
     Train(train::Args),
+    /// Every parser of outside input (wire, data files, checkpoints, configs,
+    /// records) fed mutated and arbitrary bytes; fails on any panic.
+    Fuzz(fuzz::Args),
 }
 
 pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
@@ -24,5 +28,6 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Compress(a) => compress::run(&a),
         BenchCommand::Comm(a) => comm::run(&a),
         BenchCommand::Train(a) => train::run(&a),
+        BenchCommand::Fuzz(a) => fuzz::run(&a),
     }
 }

@@ -23,6 +23,7 @@
 //! message before it touches the output.
 
 pub mod bits;
+pub mod harness;
 mod ternary;
 
 use thiserror::Error;

@@ -40,14 +40,19 @@ pub(super) fn read_maybe_gz(path: &Path) -> Result<Vec<u8>, DataError> {
     let io = |source| DataError::Io { path: path.to_path_buf(), source };
     let raw = std::fs::read(path).map_err(io)?;
     if path.extension().is_some_and(|e| e == "gz") {
-        let mut out = Vec::new();
-        flate2::read::GzDecoder::new(&raw[..])
-            .read_to_end(&mut out)
-            .map_err(|e| DataError::corrupt(path, format!("not a valid gzip file ({e})")))?;
-        Ok(out)
+        gunzip(&raw, path)
     } else {
         Ok(raw)
     }
+}
+
+/// The content of a gzip file read from `path`.
+pub(super) fn gunzip(raw: &[u8], path: &Path) -> Result<Vec<u8>, DataError> {
+    let mut out = Vec::new();
+    flate2::read::GzDecoder::new(raw)
+        .read_to_end(&mut out)
+        .map_err(|e| DataError::corrupt(path, format!("not a valid gzip file ({e})")))?;
+    Ok(out)
 }
 
 fn be_u32(bytes: &[u8], at: usize) -> Option<u32> {

@@ -48,6 +48,49 @@ impl DataError {
     }
 }
 
+/// The kinds of data file a run reads, for [`parse_file_bytes`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FileKind {
+    IdxImages,
+    IdxLabels,
+    /// A gzipped IDX image file (Fashion-MNIST's form).
+    GzipImages,
+    /// A word-level text corpus file.
+    Text,
+}
+
+/// What loading a data file does to its bytes once read: the fuzzing entry
+/// point (`gradcomp bench fuzz`), so every byte-level check is reached
+/// without the filesystem.
+pub fn parse_file_bytes(kind: FileKind, bytes: &[u8]) -> Result<(), DataError> {
+    let path = Path::new("input");
+    match kind {
+        FileKind::IdxImages | FileKind::GzipImages => {
+            let plain;
+            let bytes = if kind == FileKind::GzipImages {
+                plain = idx::gunzip(bytes, path)?;
+                &plain[..]
+            } else {
+                bytes
+            };
+            for layout in [ImageLayout::Chw, ImageLayout::Hwc] {
+                idx::parse_images(bytes, path, layout)?;
+            }
+        }
+        FileKind::IdxLabels => {
+            idx::parse_labels(bytes, path)?;
+        }
+        FileKind::Text => {
+            let text = std::str::from_utf8(bytes).map_err(|_| DataError::corrupt(path, "not UTF-8 text"))?;
+            let vocab = text::Vocabulary::from_text(text);
+            let (ids, unknown) = vocab.encode(text);
+            // An invariant, not an input error: a fuzzer must see it fail loudly.
+            assert!(unknown == 0 && ids.iter().all(|&i| (i as usize) < vocab.len()), "a text's own vocabulary covers it");
+        }
+    }
+    Ok(())
+}
+
 /// The names of a language-model run's text files, for messages.
 fn text_files(cfg: &TrainConfig) -> TextFiles {
     match cfg.data.dataset {

@@ -301,3 +301,43 @@ pub(super) fn remove_stale_temporaries(run_dir: &Path) {
         }
     }
 }
+
+/// Everything a resume or an evaluation reads from one checkpoint file's
+/// bytes, short of the filesystem and the comparison with the run's
+/// configuration: the fuzzing entry point (`gradcomp bench fuzz`). Sections
+/// present are parsed as their readers do.
+pub fn parse_file_bytes(bytes: &[u8]) -> Result<(), String> {
+    let s = Sections::decode(bytes, "input").map_err(|e| e.to_string())?;
+    if s.0.contains_key("counters") {
+        serde_json::from_slice::<Counters>(s.bytes("counters")?).map_err(|e| e.to_string())?;
+    }
+    if s.0.contains_key("config") {
+        let text = std::str::from_utf8(s.bytes("config")?).map_err(|e| e.to_string())?;
+        TrainConfig::from_toml(text, &[]).map_err(|e| e.to_string())?;
+    }
+    if s.0.contains_key("params") {
+        Replica::get(&s)?.check_finite()?;
+    }
+    if s.0.contains_key("dp") {
+        serde_json::from_slice::<DataParallelState>(s.bytes("dp")?).map_err(|e| e.to_string())?;
+        let _ = s.f32_under("dp.");
+    }
+    Ok(())
+}
+
+/// A valid state file of a small run, as a seed for fuzzing.
+pub fn sample_file_bytes() -> Vec<u8> {
+    let mut s = Sections::default();
+    Replica {
+        params: (0..64).map(|i| i as f32 * 0.25 - 8.0).collect(),
+        param_ids: (0..4).collect(),
+        optimizer: b"{\"opaque\":true}".to_vec(),
+    }
+    .put(&mut s);
+    let counters = Counters { step: 12, workers: 2, ..Default::default() };
+    s.put("counters", Values::Bytes(serde_json::to_vec(&counters).expect("counters serialize")));
+    s.put("config", Values::Bytes(TrainConfig::default().to_toml().into_bytes()));
+    s.put("dp", Values::Bytes(serde_json::to_vec(&DataParallelState::default()).expect("state serializes")));
+    s.put("dp.memory.0", Values::F32(vec![0.5; 16]));
+    s.encode()
+}

@@ -24,6 +24,10 @@ mod recorder;
 mod worker;
 
 pub use checkpoint::Counters;
+/// Checkpoint files at the byte level, for fuzzing.
+pub mod checkpoint_bytes {
+    pub use super::checkpoint::{parse_file_bytes, sample_file_bytes};
+}
 pub use eval::EvalSet;
 
 use std::path::{Path, PathBuf};
