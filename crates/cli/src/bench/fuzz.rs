@@ -36,13 +36,23 @@ pub struct Args {
     pub seed: u64,
 }
 
+#[derive(Clone, Copy, PartialEq)]
+enum Reseal {
+    No,
+    /// Checkpoint sections, sealed with fresh checksums.
+    Sections,
+    /// A gzip stream's content, compressed again (a valid CRC).
+    Gzip,
+}
+
 /// One parser under test: its seeds and how to run it on bytes.
 struct Target {
     name: &'static str,
     seeds: Vec<Vec<u8>>,
     run: fn(&[u8]) -> bool,
-    /// Mutate inside the container and re-seal it (checkpoints).
-    reseal: bool,
+    /// Half the inputs mutate inside the container and re-seal it, so the
+    /// parsers behind its checksums see them.
+    reseal: Reseal,
 }
 
 fn targets() -> Vec<Target> {
@@ -50,12 +60,7 @@ fn targets() -> Vec<Target> {
     let pixels: Vec<u8> = (0..64 * 5).map(|i| (i * 37 % 256) as u8).collect();
     let images = images_file(&pixels, 5, shape);
     let images4 = images_file(&pixels, 5, [4, 4, 4]);
-    let gz = {
-        use std::io::Write;
-        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-        e.write_all(&images).expect("in memory");
-        e.finish().expect("in memory")
-    };
+    let gz = gzip(&images);
     let text = b"the cat sat on the mat\nthe dog <unk> sat\n\n  a  b\tc\n".to_vec();
     let step = serde_json::to_vec(&StepRecord::default()).expect("serializes");
     let epoch = serde_json::to_vec(&EpochRecord::default()).expect("serializes");
@@ -68,37 +73,42 @@ fn targets() -> Vec<Target> {
     .chain(std::iter::once(TrainConfig::default().to_toml().into_bytes()))
     .collect();
     vec![
-        Target { name: "wire", seeds: harness::valid_messages(), run: harness::exercise, reseal: false },
+        Target { name: "wire", seeds: harness::valid_messages(), run: harness::exercise, reseal: Reseal::No },
         Target {
             name: "idx-images",
             seeds: vec![images, images4],
             run: |b| parse_file_bytes(FileKind::IdxImages, b).is_ok(),
-            reseal: false,
+            reseal: Reseal::No,
         },
         Target {
             name: "idx-labels",
             seeds: vec![labels_file(&[0, 1, 2, 9, 255])],
             run: |b| parse_file_bytes(FileKind::IdxLabels, b).is_ok(),
-            reseal: false,
+            reseal: Reseal::No,
         },
         Target {
             name: "gzip-idx",
             seeds: vec![gz],
             run: |b| parse_file_bytes(FileKind::GzipImages, b).is_ok(),
-            reseal: false,
+            reseal: Reseal::Gzip,
         },
-        Target { name: "text", seeds: vec![text], run: |b| parse_file_bytes(FileKind::Text, b).is_ok(), reseal: false },
+        Target {
+            name: "text",
+            seeds: vec![text],
+            run: |b| parse_file_bytes(FileKind::Text, b).is_ok(),
+            reseal: Reseal::No,
+        },
         Target {
             name: "checkpoint",
             seeds: vec![checkpoint_bytes::sample_file_bytes()],
             run: |b| checkpoint_bytes::parse_file_bytes(b).is_ok(),
-            reseal: true,
+            reseal: Reseal::Sections,
         },
         Target {
             name: "config",
             seeds: configs,
             run: |b| std::str::from_utf8(b).is_ok_and(|t| TrainConfig::from_toml(t, &[]).is_ok()),
-            reseal: false,
+            reseal: Reseal::No,
         },
         Target {
             name: "records",
@@ -111,9 +121,16 @@ fn targets() -> Vec<Target> {
                 let manifest = serde_json::from_str::<Manifest>(t).is_ok();
                 step || epoch || manifest
             },
-            reseal: false,
+            reseal: Reseal::No,
         },
     ]
+}
+
+fn gzip(bytes: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    e.write_all(bytes).expect("in memory");
+    e.finish().expect("in memory")
 }
 
 /// Values that sit on boundaries parsers check.
@@ -193,7 +210,8 @@ fn mutate_sections(r: &mut UnitRng, seed: &[u8], scratch: &mut Vec<u8>, out: &mu
             1 => v.push(f32::NAN),
             2 if !v.is_empty() => {
                 let i = r.below(v.len() as u64) as usize;
-                v[i] = [f32::INFINITY, f32::NEG_INFINITY, f32::MAX, -0.0, f32::MIN_POSITIVE][r.below(5) as usize];
+                v[i] = [f32::INFINITY, f32::NEG_INFINITY, f32::MAX, -0.0, f32::MIN_POSITIVE]
+                    [r.below(5) as usize];
             }
             _ => v.clear(),
         },
@@ -251,10 +269,19 @@ pub fn fuzz(inputs: u64, only: &[String], seed: u64) -> Result<Vec<Outcome>> {
         };
         let start = Instant::now();
         for _ in 0..inputs {
-            if t.reseal && r.below(2) == 0 {
-                mutate_sections(&mut r, &t.seeds[0], &mut scratch, &mut input);
-            } else {
-                mutate(&mut r, &t.seeds, &mut input);
+            match (t.reseal, r.below(2)) {
+                (Reseal::Sections, 0) => mutate_sections(&mut r, &t.seeds[0], &mut scratch, &mut input),
+                (Reseal::Gzip, 0) => {
+                    let mut content = Vec::new();
+                    std::io::Read::read_to_end(
+                        &mut flate2::read::GzDecoder::new(&t.seeds[0][..]),
+                        &mut content,
+                    )
+                    .expect("the seed is valid gzip");
+                    mutate(&mut r, &[content], &mut scratch);
+                    input = gzip(&scratch);
+                }
+                _ => mutate(&mut r, &t.seeds, &mut input),
             }
             let one = Instant::now();
             match catch_unwind(AssertUnwindSafe(|| (t.run)(&input))) {
@@ -281,7 +308,10 @@ pub fn fuzz(inputs: u64, only: &[String], seed: u64) -> Result<Vec<Outcome>> {
 }
 
 pub fn run(a: &Args) -> Result<()> {
-    println!("{:<12} {:>10} {:>10} {:>7} {:>9} {:>12}", "parser", "inputs", "accepted", "panics", "seconds", "slowest ms");
+    println!(
+        "{:<12} {:>10} {:>10} {:>7} {:>9} {:>12}",
+        "parser", "inputs", "accepted", "panics", "seconds", "slowest ms"
+    );
     let outcomes = fuzz(a.inputs, &a.parser, a.seed)?;
     let mut panics = 0;
     for o in &outcomes {
@@ -312,7 +342,13 @@ mod tests {
         assert_eq!(outcomes.len(), 8);
         for o in &outcomes {
             assert_eq!(o.panics, 0, "{}: {:?}", o.parser, o.first_panic);
-            assert!(o.accepted > 0 && o.accepted < o.inputs, "{}: {} of {} accepted", o.parser, o.accepted, o.inputs);
+            assert!(
+                o.accepted > 0 && o.accepted < o.inputs,
+                "{}: {} of {} accepted",
+                o.parser,
+                o.accepted,
+                o.inputs
+            );
         }
     }
 

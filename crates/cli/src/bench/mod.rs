@@ -1,10 +1,10 @@
 //! `gradcomp bench ...`: measurements that print tables (or JSON lines).
 
 mod comm;
-mod fuzz;
 pub(crate) mod compress;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod compress_device;
+mod fuzz;
 pub(crate) mod timing;
 mod train;
 

@@ -57,11 +57,18 @@ pub fn valid_messages() -> Vec<Vec<u8>> {
             c
         })
         .collect();
-    configs.push(CompressorConfig::Terngrad(TernGradConfig { packing: TernaryPacking::Base3, ..Default::default() }));
+    configs.push(CompressorConfig::Terngrad(TernGradConfig {
+        packing: TernaryPacking::Base3,
+        ..Default::default()
+    }));
     let mut out = Vec::new();
     for cfg in configs {
         let mut msg = Message::default();
-        cfg.build().compress(&x, &UnitContext { key: RngKey::default(), shared_scalar: None, ..Default::default() }, &mut msg);
+        cfg.build().compress(
+            &x,
+            &UnitContext { key: RngKey::default(), shared_scalar: None, ..Default::default() },
+            &mut msg,
+        );
         let mut b = Vec::new();
         codec::encode(&msg, 5, &mut b);
         out.push(b);

@@ -84,6 +84,14 @@ pub(super) fn parse_images(bytes: &[u8], path: &Path, layout: ImageLayout) -> Re
         (_, ImageLayout::Chw) => (dims[0], [dims[1], dims[2], dims[3]]),
         (_, ImageLayout::Hwc) => (dims[0], [dims[3], dims[1], dims[2]]),
     };
+    // One image's size on its own: with a count of 0 the file's product is 0
+    // whatever the other dims, which must still not overflow.
+    if shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).is_none() {
+        return Err(DataError::corrupt(
+            path,
+            format!("images of {}×{}×{} pixels are past any memory", shape[0], shape[1], shape[2]),
+        ));
+    }
     let want = dims.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).and_then(|v| v.checked_add(header));
     if want != Some(bytes.len()) {
         return Err(DataError::corrupt(
@@ -201,6 +209,17 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("no pixels"));
+    }
+
+    #[test]
+    fn an_empty_file_of_overflowing_images_is_an_error() {
+        // Found by `gradcomp bench fuzz`: 0 images of 83886080×67108864×67108864
+        // passed the size check (0 × anything = 0) and overflowed in the HWC reorder.
+        let bytes = [0, 0, 8, 4, 0, 0, 0, 0, 5, 0, 0, 0, 4, 0, 0, 0, 4, 0, 0, 0];
+        for layout in [ImageLayout::Chw, ImageLayout::Hwc] {
+            let err = parse_images(&bytes, Path::new("x"), layout).unwrap_err().to_string();
+            assert!(err.contains("past any memory"), "{err}");
+        }
     }
 
     #[test]

@@ -85,7 +85,10 @@ pub fn parse_file_bytes(kind: FileKind, bytes: &[u8]) -> Result<(), DataError> {
             let vocab = text::Vocabulary::from_text(text);
             let (ids, unknown) = vocab.encode(text);
             // An invariant, not an input error: a fuzzer must see it fail loudly.
-            assert!(unknown == 0 && ids.iter().all(|&i| (i as usize) < vocab.len()), "a text's own vocabulary covers it");
+            assert!(
+                unknown == 0 && ids.iter().all(|&i| (i as usize) < vocab.len()),
+                "a text's own vocabulary covers it"
+            );
         }
     }
     Ok(())
