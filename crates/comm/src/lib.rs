@@ -16,6 +16,7 @@
 
 mod collective;
 pub mod conformance;
+pub mod heartbeat;
 mod in_process;
 pub mod meter;
 #[cfg(feature = "mpi")]

@@ -11,7 +11,13 @@
 //! the same way. So under MPI a failure ends the job within the timeout with
 //! the failed rank named on stderr; it does not come back as a `Result` on
 //! the other ranks (MPI cannot cancel a collective in flight).
+//!
+//! A rank that stops (SIGSTOP, a frozen node) or dies is found sooner than
+//! the timeout: ranks beat to each other over UDP ([`crate::heartbeat`]), and
+//! the watchdog of a rank waiting in a collective names a predecessor silent
+//! for longer than the heartbeat bound (10 s by default) and ends the job.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -22,6 +28,7 @@ use mpi::traits::*;
 use mpi::Count;
 
 use crate::collective::{Aggregate, Collective, CommError, Gathered, OpKind, ServerPlacement};
+use crate::heartbeat::{self, Heartbeat};
 use crate::meter::ByteMeter;
 
 /// Exit code of a rank whose collective timed out.
@@ -36,11 +43,20 @@ struct Armed {
 struct Watchdog {
     armed: Mutex<Armed>,
     cv: Condvar,
+    /// Silence of the predecessor's heartbeat that ends the job, in ms (0: off).
+    heartbeat_bound_ms: AtomicU64,
 }
 
+/// The default heartbeat bound (`comm.heartbeat_seconds`).
+pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(10);
+
 impl Watchdog {
-    fn start(rank: usize) -> Arc<Self> {
-        let w = Arc::new(Watchdog { armed: Mutex::new(Armed::default()), cv: Condvar::new() });
+    fn start(rank: usize, heartbeat: Option<Heartbeat>) -> Arc<Self> {
+        let w = Arc::new(Watchdog {
+            armed: Mutex::new(Armed::default()),
+            cv: Condvar::new(),
+            heartbeat_bound_ms: AtomicU64::new(DEFAULT_HEARTBEAT.as_millis() as u64),
+        });
         let watch = Arc::clone(&w);
         std::thread::Builder::new()
             .name("gradcomp-mpi-watchdog".into())
@@ -57,7 +73,22 @@ impl Watchdog {
                                 );
                                 std::process::exit(TIMEOUT_EXIT_CODE);
                             }
-                            a = watch.cv.wait_timeout(a, deadline - now).unwrap_or_else(|e| e.into_inner()).0;
+                            let bound = Duration::from_millis(watch.heartbeat_bound_ms.load(Ordering::Relaxed));
+                            if let Some(h) = heartbeat.as_ref().filter(|_| !bound.is_zero()) {
+                                let (peer, quiet) = h.silence();
+                                if quiet > bound {
+                                    eprintln!(
+                                        "error: MPI rank {peer} stopped responding: no heartbeat for {:.1} s \
+                                         (bound {:.0} s, comm.heartbeat_seconds) while rank {rank} waited in {op}; \
+                                         it is stopped, dead or cut off; ending the job",
+                                        quiet.as_secs_f64(),
+                                        bound.as_secs_f64()
+                                    );
+                                    std::process::exit(TIMEOUT_EXIT_CODE);
+                                }
+                            }
+                            let wait = (deadline - now).min(heartbeat::INTERVAL);
+                            a = watch.cv.wait_timeout(a, wait).unwrap_or_else(|e| e.into_inner()).0;
                         }
                     }
                 }
@@ -74,6 +105,72 @@ impl Watchdog {
     fn disarm(&self) {
         self.armed.lock().unwrap_or_else(|e| e.into_inner()).deadline = None;
     }
+}
+
+/// Bytes of a rank's record in the heartbeat address exchange: port (2),
+/// nonce (8), address count (1), up to 16 IPv4 addresses (4 each).
+const RECORD: usize = 11 + 16 * 4;
+
+/// Binds this rank's heartbeat socket, trades addresses with every rank (one
+/// allgather), starts beating to the successor at each of its addresses, and
+/// waits (at most 3 s) for the predecessor's first beat. All ranks agree
+/// (one allreduce) to run without heartbeats if any of them did not hear
+/// its predecessor, since a rank that expects beats that never come would
+/// raise a false alarm; rank 0 then says so, and the per-operation timeout
+/// still bounds every wait.
+fn start_heartbeat(
+    world: &SimpleCommunicator,
+    rank: usize,
+    size: usize,
+) -> Result<Option<Heartbeat>, CommError> {
+    if size < 2 {
+        return Ok(None);
+    }
+    let socket = std::net::UdpSocket::bind("0.0.0.0:0").ok();
+    let port = socket.as_ref().and_then(|s| s.local_addr().ok()).map_or(0, |a| a.port());
+    let nonce =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+            ^ u64::from(std::process::id()).rotate_left(32);
+    let addrs = heartbeat::local_ipv4();
+    let mut mine = [0u8; RECORD];
+    mine[..2].copy_from_slice(&port.to_le_bytes());
+    mine[2..10].copy_from_slice(&nonce.to_le_bytes());
+    let n = addrs.len().min(16);
+    mine[10] = n as u8;
+    for (i, a) in addrs.iter().take(n).enumerate() {
+        mine[11 + 4 * i..15 + 4 * i].copy_from_slice(&a.octets());
+    }
+    let mut all = vec![0u8; RECORD * size];
+    world.all_gather_into(&mine[..], &mut all[..]);
+    let record = |r: usize| &all[r * RECORD..(r + 1) * RECORD];
+    let job_nonce = u64::from_le_bytes(record(0)[2..10].try_into().expect("8 bytes"));
+    let s = record((rank + 1) % size);
+    let s_port = u16::from_le_bytes([s[0], s[1]]);
+    let successor: Vec<std::net::SocketAddr> = (0..usize::from(s[10]).min(16))
+        .map(|i| {
+            std::net::SocketAddr::from(([s[11 + 4 * i], s[12 + 4 * i], s[13 + 4 * i], s[14 + 4 * i]], s_port))
+        })
+        .collect();
+    let started = match socket {
+        Some(socket) if s_port != 0 => {
+            Heartbeat::start(socket, rank, (rank + size - 1) % size, successor, job_nonce).ok()
+        }
+        _ => None,
+    };
+    let heard = started.as_ref().is_some_and(|h| h.first_beat(Duration::from_secs(3)));
+    let ok = i32::from(heard);
+    let mut all_ok = 0i32;
+    world.all_reduce_into(&ok, &mut all_ok, SystemOperation::min());
+    if all_ok == 1 {
+        return Ok(started);
+    }
+    if rank == 0 {
+        eprintln!(
+            "warning: MPI heartbeats are off (a rank could not reach its successor over UDP); \
+             a stopped or dead rank is found by comm.timeout_seconds alone"
+        );
+    }
+    Ok(None)
 }
 
 /// This process's rank of an MPI job.
@@ -122,13 +219,14 @@ impl MpiCollective {
                 )));
             }
         }
+        let heartbeat = start_heartbeat(&world, rank, size)?;
         Ok(Self {
             world,
             rank,
             size,
             timeout,
             max_message: 1 << 31,
-            watchdog: Watchdog::start(rank),
+            watchdog: Watchdog::start(rank, heartbeat),
             meter: ByteMeter::default(),
             scratch_f32: Vec::new(),
             scratch_i32: Vec::new(),
@@ -138,6 +236,14 @@ impl MpiCollective {
             flat: Vec::new(),
             _universe: universe,
         })
+    }
+
+    /// How long a peer's heartbeat may be silent, while this rank waits in
+    /// a collective, before the job ends naming it ([`DEFAULT_HEARTBEAT`];
+    /// zero turns the check off, leaving the per-operation timeout).
+    pub fn heartbeat_bound(self, bound: Duration) -> Self {
+        self.watchdog.heartbeat_bound_ms.store(bound.as_millis() as u64, Ordering::Relaxed);
+        self
     }
 
     pub fn max_message_bytes(mut self, b: usize) -> Self {

@@ -85,6 +85,34 @@ fn a_stalled_rank_makes_its_peers_time_out() {
     assert!(o.elapsed < Duration::from_secs(30), "took {:?}", o.elapsed);
 }
 
+/// Issue #12: a rank stopped by SIGSTOP keeps its sockets and its MPI
+/// connections open, so only the heartbeat's silence can tell; its peer
+/// names it within the default bound (10 s) plus a beat, with the
+/// per-operation timeout set to 120 s.
+#[test]
+fn a_stopped_rank_is_named_within_the_heartbeat_bound() {
+    let o = mpirun(2, &["sigstop"], Duration::from_secs(100));
+    assert_ne!(o.code, Some(0), "{}", o.output);
+    assert!(o.output.contains("MPI rank 1 stopped responding: no heartbeat"), "{}", o.output);
+    assert!(!o.output.contains("timed out in"), "{}", o.output);
+    assert!(o.elapsed < Duration::from_secs(30), "took {:?}", o.elapsed);
+}
+
+/// A rank killed by SIGKILL: the job ends within the bound, the dead rank
+/// named (by the heartbeat or by mpirun, whichever notices first).
+#[test]
+fn a_killed_rank_ends_the_job_naming_it() {
+    let o = mpirun(2, &["sigkill"], Duration::from_secs(100));
+    assert_ne!(o.code, Some(0), "{}", o.output);
+    assert!(
+        o.output.contains("MPI rank 1 stopped responding") || o.output.contains("rank 1 with PID"),
+        "{}",
+        o.output
+    );
+    assert!(!o.output.contains("unexpectedly finished"), "{}", o.output);
+    assert!(o.elapsed < Duration::from_secs(30), "took {:?}", o.elapsed);
+}
+
 #[test]
 fn a_wrong_world_size_is_a_clear_error() {
     let out = Command::new(env!("CARGO_BIN_EXE_gradcomp-mpi-selftest"))

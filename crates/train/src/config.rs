@@ -423,11 +423,20 @@ pub struct CommConfig {
     pub server: ServerPlace,
     /// Seconds a collective waits for a peer before failing.
     pub timeout_seconds: f64,
+    /// MPI: seconds a peer's heartbeat may be silent, while a rank waits in a
+    /// collective, before the job ends naming that peer (a stopped, dead or
+    /// cut-off rank); 0 turns heartbeats off.
+    pub heartbeat_seconds: f64,
 }
 
 impl Default for CommConfig {
     fn default() -> Self {
-        Self { topology: Topology::Allreduce, server: ServerPlace::CoLocated, timeout_seconds: 300.0 }
+        Self {
+            topology: Topology::Allreduce,
+            server: ServerPlace::CoLocated,
+            timeout_seconds: 300.0,
+            heartbeat_seconds: 10.0,
+        }
     }
 }
 
@@ -703,8 +712,15 @@ impl TrainConfig {
             return Err(err("train.epochs", "must be at least 1 (or set train.max_steps)"));
         }
         self.data_parallel().validate()?;
-        if !positive(self.comm.timeout_seconds) {
-            return Err(err("comm.timeout_seconds", "must be positive"));
+        if !(positive(self.comm.timeout_seconds) && self.comm.timeout_seconds.is_finite()) {
+            return Err(err("comm.timeout_seconds", "must be finite and positive"));
+        }
+        let hb = self.comm.heartbeat_seconds;
+        if !(non_negative(hb) && hb.is_finite()) || (hb > 0.0 && hb < 2.0) {
+            return Err(err(
+                "comm.heartbeat_seconds",
+                format!("{hb} is out of range: 0 (off) or at least 2 (heartbeats go every 0.5 s)"),
+            ));
         }
         if let Some(b) = self.network.links_bps.iter().find(|&&b| !(positive(b) && b.is_finite())) {
             return Err(err(
@@ -846,6 +862,7 @@ pub const RESUME_SAFE_KEYS: &[&str] = &[
     "train.on_nonfinite",
     "train.keep_checkpoints",
     "comm.timeout_seconds",
+    "comm.heartbeat_seconds",
     "compression.on_device",
     "network.links_bps",
     "network.alpha",

@@ -20,7 +20,10 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let scenario = args.first().map(String::as_str).unwrap_or("ops");
     let expected = if scenario == "expect" { args.get(1).and_then(|s| s.parse().ok()) } else { None };
-    let mut c = match MpiCollective::init(expected, Duration::from_secs(3)) {
+    // Heartbeat scenarios give the per-operation timeout no chance to fire
+    // first: whatever ends the job there is the heartbeat (default bound).
+    let timeout = if scenario.starts_with("sig") { Duration::from_secs(120) } else { Duration::from_secs(3) };
+    let mut c = match MpiCollective::init(expected, timeout) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("error: {e}");
@@ -36,6 +39,19 @@ fn main() -> ExitCode {
                 return ExitCode::from(1);
             }
             println!("rank {rank} of {}: ok", c.world_size());
+        }
+        "sigstop" | "sigkill" => {
+            c.allreduce_sum_f32(&mut buf).expect("first allreduce");
+            if rank == 1 {
+                let signal = if scenario == "sigstop" { "-STOP" } else { "-KILL" };
+                eprintln!("rank 1: sending itself SIG{}", &signal[1..]);
+                let _ = std::process::Command::new("kill")
+                    .args([signal, &std::process::id().to_string()])
+                    .status();
+                std::thread::sleep(Duration::from_secs(120));
+            }
+            c.allreduce_sum_f32(&mut buf).expect("second allreduce");
+            println!("rank {rank}: unexpectedly finished");
         }
         "exit" | "panic" | "stall" => {
             c.allreduce_sum_f32(&mut buf).expect("first allreduce");

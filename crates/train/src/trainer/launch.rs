@@ -85,7 +85,8 @@ fn mpi_rank<M: Net>(
 ) -> Result<RunSummary, TrainError> {
     let timeout = Duration::from_secs_f64(sh.cfg.comm.timeout_seconds);
     let c = gradcomp_comm::mpi::MpiCollective::init(Some(sh.cfg.workers), timeout)
-        .map_err(|source| SyncError::Comm { rank: 0, source })?;
+        .map_err(|source| SyncError::Comm { rank: 0, source })?
+        .heartbeat_bound(Duration::from_secs_f64(sh.cfg.comm.heartbeat_seconds));
     // Other ranks return no summary: theirs is rank 0's.
     let rank = gradcomp_comm::Collective::rank(&c);
     worker::run(rank, c, sh, make).map(|s| {
