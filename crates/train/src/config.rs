@@ -817,7 +817,7 @@ impl TrainConfig {
 }
 
 /// The memory the machine has available (Linux `MemAvailable`), if known.
-fn available_memory_bytes() -> Option<f64> {
+pub(crate) fn available_memory_bytes() -> Option<f64> {
     let info = std::fs::read_to_string("/proc/meminfo").ok()?;
     let kb: f64 = info
         .lines()

@@ -46,12 +46,29 @@ pub(super) fn read_maybe_gz(path: &Path) -> Result<Vec<u8>, DataError> {
     }
 }
 
-/// The content of a gzip file read from `path`.
+/// The content of a gzip file read from `path`, refused when it would
+/// inflate past half the machine's available memory (a gzip bomb, or a file
+/// far too large for this machine) instead of aborting on allocation.
 pub(super) fn gunzip(raw: &[u8], path: &Path) -> Result<Vec<u8>, DataError> {
+    let limit = crate::config::available_memory_bytes().map_or(u64::MAX, |b| (b / 2.0) as u64);
+    gunzip_at_most(raw, path, limit)
+}
+
+fn gunzip_at_most(raw: &[u8], path: &Path, limit: u64) -> Result<Vec<u8>, DataError> {
     let mut out = Vec::new();
     flate2::read::GzDecoder::new(raw)
+        .take(limit.saturating_add(1))
         .read_to_end(&mut out)
         .map_err(|e| DataError::corrupt(path, format!("not a valid gzip file ({e})")))?;
+    if out.len() as u64 > limit {
+        return Err(DataError::corrupt(
+            path,
+            format!(
+                "inflates past {:.1} GB, half the memory this machine has available: a damaged or hostile file, or one too large for this machine",
+                limit as f64 / 1e9
+            ),
+        ));
+    }
     Ok(out)
 }
 
@@ -209,6 +226,19 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("no pixels"));
+    }
+
+    #[test]
+    fn a_gzip_that_inflates_past_the_limit_is_refused() {
+        use std::io::Write;
+        // 10 MB of zeros compress to about 10 KB.
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        e.write_all(&vec![0u8; 10_000_000]).unwrap();
+        let bomb = e.finish().unwrap();
+        assert!(bomb.len() < 20_000);
+        let err = gunzip_at_most(&bomb, Path::new("x.gz"), 1_000_000).unwrap_err().to_string();
+        assert!(err.contains("inflates past"), "{err}");
+        assert_eq!(gunzip_at_most(&bomb, Path::new("x.gz"), 10_000_000).unwrap().len(), 10_000_000);
     }
 
     #[test]
