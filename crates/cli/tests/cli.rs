@@ -306,7 +306,7 @@ fn a_text_corpus_with_unseen_words_trains_and_counts_them() {
         "model.name=\"lstm\"",
     ]);
     assert_eq!(code, 2, "{err}");
-    assert!(err.contains("test text holds 4 tokens") && err.contains("data.bptt"), "{err}");
+    assert!(err.contains("test text (short.txt) holds 4 tokens") && err.contains("data.bptt"), "{err}");
     std::fs::remove_dir_all(&dir).ok();
 }
 

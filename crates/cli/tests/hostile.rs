@@ -344,7 +344,7 @@ fn catalog(root: &Path) -> Vec<Case> {
     for (file, what, bytes) in [
         ("train.txt", "an empty training text", Vec::new()),
         ("train.txt", "only whitespace", b"   \n\n \t \n".to_vec()),
-        ("train.txt", "invalid UTF-8", vec![0xff, 0xfe, 0x80, 0x81, b'\n'].repeat(50)),
+        ("train.txt", "invalid UTF-8", [0xffu8, 0xfe, 0x80, 0x81, b'\n'].repeat(50)),
         ("train.txt", "NUL bytes", vec![0u8; 4096]),
         ("test.txt", "a test text of three words", b"the cat sat\n".to_vec()),
         ("valid.txt", "an empty validation text", Vec::new()),
@@ -684,24 +684,34 @@ fn record_cases(root: &Path, cases: &mut Vec<Case>) {
     let base = base_run(root);
     let steps = std::fs::read_to_string(base.join("steps.jsonl")).unwrap();
     let first = steps.lines().next().unwrap().to_string();
-    let damages: Vec<(&str, &str, Vec<u8>)> = vec![
-        ("steps.jsonl cut mid-record", "steps.jsonl", steps.as_bytes()[..steps.len() - 7].to_vec()),
-        ("steps.jsonl with a garbage line", "steps.jsonl", format!("{steps}not json at all\n").into_bytes()),
+    // None: the file is removed.
+    let damages: Vec<(&str, &str, Option<Vec<u8>>)> = vec![
+        ("steps.jsonl cut mid-record", "steps.jsonl", Some(steps.as_bytes()[..steps.len() - 7].to_vec())),
+        (
+            "steps.jsonl with a garbage line",
+            "steps.jsonl",
+            Some(format!("{steps}not json at all\n").into_bytes()),
+        ),
         (
             "steps.jsonl with a NaN",
             "steps.jsonl",
-            format!("{}\n", first.replacen(":", ":NaN,\"x\":", 1)).into_bytes(),
+            Some(format!("{}\n", first.replacen(":", ":NaN,\"x\":", 1)).into_bytes()),
         ),
-        ("steps.jsonl of binary bytes", "steps.jsonl", vec![0xff, 0xfe, 0x00, 0x01]),
-        ("epochs.jsonl with a garbage line", "epochs.jsonl", b"{\"epoch\": [\n".to_vec()),
-        ("config.toml of garbage", "config.toml", b"workers = = 3".to_vec()),
-        ("config.toml with an unknown key", "config.toml", b"nonsense = 1\n".to_vec()),
+        ("steps.jsonl of binary bytes", "steps.jsonl", Some(vec![0xff, 0xfe, 0x00, 0x01])),
+        ("epochs.jsonl with a garbage line", "epochs.jsonl", Some(b"{\"epoch\": [\n".to_vec())),
+        ("config.toml of garbage", "config.toml", Some(b"workers = = 3".to_vec())),
+        ("config.toml with an unknown key", "config.toml", Some(b"nonsense = 1\n".to_vec())),
+        ("steps.jsonl missing", "steps.jsonl", None),
+        ("config.toml missing", "config.toml", None),
     ];
     for (what, file, bytes) in damages {
         let id = format!("records-{}", cases.len());
         let run_dir = root.join("runs").join(&id);
         copy_dir(&base, &run_dir);
-        write(&run_dir.join(file), bytes);
+        match bytes {
+            Some(b) => write(&run_dir.join(file), b),
+            None => std::fs::remove_file(run_dir.join(file)).unwrap(),
+        }
         cases.push(Case {
             class: "records",
             name: format!("report: {what}"),
@@ -713,24 +723,6 @@ fn record_cases(root: &Path, cases: &mut Vec<Case>) {
             ],
             action: Action::Run,
             expect: error(&[file]),
-        });
-    }
-    for missing in ["steps.jsonl", "config.toml"] {
-        let id = format!("records-{}", cases.len());
-        let run_dir = root.join("runs").join(&id);
-        copy_dir(&base, &run_dir);
-        std::fs::remove_file(run_dir.join(missing)).unwrap();
-        cases.push(Case {
-            class: "records",
-            name: format!("report: {missing} missing"),
-            args: vec![
-                "report".into(),
-                run_dir.display().to_string(),
-                "--out".into(),
-                root.join("reports").join(&id).display().to_string(),
-            ],
-            action: Action::Run,
-            expect: error(&[missing]),
         });
     }
 }

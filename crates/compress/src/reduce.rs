@@ -50,15 +50,11 @@ pub fn pow2_scale(max: f32) -> f32 {
     f32::from_bits(if e >= 252 { 1 } else { 253 - e } << 23)
 }
 
-/// The moments of one cache-resident block from one fused vectorized loop:
-/// max |x| and Σ d, Σ d² of the deviations `d = x·scale − pivot` from a pivot
-/// near the mean, in f32 lanes. Deviations do not cancel the way
-/// `Σx² − n·mean²` does when |mean| ≫ σ, and the power-of-two scale keeps
-/// every lane sum finite and normal. Returns the moments and `max |x|·scale`,
-/// which tells the caller whether the scale suited the block.
+/// One fused vectorized loop over a cache-resident block: max |x| and, in f32
+/// lanes, Σ d and Σ d² of `d = x·scale − pivot` (Σ d² lanes first, then the
+/// remainder in f64). Shared by [`moments`] and [`sum_of_squares`].
 #[inline(always)]
-fn block_moments_at(block: &[f32], scale: f32, pivot: f32) -> (Moments, f32) {
-    let n = block.len();
+fn lane_sums(block: &[f32], scale: f32, pivot: f32) -> (f32, f64, f64) {
     let mut mx = [0.0f32; LANES];
     let mut dev = [0.0f32; LANES];
     let mut sq = [0.0f32; LANES];
@@ -82,10 +78,21 @@ fn block_moments_at(block: &[f32], scale: f32, pivot: f32) -> (Moments, f32) {
         d_sum += d;
         d_sq += d * d;
     }
+    (max, d_sum, d_sq)
+}
+
+/// The moments of one block from [`lane_sums`]. Deviations from a pivot near
+/// the mean do not cancel the way `Σx² − n·mean²` does when |mean| ≫ σ, and
+/// the power-of-two scale keeps every lane sum finite and normal. Returns
+/// the moments and `max |x|·scale`, which tells the caller whether the scale
+/// suited the block.
+#[inline(always)]
+fn block_moments_at(block: &[f32], scale: f32, pivot: f32) -> (Moments, f32) {
+    let (max, d_sum, d_sq) = lane_sums(block, scale, pivot);
     let inv = 1.0 / f64::from(scale);
-    let nf = n as f64;
+    let nf = block.len() as f64;
     let m = Moments {
-        n,
+        n: block.len(),
         mean: (f64::from(pivot) + d_sum / nf) * inv,
         // Rounding can leave a hair below 0; NaN must stay NaN (`f64::max` would drop it).
         m2: non_negative(d_sq - d_sum * d_sum / nf) * inv * inv,
@@ -223,33 +230,14 @@ pub fn sum_of_squares(x: &[f32]) -> f64 {
     const HIGH: f32 = 1.152_921_5e18; // 2^60
     let mut total = 0.0f64;
     for block in x.chunks(BLOCK) {
-        let mut mx = [0.0f32; LANES];
-        let mut sq = [0.0f32; LANES];
-        let chunks = block.chunks_exact(LANES);
-        let rem = chunks.remainder();
-        for c in chunks {
-            let c: &[f32; LANES] = c.try_into().expect("chunks_exact yields LANES");
-            for l in 0..LANES {
-                let v = c[l].abs();
-                mx[l] = if v > mx[l] { v } else { mx[l] };
-                sq[l] += c[l] * c[l];
-            }
-        }
-        let max = rem.iter().fold(mx.iter().fold(0.0f32, |a, &b| a.max(b)), |a, &b| a.max(b.abs()));
-        let tail: f64 = rem.iter().map(|&v| f64::from(v) * f64::from(v)).sum();
-        if (LOW..=HIGH).contains(&max) || max == 0.0 {
-            total += sq.iter().map(|&v| f64::from(v)).sum::<f64>() + tail;
+        let (max, _, sq) = lane_sums(block, 1.0, 0.0);
+        total += if (LOW..=HIGH).contains(&max) || max == 0.0 {
+            sq
         } else {
             let scale = pow2_scale(max);
-            let (acc, _) = lanes_fold(block, |a, c| {
-                for l in 0..LANES {
-                    let v = c[l] * scale;
-                    a[l] += v * v;
-                }
-            });
             let inv = 1.0 / f64::from(scale);
-            total += acc.iter().map(|&v| f64::from(v)).sum::<f64>() * inv * inv + tail;
-        }
+            lane_sums(block, scale, 0.0).2 * inv * inv
+        };
     }
     total
 }
