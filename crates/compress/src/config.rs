@@ -113,7 +113,7 @@ impl CompressorConfig {
 
 impl CompressorConfig {
     /// All configuration names, in the benchmark's order.
-    pub const NAMES: [&'static str; 12] = [
+    pub const NAMES: [&'static str; 13] = [
         "dense",
         "fp16",
         "terngrad",
@@ -121,6 +121,7 @@ impl CompressorConfig {
         "onebit",
         "topk",
         "gaussiank",
+        "gaussiank-refined",
         "dgck",
         "trimmedk",
         "randk",
@@ -138,6 +139,7 @@ impl CompressorConfig {
             "onebit" => Self::Onebit(Default::default()),
             "topk" => Self::Topk(Default::default()),
             "gaussiank" => Self::Gaussiank(Default::default()),
+            "gaussiank-refined" => Self::Gaussiank(GaussianKConfig { refine: true, ..Default::default() }),
             "dgck" => Self::Dgck(Default::default()),
             "trimmedk" => Self::Trimmedk(Default::default()),
             "randk" => Self::Randk(Default::default()),
@@ -155,6 +157,7 @@ impl CompressorConfig {
             Self::Qsgd(_) => "qsgd",
             Self::Onebit(_) => "onebit",
             Self::Topk(_) => "topk",
+            Self::Gaussiank(c) if c.refine => "gaussiank-refined",
             Self::Gaussiank(_) => "gaussiank",
             Self::Dgck(_) => "dgck",
             Self::Trimmedk(_) => "trimmedk",

@@ -23,6 +23,9 @@ impl DeviceCompressor {
         match config {
             CompressorConfig::Trimmedk(_) => Err(KernelError::Unsupported("trimmedk".into())),
             CompressorConfig::Esgd(_) => Err(KernelError::Unsupported("esgd".into())),
+            CompressorConfig::Gaussiank(c) if c.refine => {
+                Err(KernelError::Unsupported("gaussiank-refined".into()))
+            }
             _ => Ok(Self { config: config.clone() }),
         }
     }

@@ -17,8 +17,19 @@ use serde::{Deserialize, Serialize};
 use super::timing::median_seconds;
 
 /// The compressors measured, by configuration name.
-const COMPRESSORS: [&str; 10] =
-    ["terngrad", "qsgd", "onebit", "fp16", "topk", "gaussiank", "dgck", "trimmedk", "randk", "threshold"];
+const COMPRESSORS: [&str; 11] = [
+    "terngrad",
+    "qsgd",
+    "onebit",
+    "fp16",
+    "topk",
+    "gaussiank",
+    "gaussiank-refined",
+    "dgck",
+    "trimmedk",
+    "randk",
+    "threshold",
+];
 const SIZES: [usize; 4] = [1 << 10, 1 << 16, 1 << 20, 25_000_000];
 const DENSITIES: [f64; 2] = [0.001, 0.01];
 
@@ -287,6 +298,20 @@ impl Summary {
                 "Gaussian-k vs exact Top-k, rho=0.001",
                 verdict(speedup >= 10.0)
             );
+        }
+        // Issue #13: the refined selector keeps Gaussian-k's one-pass speed.
+        for rho in ["0.001", "0.01"] {
+            if let (Some((r, _)), Some((g, _))) = (
+                self.get(&format!("gaussiank-refined compress {rho}")),
+                self.get(&format!("gaussiank compress {rho}")),
+            ) {
+                println!(
+                    "  {:<44} {:>6.2} x its time  (target <= 1.5): {}",
+                    format!("Gaussian-k refined vs Gaussian-k, rho={rho}"),
+                    r / g,
+                    verdict(r / g <= 1.5)
+                );
+            }
         }
     }
 }

@@ -15,24 +15,75 @@ use crate::reduce;
 pub struct GaussianKConfig {
     pub density: f64,
     pub wire: SparseWire,
+    /// Gaussian-k refined (a gradcomp variant, not in the paper; the name
+    /// `gaussiank-refined`): the provisional bound is the sample's own order
+    /// statistic instead of its Gaussian fit, and when the one pass collected
+    /// at least k candidates the exact k largest of them are sent (else the
+    /// paper's rounds run). Lands on k wherever
+    /// the buffer's shape makes the Gaussian estimate collapse or over-send
+    /// (issue #13). `false` is the paper's rule, exactly.
+    pub refine: bool,
 }
 
 impl Default for GaussianKConfig {
     fn default() -> Self {
-        Self { density: 0.001, wire: SparseWire::default() }
+        Self { density: 0.001, wire: SparseWire::default(), refine: false }
     }
 }
 
 #[derive(Clone, Debug, Default)]
 pub struct GaussianK {
+    refine: bool,
     sample: Vec<f32>,
     /// Elements above the provisional bound, found during the statistics pass.
     candidates: SparseMessage,
+    /// Positions in `candidates`, ordered for the refined selection.
+    order: Vec<u32>,
 }
 
 impl GaussianK {
     pub fn compressor(config: &GaussianKConfig) -> Sparsifier<GaussianK> {
-        Sparsifier::new(GaussianK::default(), config.density, config.wire)
+        Sparsifier::new(
+            GaussianK { refine: config.refine, ..Default::default() },
+            config.density,
+            config.wire,
+        )
+    }
+
+    /// The refined variant's bound and how many elements are expected above
+    /// it: the `m`-th largest |x| of the sample with `m = max(16, 2ρ·n)`, so
+    /// about 2k elements of the buffer (never fewer than 16 of the sample's
+    /// share) lie above it whatever its distribution, the sample being strided
+    /// across all of it. Reorders `sample`.
+    fn sample_order_bound(sample: &mut [f32], k: usize, d: usize) -> (f64, usize) {
+        let n = sample.len();
+        if n == 0 {
+            return (0.0, d);
+        }
+        let m = (2 * k * n).div_ceil(d.max(1)).max(16).min(n);
+        for v in sample.iter_mut() {
+            *v = v.abs();
+        }
+        let (_, nth, _) = sample.select_nth_unstable_by(m - 1, |a, b| b.total_cmp(a));
+        (f64::from(*nth), (m * d).div_ceil(n))
+    }
+
+    /// The k largest candidates by magnitude, ascending by index, into `out`.
+    fn exact_k_of_candidates(&mut self, k: usize, out: &mut SparseMessage) {
+        let c = &self.candidates;
+        self.order.clear();
+        self.order.extend(0..c.values.len() as u32);
+        let mag = |i: &u32| c.values[*i as usize].abs();
+        if k < self.order.len() {
+            self.order.select_nth_unstable_by(k - 1, |a, b| mag(b).total_cmp(&mag(a)));
+            self.order.truncate(k);
+        }
+        // Candidate positions ascend with their indices into x.
+        self.order.sort_unstable();
+        for &p in &self.order {
+            out.indices.push(c.indices[p as usize]);
+            out.values.push(c.values[p as usize]);
+        }
     }
 }
 
@@ -44,7 +95,11 @@ const BOUND_MARGIN: f64 = 0.9;
 
 impl Selector for GaussianK {
     fn name(&self) -> &'static str {
-        "gaussiank"
+        if self.refine {
+            "gaussiank-refined"
+        } else {
+            "gaussiank"
+        }
     }
 
     /// The rule of ALGORITHMS.md §3.3, in one pass over `x` in the common case.
@@ -64,17 +119,40 @@ impl Selector for GaussianK {
         let z = normal_quantile(1.0 - k as f64 / d as f64 / 2.0);
         let stride = (d / SAMPLE).max(1);
         self.sample.clear();
-        self.sample.extend(x.iter().step_by(stride));
+        if self.refine && stride > 1 {
+            // One element at a hashed offset in each window of `stride`: a
+            // fixed stride aliases with periodic buffers (a layer of 3×3
+            // kernels, every 7th element scaled), and the order statistic
+            // would then describe one phase of the period only.
+            self.sample
+                .extend((0..d / stride).map(|w| x[w * stride + (mix(w as u64) % stride as u64) as usize]));
+        } else {
+            self.sample.extend(x.iter().step_by(stride));
+        }
         let sample = reduce::moments(&self.sample);
         let (mu_s, sd_s) = (sample.mean, sample.sample_std());
-        let bound = (BOUND_MARGIN * (mu_s + z * sd_s)).max(0.0) as f32;
+        let mut bound = BOUND_MARGIN * (mu_s + z * sd_s);
+        let mut cap = 4 * k + 64;
+        if self.refine {
+            // The sample's own order statistic, not the Gaussian fit, which is
+            // what misleads the paper's rule; room for three times the
+            // expected candidates (an order statistic of 16+ sample elements
+            // is rarely that far off).
+            let (order, expected) = Self::sample_order_bound(&mut self.sample, k, d);
+            bound = order;
+            cap = cap.max(3 * expected + 64);
+        }
+        let bound = bound.max(0.0) as f32;
 
-        let cap = 4 * k + 64;
         let c = &mut self.candidates;
         c.indices.clear();
         c.values.clear();
         let (m, n_cand) = reduce::moments_and_collect(x, bound, cap, &mut c.indices, &mut c.values);
         let complete = n_cand <= cap;
+        if self.refine && complete && n_cand >= k {
+            self.exact_k_of_candidates(k, out);
+            return;
+        }
         let (mu, sd) = (m.mean, m.sample_std());
         let mut thr = (mu + z * sd) as f32;
 
@@ -115,6 +193,14 @@ impl Selector for GaussianK {
             }
         }
     }
+}
+
+/// SplitMix64's output function: a fixed, well-spread hash of `i`.
+fn mix(i: u64) -> u64 {
+    let mut z = i.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
 }
 
 /// Φ⁻¹(p), the standard normal quantile, for p in (0, 1); ±∞ at the ends.
@@ -219,6 +305,61 @@ mod tests {
                 assert_eq!(got.indices, reference(x, k), "rho={rho}");
                 assert!(got.indices.iter().zip(&got.values).all(|(&i, &v)| x[i as usize] == v));
             }
+        }
+    }
+
+    /// The refined variant sends exactly the k largest whenever its pass
+    /// collected enough candidates: on Gaussian data, on the shapes where the
+    /// Gaussian estimate is far off (uniform, heavy tails, a residual with
+    /// many exact zeros, spikes, an offset), at every density.
+    #[test]
+    fn the_refined_variant_sends_the_exact_top_k() {
+        let mut r = UnitRng::from_parts(&[7]);
+        let n = 60_000;
+        let gaussian: Vec<f32> = (0..n).map(|_| r.next_gaussian() as f32).collect();
+        let uniform: Vec<f32> = (0..n).map(|_| r.next_f32() - 0.5).collect();
+        let heavy: Vec<f32> = (0..n).map(|_| (r.next_gaussian().powi(3)) as f32).collect();
+        // An error-feedback buffer: 16% exact zeros (pixels at 0 after p/255).
+        let zeros: Vec<f32> = (0..n)
+            .map(|i| if i % 6 == 0 { 0.0 } else { (r.next_gaussian() * (1.0 + (i % 7) as f64)) as f32 })
+            .collect();
+        let shifted: Vec<f32> = gaussian.iter().map(|v| v + 3.0).collect();
+        let mut refined = GaussianK { refine: true, ..Default::default() };
+        for (name, x) in [
+            ("gaussian", &gaussian),
+            ("uniform", &uniform),
+            ("heavy", &heavy),
+            ("zeros", &zeros),
+            ("shifted", &shifted),
+        ] {
+            let mut by_mag: Vec<u32> = (0..n as u32).collect();
+            by_mag.sort_by(|&a, &b| x[b as usize].abs().total_cmp(&x[a as usize].abs()));
+            for rho in [0.0005, 0.001, 0.01, 0.1] {
+                let k = crate::k_for(rho, n);
+                let mut want = by_mag[..k].to_vec();
+                want.sort_unstable();
+                let mut got = SparseMessage::default();
+                refined.select(x, k, &UnitContext::default(), &mut got);
+                assert_eq!(got.indices, want, "{name} at rho={rho}");
+                assert!(got.indices.iter().zip(&got.values).all(|(&i, &v)| x[i as usize] == v));
+                // The paper's rule on the same input is off k on the skewed shapes.
+                let mut plain = SparseMessage::default();
+                GaussianK::default().select(x, k, &UnitContext::default(), &mut plain);
+                assert_eq!(plain.indices, reference(x, k));
+            }
+        }
+    }
+
+    /// Where the pass cannot collect k candidates (ties at the bound, a
+    /// constant buffer) the refined variant falls back to the paper's rounds.
+    #[test]
+    fn the_refined_variant_falls_back_when_candidates_run_short() {
+        let mut refined = GaussianK { refine: true, ..Default::default() };
+        for x in [vec![1.0f32; 10_000], vec![0.0f32; 10_000]] {
+            let k = crate::k_for(0.01, x.len());
+            let mut got = SparseMessage::default();
+            refined.select(&x, k, &UnitContext::default(), &mut got);
+            assert_eq!(got.indices, reference(&x, k));
         }
     }
 
