@@ -112,6 +112,15 @@ impl Dataset {
     }
 }
 
+/// Per-channel input normalisation of images (the papers' scripts use
+/// MNIST's mean 0.1307 and std 0.3081).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Normalize {
+    pub mean: Vec<f64>,
+    pub std: Vec<f64>,
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct DataConfig {
@@ -142,6 +151,9 @@ pub struct DataConfig {
     pub test_labels: String,
     /// `images`: how 4-D IDX files order an image (`chw` or `hwc`).
     pub image_layout: ImageLayout,
+    /// Image datasets: inputs `(p/255 − mean)/std` per channel (one value, or
+    /// one per channel), at training and test alike; none: `p/255`.
+    pub normalize: Option<Normalize>,
     /// `text`: the corpus files in `dir`; an empty `valid_text` means none.
     pub train_text: String,
     pub valid_text: String,
@@ -168,6 +180,7 @@ impl Default for DataConfig {
             test_images: images.test_images,
             test_labels: images.test_labels,
             image_layout: ImageLayout::Chw,
+            normalize: None,
             train_text: text.train,
             valid_text: text.valid,
             test_text: text.test,
@@ -643,6 +656,33 @@ impl TrainConfig {
         }
         if self.data.bptt == 0 {
             return Err(err("data.bptt", "must be at least 1"));
+        }
+        if let Some(n) = &self.data.normalize {
+            if n.mean.is_empty() || n.mean.len() != n.std.len() {
+                return Err(err(
+                    "data.normalize",
+                    format!(
+                        "{} mean(s) and {} std(s): give one value, or one per channel, of each",
+                        n.mean.len(),
+                        n.std.len()
+                    ),
+                ));
+            }
+            if let Some(m) = n.mean.iter().find(|m| !m.is_finite()) {
+                return Err(err("data.normalize.mean", format!("{m} is not finite")));
+            }
+            if let Some(s) = n.std.iter().find(|s| !(s.is_finite() && **s > 0.0)) {
+                return Err(err(
+                    "data.normalize.std",
+                    format!("{s} is out of range: must be finite and > 0"),
+                ));
+            }
+            if self.data.dataset.is_text() {
+                return Err(err(
+                    "data.normalize",
+                    "applies to image datasets; a language model's inputs are tokens",
+                ));
+            }
         }
         if self.data.synthetic_shape.contains(&0) {
             return Err(err("data.synthetic_shape", "every dimension must be at least 1"));

@@ -596,3 +596,20 @@ fn lr_scaled_residual_leaves_units_without_error_feedback_at_the_configured_lr()
         raw.final_params.iter().zip(&scaled.final_params).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max);
     assert!(worst < 1e-4, "largest difference {worst}");
 }
+
+/// Issue #13: input normalisation (the papers' scripts normalize MNIST with
+/// mean 0.1307, std 0.3081) trains, is recorded in the run's configuration,
+/// and is part of the run's meaning: a resume with another one is refused.
+#[test]
+fn normalized_inputs_train_and_belong_to_the_runs_meaning() {
+    let norm = "[data.normalize]\nmean = [0.1307]\nstd = [0.3081]";
+    let (s, d) = train(norm);
+    let acc = s.epochs.last().and_then(|e| e.test_accuracy).unwrap();
+    assert!(acc > 0.8, "accuracy {acc}");
+    let saved = std::fs::read_to_string(d.path().join("config.toml")).unwrap();
+    assert!(saved.contains("0.3081"), "{saved}");
+    let other = config(d.path(), "[data.normalize]\nmean = [0.5]\nstd = [0.5]\n[train]\nepochs = 3");
+    let opts = RunOptions { resume: true, allow_changes: true, ..Default::default() };
+    let err = trainer::train(&other, opts, Box::new(Silent)).unwrap_err().to_string();
+    assert!(err.contains("data.normalize"), "{err}");
+}

@@ -155,17 +155,17 @@ impl TrainData {
             })
         };
         let data = match d.dataset {
-            Dataset::Mnist => Self::images(ImageSplits::load(&root.join("mnist"), &ImageFiles::default(), d.image_layout, "MNIST", &fetch_hint("mnist"))?, cfg),
-            Dataset::FashionMnist => Self::images(ImageSplits::load(&root.join("fashion-mnist"), &ImageFiles::default(), d.image_layout, "Fashion-MNIST", &fetch_hint("fashion-mnist"))?, cfg),
+            Dataset::Mnist => Self::images(ImageSplits::load(&root.join("mnist"), &ImageFiles::default(), d.image_layout, "MNIST", &fetch_hint("mnist"))?, cfg)?,
+            Dataset::FashionMnist => Self::images(ImageSplits::load(&root.join("fashion-mnist"), &ImageFiles::default(), d.image_layout, "Fashion-MNIST", &fetch_hint("fashion-mnist"))?, cfg)?,
             Dataset::Images => Self::images(
                 ImageSplits::load(&own()?, &d.image_files(), d.image_layout, "the image dataset", "set data.dir to the directory that holds it, or data.train_images (and the others) to its file names")?,
                 cfg,
-            ),
+            )?,
             Dataset::SyntheticImages => {
                 let n = d.synthetic_size;
                 let (shape, classes) = (d.synthetic_shape, d.synthetic_classes);
                 let test = synthetic::images((n / 4).max(10), cfg.seed, 1, shape, classes);
-                Self::images(ImageSplits { train: synthetic::images(n, cfg.seed, 0, shape, classes), test }, cfg)
+                Self::images(ImageSplits { train: synthetic::images(n, cfg.seed, 0, shape, classes), test }, cfg)?
             }
             Dataset::Ptb => Self::corpus(Corpus::load(&root.join("ptb"), &TextFiles::ptb(), "Penn Treebank", &fetch_hint("ptb"))?, cfg),
             Dataset::Text => Self::corpus(
@@ -211,11 +211,16 @@ impl TrainData {
         Ok(data)
     }
 
-    fn images(s: ImageSplits, cfg: &TrainConfig) -> Self {
-        TrainData::Images {
-            train: s.train.truncated(cfg.data.train_examples),
-            test: s.test.truncated(cfg.data.test_examples),
+    fn images(s: ImageSplits, cfg: &TrainConfig) -> Result<Self, DataError> {
+        let (mut train, mut test) =
+            (s.train.truncated(cfg.data.train_examples), s.test.truncated(cfg.data.test_examples));
+        if let Some(n) = &cfg.data.normalize {
+            // The same map for both splits: a model trained on one input scale
+            // is evaluated on the same.
+            train = train.normalized(&n.mean, &n.std)?;
+            test = test.normalized(&n.mean, &n.std)?;
         }
+        Ok(TrainData::Images { train, test })
     }
 
     fn corpus(c: Corpus, cfg: &TrainConfig) -> Self {

@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use gradcomp_compress::UnitRng;
 
+use super::images::unit_scale;
 use super::ImageDataset;
 
 /// `n` images of `shape` (`[channels, rows, cols]`) in `classes` classes:
@@ -33,7 +34,7 @@ pub fn images(n: usize, seed: u64, split: u64, shape: [usize; 3], classes: usize
             }
         }));
     }
-    ImageDataset { pixels: Arc::new(pixels), labels: Arc::new(labels), shape, classes }
+    ImageDataset { pixels: Arc::new(pixels), labels: Arc::new(labels), shape, classes, lut: unit_scale() }
 }
 
 /// A token stream over `vocab` words from a noisy deterministic chain
