@@ -140,6 +140,21 @@ const MNIST_NAMES: [&str; 4] = [
 ];
 const IMAGE_NAMES: [&str; 4] = ["tr-x.idx", "tr-y.idx", "te-x.idx", "te-y.idx"];
 
+/// `train` on the image set in `dir` (file names [`IMAGE_NAMES`]), with `extra` settings.
+fn images_case(root: &Path, id: &str, dir: &Path, extra: &[&str]) -> Vec<String> {
+    let mut sets = vec![
+        "data.dataset=\"images\"".to_string(),
+        format!("data.dir=\"{}\"", dir.display()),
+        "data.batch_size=8".into(),
+    ];
+    for (key, name) in ["train_images", "train_labels", "test_images", "test_labels"].iter().zip(IMAGE_NAMES)
+    {
+        sets.push(format!("data.{key}=\"{name}\""));
+    }
+    sets.extend(extra.iter().map(|s| s.to_string()));
+    train_args(root, id, &sets)
+}
+
 /// Damaged versions of a valid IDX file `good` (`images`: an image file),
 /// each named.
 fn idx_damage(good: &[u8], images: bool) -> Vec<(String, Vec<u8>)> {
@@ -196,40 +211,16 @@ fn catalog(root: &Path) -> Vec<Case> {
             let id = next("images");
             let dir = root.join("data").join(&id);
             set.write(&dir, IMAGE_NAMES, which, Some(bad));
-            let mut sets = vec![
-                "data.dataset=\"images\"".to_string(),
-                format!("data.dir=\"{}\"", dir.display()),
-                "data.batch_size=8".into(),
-            ];
-            for (key, name) in
-                ["train_images", "train_labels", "test_images", "test_labels"].iter().zip(IMAGE_NAMES)
-            {
-                sets.push(format!("data.{key}=\"{name}\""));
-            }
             cases.push(Case {
                 class: "data",
                 name: format!("{role}: {what}"),
-                args: train_args(root, &id, &sets),
+                args: images_case(root, &id, &dir, &[]),
                 action: Action::Run,
                 expect: error(&[IMAGE_NAMES[which]]),
             });
         }
     }
     // Whole-set problems.
-    let images_case = |root: &Path, id: &str, dir: &Path, extra: &[&str]| {
-        let mut sets = vec![
-            "data.dataset=\"images\"".to_string(),
-            format!("data.dir=\"{}\"", dir.display()),
-            "data.batch_size=8".into(),
-        ];
-        for (key, name) in
-            ["train_images", "train_labels", "test_images", "test_labels"].iter().zip(IMAGE_NAMES)
-        {
-            sets.push(format!("data.{key}=\"{name}\""));
-        }
-        sets.extend(extra.iter().map(|s| s.to_string()));
-        train_args(root, id, &sets)
-    };
     {
         let id = next("images");
         let dir = root.join("data").join(&id);
