@@ -454,6 +454,7 @@ fn catalog(root: &Path) -> Vec<Case> {
         (vec!["data.normalize={ mean = [nan], std = [1.0] }"], vec!["data.normalize.mean"]),
         (vec!["data.normalize={ mean = [0.1, 0.2], std = [1.0] }"], vec!["data.normalize"]),
         (vec!["data.normalize={ mean = [0.1, 0.2, 0.3], std = [1.0, 1.0, 1.0] }"], vec!["data.normalize"]),
+        (vec!["strategy.average_at_epoch_end=true"], vec!["strategy.average_at_epoch_end"]),
         (vec!["seed=-1"], vec!["seed"]),
         (vec!["nonsense_key=1"], vec!["nonsense_key"]),
         (vec!["data.nonsense=1"], vec!["nonsense"]),

@@ -503,6 +503,10 @@ pub struct StrategyConfig {
     pub gamma: f64,
     pub clip_norm: ClipNorm,
     pub average: Average,
+    /// CELGC: also average the models at every epoch end but the last,
+    /// whatever the period (the authors' scripts do; the paper's algorithm
+    /// does not say). The last epoch's evaluation uses the average anyway.
+    pub average_at_epoch_end: bool,
     /// CELGC: send the periodic model change through `[compressor]` with
     /// error feedback instead of averaging models densely.
     pub compress_delta: bool,
@@ -516,6 +520,7 @@ impl Default for StrategyConfig {
             gamma: 0.0,
             clip_norm: ClipNorm::Local,
             average: Average::Models,
+            average_at_epoch_end: false,
             compress_delta: false,
         }
     }

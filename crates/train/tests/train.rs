@@ -613,3 +613,24 @@ fn normalized_inputs_train_and_belong_to_the_runs_meaning() {
     let err = trainer::train(&other, opts, Box::new(Silent)).unwrap_err().to_string();
     assert!(err.contains("data.normalize"), "{err}");
 }
+
+/// Issue #13: the authors' CELGC scripts also average the models at every
+/// epoch end. With a period longer than the run, the only rounds are step
+/// 0's and the end of epoch 1 (the last epoch end is not a round), so twice
+/// the bytes of a run without them; a run stopped at the epoch end resumes
+/// bit-exactly (the round's step is in the checkpoint, so it is not repeated).
+#[test]
+fn celgc_averages_at_epoch_ends_when_asked() {
+    let base = "[strategy]\nkind = \"celgc\"\nperiod = 1000\ngamma = 0.5";
+    let (without, _a) = train(base);
+    let with_ends = format!("{base}\naverage_at_epoch_end = true");
+    let (with, _b) = train(&with_ends);
+    let bytes = |s: &gradcomp_train::trainer::RunSummary| s.epochs.last().unwrap().bytes_sent;
+    assert!(bytes(&without) > 0);
+    assert_eq!(bytes(&with), 2 * bytes(&without));
+    assert_ne!(with.final_params, without.final_params);
+    for stop_at in [25, 31] {
+        let (full, rest) = interrupted_and_resumed(&with_ends, stop_at);
+        assert_eq!(rest.final_params, full.final_params, "stopped at {stop_at}");
+    }
+}

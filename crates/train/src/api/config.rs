@@ -214,6 +214,12 @@ impl DataParallelConfig {
         if !(st.gamma >= 0.0 && st.gamma.is_finite()) {
             return Err(err("strategy.gamma", "must be ≥ 0 (0 turns clipping off)"));
         }
+        if st.average_at_epoch_end && !(st.kind == StrategyKind::Celgc && st.average == Average::Models) {
+            return Err(err(
+                "strategy.average_at_epoch_end",
+                "applies to CELGC's model averaging (kind = \"celgc\", average = \"models\")",
+            ));
+        }
         if st.kind == StrategyKind::Celgc {
             if st.average == Average::Gradients && st.period != 1 {
                 return Err(err(

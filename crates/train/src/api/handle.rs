@@ -73,6 +73,10 @@ pub struct DataParallelState {
     /// All workers' (see [`DataParallel::group_bytes_sent`]).
     pub group_bytes_sent: u64,
     pub buffers: BTreeMap<String, Vec<f32>>,
+    /// The step whose model-averaging round is already done (an epoch-end
+    /// round comes before that epoch's checkpoint).
+    #[serde(default)]
+    pub averaged_at: Option<u64>,
 }
 
 /// One worker's handle: owns the collective, the strategy with its memories,
@@ -307,6 +311,20 @@ impl DataParallel {
         if !self.averages_now() {
             return Ok(model);
         }
+        self.average_round(model)
+    }
+
+    /// Averages the workers' models now, whatever the period: CELGC's
+    /// epoch-end round (`strategy.average_at_epoch_end`). A no-op where the
+    /// replicas are identical anyway, and when this step's round is done.
+    pub fn average_model_now<M: Module>(&mut self, model: M) -> Result<M, SyncError> {
+        if self.strategy.identical_replicas() || self.averaged_at == Some(self.step) {
+            return Ok(model);
+        }
+        self.average_round(model)
+    }
+
+    fn average_round<M: Module>(&mut self, model: M) -> Result<M, SyncError> {
         self.discard_foreign_bytes();
         let t = Instant::now();
         params::read_params(&model, &mut self.params);
@@ -440,6 +458,7 @@ impl DataParallel {
             bytes_received: self.bytes_received(),
             group_bytes_sent: self.group_sent,
             buffers: self.strategy.state(),
+            averaged_at: self.averaged_at,
         }
     }
 
@@ -448,7 +467,7 @@ impl DataParallel {
     pub fn restore(&mut self, state: &DataParallelState) -> Result<(), SyncError> {
         self.strategy.restore(&state.buffers).map_err(SyncError::State)?;
         self.step = state.step;
-        self.averaged_at = None;
+        self.averaged_at = state.averaged_at;
         self.earlier = (state.bytes_sent, state.bytes_received);
         self.group_sent = state.group_bytes_sent;
         self.totals = StepBytes::default();

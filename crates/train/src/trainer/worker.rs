@@ -155,6 +155,12 @@ impl<'a, 's, M: Net> Worker<'a, 's, M> {
             model = m;
             let step = self.dp.step();
             if step.is_multiple_of(self.steps_per_epoch) || step == self.total_steps {
+                // Not after the last step: evaluation and the summary already
+                // use the workers' average, and a round there would send
+                // bytes no step record could carry.
+                if self.sh.cfg.strategy.average_at_epoch_end && step < self.total_steps {
+                    model = self.dp.average_model_now(model)?;
+                }
                 self.end_epoch(&model)?;
             }
             if stop && step < self.total_steps {
