@@ -429,6 +429,8 @@ fn catalog(root: &Path) -> Vec<Case> {
         (vec!["model.lstm={ embed = 0 }", lstm[0], lstm[1]], vec!["model.lstm.embed"]),
         (vec!["model.lstm={ vocab = 0 }", lstm[0], lstm[1]], vec!["vocab"]),
         (vec!["model.lstm={ layers = 0 }", lstm[0], lstm[1]], vec!["layers"]),
+        (vec!["model.lstm={ dropout = 1.0 }", lstm[0], lstm[1]], vec!["model.lstm.dropout"]),
+        (vec!["model.lstm={ dropout = nan }", lstm[0], lstm[1]], vec!["model.lstm.dropout"]),
         (vec!["model.name=\"gpt\""], vec!["model.name"]),
         (vec!["model.name=\"lstm\""], vec!["model.name"]),
         (vec!["schedule.power=nan"], vec!["schedule.power"]),

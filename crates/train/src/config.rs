@@ -716,6 +716,12 @@ impl TrainConfig {
                 return Err(err(key, "must be at least 1"));
             }
         }
+        if !(0.0..1.0).contains(&lstm.dropout) {
+            return Err(err(
+                "model.lstm.dropout",
+                format!("{} is out of range: a probability in [0, 1)", lstm.dropout),
+            ));
+        }
         let o = &self.optimizer;
         for (key, v, ok) in [
             ("optimizer.lr", o.lr, o.lr > 0.0 && o.lr.is_finite()),

@@ -130,7 +130,7 @@ impl TokenLoader {
             inputs.extend_from_slice(&self.grid[base..base + t]);
             targets.extend_from_slice(&self.grid[base + 1..base + t + 1]);
         }
-        Batch::Tokens { inputs, targets, batch: r, steps: t }
+        Batch::Tokens { inputs, targets, batch: r, steps: t, key: 0 }
     }
 }
 

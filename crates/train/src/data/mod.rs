@@ -292,6 +292,7 @@ pub enum Loader {
     Images(ImageLoader),
     Tokens {
         tokens: Arc<Vec<u32>>,
+        seed: u64,
         rank: usize,
         workers: usize,
         batch: usize,
@@ -312,6 +313,7 @@ impl Loader {
             }
             TrainData::Tokens { train, .. } => Loader::Tokens {
                 tokens: Arc::clone(train),
+                seed: cfg.seed,
                 rank,
                 workers,
                 batch,
@@ -324,7 +326,7 @@ impl Loader {
 
     /// The token loader of `epoch`'s shard (shards rotate each epoch when configured).
     fn token_loader(&mut self, epoch: u32) -> &TokenLoader {
-        let Loader::Tokens { tokens, rank, workers, batch, bptt, rotate, current } = self else {
+        let Loader::Tokens { tokens, rank, workers, batch, bptt, rotate, current, .. } = self else {
             unreachable!("token loader of an image run")
         };
         let rotation = if *rotate { epoch as usize } else { 0 };
@@ -347,7 +349,21 @@ impl Loader {
     pub fn batch(&mut self, epoch: u32, i: usize) -> Batch {
         match self {
             Loader::Images(l) => l.batch(epoch, i),
-            Loader::Tokens { .. } => self.token_loader(epoch).batch(i),
+            Loader::Tokens { seed, rank, .. } => {
+                let key = gradcomp_compress::UnitRng::from_parts(&[
+                    *seed,
+                    *rank as u64,
+                    u64::from(epoch),
+                    i as u64,
+                    0x44_524f_50,
+                ])
+                .next_u64();
+                let mut b = self.token_loader(epoch).batch(i);
+                if let Batch::Tokens { key: k, .. } = &mut b {
+                    *k = key;
+                }
+                b
+            }
         }
     }
 }

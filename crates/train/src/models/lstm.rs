@@ -5,7 +5,8 @@
 
 use burn::module::Module;
 use burn::nn::{Embedding, EmbeddingConfig, Linear, LinearConfig, Lstm, LstmConfig};
-use burn::tensor::{Device, Int, Tensor};
+use burn::tensor::{Device, Int, Tensor, TensorData};
+use gradcomp_compress::UnitRng;
 use serde::{Deserialize, Serialize};
 
 use super::{classification_stats, cross_entropy, Batch, EvalStats, Net};
@@ -17,11 +18,15 @@ pub struct LstmLmConfig {
     pub vocab: usize,
     pub embed: usize,
     pub hidden: usize,
+    /// Dropout on the non-recurrent connections (Zaremba et al.): the
+    /// embedding's output, between the LSTM layers and before the decoder;
+    /// training only. 0 turns it off.
+    pub dropout: f64,
 }
 
 impl Default for LstmLmConfig {
     fn default() -> Self {
-        Self { vocab: 10_000, embed: 200, hidden: 200 }
+        Self { vocab: 10_000, embed: 200, hidden: 200, dropout: 0.0 }
     }
 }
 
@@ -31,6 +36,7 @@ pub struct LstmLm {
     lstm1: Lstm,
     lstm2: Lstm,
     decoder: Linear,
+    dropout: f64,
 }
 
 impl LstmLm {
@@ -40,16 +46,41 @@ impl LstmLm {
             lstm1: LstmConfig::new(c.embed, c.hidden, true).init(device),
             lstm2: LstmConfig::new(c.hidden, c.hidden, true).init(device),
             decoder: LinearConfig::new(c.hidden, c.vocab).init(device),
+            dropout: c.dropout,
         }
     }
 
     fn logits_and_targets(&self, batch: &Batch, device: &Device) -> (Tensor<2>, Tensor<1, Int>) {
         let (x, y) = batch.tokens(device);
-        let h = self.embed.forward(x);
+        let key = match batch {
+            Batch::Tokens { key, .. } => *key,
+            Batch::Images { .. } => 0,
+        };
+        let h = self.drop(self.embed.forward(x), key, 0);
         let (h, _) = self.lstm1.forward(h, None);
+        let h = self.drop(h, key, 1);
         let (h, _) = self.lstm2.forward(h, None);
+        let h = self.drop(h, key, 2);
         let [b, t, d] = h.dims();
         (self.decoder.forward(h.reshape([b * t, d])), y)
+    }
+
+    /// Inverted dropout at connection `point`, with a mask from the batch's
+    /// key: while training (an autodiff device) only, so evaluation on the
+    /// inner device sees the whole network.
+    fn drop(&self, h: Tensor<3>, key: u64, point: u64) -> Tensor<3> {
+        if self.dropout <= 0.0 || !h.device().is_autodiff() {
+            return h;
+        }
+        let keep = 1.0 - self.dropout;
+        let dims = h.dims();
+        let mut r = UnitRng::from_parts(&[key, point]);
+        let scale = (1.0 / keep) as f32;
+        let mask: Vec<f32> = (0..dims.iter().product::<usize>())
+            .map(|_| if r.next_f64() < keep { scale } else { 0.0 })
+            .collect();
+        let device = h.device();
+        h * Tensor::from_data(TensorData::new(mask, dims), &device)
     }
 }
 

@@ -47,7 +47,10 @@ pub enum Batch {
     /// `pixels`: `len × channels × height × width` in [0, 1]; `labels`: class indices.
     Images { pixels: Vec<f32>, labels: Vec<i64>, channels: usize, height: usize, width: usize },
     /// Token ids `[batch × steps]`, row-major; `targets` are the next tokens.
-    Tokens { inputs: Vec<i64>, targets: Vec<i64>, batch: usize, steps: usize },
+    /// `key` seeds the batch's dropout masks: a pure function of (seed, rank,
+    /// epoch, index), so masks never depend on how worker threads interleave
+    /// (burn's own dropout draws from one global generator).
+    Tokens { inputs: Vec<i64>, targets: Vec<i64>, batch: usize, steps: usize, key: u64 },
 }
 
 impl Batch {
@@ -80,7 +83,7 @@ impl Batch {
     /// The inputs `[batch, steps]` and next-token targets `[batch·steps]` of a
     /// token batch, on `device`. Panics on an image batch.
     pub fn tokens(&self, device: &Device) -> (Tensor<2, Int>, Tensor<1, Int>) {
-        let Batch::Tokens { inputs, targets, batch, steps } = self else {
+        let Batch::Tokens { inputs, targets, batch, steps, .. } = self else {
             panic!("a language model was given an image batch")
         };
         let x = Tensor::from_data(TensorData::new(inputs.clone(), [*batch, *steps]), device);
