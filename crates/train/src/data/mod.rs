@@ -355,7 +355,7 @@ impl Loader {
                     *rank as u64,
                     u64::from(epoch),
                     i as u64,
-                    0x44_524f_50,
+                    0x4452_4f50,
                 ])
                 .next_u64();
                 let mut b = self.token_loader(epoch).batch(i);
