@@ -235,16 +235,7 @@ fn stop_on_signals(stop: &Arc<AtomicBool>) -> Result<Arc<std::sync::atomic::Atom
 
 /// The process's peak resident memory (Linux `VmHWM`), in MB.
 fn peak_memory_mb() -> Option<f64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let kb: f64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))?
-        .trim()
-        .trim_end_matches("kB")
-        .trim()
-        .parse()
-        .ok()?;
-    Some(kb / 1024.0)
+    gradcomp_train::records::proc_kb("/proc/self/status", "VmHWM").map(|kb| kb / 1024.0)
 }
 
 fn human_bps(b: f64) -> String {

@@ -869,16 +869,7 @@ impl TrainConfig {
 
 /// The memory the machine has available (Linux `MemAvailable`), if known.
 pub(crate) fn available_memory_bytes() -> Option<f64> {
-    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let kb: f64 = info
-        .lines()
-        .find_map(|l| l.strip_prefix("MemAvailable:"))?
-        .trim()
-        .trim_end_matches("kB")
-        .trim()
-        .parse()
-        .ok()?;
-    Some(kb * 1024.0)
+    crate::records::proc_kb("/proc/meminfo", "MemAvailable").map(|kb| kb * 1024.0)
 }
 
 /// `x > 0`, false for NaN.

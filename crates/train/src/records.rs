@@ -168,6 +168,19 @@ impl Hardware {
     }
 }
 
+/// A `Key:   N kB` figure of a Linux `/proc` file (`/proc/meminfo`,
+/// `/proc/self/status`), in kB; None where the file or the key is missing.
+pub fn proc_kb(file: &str, key: &str) -> Option<f64> {
+    let text = std::fs::read_to_string(file).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()
+}
+
 /// `manifest.json`: what ran, where, with which options.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Manifest {
@@ -283,6 +296,16 @@ pub fn link_key(bps: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn proc_figures_are_read_in_kilobytes() {
+        let mem = proc_kb("/proc/meminfo", "MemAvailable").unwrap();
+        assert!(mem > 0.0 && mem <= proc_kb("/proc/meminfo", "MemTotal").unwrap());
+        assert!(proc_kb("/proc/self/status", "VmHWM").unwrap() > 0.0);
+        // A key that is only a prefix of another is not that key.
+        assert_eq!(proc_kb("/proc/meminfo", "Mem"), None);
+        assert_eq!(proc_kb("/proc/no-such-file", "MemTotal"), None);
+    }
 
     #[test]
     fn records_round_trip_through_json() {

@@ -193,10 +193,11 @@ fn mutate(r: &mut UnitRng, seeds: &[Vec<u8>], out: &mut Vec<u8>) {
     }
 }
 
-/// A valid checkpoint file whose sections were mutated and sealed again:
-/// the checksums pass, so the section readers meet the damage.
-fn mutate_sections(r: &mut UnitRng, seed: &[u8], scratch: &mut Vec<u8>, out: &mut Vec<u8>) {
-    let mut s = Sections::decode(seed, "seed").expect("the seed is valid");
+/// A valid checkpoint file (`seed`, already opened) whose sections were
+/// mutated and sealed again: the checksums pass, so the section readers
+/// meet the damage.
+fn mutate_sections(r: &mut UnitRng, seed: &Sections, scratch: &mut Vec<u8>, out: &mut Vec<u8>) {
+    let mut s = seed.clone();
     let names: Vec<String> = s.0.keys().cloned().collect();
     let name = &names[r.below(names.len() as u64) as usize];
     let values = s.0.get_mut(name).expect("a present section");
@@ -258,6 +259,15 @@ pub fn fuzz(inputs: u64, only: &[String], seed: u64) -> Result<Vec<Outcome>> {
         }
         let mut r = UnitRng::from_parts(&[seed, t.name.len() as u64, t.seeds.len() as u64]);
         let (mut input, mut scratch) = (Vec::new(), Vec::new());
+        // A re-sealed container's content, opened once: each input mutates a copy.
+        let sections = (t.reseal == Reseal::Sections)
+            .then(|| Sections::decode(&t.seeds[0], "seed").expect("the seed is a valid checkpoint"));
+        let gz_content = (t.reseal == Reseal::Gzip).then(|| {
+            let mut content = Vec::new();
+            std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&t.seeds[0][..]), &mut content)
+                .expect("the seed is valid gzip");
+            content
+        });
         let mut o = Outcome {
             parser: t.name,
             inputs,
@@ -269,16 +279,10 @@ pub fn fuzz(inputs: u64, only: &[String], seed: u64) -> Result<Vec<Outcome>> {
         };
         let start = Instant::now();
         for _ in 0..inputs {
-            match (t.reseal, r.below(2)) {
-                (Reseal::Sections, 0) => mutate_sections(&mut r, &t.seeds[0], &mut scratch, &mut input),
-                (Reseal::Gzip, 0) => {
-                    let mut content = Vec::new();
-                    std::io::Read::read_to_end(
-                        &mut flate2::read::GzDecoder::new(&t.seeds[0][..]),
-                        &mut content,
-                    )
-                    .expect("the seed is valid gzip");
-                    mutate(&mut r, &[content], &mut scratch);
+            match (&sections, &gz_content, r.below(2)) {
+                (Some(s), _, 0) => mutate_sections(&mut r, s, &mut scratch, &mut input),
+                (_, Some(content), 0) => {
+                    mutate(&mut r, std::slice::from_ref(content), &mut scratch);
                     input = gzip(&scratch);
                 }
                 _ => mutate(&mut r, &t.seeds, &mut input),
