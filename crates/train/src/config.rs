@@ -121,6 +121,24 @@ pub struct Normalize {
     pub std: Vec<f64>,
 }
 
+/// Training-time augmentation of images, the CIFAR recipe of the papers'
+/// scripts: a random crop of the zero-padded image back to its size, then a
+/// random left-right flip. Evaluation sees the images as they are.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Augment {
+    /// Pixels of zero padding on each side before the crop; 0: no crop.
+    pub crop_padding: usize,
+    /// Mirror each image left-right with probability 1/2.
+    pub flip: bool,
+}
+
+impl Augment {
+    pub fn is_on(&self) -> bool {
+        self.crop_padding > 0 || self.flip
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct DataConfig {
@@ -136,6 +154,10 @@ pub struct DataConfig {
     pub test_examples: usize,
     /// Truncated-BPTT length (language models).
     pub bptt: usize,
+    /// AWD-LSTM's variable BPTT: each training segment's length is drawn
+    /// around `bptt` and the step (η, and CELGC's γ with it) is scaled by
+    /// length/`bptt`. Evaluation keeps `bptt`.
+    pub variable_bptt: bool,
     /// Synthetic datasets: examples (images) or tokens.
     pub synthetic_size: usize,
     /// Synthetic images: `[channels, rows, cols]`.
@@ -154,6 +176,8 @@ pub struct DataConfig {
     /// Image datasets: inputs `(p/255 − mean)/std` per channel (one value, or
     /// one per channel), at training and test alike; none: `p/255`.
     pub normalize: Option<Normalize>,
+    /// Image datasets: random crop and flip of training images.
+    pub augment: Augment,
     /// `text`: the corpus files in `dir`; an empty `valid_text` means none.
     pub train_text: String,
     pub valid_text: String,
@@ -171,6 +195,7 @@ impl Default for DataConfig {
             train_examples: 0,
             test_examples: 0,
             bptt: 35,
+            variable_bptt: false,
             synthetic_size: 2048,
             synthetic_shape: [1, 28, 28],
             synthetic_classes: 10,
@@ -181,6 +206,7 @@ impl Default for DataConfig {
             test_labels: images.test_labels,
             image_layout: ImageLayout::Chw,
             normalize: None,
+            augment: Augment::default(),
             train_text: text.train,
             valid_text: text.valid,
             test_text: text.test,
@@ -688,6 +714,18 @@ impl TrainConfig {
                     "applies to image datasets; a language model's inputs are tokens",
                 ));
             }
+        }
+        if self.data.augment.is_on() && self.data.dataset.is_text() {
+            return Err(err(
+                "data.augment",
+                "applies to image datasets; a language model's inputs are tokens",
+            ));
+        }
+        if self.data.variable_bptt && !self.data.dataset.is_text() {
+            return Err(err(
+                "data.variable_bptt",
+                "applies to language models; an image dataset has no BPTT",
+            ));
         }
         if self.data.synthetic_shape.contains(&0) {
             return Err(err("data.synthetic_shape", "every dimension must be at least 1"));

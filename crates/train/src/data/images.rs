@@ -133,6 +133,46 @@ impl ImageDataset {
         }
         labels.push(i64::from(self.labels[i]));
     }
+
+    /// Appends example `i` shifted by (`dy`, `dx`) pixels and mirrored
+    /// left-right if `mirror`: output pixel (y, x) is source pixel
+    /// (y + dy, x' + dx), x' = x or its mirror, and pixel byte 0 where that
+    /// falls outside the image. This is a crop of the image zero-padded by
+    /// |shift| (torchvision's `RandomCrop(padding)`, which pads before
+    /// normalising), then a flip.
+    pub fn push_transformed(
+        &self,
+        i: usize,
+        dy: isize,
+        dx: isize,
+        mirror: bool,
+        pixels: &mut Vec<f32>,
+        labels: &mut Vec<i64>,
+    ) {
+        let [_, h, w] = self.shape;
+        let plane = h * w;
+        let image = &self.pixels[i * self.image_size()..(i + 1) * self.image_size()];
+        for (c, channel) in image.chunks_exact(plane).enumerate() {
+            let lut = &self.lut[c % self.lut.len()];
+            for y in 0..h {
+                let sy = y as isize + dy;
+                if !(0..h as isize).contains(&sy) {
+                    pixels.extend(std::iter::repeat_n(lut[0], w));
+                    continue;
+                }
+                let row = &channel[sy as usize * w..(sy as usize + 1) * w];
+                pixels.extend((0..w).map(|x| {
+                    let sx = if mirror { w - 1 - x } else { x } as isize + dx;
+                    if (0..w as isize).contains(&sx) {
+                        lut[usize::from(row[sx as usize])]
+                    } else {
+                        lut[0]
+                    }
+                }));
+            }
+        }
+        labels.push(i64::from(self.labels[i]));
+    }
 }
 
 /// The four IDX files of an image dataset, by name inside one directory.
@@ -231,6 +271,26 @@ mod tests {
     fn two_channel_set() -> ImageDataset {
         // One image of 2 channels × 1 × 2: channel 0 = [0, 255], channel 1 = [51, 102].
         ImageDataset::new(vec![0, 255, 51, 102], vec![1], [2, 1, 2], 2).unwrap()
+    }
+
+    #[test]
+    fn a_zero_shift_is_the_example_and_a_shift_pads_with_byte_zero() {
+        let d = ImageDataset::new((0..48).collect(), vec![0, 1, 1], [1, 4, 4], 2)
+            .unwrap()
+            .normalized(&[0.5], &[0.25])
+            .unwrap();
+        let (mut a, mut b, mut la, mut lb) = (vec![], vec![], vec![], vec![]);
+        d.push_example(1, &mut a, &mut la);
+        d.push_transformed(1, 0, 0, false, &mut b, &mut lb);
+        assert_eq!((&a, &la), (&b, &lb));
+        let mut m = vec![];
+        d.push_transformed(1, 1, -1, true, &mut m, &mut lb);
+        // Row 0 of the output is source row 1 mirrored and shifted left by
+        // one: source columns 2, 1, 0 and then padding.
+        let lut = |p: u8| (p as f32 / 255.0 - 0.5) / 0.25;
+        assert_eq!(&m[..4], &[lut(22), lut(21), lut(20), lut(0)]);
+        // The last row falls below the image: all padding.
+        assert!(m[12..16].iter().all(|&v| v == lut(0)));
     }
 
     #[test]

@@ -220,6 +220,14 @@ impl TrainData {
             train = train.normalized(&n.mean, &n.std)?;
             test = test.normalized(&n.mean, &n.std)?;
         }
+        let pad = cfg.data.augment.crop_padding;
+        let [_, h, w] = train.shape;
+        if pad >= h.min(w) {
+            return Err(DataError::Invalid(format!(
+                "data.augment.crop_padding = {pad} on {h}×{w} images: a crop could hold no pixel of the image; use less than {}",
+                h.min(w)
+            )));
+        }
         Ok(TrainData::Images { train, test })
     }
 
@@ -298,8 +306,11 @@ pub enum Loader {
         batch: usize,
         bptt: usize,
         rotate: bool,
+        variable_bptt: bool,
         /// The loader of the current rotation.
         current: Option<(usize, TokenLoader)>,
+        /// Variable BPTT: the segments of this epoch.
+        segments: Option<(u32, Vec<(usize, usize)>)>,
     },
 }
 
@@ -308,9 +319,10 @@ impl Loader {
     pub fn new(data: &TrainData, cfg: &TrainConfig, rank: usize) -> Self {
         let (workers, batch) = (cfg.workers, cfg.data.batch_size);
         match data {
-            TrainData::Images { train, .. } => {
-                Loader::Images(ImageLoader::shard(train.clone(), rank, workers, batch, cfg.seed))
-            }
+            TrainData::Images { train, .. } => Loader::Images(
+                ImageLoader::shard(train.clone(), rank, workers, batch, cfg.seed)
+                    .with_augment(cfg.data.augment),
+            ),
             TrainData::Tokens { train, .. } => Loader::Tokens {
                 tokens: Arc::clone(train),
                 seed: cfg.seed,
@@ -319,7 +331,9 @@ impl Loader {
                 batch,
                 bptt: cfg.data.bptt,
                 rotate: cfg.data.rotate_shards,
+                variable_bptt: cfg.data.variable_bptt,
                 current: None,
+                segments: None,
             },
         }
     }
@@ -345,8 +359,33 @@ impl Loader {
         }
     }
 
+    /// Variable BPTT: segment `i` of `epoch` as (start, length); the same
+    /// on every worker, since the draws depend on (seed, epoch) only.
+    fn segment(&mut self, epoch: u32, i: usize) -> Option<(usize, usize)> {
+        let Loader::Tokens { variable_bptt: true, seed, .. } = *self else { return None };
+        if !matches!(self, Loader::Tokens { segments: Some((e, _)), .. } if *e == epoch) {
+            let drawn = self.token_loader(epoch).variable_segments(seed, epoch);
+            if let Loader::Tokens { segments, .. } = self {
+                *segments = Some((epoch, drawn));
+            }
+        }
+        let Loader::Tokens { segments: Some((_, s)), .. } = self else { unreachable!("set above") };
+        s.get(i).copied()
+    }
+
+    /// The factor on step `i` of `epoch`'s learning rate: a variable-BPTT
+    /// segment's length over `bptt` (AWD-LSTM scales η, and the CELGC
+    /// authors γ too, by it; γ follows η here), else 1.
+    pub fn lr_scale(&mut self, epoch: u32, i: usize) -> f64 {
+        match (self.segment(epoch, i), &*self) {
+            (Some((_, len)), Loader::Tokens { bptt, .. }) => len as f64 / *bptt as f64,
+            _ => 1.0,
+        }
+    }
+
     /// Batch `i` of `epoch`.
     pub fn batch(&mut self, epoch: u32, i: usize) -> Batch {
+        let segment = self.segment(epoch, i);
         match self {
             Loader::Images(l) => l.batch(epoch, i),
             Loader::Tokens { seed, rank, .. } => {
@@ -358,7 +397,11 @@ impl Loader {
                     0x4452_4f50,
                 ])
                 .next_u64();
-                let mut b = self.token_loader(epoch).batch(i);
+                let l = self.token_loader(epoch);
+                let mut b = match segment {
+                    Some((start, len)) => l.segment(start, len),
+                    None => l.batch(i),
+                };
                 if let Batch::Tokens { key: k, .. } = &mut b {
                     *k = key;
                 }
