@@ -15,6 +15,7 @@ import json
 import math
 import statistics
 import sys
+import tomllib
 from pathlib import Path
 
 
@@ -30,6 +31,7 @@ def run(dir_):
         "epochs": records(d / "epochs.jsonl"),
         "steps": records(d / "steps.jsonl"),
         "manifest": json.loads((d / "manifest.json").read_text()),
+        "config": tomllib.loads((d / "config.toml").read_text()),
     }
 
 
@@ -80,10 +82,17 @@ def celgc(runs):
         val = [e.get("valid_perplexity") for e in ep]
         vs = (val[-1] / base[-1]["valid_perplexity"] - 1) * 100
         steps = r["steps"]
-        rounds = sum(1 for s in steps if s.get("wire_bytes", 0) > 0)
+        # The steps that communicated, plus the epoch-end rounds (all but the last epoch's).
+        rounds = sum(1 for s in steps if s.get("communicated", 0) > 0)
+        if r["config"]["strategy"].get("average_at_epoch_end"):
+            rounds += len(ep) - 1
         clipped = [s["clipped"] for s in steps if "clipped" in s]
         norms = [s["grad_norm"] for s in steps if "grad_norm" in s]
-        ratio = [s["eta_eff"] / s["lr"] for s in steps if "eta_eff" in s and s.get("lr")]
+        # η_eff/η = min(1, γ/(η‖g‖)); variable BPTT scales η and γ alike,
+        # so the configured η₀ and γ₀ give it (the record's lr is η_eff).
+        cfg = r["config"]
+        threshold = cfg["strategy"]["gamma"] / cfg["optimizer"]["lr"]
+        ratio = [min(1.0, threshold / g) if g > 0 else 1.0 for g in norms]
         wall = sum(e["wall_seconds"] for e in ep)
         print(
             f"| {r['name']} | {', '.join(f'{v:.1f}' for v in val)} | {ep[-1]['test_perplexity']:.1f} | "

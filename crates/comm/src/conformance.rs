@@ -26,6 +26,21 @@ pub fn check_all(c: &mut dyn Collective) -> Result<(), String> {
     c.allreduce_sum_f32(&mut f).map_err(err)?;
     let tri = (n * (n + 1) / 2) as f32;
     ensure(f.iter().enumerate().all(|(i, &v)| v == i as f32 * tri), || "allreduce_sum_f32 result".into())?;
+    // In place inside a larger buffer, twice with the same signature (the
+    // MPI backend agrees on a signature once, then reduces in place): the
+    // elements around the slice stay untouched.
+    let mut framed = vec![-1.0f32; len + 2];
+    for round in 1..=2 {
+        framed[1..=len].iter_mut().enumerate().for_each(|(i, v)| *v = (i * (rank + round)) as f32);
+        c.allreduce_sum_f32(&mut framed[1..=len]).map_err(err)?;
+        let want = (n * (n + 1) / 2 + n * (round - 1)) as f32;
+        ensure(
+            framed[0] == -1.0
+                && framed[len + 1] == -1.0
+                && framed[1..=len].iter().enumerate().all(|(i, &v)| v == i as f32 * want),
+            || format!("allreduce_sum_f32 in a framed buffer, round {round}"),
+        )?;
+    }
     let mut m: Vec<f32> = (0..len).map(|i| ((i + rank * 7) % 13) as f32).collect();
     c.allreduce_max_f32(&mut m).map_err(err)?;
     ensure(
@@ -86,7 +101,7 @@ pub fn check_all(c: &mut dyn Collective) -> Result<(), String> {
     ensure(ag.sent == (rank * 10) as u64 && ag.received == (total - rank * 10) as u64, || {
         format!("allgatherv bytes {ag:?}")
     })?;
-    ensure(s.get(OpKind::AllreduceSumF32).sent == len as u64 * 4, || "allreduce bytes".into())?;
+    ensure(s.get(OpKind::AllreduceSumF32).sent == 3 * len as u64 * 4, || "allreduce bytes".into())?;
     let bc = s.get(OpKind::Broadcast);
     ensure((bc.sent, bc.received) == if rank == root { (5, 0) } else { (0, 5) }, || {
         format!("broadcast bytes {bc:?}")

@@ -182,8 +182,10 @@ pub struct MpiCollective {
     max_message: usize,
     watchdog: Arc<Watchdog>,
     meter: ByteMeter,
-    scratch_f32: Vec<f32>,
-    scratch_i32: Vec<i32>,
+    /// (operation, length or root) signatures every rank has agreed on.
+    agreed: Vec<(OpKind, usize)>,
+    /// The (operation, length) pairs of every rank, from [`Self::gather_lengths`].
+    pairs: Vec<Count>,
     counts: Vec<Count>,
     displs: Vec<Count>,
     uploads: Gathered,
@@ -228,8 +230,8 @@ impl MpiCollective {
             max_message: 1 << 31,
             watchdog: Watchdog::start(rank, heartbeat),
             meter: ByteMeter::default(),
-            scratch_f32: Vec::new(),
-            scratch_i32: Vec::new(),
+            agreed: Vec::new(),
+            pairs: Vec::new(),
             counts: Vec::new(),
             displs: Vec::new(),
             uploads: Gathered::default(),
@@ -277,6 +279,22 @@ impl MpiCollective {
         Ok(())
     }
 
+    /// [`Self::agree`] the first time a signature (operation, length or
+    /// root) is used, and never again: a training loop repeats the same few
+    /// calls, and the agreement round cost a 16-byte allgather per call
+    /// (11–15% of a 1 MiB allreduce, docs/BENCHMARKS.md). A mismatch in a
+    /// signature's first call is an error on every rank; a later mismatch
+    /// between two signatures that were each agreed before is left to MPI
+    /// and the watchdog (a hang ends the job naming the rank).
+    fn agree_once(&mut self, op: OpKind, len: usize) -> Result<(), CommError> {
+        if self.agreed.contains(&(op, len)) {
+            return Ok(());
+        }
+        self.agree(op, len)?;
+        self.agreed.push((op, len));
+        Ok(())
+    }
+
     /// Checks that every rank called the same operation with the same
     /// element count (one small allgather), so a mismatch is an error on
     /// every rank rather than undefined behaviour inside MPI.
@@ -308,35 +326,52 @@ impl MpiCollective {
         Ok(())
     }
 
-    /// `MPI_Allreduce` of `buf` in place, through the reused `send` copy
-    /// (rsmpi offers no `MPI_IN_PLACE`).
-    fn allreduce<T: Equivalence + Copy>(
+    /// `MPI_Allreduce` of `buf` in place.
+    fn allreduce<T: Equivalence>(
         &mut self,
         kind: OpKind,
         buf: &mut [T],
-        send: &mut Vec<T>,
         op: SystemOperation,
     ) -> Result<(), CommError> {
         let start = Instant::now();
-        self.agree(kind, buf.len())?;
-        send.clear();
-        send.extend_from_slice(buf);
-        self.watchdog.arm(kind.name(), self.timeout);
-        self.world.all_reduce_into(&send[..], buf, op);
-        self.watchdog.disarm();
+        self.agree_once(kind, buf.len())?;
         let bytes = std::mem::size_of_val(buf);
+        self.check_len(kind, bytes)?;
+        self.watchdog.arm(kind.name(), self.timeout);
+        let rc = in_place::allreduce(&self.world, buf, op);
+        self.watchdog.disarm();
+        if rc != mpi::ffi::MPI_SUCCESS as i32 {
+            return Err(CommError::Mpi(format!("{} returned MPI error code {rc}", kind.name())));
+        }
         self.meter.record(kind, bytes, bytes, start.elapsed());
         Ok(())
     }
 
+    /// Every rank's message length, into `counts` and `displs`. The
+    /// operation travels with the length, so a rank that called another
+    /// operation is an error on every rank at no extra round.
     fn gather_lengths(&mut self, op: OpKind, len: usize) -> Result<(), CommError> {
-        let mine = len as Count;
-        self.counts.clear();
-        self.counts.resize(self.size, 0);
-        let counts = &mut self.counts;
+        let mine = [
+            op as Count,
+            Count::try_from(len).map_err(|_| CommError::TooLarge {
+                op: op.name(),
+                bytes: len,
+                limit: self.max_message,
+            })?,
+        ];
+        self.pairs.clear();
+        self.pairs.resize(2 * self.size, 0);
+        let pairs = &mut self.pairs;
         self.watchdog.arm(op.name(), self.timeout);
-        self.world.all_gather_into(&mine, &mut counts[..]);
+        self.world.all_gather_into(&mine[..], &mut pairs[..]);
         self.watchdog.disarm();
+        if let Some(r) = self.pairs.chunks_exact(2).position(|p| p[0] != mine[0]) {
+            return Err(CommError::Mismatch {
+                detail: format!("rank {} called {}, rank {r} called another operation", self.rank, op.name()),
+            });
+        }
+        self.counts.clear();
+        self.counts.extend(self.pairs.chunks_exact(2).map(|p| p[1]));
         self.displs.clear();
         let mut at: Count = 0;
         for &c in &self.counts {
@@ -370,29 +405,19 @@ impl Collective for MpiCollective {
     }
 
     fn allreduce_sum_f32(&mut self, buf: &mut [f32]) -> Result<(), CommError> {
-        let mut send = std::mem::take(&mut self.scratch_f32);
-        let r = self.allreduce(OpKind::AllreduceSumF32, buf, &mut send, SystemOperation::sum());
-        self.scratch_f32 = send;
-        r
+        self.allreduce(OpKind::AllreduceSumF32, buf, SystemOperation::sum())
     }
 
     fn allreduce_sum_i32(&mut self, buf: &mut [i32]) -> Result<(), CommError> {
-        let mut send = std::mem::take(&mut self.scratch_i32);
-        let r = self.allreduce(OpKind::AllreduceSumI32, buf, &mut send, SystemOperation::sum());
-        self.scratch_i32 = send;
-        r
+        self.allreduce(OpKind::AllreduceSumI32, buf, SystemOperation::sum())
     }
 
     fn allreduce_max_f32(&mut self, buf: &mut [f32]) -> Result<(), CommError> {
-        let mut send = std::mem::take(&mut self.scratch_f32);
-        let r = self.allreduce(OpKind::AllreduceMaxF32, buf, &mut send, SystemOperation::max());
-        self.scratch_f32 = send;
-        r
+        self.allreduce(OpKind::AllreduceMaxF32, buf, SystemOperation::max())
     }
 
     fn allgatherv(&mut self, send: &[u8], recv: &mut Gathered) -> Result<(), CommError> {
         let start = Instant::now();
-        self.agree(OpKind::Allgatherv, 0)?;
         self.check_len(OpKind::Allgatherv, send.len())?;
         self.gather_lengths(OpKind::Allgatherv, send.len())?;
         let dst = recv.set_from_parts(self.counts.iter().map(|&c| c as usize));
@@ -410,7 +435,7 @@ impl Collective for MpiCollective {
             return Err(CommError::Invalid(format!("broadcast root {root} outside 0..{}", self.size)));
         }
         let start = Instant::now();
-        self.agree(OpKind::Broadcast, root)?;
+        self.agree_once(OpKind::Broadcast, root)?;
         let mut len = buf.len() as u64;
         self.guarded(OpKind::Broadcast, |w| w.process_at_rank(root as i32).broadcast_into(&mut len));
         self.check_len(OpKind::Broadcast, len as usize)?;
@@ -446,7 +471,7 @@ impl Collective for MpiCollective {
             return Err(CommError::Invalid("a dedicated server uploads nothing".into()));
         }
         let start = Instant::now();
-        self.agree(OpKind::PsPush, server)?;
+        self.agree_once(OpKind::PsPush, server)?;
         self.check_len(OpKind::PsPush, upload.len())?;
         self.gather_lengths(OpKind::PsPush, upload.len())?;
         let root = self.world.process_at_rank(server as i32);
@@ -524,6 +549,56 @@ impl Drop for MpiCollective {
         if std::thread::panicking() {
             eprintln!("error: MPI rank {} panicked; aborting the job", self.rank);
             self.world.abort(1);
+        }
+    }
+}
+
+/// `MPI_IN_PLACE`, which rsmpi's safe API does not offer: without it every
+/// allreduce copied its buffer into a send buffer first.
+mod in_place {
+    use std::ffi::c_void;
+
+    use mpi::collective::SystemOperation;
+    use mpi::datatype::Equivalence;
+    use mpi::raw::AsRaw;
+    use mpi::topology::SimpleCommunicator;
+
+    extern "C" {
+        /// The MPI library's `MPI_IN_PLACE` (a macro in `mpi.h`, so its
+        /// value differs between Open MPI and MPICH), exported by
+        /// `src/mpi_in_place.c`, which build.rs compiles against the same
+        /// `mpi.h` as rsmpi.
+        static gradcomp_mpi_in_place: *mut c_void;
+    }
+
+    /// `MPI_Allreduce(MPI_IN_PLACE, buf, len, T, op, comm)`; the MPI return code.
+    pub(super) fn allreduce<T: Equivalence>(
+        comm: &SimpleCommunicator,
+        buf: &mut [T],
+        op: SystemOperation,
+    ) -> i32 {
+        let Ok(count) = i32::try_from(buf.len()) else {
+            return mpi::ffi::MPI_ERR_COUNT as i32;
+        };
+        // SAFETY: `buf` is a live, exclusively borrowed slice of `count`
+        // elements of `T`, and `T::equivalent_datatype()` describes exactly
+        // one `T`, so MPI reads and writes only inside it; with
+        // MPI_IN_PLACE as the send buffer MPI takes this rank's input from
+        // `buf` and writes the result over it, touching no other memory.
+        // The handles (datatype, operation, communicator) are valid for the
+        // call: `comm` is borrowed, the others are predefined. The call is
+        // blocking, so nothing refers to `buf` once it returns, and MPI is
+        // initialized at least Serialized with calls serialized by the
+        // owning `MpiCollective` (see its `Send` impl).
+        unsafe {
+            mpi::ffi::MPI_Allreduce(
+                gradcomp_mpi_in_place,
+                buf.as_mut_ptr().cast(),
+                count,
+                T::equivalent_datatype().as_raw(),
+                op.as_raw(),
+                comm.as_raw(),
+            )
         }
     }
 }
