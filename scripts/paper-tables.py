@@ -75,16 +75,24 @@ def topk(runs, at=None):
 def celgc(runs):
     base = runs[0]["epochs"]
     n = max(len(r["epochs"]) for r in runs)
-    print("| run | validation perplexity, epochs 1–%d | test perplexity | vs first run (valid, last epoch) | communication rounds | GB sent | clipped | median ‖g‖ | median η_eff/η | measured s |" % n)
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print(
+        f"| run | validation perplexity, epochs 1–{n} | test perplexity | vs first run, last epoch | "
+        "vs first run, each epoch | communication rounds | GB sent | clipped | median ‖g‖ | "
+        "median η_eff/η | measured s | predicted s @ 100 Mbit/s | @ 1 Gbit/s |"
+    )
+    print("|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in runs:
         ep = r["epochs"]
         val = [e.get("valid_perplexity") for e in ep]
         vs = (val[-1] / base[-1]["valid_perplexity"] - 1) * 100
+        each = [(v / b["valid_perplexity"] - 1) * 100 for v, b in zip(val, base)]
         steps = r["steps"]
         # The steps that communicated, plus the epoch-end rounds (all but the last epoch's).
+        strategy = r["config"]["strategy"]
         rounds = sum(1 for s in steps if s.get("communicated", 0) > 0)
-        if r["config"]["strategy"].get("average_at_epoch_end"):
+        if strategy.get("average") == "gradients":
+            rounds = len(steps)
+        if strategy.get("average_at_epoch_end"):
             rounds += len(ep) - 1
         clipped = [s["clipped"] for s in steps if "clipped" in s]
         norms = [s["grad_norm"] for s in steps if "grad_norm" in s]
@@ -93,12 +101,13 @@ def celgc(runs):
         cfg = r["config"]
         threshold = cfg["strategy"]["gamma"] / cfg["optimizer"]["lr"]
         ratio = [min(1.0, threshold / g) if g > 0 else 1.0 for g in norms]
-        wall = sum(e["wall_seconds"] for e in ep)
+        wall = ep[-1]["wall_seconds"]  # cumulative
+        pred = ep[-1]["predicted_wall_seconds"]
         print(
             f"| {r['name']} | {', '.join(f'{v:.1f}' for v in val)} | {ep[-1]['test_perplexity']:.1f} | "
-            f"{vs:+.1f}% | {rounds} | {ep[-1]['bytes_sent'] / 1e9:.1f} | "
+            f"{vs:+.1f}% | {min(each):+.1f} … {max(each):+.1f}% | {rounds} | {ep[-1]['bytes_sent'] / 1e9:.1f} | "
             f"{100 * statistics.mean(clipped):.0f}% | {statistics.median(norms):.3f} | "
-            f"{statistics.median(ratio):.2f} | {wall:.0f} |"
+            f"{statistics.median(ratio):.2f} | {wall:.0f} | {pred['100000000']:.0f} | {pred['1000000000']:.0f} |"
         )
 
 
