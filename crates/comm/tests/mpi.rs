@@ -13,13 +13,26 @@ struct Outcome {
 }
 
 /// `mpirun -np N gradcomp-mpi-selftest ARGS`, killed if it outlives `limit`.
+/// Each launch gets its own session directory: the tests run in parallel,
+/// and concurrent `mpirun`s racing to create the shared `/tmp/ompi.<host>.<uid>`
+/// fail at start-up ("mkdir ... File exists").
 fn mpirun(np: usize, args: &[&str], limit: Duration) -> Outcome {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static LAUNCH: AtomicUsize = AtomicUsize::new(0);
+    let session = std::env::temp_dir().join(format!(
+        "gradcomp-mpi-test-{}-{}",
+        std::process::id(),
+        LAUNCH.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&session).expect("a session directory for mpirun");
     let start = Instant::now();
     let mut child = Command::new("mpirun")
         .args(["--oversubscribe", "-np", &np.to_string(), env!("CARGO_BIN_EXE_gradcomp-mpi-selftest")])
         .args(args)
         .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
         .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .env("OMPI_MCA_orte_tmpdir_base", &session)
+        .env("TMPDIR", &session)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -31,6 +44,7 @@ fn mpirun(np: usize, args: &[&str], limit: Duration) -> Outcome {
         if start.elapsed() > limit {
             child.kill().ok();
             child.wait().ok();
+            std::fs::remove_dir_all(&session).ok();
             panic!("mpirun {args:?} hung past {limit:?}");
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -38,6 +52,7 @@ fn mpirun(np: usize, args: &[&str], limit: Duration) -> Outcome {
     let mut output = String::new();
     child.stdout.take().unwrap().read_to_string(&mut output).unwrap();
     child.stderr.take().unwrap().read_to_string(&mut output).unwrap();
+    std::fs::remove_dir_all(&session).ok();
     Outcome { code, output, elapsed: start.elapsed() }
 }
 
