@@ -1,12 +1,16 @@
 //! With feature `mpi`: compiles `src/mpi_in_place.c`, which exports the MPI
 //! library's `MPI_IN_PLACE` (a macro rsmpi does not bind), against the
-//! `mpi.h` that rsmpi's own build found.
+//! `mpi.h` that rsmpi's own build found. Without it there is nothing to do
+//! (and `cc` and `build-probe-mpi` are not built).
 
 fn main() {
     println!("cargo:rerun-if-changed=src/mpi_in_place.c");
-    if std::env::var_os("CARGO_FEATURE_MPI").is_none() {
-        return;
-    }
+    #[cfg(feature = "mpi")]
+    compile_in_place_export();
+}
+
+#[cfg(feature = "mpi")]
+fn compile_in_place_export() {
     let lib = build_probe_mpi::probe().unwrap_or_else(|errors| {
         panic!("feature `mpi` needs an MPI library (Debian: libopenmpi-dev openmpi-bin): {errors:?}")
     });
