@@ -295,6 +295,13 @@ impl MpiCollective {
         Ok(())
     }
 
+    /// The error of a rank `r` that called another operation than `op`.
+    fn other_operation(&self, op: OpKind, r: usize) -> CommError {
+        CommError::Mismatch {
+            detail: format!("rank {} called {}, rank {r} called another operation", self.rank, op.name()),
+        }
+    }
+
     /// Checks that every rank called the same operation with the same
     /// element count (one small allgather), so a mismatch is an error on
     /// every rank rather than undefined behaviour inside MPI.
@@ -304,13 +311,7 @@ impl MpiCollective {
         self.guarded(op, |w| w.all_gather_into(&mine[..], &mut all[..]));
         for (r, pair) in all.chunks_exact(2).enumerate() {
             if pair[0] != mine[0] {
-                return Err(CommError::Mismatch {
-                    detail: format!(
-                        "rank {} called {}, rank {r} called another operation",
-                        self.rank,
-                        op.name()
-                    ),
-                });
+                return Err(self.other_operation(op, r));
             }
             if pair[1] != mine[1] {
                 return Err(CommError::Mismatch {
@@ -366,9 +367,7 @@ impl MpiCollective {
         self.world.all_gather_into(&mine[..], &mut pairs[..]);
         self.watchdog.disarm();
         if let Some(r) = self.pairs.chunks_exact(2).position(|p| p[0] != mine[0]) {
-            return Err(CommError::Mismatch {
-                detail: format!("rank {} called {}, rank {r} called another operation", self.rank, op.name()),
-            });
+            return Err(self.other_operation(op, r));
         }
         self.counts.clear();
         self.counts.extend(self.pairs.chunks_exact(2).map(|p| p[1]));

@@ -373,12 +373,14 @@ impl Loader {
         s.get(i).copied()
     }
 
-    /// The factor on step `i` of `epoch`'s learning rate: a variable-BPTT
-    /// segment's length over `bptt` (AWD-LSTM scales η, and the CELGC
-    /// authors γ too, by it; γ follows η here), else 1.
-    pub fn lr_scale(&mut self, epoch: u32, i: usize) -> f64 {
-        match (self.segment(epoch, i), &*self) {
-            (Some((_, len)), Loader::Tokens { bptt, .. }) => len as f64 / *bptt as f64,
+    /// The factor on `batch`'s learning rate: under variable BPTT its
+    /// length over `bptt` (AWD-LSTM scales η, and the CELGC authors γ too,
+    /// by it; γ follows η here), else 1.
+    pub fn lr_scale(&self, batch: &Batch) -> f64 {
+        match (self, batch) {
+            (Loader::Tokens { variable_bptt: true, bptt, .. }, Batch::Tokens { steps, .. }) => {
+                *steps as f64 / *bptt as f64
+            }
             _ => 1.0,
         }
     }

@@ -187,9 +187,8 @@ impl<'a, 's, M: Net> Worker<'a, 's, M> {
             self.dp.request_stop();
         }
         let t = Instant::now();
-        let index = (step % self.steps_per_epoch) as usize;
-        let batch = self.loader.batch(epoch, index);
-        let lr = lr * self.loader.lr_scale(epoch, index);
+        let batch = self.loader.batch(epoch, (step % self.steps_per_epoch) as usize);
+        let lr = lr * self.loader.lr_scale(&batch);
         let loss = model.loss(&batch, &self.device);
         let grads = loss.backward();
         let loss = f64::from(loss.into_scalar::<f32>());
