@@ -127,6 +127,30 @@ impl NetworkModel {
         2.0 * self.alpha + (remote_up + download * recipients) as f64 / self.bandwidth
     }
 
+    /// The span of an exchange whose buckets are pipelined as
+    /// `gradcomp-train`'s exchange runs them: `stages[b]` = [compress, wire,
+    /// decode] seconds of bucket b, in exchange order. One thread compresses
+    /// bucket b, hands it to the wire, then decodes bucket b−1; the wire
+    /// moves one bucket at a time, in order. What the span leaves of the
+    /// serial sum is what the pipeline hid.
+    pub fn pipelined_span(stages: &[[f64; 3]]) -> f64 {
+        let (mut main, mut wire_free, mut landed) = (0.0f64, 0.0f64, 0.0f64);
+        for (b, &[compress, wire, _]) in stages.iter().enumerate() {
+            main += compress;
+            let start = main.max(wire_free);
+            let previous_landed = wire_free;
+            wire_free = start + wire;
+            if b > 0 {
+                main = main.max(previous_landed) + stages[b - 1][2];
+            }
+            landed = wire_free;
+        }
+        match stages.last() {
+            Some(&[_, _, decode]) => main.max(landed) + decode,
+            None => 0.0,
+        }
+    }
+
     /// Measures α and B through `c`: the median time of a 1-byte broadcast
     /// gives α, that of a `large` broadcast gives B, both divided by the
     /// binomial tree's ⌈log2 N⌉ rounds. Every rank must call it; all get the

@@ -419,6 +419,14 @@ pub struct CompressionConfig {
     /// False compresses on the host. Builds without the `cuda` and `wgpu`
     /// features always compress on the host.
     pub on_device: bool,
+    /// Units are exchanged in buckets of at least this many MiB of f32
+    /// values, cut from the output layer backwards (PyTorch DDP's
+    /// `bucket_cap_mb`). Units are never split, so a model smaller than one
+    /// bucket, or `granularity = "global"`, moves in one.
+    pub bucket_mb: f64,
+    /// Move bucket i on a communication thread while the next is compressed
+    /// and the previous decoded. The result is bitwise the same either way.
+    pub pipeline: bool,
 }
 
 impl Default for CompressionConfig {
@@ -432,6 +440,8 @@ impl Default for CompressionConfig {
             exclude: Exclusions::default(),
             local_clip: 0.0,
             on_device: true,
+            bucket_mb: 25.0,
+            pipeline: true,
         }
     }
 }
@@ -944,6 +954,7 @@ pub const RESUME_SAFE_KEYS: &[&str] = &[
     "comm.timeout_seconds",
     "comm.heartbeat_seconds",
     "compression.on_device",
+    "compression.pipeline",
     "network.links_bps",
     "network.alpha",
     "network.allreduce",

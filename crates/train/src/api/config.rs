@@ -119,6 +119,14 @@ impl DataParallelConfig {
         self
     }
 
+    /// Bucket size in MiB (`compression.bucket_mb`) and whether buckets are
+    /// pipelined through a communication thread (`compression.pipeline`).
+    pub fn with_buckets(mut self, bucket_mb: f64, pipeline: bool) -> Self {
+        self.compression.bucket_mb = bucket_mb;
+        self.compression.pipeline = pipeline;
+        self
+    }
+
     pub fn with_server(mut self, server: ServerPlace) -> Self {
         self.server = server;
         self
@@ -192,6 +200,12 @@ impl DataParallelConfig {
         }
         if !(c.local_clip >= 0.0 && c.local_clip.is_finite()) {
             return Err(err("compression.local_clip", "must be ≥ 0 (0 turns it off)"));
+        }
+        if !(c.bucket_mb > 0.0 && c.bucket_mb <= 1e6) {
+            return Err(err(
+                "compression.bucket_mb",
+                "must be > 0 and at most 1e6 MiB (25 is DDP's default; a value larger than the model sends one bucket)",
+            ));
         }
         if let CompressorConfig::Esgd(_) = self.compressor {
             if c.granularity != Granularity::Global {

@@ -21,7 +21,7 @@ mod exchange;
 mod sync;
 
 pub use celgc::Celgc;
-pub use exchange::{ExchangeStats, GradientExchange, Unit};
+pub use exchange::{BucketTimes, ExchangeStats, GradientExchange, Unit, WireCall, WireKind};
 pub use sync::Synchronous;
 
 use std::collections::BTreeMap;

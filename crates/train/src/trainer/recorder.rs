@@ -15,6 +15,7 @@ use super::{io, Shared, TrainError};
 use crate::api::{DataParallel, StepStats, SyncError};
 use crate::config::{AllreduceAlgo, TrainConfig};
 use crate::records::{link_key, EpochRecord, JsonLines, StepRecord};
+use crate::strategy::{BucketTimes, WireCall, WireKind};
 
 const OPS: usize = OpKind::ALL.len();
 
@@ -46,8 +47,10 @@ pub(super) struct WorkerStep {
     bound_ratio: Vec<f64>,
     histogram: Option<(Vec<f32>, Vec<u64>)>,
     calls: [u64; OPS],
-    gathered_sizes: Vec<u64>,
-    download_bytes: u64,
+    /// The exchange's collectives and per-bucket stage times.
+    wire_calls: Vec<WireCall>,
+    buckets: Vec<BucketTimes>,
+    pipelined: bool,
     extra: BTreeMap<String, f64>,
 }
 
@@ -91,8 +94,9 @@ impl WorkerStep {
             for (k, o) in s.bytes.iter() {
                 w.calls[k as usize] = o.calls;
             }
-            w.gathered_sizes.clone_from(&x.gathered_sizes);
-            w.download_bytes = x.download_bytes;
+            w.wire_calls.clone_from(&x.calls);
+            w.buckets.clone_from(&x.buckets);
+            w.pipelined = x.pipelined;
             w.extra = s.extra.iter().chain(&x.extra).map(|(k, v)| (k.to_string(), *v)).collect();
         }
         w
@@ -127,21 +131,62 @@ fn link_models(cfg: &TrainConfig) -> Vec<(String, NetworkModel)> {
         .collect()
 }
 
-/// The predicted communication time of a step (rank 0's view of its collectives).
+/// The predicted time one exchange call takes on link `m` with `n` workers.
+fn price_call(m: &NetworkModel, call: &WireCall, n: usize, cfg: &TrainConfig) -> f64 {
+    let bytes = call.sizes.first().copied().unwrap_or(0);
+    match call.kind {
+        WireKind::AllreduceSumF32 | WireKind::AllreduceSumI32 | WireKind::AllreduceMaxF32 => {
+            m.allreduce(n, bytes)
+        }
+        WireKind::Allgatherv => m.allgatherv(&call.sizes),
+        WireKind::PushPull => m.push_pull_sizes(cfg.comm.server.placement(), &call.sizes, call.download),
+    }
+}
+
+/// The meter's operation a call counts under.
+fn op_of(kind: WireKind) -> OpKind {
+    match kind {
+        WireKind::AllreduceSumF32 => OpKind::AllreduceSumF32,
+        WireKind::AllreduceSumI32 => OpKind::AllreduceSumI32,
+        WireKind::AllreduceMaxF32 => OpKind::AllreduceMaxF32,
+        WireKind::Allgatherv => OpKind::Allgatherv,
+        WireKind::PushPull => OpKind::PsPush,
+    }
+}
+
+/// The predicted communication time a step adds to its local work (rank
+/// 0's view of its collectives): every exchange call priced on its own;
+/// with pipelining, less what the measured compression and decoding of the
+/// other buckets hide ([`NetworkModel::pipelined_span`]); plus the step's
+/// other collectives (CELGC's model averaging), one call per kind.
 fn predicted_comm(m: &NetworkModel, s: &WorkerStep, n: usize, cfg: &TrainConfig) -> f64 {
-    let size = |op: OpKind| s.sent[op as usize].max(s.received[op as usize]);
-    let called = |op: OpKind| s.calls[op as usize] > 0;
     let mut t = 0.0;
+    let mut wire = vec![0.0; s.buckets.len()];
+    let mut counted = [0u64; OPS];
+    for call in &s.wire_calls {
+        let p = price_call(m, call, n, cfg);
+        match call.bucket {
+            Some(b) if (b as usize) < wire.len() => wire[b as usize] += p,
+            _ => t += p,
+        }
+        counted[op_of(call.kind) as usize] += 1;
+    }
+    let stages: Vec<[f64; 3]> =
+        s.buckets.iter().zip(&wire).map(|(b, &w)| [b.compress, w, b.decode]).collect();
+    let serial: f64 = stages.iter().flatten().sum();
+    let span = if s.pipelined { NetworkModel::pipelined_span(&stages) } else { serial };
+    // The local work (compression, decoding) is already in the step's local time.
+    t += wire.iter().sum::<f64>() - (serial - span);
+    // Collectives outside the exchange (CELGC's averaging): one call per kind.
+    let size = |op: OpKind| s.sent[op as usize].max(s.received[op as usize]);
+    let other = |op: OpKind| s.calls[op as usize] > 0 && counted[op as usize] == 0;
     for op in [OpKind::AllreduceSumF32, OpKind::AllreduceSumI32, OpKind::AllreduceMaxF32] {
-        if called(op) {
+        if other(op) {
             t += m.allreduce(n, size(op));
         }
     }
-    if called(OpKind::Allgatherv) {
-        t += m.allgatherv(&s.gathered_sizes);
-    }
-    if called(OpKind::PsPush) {
-        t += m.push_pull_sizes(cfg.comm.server.placement(), &s.gathered_sizes, s.download_bytes);
+    if other(OpKind::Allgatherv) {
+        t += m.allgatherv_uniform(n, size(OpKind::Allgatherv) / n.max(1) as u64);
     }
     t
 }

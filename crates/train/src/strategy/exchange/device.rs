@@ -12,7 +12,7 @@ use gradcomp_compress::{RngKey, UnitContext};
 use gradcomp_kernels::memory::{DeviceDgcMomentum, DeviceErrorFeedback};
 use gradcomp_kernels::{Client, DeviceCompressor, DeviceF32, KernelError};
 
-use super::{account, ContractionSums, ExchangeStats, GradientExchange, StrategyError};
+use super::{account, wire, BucketTimes, ExchangeStats, GradientExchange, StrategyError};
 use crate::device_grad::DeviceGrad;
 
 /// A unit's compensation memory in device memory.
@@ -85,7 +85,7 @@ impl GradientExchange {
     /// unit travels uncompressed (the dense compressor, or all units
     /// excluded): the host path reads such a gradient back in one transfer.
     pub fn to_device(&mut self, client: &Client) -> Result<(), String> {
-        if self.raw.iter().all(|&r| r) {
+        if self.plan.raw.iter().all(|&r| r) {
             return Err("every unit travels uncompressed: one read-back on the host is cheapest".into());
         }
         let mut compressor = DeviceCompressor::new(&self.spec.compressor).map_err(|e| e.to_string())?;
@@ -93,6 +93,7 @@ impl GradientExchange {
             compressor.set_density(rho);
         }
         let memories = self
+            .plan
             .has_memory
             .iter()
             .map(|&m| match (m, self.spec.memory) {
@@ -107,11 +108,11 @@ impl GradientExchange {
             .collect();
         let mut front = DeviceFront {
             client: client.clone(),
-            compressors: self.units.iter().map(|_| compressor.clone()).collect(),
+            compressors: self.plan.units.iter().map(|_| compressor.clone()).collect(),
             memories,
             raw_host: Vec::new(),
         };
-        front.load_memories(&self.memories).map_err(|e| e.to_string())?;
+        front.load_memories(&self.front.memories).map_err(|e| e.to_string())?;
         self.device = Some(front);
         Ok(())
     }
@@ -153,22 +154,24 @@ impl GradientExchange {
         measure: bool,
         c: &mut dyn Collective,
     ) -> Result<ExchangeStats, StrategyError> {
-        if grad.units.len() != self.units.len()
-            || grad.units.iter().zip(&self.units).any(|(g, u)| g.len != u.len)
+        let plan = &self.plan;
+        if grad.units.len() != plan.units.len()
+            || grad.units.iter().zip(&plan.units).any(|(g, u)| g.len != u.len)
         {
             return Err(StrategyError::Device(
                 "the device gradient is not cut into this exchange's units".into(),
             ));
         }
+        let wall = Instant::now();
         let client = &front.client;
         let mut st = ExchangeStats { elements: out.len() as u64, ..Default::default() };
         let t = Instant::now();
         // 1. Memories fold in their state; raw units come to the host as they are.
         front.raw_host.resize(out.len(), 0.0);
-        let mut inputs = Vec::with_capacity(self.units.len());
-        for (u, unit) in self.units.iter().enumerate() {
+        let mut inputs = Vec::with_capacity(plan.units.len());
+        for (u, unit) in plan.units.iter().enumerate() {
             let g = &grad.units[u];
-            if self.raw[u] {
+            if plan.raw[u] {
                 let host = g.read(client).map_err(device_error)?;
                 front.raw_host[unit.offset..unit.offset + unit.len].copy_from_slice(&host);
             }
@@ -179,27 +182,28 @@ impl GradientExchange {
             });
         }
         // 2. Two-phase compressors agree on their scalars (TernGrad's shared scaler).
-        self.scalars.clear();
-        self.scalar_of.clear();
+        self.front.scalars.clear();
+        self.front.scalar_of.clear();
         for (u, input) in inputs.iter().enumerate() {
-            let s = if self.raw[u] {
+            let s = if plan.raw[u] {
                 None
             } else {
                 front.compressors[u].local_scalar(client, input).map_err(device_error)?
             };
-            self.push_scalar(s);
+            self.front.push_scalar(s);
         }
         let before_scalars = t.elapsed().as_secs_f64();
-        let scalar_round = self.share_scalars(c)?;
+        let scalar_round = self.share_scalars(c, &mut st)?;
         // 3. Compress every unit on the device; only the message comes back.
         let t = Instant::now();
+        let (plan, host) = (&self.plan, &mut self.front);
         let key = RngKey::new(self.seed, c.rank() as u32, step, 0);
-        let mut sums = ContractionSums::default();
+        let (mut err, mut norm) = (0.0, 0.0);
         for (u, input) in inputs.iter().enumerate() {
-            let unit = &self.units[u];
-            if self.raw[u] {
-                if self.topology == crate::config::Topology::ParameterServer {
-                    let m = self.msgs[u].dense_mut();
+            let unit = &plan.units[u];
+            if plan.raw[u] {
+                if plan.topology == crate::config::Topology::ParameterServer {
+                    let m = host.msgs[u].dense_mut();
                     m.values.clear();
                     m.values.extend_from_slice(&front.raw_host[unit.offset..unit.offset + unit.len]);
                 }
@@ -207,23 +211,34 @@ impl GradientExchange {
             }
             let ctx = UnitContext {
                 key: RngKey { unit: unit.id, ..key },
-                shared_scalar: self.scalar_of[u].map(|i| self.scalars[i]),
+                shared_scalar: host.scalar_of[u].map(|i| host.scalars[i]),
                 loss: None,
             };
-            front.compressors[u].compress(client, input, &ctx, &mut self.msgs[u]).map_err(device_error)?;
+            front.compressors[u].compress(client, input, &ctx, &mut host.msgs[u]).map_err(device_error)?;
             let measured = if measure { Some(input.read(client).map_err(device_error)?) } else { None };
-            account(&self.msgs[u], measured.as_deref(), &mut self.scratch, &mut st, &mut sums);
+            if let Some([e, n, bound]) = account(&host.msgs[u], measured.as_deref(), &mut host.scratch, &mut st) {
+                (err, norm) = (err + e, norm + n);
+                st.bound_ratios.push(bound);
+            }
         }
         if measure {
-            st.contraction = Some(sums.ratio());
+            st.contraction = Some(if norm > 0.0 { err / norm } else { 0.0 });
         }
         st.compress_seconds = before_scalars + t.elapsed().as_secs_f64();
-        // 4. Move the messages and aggregate into `out`, on the host.
+        // 4. Move the messages bucket by bucket and aggregate into `out`, on
+        // the host (not pipelined: the device path keeps one stream of work).
         let t = Instant::now();
-        let raw_host = std::mem::take(&mut front.raw_host);
-        let moved = self.move_and_aggregate(&raw_host, out, c, &mut st);
-        front.raw_host = raw_host;
-        moved?;
+        out.fill(0.0);
+        let inv_n = 1.0 / c.world_size() as f32;
+        st.buckets = vec![BucketTimes::default(); plan.buckets.len()];
+        for b in 0..plan.buckets.len() {
+            let p = &mut self.payloads[b];
+            wire::stage(plan, &host.msgs, &front.raw_host, b, p);
+            wire::move_bucket(plan, b, p, &mut self.server, c)?;
+            st.buckets[b].wire = p.seconds;
+            st.calls.extend_from_slice(&p.calls);
+            wire::land(plan, &host.msgs, b, p, out, inv_n)?;
+        }
         st.communicate_seconds = scalar_round + t.elapsed().as_secs_f64();
         // 5. Memories keep what was not sent; lr-scaled units return to gradient units.
         let t = Instant::now();
@@ -232,11 +247,11 @@ impl GradientExchange {
             let residual = match mem {
                 DeviceMemory::None => continue,
                 DeviceMemory::ErrorFeedback(ef) => {
-                    ef.update(client, &self.msgs[u]).map_err(device_error)?;
+                    ef.update(client, &host.msgs[u]).map_err(device_error)?;
                     ef.residual()
                 }
                 DeviceMemory::DgcMomentum(dgc) => {
-                    dgc.update(client, &self.msgs[u]).map_err(device_error)?;
+                    dgc.update(client, &host.msgs[u]).map_err(device_error)?;
                     dgc.state().map(|(_, v)| v)
                 }
             };
@@ -245,9 +260,12 @@ impl GradientExchange {
                     gradcomp_kernels::reduce::moments(client, r).map_err(device_error)?.sum_of_squares();
             }
         }
-        self.to_gradient_units(out, lr);
+        for u in 0..plan.units.len() {
+            plan.to_gradient_units(u, out, lr);
+        }
         st.residual_norm = residual_sq.sqrt();
         st.decode_seconds = t.elapsed().as_secs_f64();
+        st.wall_seconds = wall.elapsed().as_secs_f64();
         Ok(st)
     }
 }
