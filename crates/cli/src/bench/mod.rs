@@ -5,6 +5,7 @@ pub(crate) mod compress;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod compress_device;
 mod fuzz;
+mod pipeline;
 pub(crate) mod timing;
 mod train;
 
@@ -16,6 +17,9 @@ pub enum BenchCommand {
     Compress(compress::Args),
     /// Collective operations: measured time beside the network model's prediction.
     Comm(comm::Args),
+    /// A training step with the exchange's buckets pipelined against one
+    /// after another, against the target max(compute + compress, wire) + 15%.
+    Pipeline(pipeline::Args),
     /// The trainer's overhead against a plain burn loop, compression overhead, peak memory.
     Train(train::Args),
     /// Every parser of outside input (wire, data files, checkpoints, configs,
@@ -28,6 +32,7 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Compress(a) => compress::run(&a),
         BenchCommand::Comm(a) => comm::run(&a),
         BenchCommand::Train(a) => train::run(&a),
+        BenchCommand::Pipeline(a) => pipeline::run(&a),
         BenchCommand::Fuzz(a) => fuzz::run(&a),
     }
 }

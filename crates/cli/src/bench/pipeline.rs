@@ -1,0 +1,268 @@
+//! `gradcomp bench pipeline`: a data-parallel training step with the
+//! exchange's buckets pipelined through the communication thread, against
+//! the same step with the buckets one after another.
+//!
+//! Every rank runs the model's forward and backward pass on its own
+//! synthetic minibatch, reads the gradient out, and exchanges it, in rounds
+//! that alternate the two modes (each round's first mode alternates too),
+//! so machine noise hits both alike. The model is not updated: every step
+//! costs the same, and the two modes' results are bitwise equal anyway.
+//! Per step, each figure is the slowest rank's.
+//!
+//! The target: pipelined, a step takes at most
+//! max(compute + compress, wire) + 15%, where compute (forward, backward,
+//! read-out), compress and wire are the sequential mode's own stage times.
+//! burn's backward pass returns all gradients at once, so the wire cannot
+//! overlap it; the bound reachable without that overlap,
+//! compute + max(compress + decode, wire), is printed beside it.
+//!
+//! Shaped links: `scripts/netsim.sh run 4 100mbit gradcomp bench pipeline --backend mpi`.
+
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use burn::tensor::Device;
+use clap::Args as ClapArgs;
+use gradcomp_comm::{Collective, InProcessGroup, ServerPlacement};
+use gradcomp_compress::CompressorConfig;
+use gradcomp_train::config::{CompressionConfig, Topology};
+use gradcomp_train::data::{synthetic, ImageLoader};
+use gradcomp_train::models::{FashionCnn, ImageTask, LeNet5, Net, ResNet18};
+use gradcomp_train::strategy::GradientExchange;
+use serde::Serialize;
+
+use super::comm::Backend;
+use super::timing::median;
+
+#[derive(ClapArgs, Clone)]
+pub struct Args {
+    #[arg(long, value_enum, default_value = "in-process")]
+    backend: Backend,
+    /// Workers (in-process); with MPI the world size, which must match if given.
+    #[arg(long)]
+    workers: Option<usize>,
+    /// The model: lenet5, cnn (the Fashion CNN), resnet18 (CIFAR form).
+    #[arg(long, default_value = "resnet18", value_parser = ["lenet5", "cnn", "resnet18"])]
+    model: String,
+    /// Minibatch per worker.
+    #[arg(long, default_value_t = 8)]
+    batch: usize,
+    /// Comma-separated compressors, each measured in both modes.
+    #[arg(long, default_value = "dense,topk")]
+    compressors: String,
+    /// Bucket size in MiB (`compression.bucket_mb`).
+    #[arg(long, default_value_t = 4.0)]
+    bucket_mb: f64,
+    /// Timed steps per mode and round.
+    #[arg(long, default_value_t = 4)]
+    steps: usize,
+    /// Rounds; each runs both modes.
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    /// One JSON object per line.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Per-step medians of one compressor in one mode (slowest rank per step).
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+struct Figures {
+    compute: f64,
+    compress: f64,
+    wire: f64,
+    decode: f64,
+    step: f64,
+}
+
+#[derive(Serialize)]
+struct Row {
+    model: String,
+    compressor: String,
+    workers: usize,
+    buckets: usize,
+    bucket_mb: f64,
+    sequential: Figures,
+    pipelined: Figures,
+    /// max(compute + compress, wire) × 1.15, from the sequential stages.
+    target: f64,
+    /// compute + max(compress + decode, wire): no overlap with backward.
+    bound_without_backward_overlap: f64,
+    met: bool,
+}
+
+pub fn run(a: &Args) -> Result<()> {
+    if a.steps == 0 || a.rounds == 0 || a.batch == 0 {
+        bail!("--steps, --rounds and --batch must be at least 1");
+    }
+    if !(a.bucket_mb > 0.0) {
+        bail!("--bucket-mb must be > 0");
+    }
+    match a.backend {
+        Backend::InProcess => {
+            let n = a.workers.unwrap_or(4);
+            let group = InProcessGroup::new(n).build()?;
+            let rows = std::thread::scope(|s| {
+                let ranks: Vec<_> = group
+                    .into_iter()
+                    .map(|mut c| s.spawn(move || measure(&mut c, a)))
+                    .collect();
+                ranks.into_iter().map(|r| r.join().expect("a worker panicked")).collect::<Vec<_>>()
+            });
+            let mut rows = rows.into_iter();
+            print_rows(&rows.next().expect("one worker")?, a.json);
+            Ok(())
+        }
+        Backend::Mpi => run_mpi(a),
+    }
+}
+
+#[cfg(feature = "mpi")]
+fn run_mpi(a: &Args) -> Result<()> {
+    let mut c = gradcomp_comm::mpi::MpiCollective::init(a.workers, std::time::Duration::from_secs(600))?;
+    let rows = measure(&mut c, a)?;
+    if c.rank() == 0 {
+        print_rows(&rows, a.json);
+    }
+    Ok(())
+}
+
+#[cfg(not(feature = "mpi"))]
+fn run_mpi(_a: &Args) -> Result<()> {
+    bail!("this gradcomp was built without MPI: rebuild with `--features mpi`")
+}
+
+fn measure(c: &mut dyn Collective, a: &Args) -> Result<Vec<Row>> {
+    let device = gradcomp_train::default_device();
+    device.seed(1);
+    match a.model.as_str() {
+        "lenet5" => measure_model(c, a, LeNet5::new(&task(a), &device), &device),
+        "cnn" => measure_model(c, a, FashionCnn::new(&task(a), &device), &device),
+        _ => measure_model(c, a, ResNet18::new(&task(a), &device), &device),
+    }
+}
+
+fn task(a: &Args) -> ImageTask {
+    match a.model.as_str() {
+        "resnet18" => ImageTask { shape: [3, 32, 32], classes: 10 },
+        _ => ImageTask { shape: [1, 28, 28], classes: 10 },
+    }
+}
+
+fn measure_model<M: Net>(c: &mut dyn Collective, a: &Args, model: M, device: &Device) -> Result<Vec<Row>> {
+    let (rank, n) = (c.rank(), c.world_size());
+    let t = task(a);
+    let data = synthetic::images(a.batch, 1 + rank as u64, 0, t.shape, t.classes);
+    let batch = ImageLoader::shard(data, 0, 1, a.batch, 1).batch(0, 0);
+    let layout = gradcomp_train::params::layout(&model);
+    let mut grad = Vec::new();
+    let mut out = vec![0.0; layout.total()];
+    let mut rows = Vec::new();
+    for name in a.compressors.split(',').map(str::trim) {
+        let compressor = CompressorConfig::named(name)
+            .with_context(|| format!("--compressors: `{name}` is not a compressor name"))?;
+        let topology = if compressor.build().combine() == gradcomp_compress::Combine::Gather {
+            Topology::Allgather
+        } else {
+            Topology::Allreduce
+        };
+        let exchange = |pipeline| {
+            let cfg = CompressionConfig { bucket_mb: a.bucket_mb, pipeline, ..Default::default() };
+            GradientExchange::new(&layout, &compressor, &cfg, topology, ServerPlacement::CoLocated, 1)
+        };
+        let mut modes = [exchange(false), exchange(true)];
+        let buckets = modes[0].buckets().len();
+        let mut per_step: [Vec<[f64; 5]>; 2] = [Vec::new(), Vec::new()];
+        let mut step = 0u64;
+        for round in 0..a.rounds + 1 {
+            for i in 0..2 {
+                let mode = (i + round) % 2;
+                for _ in 0..a.steps {
+                    c.barrier()?;
+                    let start = Instant::now();
+                    let loss = model.loss(&batch, device);
+                    let grads = loss.backward();
+                    gradcomp_train::params::read_grads(&model, &grads, &mut grad);
+                    let compute = start.elapsed().as_secs_f64();
+                    let st = modes[mode].exchange(&grad, None, &mut out, step, 0.01, false, c)?;
+                    let total = start.elapsed().as_secs_f64();
+                    step += 1;
+                    // The slowest rank's figures, agreed outside the timing.
+                    let mut f = [compute, st.compress_seconds, st.communicate_seconds, st.decode_seconds, total]
+                        .map(|v| v as f32);
+                    c.allreduce_max_f32(&mut f)?;
+                    // Round 0 warms both modes up (buffers grow, caches fill).
+                    if round > 0 {
+                        per_step[mode].push(f.map(f64::from));
+                    }
+                }
+            }
+        }
+        let figures = |steps: &[[f64; 5]]| {
+            let col = |j: usize| median(steps.iter().map(|s| s[j]).collect());
+            Figures { compute: col(0), compress: col(1), wire: col(2), decode: col(3), step: col(4) }
+        };
+        let (seq, pip) = (figures(&per_step[0]), figures(&per_step[1]));
+        let target = 1.15 * (seq.compute + seq.compress).max(seq.wire);
+        rows.push(Row {
+            model: a.model.clone(),
+            compressor: name.to_string(),
+            workers: n,
+            buckets,
+            bucket_mb: a.bucket_mb,
+            sequential: seq,
+            pipelined: pip,
+            target,
+            bound_without_backward_overlap: seq.compute + (seq.compress + seq.decode).max(seq.wire),
+            met: pip.step <= target,
+        });
+    }
+    Ok(rows)
+}
+
+fn print_rows(rows: &[Row], json: bool) {
+    if json {
+        for r in rows {
+            println!("{}", serde_json::to_string(r).expect("rows serialize"));
+        }
+        return;
+    }
+    println!(
+        "{:<10} {:>3} {:>4} {:>10} {:>8} {:>8} {:>8} {:>8} {:>10} {:>10} {:>8} {:>10} {:>6}",
+        "compressor",
+        "N",
+        "bkts",
+        "mode",
+        "compute",
+        "compress",
+        "wire",
+        "decode",
+        "step (ms)",
+        "target",
+        "ratio",
+        "no-bwd bnd",
+        "met"
+    );
+    for r in rows {
+        for (mode, f) in [("sequential", &r.sequential), ("pipelined", &r.pipelined)] {
+            let ms = |s: f64| s * 1e3;
+            let pipelined = mode == "pipelined";
+            println!(
+                "{:<10} {:>3} {:>4} {:>10} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>10.1} {:>10} {:>8} {:>10} {:>6}",
+                r.compressor,
+                r.workers,
+                r.buckets,
+                mode,
+                ms(f.compute),
+                ms(f.compress),
+                ms(f.wire),
+                ms(f.decode),
+                ms(f.step),
+                if pipelined { format!("{:.1}", ms(r.target)) } else { String::new() },
+                if pipelined { format!("{:.3}", f.step / r.target * 1.15) } else { String::new() },
+                if pipelined { format!("{:.1}", ms(r.bound_without_backward_overlap)) } else { String::new() },
+                if pipelined { if r.met { "yes" } else { "NO" } } else { "" },
+            );
+        }
+    }
+    println!("ratio: pipelined step / max(compute + compress, wire); the target is <= 1.15");
+}
