@@ -48,6 +48,11 @@ pub struct Args {
     /// Steps measured for the compute profile.
     #[arg(long, default_value_t = 20)]
     steps: u64,
+    /// Show the configured method's predicted step, stage by stage, at the
+    /// configured workers and link speeds (`network.*`, calibrations
+    /// included), with the configured buckets and pipelining.
+    #[arg(long)]
+    timeline: bool,
     /// Also write model.md and a figure of speedup against N here.
     #[arg(long)]
     out: Option<PathBuf>,
@@ -73,6 +78,16 @@ struct Method {
     /// Seconds to compress one step's gradient.
     compress_s: f64,
     /// Seconds to decode and aggregate one worker's message.
+    decode_s: f64,
+    /// The same three per tensor (the timeline's buckets add them up).
+    units: Vec<UnitCost>,
+}
+
+/// One tensor's message size and measured compress and decode seconds.
+#[derive(Clone, Copy, Default)]
+struct UnitCost {
+    upload: u64,
+    compress_s: f64,
     decode_s: f64,
 }
 
@@ -121,46 +136,47 @@ fn profile(cfg: &TrainConfig, steps: u64) -> Result<Profile> {
     Ok(Profile { compute_s: median(compute), batch: cfg.data.batch_size, units })
 }
 
-/// Builds the method, measuring its message size and speed on an N(0,1)
-/// gradient cut into the profile's tensors.
+/// Builds the method, measuring its message size and speed (per tensor,
+/// medians of 5 repetitions) on an N(0,1) gradient cut into the profile's tensors.
 fn measure(label: &str, compressor: CompressorConfig, route: Route, units: &[usize]) -> Method {
     let mut rng = UnitRng::from_parts(&[7]);
     let grads: Vec<Vec<f32>> =
         units.iter().map(|&n| (0..n).map(|_| rng.next_gaussian() as f32 * 1e-3).collect()).collect();
     let mut comps: Vec<_> = units.iter().map(|_| compressor.build()).collect();
     let mut msgs: Vec<Message> = units.iter().map(|_| Message::default()).collect();
-    let mut wire = Vec::new();
-    let mut times = Vec::new();
-    for rep in 0..5u64 {
-        let t = Instant::now();
-        wire.clear();
+    let mut wires: Vec<Vec<u8>> = units.iter().map(|_| Vec::new()).collect();
+    let mut out: Vec<Vec<f32>> = units.iter().map(|&n| vec![0.0; n]).collect();
+    const REPS: usize = 5;
+    let (mut ctimes, mut dtimes) = (vec![Vec::new(); units.len()], vec![Vec::new(); units.len()]);
+    for rep in 0..REPS as u64 {
         for (u, g) in grads.iter().enumerate() {
+            let t = Instant::now();
             let ctx =
                 UnitContext { key: RngKey::new(1, 0, rep, u as u32), shared_scalar: None, loss: Some(1.0) };
             comps[u].compress(g, &ctx, &mut msgs[u]);
-            codec::encode(&msgs[u], u as u32, &mut wire);
+            wires[u].clear();
+            codec::encode(&msgs[u], u as u32, &mut wires[u]);
+            ctimes[u].push(t.elapsed().as_secs_f64());
+            let t = Instant::now();
+            codec::accumulate(&wires[u], 0.5, &mut out[u]).expect("own encoding");
+            dtimes[u].push(t.elapsed().as_secs_f64());
         }
-        times.push(t.elapsed().as_secs_f64());
     }
-    let mut out: Vec<Vec<f32>> = units.iter().map(|&n| vec![0.0; n]).collect();
-    let mut dtimes = Vec::new();
-    for _ in 0..5 {
-        let t = Instant::now();
-        let mut rest = &wire[..];
-        for o in out.iter_mut() {
-            let (first, tail) = codec::split_first(rest).expect("own encoding");
-            codec::accumulate(first, 0.5, o).expect("own encoding");
-            rest = tail;
-        }
-        dtimes.push(t.elapsed().as_secs_f64());
-    }
+    let costs: Vec<UnitCost> = (0..units.len())
+        .map(|u| UnitCost {
+            upload: wires[u].len() as u64,
+            compress_s: median(std::mem::take(&mut ctimes[u])),
+            decode_s: median(std::mem::take(&mut dtimes[u])),
+        })
+        .collect();
     Method {
         label: label.into(),
         compressor,
         route,
-        upload: wire.len() as u64,
-        compress_s: median(times),
-        decode_s: median(dtimes),
+        upload: costs.iter().map(|c| c.upload).sum(),
+        compress_s: costs.iter().map(|c| c.compress_s).sum(),
+        decode_s: costs.iter().map(|c| c.decode_s).sum(),
+        units: costs,
     }
 }
 
@@ -244,6 +260,9 @@ pub fn run(a: &Args) -> Result<()> {
     );
     if a.dry_run {
         return dry_run(&cfg, &p, a);
+    }
+    if a.timeline {
+        return timeline(&cfg, &p);
     }
     let ms = methods(&p.units, a.density);
     let mut md = String::new();
@@ -348,13 +367,111 @@ pub fn run(a: &Args) -> Result<()> {
     Ok(())
 }
 
-fn dry_run(cfg: &TrainConfig, p: &Profile, a: &Args) -> Result<()> {
+fn route_of(cfg: &TrainConfig) -> Route {
     use gradcomp_train::config::Topology;
-    let route = match cfg.comm.topology {
+    match cfg.comm.topology {
         Topology::Allreduce => Route::Allreduce,
         Topology::Allgather => Route::Allgather,
         Topology::ParameterServer => Route::ParameterServer,
-    };
+    }
+}
+
+/// Each stage's [start, end] when the buckets run one after another.
+fn serial_timeline(stages: &[[f64; 3]]) -> Vec<[[f64; 2]; 3]> {
+    let mut t = 0.0;
+    stages
+        .iter()
+        .map(|s| {
+            s.map(|d| {
+                t += d;
+                [t - d, t]
+            })
+        })
+        .collect()
+}
+
+/// `--timeline`: per link speed, the configured method's step as the model
+/// predicts it: the measured compute, then per bucket its compression
+/// (measured on this machine), wire (the link's model, with the algorithm
+/// it runs) and decoding, overlapped as the exchange's pipeline overlaps
+/// them; and how much of the stages' serial sum the pipeline hides.
+fn timeline(cfg: &TrainConfig, p: &Profile) -> Result<()> {
+    let route = route_of(cfg);
+    let m = measure(cfg.compressor.name(), cfg.compressor.clone(), route, &p.units);
+    let n = cfg.workers;
+    let buckets = gradcomp_train::strategy::cut_buckets(
+        &p.units,
+        gradcomp_train::strategy::bucket_bytes(cfg.compression.bucket_mb),
+    );
+    let links = cfg.network.models().map_err(|e| crate::UserError(e.to_string()))?;
+    for (bps, net) in links {
+        let stages: Vec<[f64; 3]> = buckets
+            .iter()
+            .map(|r| {
+                let us = &m.units[r.clone()];
+                let upload: u64 = us.iter().map(|u| u.upload).sum();
+                let (wire, decoders) = match route {
+                    Route::Allreduce => (net.allreduce(n, upload), 1.0),
+                    Route::Allgather => (net.allgatherv_uniform(n, upload), n as f64),
+                    Route::ParameterServer => {
+                        let down = if matches!(m.compressor, CompressorConfig::Terngrad(_)) {
+                            ternary_download(&p.units[r.clone()], n)
+                        } else {
+                            upload
+                        };
+                        (net.push_pull(n, ServerPlacement::CoLocated, upload, down), n as f64 + 1.0)
+                    }
+                };
+                let sum = |f: fn(&UnitCost) -> f64| us.iter().map(f).sum::<f64>();
+                [sum(|u| u.compress_s), wire, decoders * sum(|u| u.decode_s)]
+            })
+            .collect();
+        let pipelined = cfg.compression.pipeline && stages.len() > 1;
+        let times =
+            if pipelined { NetworkModel::pipelined_timeline(&stages) } else { serial_timeline(&stages) };
+        let serial: f64 = stages.iter().flatten().sum();
+        let span = times.last().map_or(0.0, |t| t[2][1]);
+        let c = p.compute_s;
+        let ms = |x: f64| x * 1e3;
+        println!(
+            "{} with {n} workers at {}: {} bucket(s) of {} MiB, {} ({:?} allreduce, {:?} allgatherv; α {:.0} µs, {:.1} MB/s, ρ {:.0} µs)",
+            cfg.compressor.name(),
+            link_name(bps),
+            stages.len(),
+            cfg.compression.bucket_mb,
+            if pipelined { "pipelined" } else { "one after another" },
+            net.allreduce,
+            net.allgatherv,
+            net.alpha * 1e6,
+            net.bandwidth / 1e6,
+            net.rendezvous * 1e6
+        );
+        println!("  compute (forward, backward)      0.0 – {:>9.1} ms", ms(c));
+        println!("  bucket  tensors   compress (ms)          wire (ms)              decode (ms)");
+        for (b, (r, t)) in buckets.iter().zip(&times).enumerate() {
+            let span = |s: [f64; 2]| format!("{:>9.1} – {:>9.1}", ms(c + s[0]), ms(c + s[1]));
+            println!(
+                "  {:>6}  {:>7}   {}  {}  {}",
+                b + 1,
+                format!("{}..{}", r.start, r.end),
+                span(t[0]),
+                span(t[1]),
+                span(t[2])
+            );
+        }
+        println!(
+            "  step {:.1} ms; stages one after another {:.1} ms; hidden by the pipeline {:.1} ms ({:.0}% of the wire)\n",
+            ms(c + span),
+            ms(c + serial),
+            ms(serial - span),
+            100.0 * (serial - span) / stages.iter().map(|s| s[1]).sum::<f64>().max(1e-12)
+        );
+    }
+    Ok(())
+}
+
+fn dry_run(cfg: &TrainConfig, p: &Profile, a: &Args) -> Result<()> {
+    let route = route_of(cfg);
     let dense = measure("dense", CompressorConfig::Dense {}, Route::Allreduce, &p.units);
     let mine = measure(cfg.compressor.name(), cfg.compressor.clone(), route, &p.units);
     let n = cfg.workers;

@@ -26,4 +26,4 @@ pub mod netmodel;
 pub use collective::{Collective, CommError, Gathered, OpKind, ServerPlacement};
 pub use in_process::{InProcessCollective, InProcessGroup};
 pub use meter::{ByteMeter, OpBytes, StepBytes};
-pub use netmodel::{AllreduceAlgorithm, NetworkModel};
+pub use netmodel::{AllgathervAlgorithm, AllreduceAlgorithm, Calibration, NetworkModel};

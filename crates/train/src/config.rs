@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use gradcomp_comm::ServerPlacement;
+use gradcomp_comm::{AllgathervAlgorithm, AllreduceAlgorithm, Calibration, NetworkModel, ServerPlacement};
 pub use gradcomp_compress::memory::MemoryKind;
 use gradcomp_compress::memory::{DensitySchedule, ResidualForm};
 use gradcomp_compress::CompressorConfig;
@@ -570,19 +570,54 @@ pub struct NetworkConfig {
     pub links_bps: Vec<f64>,
     /// Per-message latency α in seconds.
     pub alpha: f64,
-    pub allreduce: AllreduceAlgo,
+    /// The allreduce algorithm priced: ring, recursive-doubling,
+    /// rabenseifner, nonoverlapping, or open-mpi (Open MPI 4.1's choice
+    /// for the size and worker count).
+    pub allreduce: AllreduceAlgorithm,
+    /// The allgatherv algorithm priced: ring, neighbor, bruck,
+    /// gather-broadcast, or open-mpi.
+    pub allgatherv: AllgathervAlgorithm,
+    /// Link calibrations from `gradcomp bench comm --calibrate-out`: each
+    /// replaces the nominal model (`alpha`, line rate, algorithms) of the
+    /// link speed it was measured at, and adds that speed if missing.
+    pub calibration: Vec<PathBuf>,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum AllreduceAlgo {
-    Ring,
-    RecursiveDoubling,
+impl NetworkConfig {
+    /// The model of every link speed predicted for, in bit/s: the nominal
+    /// line rate with `alpha` and the configured algorithms, replaced by its
+    /// calibration where `calibration` has one (which also adds its speed).
+    pub fn models(&self) -> Result<Vec<(f64, NetworkModel)>, ConfigError> {
+        let mut links: Vec<(f64, NetworkModel)> = self
+            .links_bps
+            .iter()
+            .map(|&b| {
+                let m = NetworkModel::from_bits_per_second(b, self.alpha)
+                    .with_allreduce(self.allreduce)
+                    .with_allgatherv(self.allgatherv);
+                (b, m)
+            })
+            .collect();
+        for path in &self.calibration {
+            let c = Calibration::load(path).map_err(|e| err("network.calibration", e))?;
+            match links.iter_mut().find(|(b, _)| *b == c.link_bps) {
+                Some(link) => link.1 = c.model,
+                None => links.push((c.link_bps, c.model)),
+            }
+        }
+        Ok(links)
+    }
 }
 
 impl Default for NetworkConfig {
     fn default() -> Self {
-        Self { links_bps: vec![1e8, 1e9, 1e10], alpha: 1e-4, allreduce: AllreduceAlgo::Ring }
+        Self {
+            links_bps: vec![1e8, 1e9, 1e10],
+            alpha: 1e-4,
+            allreduce: AllreduceAlgorithm::Ring,
+            allgatherv: AllgathervAlgorithm::Ring,
+            calibration: Vec::new(),
+        }
     }
 }
 
@@ -830,6 +865,7 @@ impl TrainConfig {
         if !(non_negative(self.network.alpha) && self.network.alpha.is_finite()) {
             return Err(err("network.alpha", "must be finite and ≥ 0"));
         }
+        self.network.models()?;
         Ok(())
     }
 }
@@ -958,6 +994,8 @@ pub const RESUME_SAFE_KEYS: &[&str] = &[
     "network.links_bps",
     "network.alpha",
     "network.allreduce",
+    "network.allgatherv",
+    "network.calibration",
 ];
 
 impl TrainConfig {

@@ -4,17 +4,22 @@
 //! In-process (`--backend in-process --workers N`) runs N threads here; MPI
 //! (`--backend mpi`) runs one rank per process under `mpirun` (for shaped
 //! links: `scripts/netsim.sh run N 100mbit gradcomp bench comm --backend mpi`).
-//! The model's α and B are calibrated in the same run through the same
-//! collective (a 1-byte and a 16 MB broadcast), or B is the nominal link rate
-//! with `--link-bits-per-second`.
+//! The model's α, B and eager-range cost ρ are fitted in the same run to the
+//! allreduce times (`NetworkModel::fit`, with the allreduce algorithm the
+//! backend runs), so the allreduce rows check the fit and the other
+//! collectives check the model out of sample; or B is the nominal link rate
+//! with `--link-bits-per-second`. `--calibrate-out FILE` saves the fitted
+//! model for `network.calibration` (training predictions) and
+//! `gradcomp model --calibration`.
 
 use std::hint::black_box;
 use std::time::Instant;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use clap::{Args as ClapArgs, ValueEnum};
 use gradcomp_comm::{
-    AllreduceAlgorithm, Collective, Gathered, InProcessGroup, NetworkModel, ServerPlacement,
+    AllgathervAlgorithm, AllreduceAlgorithm, Calibration, Collective, Gathered, InProcessGroup, NetworkModel,
+    ServerPlacement,
 };
 use serde::Serialize;
 
@@ -30,6 +35,19 @@ pub enum Backend {
 pub enum Algorithm {
     Ring,
     RecursiveDoubling,
+    Rabenseifner,
+    Nonoverlapping,
+    /// Open MPI 4.1's tuned choice for the size and rank count.
+    OpenMpi,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum GatherAlgorithm {
+    Ring,
+    Neighbor,
+    Bruck,
+    GatherBroadcast,
+    OpenMpi,
 }
 
 #[derive(ClapArgs, Clone)]
@@ -50,6 +68,20 @@ pub struct Args {
     /// selects recursive doubling, as scripts/netsim.sh does).
     #[arg(long, value_enum, default_value = "ring")]
     allreduce_algorithm: Algorithm,
+    /// The allgatherv algorithm the backend runs, for the prediction.
+    #[arg(long, value_enum, default_value = "open-mpi")]
+    allgatherv_algorithm: GatherAlgorithm,
+    /// Comma-separated message sizes in bytes (multiples of 4), instead of
+    /// the default 4 KiB, 64 KiB, 1 MiB, 16 MiB, 100 MiB.
+    #[arg(long, value_delimiter = ',')]
+    sizes: Vec<usize>,
+    /// Write the fitted model to this JSON file (needs `--nominal-bps`).
+    #[arg(long)]
+    calibrate_out: Option<std::path::PathBuf>,
+    /// The nominal rate of the link measured (bit/s), which the
+    /// calibration stands for in training predictions (e.g. 1e8).
+    #[arg(long)]
+    nominal_bps: Option<f64>,
     /// One JSON object per line.
     #[arg(long)]
     json: bool,
@@ -71,10 +103,12 @@ struct Row {
 }
 
 pub fn run(args: &Args) -> Result<()> {
-    if let Some(b) = args.bytes {
-        if b == 0 || b % 4 != 0 {
-            bail!("--bytes must be a positive multiple of 4 (allreduce moves f32)");
-        }
+    if let Some(b) = args.bytes.into_iter().chain(args.sizes.iter().copied()).find(|&b| b == 0 || b % 4 != 0)
+    {
+        bail!("message size {b}: sizes must be positive multiples of 4 (allreduce moves f32)");
+    }
+    if args.calibrate_out.is_some() && !args.nominal_bps.is_some_and(|b| b > 0.0 && b.is_finite()) {
+        bail!("--calibrate-out needs --nominal-bps, the measured link's rate in bit/s (e.g. 1e8 for 100 Mbit/s)");
     }
     match args.backend {
         Backend::InProcess => {
@@ -159,6 +193,9 @@ fn raw_mpi_allreduce(c: &mut gradcomp_comm::mpi::MpiCollective, args: &Args) -> 
 }
 
 fn sizes(args: &Args) -> Vec<usize> {
+    if !args.sizes.is_empty() {
+        return args.sizes.clone();
+    }
     args.bytes.map_or_else(|| SIZES.to_vec(), |b| vec![b])
 }
 
@@ -224,22 +261,38 @@ fn timed<C: Collective + ?Sized>(
 
 fn measure(c: &mut dyn Collective, args: &Args, backend: &'static str) -> Result<Vec<Row>> {
     let n = c.world_size();
-    let mut model = if n > 1 {
-        NetworkModel::calibrate(c, 16 << 20, 5)?
+    let sizes = sizes(args);
+    // Allreduce first: the model is fitted to it.
+    let mut allreduce = Vec::new();
+    for &bytes in &sizes {
+        let mut f = vec![1.0f32; bytes / 4];
+        allreduce.push((bytes as u64, timed(c, args, |c| Ok(c.allreduce_sum_f32(black_box(&mut f))?))?));
+    }
+    let algorithms = NetworkModel::from_bits_per_second(1e12, 0.0)
+        .with_allreduce(match args.allreduce_algorithm {
+            Algorithm::Ring => AllreduceAlgorithm::Ring,
+            Algorithm::RecursiveDoubling => AllreduceAlgorithm::RecursiveDoubling,
+            Algorithm::Rabenseifner => AllreduceAlgorithm::Rabenseifner,
+            Algorithm::Nonoverlapping => AllreduceAlgorithm::Nonoverlapping,
+            Algorithm::OpenMpi => AllreduceAlgorithm::OpenMpi,
+        })
+        .with_allgatherv(match args.allgatherv_algorithm {
+            GatherAlgorithm::Ring => AllgathervAlgorithm::Ring,
+            GatherAlgorithm::Neighbor => AllgathervAlgorithm::Neighbor,
+            GatherAlgorithm::Bruck => AllgathervAlgorithm::Bruck,
+            GatherAlgorithm::GatherBroadcast => AllgathervAlgorithm::GatherBroadcast,
+            GatherAlgorithm::OpenMpi => AllgathervAlgorithm::OpenMpi,
+        });
+    let mut model = if n > 1 && allreduce.len() >= 3 {
+        algorithms.fit(n, &allreduce).map_err(anyhow::Error::msg)?
     } else {
-        NetworkModel::from_bits_per_second(1e12, 0.0)
+        algorithms
     };
     if let Some(bps) = args.link_bits_per_second {
         model.bandwidth = bps / 8.0;
     }
-    model.allreduce = match args.allreduce_algorithm {
-        Algorithm::Ring => AllreduceAlgorithm::Ring,
-        Algorithm::RecursiveDoubling => AllreduceAlgorithm::RecursiveDoubling,
-    };
     let mut rows = Vec::new();
-    for bytes in sizes(args) {
-        let mut f = vec![1.0f32; bytes / 4];
-        let s = timed(c, args, |c| Ok(c.allreduce_sum_f32(black_box(&mut f))?))?;
+    for (&bytes, &(_, s)) in sizes.iter().zip(&allreduce) {
         rows.push(row("allreduce", backend, n, bytes, s, model.allreduce(n, bytes as u64)));
 
         let msg = vec![7u8; bytes];
@@ -261,14 +314,28 @@ fn measure(c: &mut dyn Collective, args: &Args, backend: &'static str) -> Result
         let predicted = model.push_pull(n, ServerPlacement::CoLocated, bytes as u64, bytes as u64);
         rows.push(row("push_pull", backend, n, bytes, s, predicted));
     }
-    if c.rank() == 0 && !args.json {
-        println!(
-            "model: alpha = {:.1} us, bandwidth = {:.3} GB/s ({}), allreduce {:?}",
-            model.alpha * 1e6,
-            model.bandwidth / 1e9,
-            if args.link_bits_per_second.is_some() { "nominal link rate" } else { "calibrated in this run" },
-            model.allreduce
-        );
+    if c.rank() == 0 {
+        if !args.json {
+            println!(
+                "model: alpha = {:.1} us, bandwidth = {:.3} GB/s, rendezvous = {:.1} us per message over {} KiB ({}), allreduce {:?}, allgatherv {:?}",
+                model.alpha * 1e6,
+                model.bandwidth / 1e9,
+                model.rendezvous * 1e6,
+                model.eager_limit >> 10,
+                if args.link_bits_per_second.is_some() { "nominal link rate" } else { "fitted to this run's allreduce" },
+                model.allreduce,
+                model.allgatherv
+            );
+        }
+        if let Some(path) = &args.calibrate_out {
+            let link_bps = args
+                .nominal_bps
+                .context("--calibrate-out needs --nominal-bps (the link's rate, e.g. 1e8)")?;
+            let cal = Calibration { link_bps, workers: n, model, samples: allreduce };
+            std::fs::write(path, serde_json::to_string_pretty(&cal)? + "\n")
+                .with_context(|| format!("writing {}", path.display()))?;
+            eprintln!("calibration written to {}", path.display());
+        }
     }
     Ok(rows)
 }

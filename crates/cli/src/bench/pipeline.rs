@@ -94,7 +94,7 @@ pub fn run(a: &Args) -> Result<()> {
     if a.steps == 0 || a.rounds == 0 || a.batch == 0 {
         bail!("--steps, --rounds and --batch must be at least 1");
     }
-    if !(a.bucket_mb > 0.0) {
+    if a.bucket_mb.is_nan() || a.bucket_mb <= 0.0 {
         bail!("--bucket-mb must be > 0");
     }
     match a.backend {
@@ -102,10 +102,8 @@ pub fn run(a: &Args) -> Result<()> {
             let n = a.workers.unwrap_or(4);
             let group = InProcessGroup::new(n).build()?;
             let rows = std::thread::scope(|s| {
-                let ranks: Vec<_> = group
-                    .into_iter()
-                    .map(|mut c| s.spawn(move || measure(&mut c, a)))
-                    .collect();
+                let ranks: Vec<_> =
+                    group.into_iter().map(|mut c| s.spawn(move || measure(&mut c, a))).collect();
                 ranks.into_iter().map(|r| r.join().expect("a worker panicked")).collect::<Vec<_>>()
             });
             let mut rows = rows.into_iter();
@@ -187,8 +185,9 @@ fn measure_model<M: Net>(c: &mut dyn Collective, a: &Args, model: M, device: &De
                     let total = start.elapsed().as_secs_f64();
                     step += 1;
                     // The slowest rank's figures, agreed outside the timing.
-                    let mut f = [compute, st.compress_seconds, st.communicate_seconds, st.decode_seconds, total]
-                        .map(|v| v as f32);
+                    let mut f =
+                        [compute, st.compress_seconds, st.communicate_seconds, st.decode_seconds, total]
+                            .map(|v| v as f32);
                     c.allreduce_max_f32(&mut f)?;
                     // Round 0 warms both modes up (buffers grow, caches fill).
                     if round > 0 {

@@ -21,7 +21,9 @@ mod exchange;
 mod sync;
 
 pub use celgc::Celgc;
-pub use exchange::{BucketTimes, ExchangeStats, GradientExchange, Unit, WireCall, WireKind};
+pub use exchange::{
+    bucket_bytes, cut_buckets, BucketTimes, ExchangeStats, GradientExchange, Unit, WireCall, WireKind,
+};
 pub use sync::Synchronous;
 
 use std::collections::BTreeMap;

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use gradcomp_comm::{AllreduceAlgorithm, Gathered, NetworkModel, OpKind};
+use gradcomp_comm::{Gathered, NetworkModel, OpKind};
 use gradcomp_compress::k_for;
 use gradcomp_compress::stats::ContractionBounds;
 use serde::{Deserialize, Serialize};
@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use super::checkpoint::Counters;
 use super::{io, Shared, TrainError};
 use crate::api::{DataParallel, StepStats, SyncError};
-use crate::config::{AllreduceAlgo, TrainConfig};
+use crate::config::TrainConfig;
 use crate::records::{link_key, EpochRecord, JsonLines, StepRecord};
 use crate::strategy::{BucketTimes, WireCall, WireKind};
 
@@ -116,19 +116,9 @@ pub(super) struct Recorder {
     epochs_out: Option<JsonLines>,
 }
 
-/// Network models for the configured link speeds.
-fn link_models(cfg: &TrainConfig) -> Vec<(String, NetworkModel)> {
-    let algorithm = match cfg.network.allreduce {
-        AllreduceAlgo::Ring => AllreduceAlgorithm::Ring,
-        AllreduceAlgo::RecursiveDoubling => AllreduceAlgorithm::RecursiveDoubling,
-    };
-    cfg.network
-        .links_bps
-        .iter()
-        .map(|&b| {
-            (link_key(b), NetworkModel::from_bits_per_second(b, cfg.network.alpha).with_allreduce(algorithm))
-        })
-        .collect()
+/// Network models for the configured link speeds, keyed as the records key them.
+fn link_models(cfg: &TrainConfig) -> Result<Vec<(String, NetworkModel)>, TrainError> {
+    Ok(cfg.network.models()?.into_iter().map(|(b, m)| (link_key(b), m)).collect())
 }
 
 /// The predicted time one exchange call takes on link `m` with `n` workers.
@@ -203,7 +193,7 @@ impl Recorder {
         let mut r = Recorder {
             steps: Vec::new(),
             totals: Counters { workers: sh.cfg.workers, ..Default::default() },
-            links: link_models(sh.cfg),
+            links: link_models(sh.cfg)?,
             compressed_elems,
             steps_out: None,
             epochs_out: None,

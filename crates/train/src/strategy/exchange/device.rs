@@ -216,7 +216,9 @@ impl GradientExchange {
             };
             front.compressors[u].compress(client, input, &ctx, &mut host.msgs[u]).map_err(device_error)?;
             let measured = if measure { Some(input.read(client).map_err(device_error)?) } else { None };
-            if let Some([e, n, bound]) = account(&host.msgs[u], measured.as_deref(), &mut host.scratch, &mut st) {
+            if let Some([e, n, bound]) =
+                account(&host.msgs[u], measured.as_deref(), &mut host.scratch, &mut st)
+            {
                 (err, norm) = (err + e, norm + n);
                 st.bound_ratios.push(bound);
             }

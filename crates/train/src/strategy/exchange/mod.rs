@@ -160,15 +160,15 @@ struct Plan {
     buckets: Vec<Range<usize>>,
 }
 
-/// Cuts `units` into runs of at least `bucket_bytes` bytes of f32 values
+/// Cuts units of `unit_lens` values into runs of at least `bucket_bytes` bytes of f32 values
 /// (the first run holds whatever is left), from the last unit backwards:
 /// backpropagation finishes the output layers first, so DDP sends them
 /// first. Units are never split. Returned in exchange order.
-fn cut_buckets(units: &[Unit], bucket_bytes: u64) -> Vec<Range<usize>> {
+pub fn cut_buckets(unit_lens: &[usize], bucket_bytes: u64) -> Vec<Range<usize>> {
     let mut buckets = Vec::new();
-    let (mut end, mut bytes) = (units.len(), 0u64);
-    for u in (0..units.len()).rev() {
-        bytes += 4 * units[u].len as u64;
+    let (mut end, mut bytes) = (unit_lens.len(), 0u64);
+    for u in (0..unit_lens.len()).rev() {
+        bytes += 4 * unit_lens[u] as u64;
         if bytes >= bucket_bytes && u > 0 {
             buckets.push(u..end);
             (end, bytes) = (u, 0);
@@ -178,6 +178,11 @@ fn cut_buckets(units: &[Unit], bucket_bytes: u64) -> Vec<Range<usize>> {
         buckets.push(0..end);
     }
     buckets
+}
+
+/// `compression.bucket_mb` in bytes.
+pub fn bucket_bytes(bucket_mb: f64) -> u64 {
+    (bucket_mb * (1u64 << 20) as f64) as u64
 }
 
 /// The per-unit state this worker's thread works on: compressors, memories
@@ -281,7 +286,8 @@ impl GradientExchange {
             .map(|&m| m && memory == MemoryKind::ErrorFeedback && c.residual == ResidualForm::LrScaled)
             .collect();
         let route = units.iter().map(|u| Route::of(u, topology, combine)).collect();
-        let buckets = cut_buckets(&units, (c.bucket_mb * (1u64 << 20) as f64) as u64);
+        let lens: Vec<usize> = units.iter().map(|u| u.len).collect();
+        let buckets = cut_buckets(&lens, bucket_bytes(c.bucket_mb));
         let front = Front {
             compressors,
             memories,
@@ -457,7 +463,11 @@ impl GradientExchange {
 
     /// The scalars' max-reduce across workers (TernGrad's shared scaler), if
     /// any unit has one; returns its seconds.
-    fn share_scalars(&mut self, c: &mut dyn Collective, st: &mut ExchangeStats) -> Result<f64, StrategyError> {
+    fn share_scalars(
+        &mut self,
+        c: &mut dyn Collective,
+        st: &mut ExchangeStats,
+    ) -> Result<f64, StrategyError> {
         let t = Instant::now();
         let scalars = &mut self.front.scalars;
         if !scalars.is_empty() {
@@ -582,29 +592,17 @@ mod tests {
     use gradcomp_comm::InProcessGroup;
     use gradcomp_compress::codec;
 
-    fn units(lens: &[usize]) -> Vec<Unit> {
-        let mut offset = 0;
-        lens.iter()
-            .enumerate()
-            .map(|(i, &len)| {
-                let u = Unit { id: i as u32, name: format!("u{i}"), offset, len, dense: false };
-                offset += len;
-                u
-            })
-            .collect()
-    }
-
     #[test]
     fn buckets_are_cut_from_the_last_unit_and_never_split_one() {
-        let u = units(&[10, 20, 30, 40]);
+        let u = [10, 20, 30, 40];
         // 4-byte values: 160, 120, 80, 40 bytes from the back.
         assert_eq!(cut_buckets(&u, 1 << 30), vec![0..4]);
         assert_eq!(cut_buckets(&u, 100), vec![3..4, 2..3, 0..2]);
         assert_eq!(cut_buckets(&u, 1), vec![3..4, 2..3, 1..2, 0..1]);
         assert_eq!(cut_buckets(&u, 280), vec![2..4, 0..2]);
         // The first unit always stays with the last bucket, even when small.
-        assert_eq!(cut_buckets(&units(&[1, 1000]), 100), vec![1..2, 0..1]);
-        assert_eq!(cut_buckets(&units(&[1000]), 1), vec![0..1]);
+        assert_eq!(cut_buckets(&[1, 1000], 100), vec![1..2, 0..1]);
+        assert_eq!(cut_buckets(&[1000], 1), vec![0..1]);
         assert_eq!(cut_buckets(&[], 1), vec![0..0]);
     }
 
@@ -625,7 +623,12 @@ mod tests {
     type Trace = (Vec<(Vec<u32>, Vec<u8>, u64)>, StateBuffers);
 
     /// Three workers exchange four steps of made-up gradients.
-    fn trace(compressor: &CompressorConfig, topology: Topology, bucket_mb: f64, pipeline: bool) -> Vec<Trace> {
+    fn trace(
+        compressor: &CompressorConfig,
+        topology: Topology,
+        bucket_mb: f64,
+        pipeline: bool,
+    ) -> Vec<Trace> {
         let layout = layout();
         let cfg = CompressionConfig { bucket_mb, pipeline, ..Default::default() };
         let group = InProcessGroup::new(3).timeout(std::time::Duration::from_secs(20)).build().unwrap();
@@ -635,8 +638,14 @@ mod tests {
                 .map(|mut c| {
                     let (layout, cfg) = (&layout, &cfg);
                     s.spawn(move || {
-                        let mut x =
-                            GradientExchange::new(layout, compressor, cfg, topology, ServerPlacement::CoLocated, 7);
+                        let mut x = GradientExchange::new(
+                            layout,
+                            compressor,
+                            cfg,
+                            topology,
+                            ServerPlacement::CoLocated,
+                            7,
+                        );
                         if bucket_mb < 1.0 {
                             assert_eq!(x.buckets(), &[4..5, 2..4, 0..2]);
                         }
@@ -650,7 +659,8 @@ mod tests {
                                 })
                                 .collect();
                             let mut out = vec![f32::NAN; grad.len()];
-                            let st = x.exchange(&grad, Some(1.5), &mut out, step, 0.1, step == 3, &mut c).unwrap();
+                            let st =
+                                x.exchange(&grad, Some(1.5), &mut out, step, 0.1, step == 3, &mut c).unwrap();
                             assert_eq!(st.pipelined, pipeline && x.buckets().len() > 1);
                             assert_eq!(st.buckets.len(), x.buckets().len());
                             let mut wire = Vec::new();

@@ -115,7 +115,9 @@ pub(super) fn run_pipelined(
         });
         let receive = |lanes: &mut Lanes, st: &mut ExchangeStats, out: &mut [f32]| {
             let (b, p, moved) = from_wire.recv().map_err(|_| {
-                StrategyError::Comm(CommError::Invalid("the communication thread ended without a result".into()))
+                StrategyError::Comm(CommError::Invalid(
+                    "the communication thread ended without a result".into(),
+                ))
             })?;
             lanes.unpack(b, p, moved, args, out, st)
         };

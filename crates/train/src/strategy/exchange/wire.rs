@@ -210,7 +210,8 @@ pub(super) fn land(
         let mut bytes = &p.down[..];
         for unit in &plan.units[plan.buckets[b].clone()] {
             let (first, rest) = codec::split_first(bytes).map_err(codec_error)?;
-            codec::accumulate(first, 1.0, &mut out[unit.offset..unit.offset + unit.len]).map_err(codec_error)?;
+            codec::accumulate(first, 1.0, &mut out[unit.offset..unit.offset + unit.len])
+                .map_err(codec_error)?;
             bytes = rest;
         }
     }
