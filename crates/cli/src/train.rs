@@ -189,6 +189,11 @@ pub fn run(a: &TrainArgs) -> Result<()> {
             println!("predicted on a {} cluster: {:.1} s", human_bps(bps), s);
         }
     }
+    if let Some(step) = summary.reached_target {
+        println!(
+            "reached train.target_accuracy at step {step}: stopped there (evals.jsonl has the accuracy against wall-clock)"
+        );
+    }
     if let Some(peak) = peak_memory_mb() {
         println!("peak memory: {peak:.0} MB");
     }

@@ -388,6 +388,10 @@ fn catalog(root: &Path) -> Vec<Case> {
     }
 
     // Configuration values, each through `--set` on a valid config.
+    let bad_calibration = root.join("bad-calibration.json");
+    std::fs::create_dir_all(root).unwrap();
+    std::fs::write(&bad_calibration, "{\"link_bps\": 1e8}").unwrap();
+    let bad_calibration = format!("network.calibration=[\"{}\"]", bad_calibration.display());
     let lstm = ["data.dataset=\"synthetic-tokens\"", "model.name=\"lstm\""];
     let config_cases: Vec<(Vec<&str>, Vec<&str>)> = vec![
         (vec!["workers=0"], vec!["workers"]),
@@ -452,6 +456,15 @@ fn catalog(root: &Path) -> Vec<Case> {
         (vec!["compression.local_clip=nan"], vec!["compression.local_clip"]),
         (vec!["compression.dgc_momentum=2.0"], vec!["compression.dgc_momentum"]),
         (vec!["network.links_bps=[-1.0]"], vec!["network.links_bps"]),
+        (vec!["network.allreduce=\"butterfly\""], vec!["network.allreduce"]),
+        (
+            vec!["network.calibration=[\"/nonexistent/link.json\"]"],
+            vec!["network.calibration", "/nonexistent/link.json"],
+        ),
+        (vec![bad_calibration.as_str()], vec!["network.calibration", "not a calibration"]),
+        (vec!["compression.bucket_mb=0"], vec!["compression.bucket_mb"]),
+        (vec!["compression.bucket_mb=nan"], vec!["compression.bucket_mb"]),
+        (vec!["compression.bucket_mb=-4"], vec!["compression.bucket_mb"]),
         (vec!["data.normalize={ mean = [0.1], std = [0.0] }"], vec!["data.normalize.std"]),
         (vec!["data.normalize={ mean = [nan], std = [1.0] }"], vec!["data.normalize.mean"]),
         (vec!["data.normalize={ mean = [0.1, 0.2], std = [1.0] }"], vec!["data.normalize"]),

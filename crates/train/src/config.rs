@@ -352,6 +352,13 @@ pub struct LoopConfig {
     pub stats_every: u64,
     /// Evaluate on the test set after every epoch.
     pub eval: bool,
+    /// Also evaluate every this many steps within an epoch (0: at epoch
+    /// ends only); every evaluation is a line of `evals.jsonl`, with the
+    /// cumulative measured and predicted wall-clock (time to accuracy).
+    pub eval_every: u64,
+    /// Stop the run at the first evaluation whose test accuracy (a fraction,
+    /// e.g. 0.98) reaches this (image tasks).
+    pub target_accuracy: Option<f64>,
     /// Keep this many of the newest checkpoints, deleting older ones (0: keep all).
     pub keep_checkpoints: u32,
 }
@@ -366,6 +373,8 @@ impl Default for LoopConfig {
             checkpoint_every: 1,
             stats_every: 50,
             eval: true,
+            eval_every: 0,
+            target_accuracy: None,
             keep_checkpoints: 3,
         }
     }
@@ -845,6 +854,17 @@ impl TrainConfig {
         if self.train.epochs == 0 && self.train.max_steps == 0 {
             return Err(err("train.epochs", "must be at least 1 (or set train.max_steps)"));
         }
+        if let Some(t) = self.train.target_accuracy {
+            if !(t > 0.0 && t <= 1.0) {
+                return Err(err("train.target_accuracy", "must be a fraction in (0, 1], e.g. 0.98"));
+            }
+            if !self.train.eval || self.is_language_model() {
+                return Err(err(
+                    "train.target_accuracy",
+                    "needs train.eval = true and an image task (language models report perplexity)",
+                ));
+            }
+        }
         self.data_parallel().validate()?;
         if !(positive(self.comm.timeout_seconds) && self.comm.timeout_seconds.is_finite()) {
             return Err(err("comm.timeout_seconds", "must be finite and positive"));
@@ -982,6 +1002,8 @@ pub const RESUME_SAFE_KEYS: &[&str] = &[
     "train.epochs",
     "train.max_steps",
     "train.eval",
+    "train.eval_every",
+    "train.target_accuracy",
     "train.checkpoint_every",
     "train.stats_every",
     "train.checksum_every",

@@ -701,3 +701,35 @@ fn augmented_images_train_and_resume_bit_exactly() {
     let (full, rest) = interrupted_and_resumed(aug, 30);
     assert_eq!(rest.final_params, full.final_params);
 }
+
+#[test]
+fn evaluations_every_few_steps_record_time_to_accuracy_and_stop_at_the_target() {
+    let evals = |d: &tempdir::Dir| -> Vec<serde_json::Value> {
+        std::fs::read_to_string(d.path().join("evals.jsonl"))
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    };
+    // 25 steps an epoch: evaluations at 5, 10, …, 50, epoch ends included once.
+    let (s, d) = train("[train]\neval_every = 5\n");
+    let all = evals(&d);
+    let steps: Vec<u64> = all.iter().map(|e| e["steps"].as_u64().unwrap()).collect();
+    assert_eq!(steps, (1..=10).map(|i| i * 5).collect::<Vec<u64>>());
+    let walls: Vec<f64> = all.iter().map(|e| e["wall_seconds"].as_f64().unwrap()).collect();
+    assert!(walls.windows(2).all(|w| w[0] < w[1]), "{walls:?}");
+    assert!(all.iter().all(|e| e["predicted_wall_seconds"].as_object().is_some_and(|p| !p.is_empty())));
+    assert_eq!(s.reached_target, None);
+    // The same run with a target between its first and best accuracy stops
+    // at the first evaluation that reaches it, on every worker.
+    let acc: Vec<f64> = all.iter().map(|e| e["test_accuracy"].as_f64().unwrap()).collect();
+    let target = (acc[0] + acc.iter().copied().fold(0.0, f64::max)) / 2.0;
+    let first = acc.iter().position(|&a| a >= target).unwrap();
+    assert!(first > 0, "{acc:?}");
+    let (s, d) = train(&format!("[train]\neval_every = 5\ntarget_accuracy = {target}\n"));
+    assert_eq!(s.reached_target, Some(steps[first]));
+    assert_eq!(s.steps, steps[first]);
+    let stopped = evals(&d);
+    assert_eq!(stopped.len(), first + 1);
+    assert!(stopped.last().unwrap()["test_accuracy"].as_f64().unwrap() >= target);
+}

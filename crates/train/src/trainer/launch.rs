@@ -96,6 +96,7 @@ fn mpi_rank<M: Net>(
             steps: 0,
             params_checksum: 0,
             interrupted: false,
+            reached_target: None,
             final_params: Vec::new(),
         })
     })

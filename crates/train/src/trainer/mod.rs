@@ -126,6 +126,10 @@ pub struct RunSummary {
     pub params_checksum: u64,
     /// Stopped by the stop flag (a checkpoint was written).
     pub interrupted: bool,
+    /// The step whose evaluation first reached `train.target_accuracy`
+    /// (the run stopped there).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reached_target: Option<u64>,
     #[serde(skip)]
     pub final_params: Vec<f32>,
 }
@@ -192,7 +196,8 @@ pub fn train_with<M: Net>(
 }
 
 /// What marks a directory as holding a run.
-const RUN_FILES: &[&str] = &["config.toml", "manifest.json", "steps.jsonl", "epochs.jsonl", "checkpoints"];
+const RUN_FILES: &[&str] =
+    &["config.toml", "manifest.json", "steps.jsonl", "epochs.jsonl", "evals.jsonl", "checkpoints"];
 
 /// Refuses to start a new run over an existing one unless asked to
 /// overwrite it (then removes the old run's files); a resume keeps it.

@@ -114,6 +114,7 @@ pub(super) struct Recorder {
     compressed_elems: usize,
     steps_out: Option<JsonLines>,
     epochs_out: Option<JsonLines>,
+    evals_out: Option<JsonLines>,
 }
 
 /// Network models for the configured link speeds, keyed as the records key them.
@@ -197,11 +198,13 @@ impl Recorder {
             compressed_elems,
             steps_out: None,
             epochs_out: None,
+            evals_out: None,
         };
         if rank == 0 {
             let dir = &sh.run_dir;
             r.steps_out = Some(JsonLines::open(&dir.join("steps.jsonl"), resume).map_err(io(dir))?);
             r.epochs_out = Some(JsonLines::open(&dir.join("epochs.jsonl"), resume).map_err(io(dir))?);
+            r.evals_out = Some(JsonLines::open(&dir.join("evals.jsonl"), resume).map_err(io(dir))?);
         }
         Ok(r)
     }
@@ -301,7 +304,8 @@ impl Recorder {
     }
 
     /// Ends an epoch on rank 0: its record from the totals and the
-    /// evaluation, written to `epochs.jsonl`. The epoch's loss sums restart.
+    /// evaluation, written to `epochs.jsonl` (and, evaluated, to
+    /// `evals.jsonl`). The epoch's loss sums restart.
     pub(super) fn epoch_record(
         &mut self,
         sh: &Shared<'_>,
@@ -309,7 +313,25 @@ impl Recorder {
         step: u64,
         eval: Option<&super::eval::Evaluation>,
     ) -> Result<EpochRecord, TrainError> {
-        let t = &mut self.totals;
+        let r = self.eval_record(sh, epoch, step, eval)?;
+        self.totals.epoch_loss_sum = 0.0;
+        self.totals.epoch_loss_steps = 0;
+        self.epochs_out.as_mut().expect("rank 0 writes records").write(&r).map_err(io(&sh.run_dir))?;
+        Ok(r)
+    }
+
+    /// An evaluation's record on rank 0, in the form of an epoch's (the
+    /// epoch so far: training loss since its start, cumulative bytes and
+    /// times), written to `evals.jsonl`: the accuracy against wall-clock
+    /// curve of `train.eval_every`, epoch ends included.
+    pub(super) fn eval_record(
+        &mut self,
+        sh: &Shared<'_>,
+        epoch: u32,
+        step: u64,
+        eval: Option<&super::eval::Evaluation>,
+    ) -> Result<EpochRecord, TrainError> {
+        let t = &self.totals;
         let lm = sh.cfg.is_language_model();
         let r = EpochRecord {
             epoch,
@@ -325,9 +347,9 @@ impl Recorder {
             wall_seconds: t.wall_seconds,
             predicted_wall_seconds: t.predicted_wall_seconds.clone(),
         };
-        t.epoch_loss_sum = 0.0;
-        t.epoch_loss_steps = 0;
-        self.epochs_out.as_mut().expect("rank 0 writes records").write(&r).map_err(io(&sh.run_dir))?;
+        if eval.is_some() {
+            self.evals_out.as_mut().expect("rank 0 writes records").write(&r).map_err(io(&sh.run_dir))?;
+        }
         Ok(r)
     }
 }

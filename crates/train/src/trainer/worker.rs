@@ -67,6 +67,8 @@ struct Worker<'a, 's, M> {
     epochs: u32,
     recorder: Recorder,
     last_eval: (Option<f64>, Option<f64>),
+    /// The step at which `train.target_accuracy` was reached.
+    reached_target: Option<u64>,
     epoch_records: Vec<EpochRecord>,
     /// The step of the last checkpoint written.
     saved_at: Option<u64>,
@@ -111,6 +113,7 @@ impl<'a, 's, M: Net> Worker<'a, 's, M> {
             total_steps,
             epochs: total_steps.div_ceil(steps_per_epoch) as u32,
             last_eval: (None, None),
+            reached_target: None,
             epoch_records: Vec::new(),
             saved_at: None,
             _model: PhantomData,
@@ -154,6 +157,7 @@ impl<'a, 's, M: Net> Worker<'a, 's, M> {
             let (m, stop) = self.step(model)?;
             model = m;
             let step = self.dp.step();
+            let every = self.sh.cfg.train.eval_every;
             if step.is_multiple_of(self.steps_per_epoch) || step == self.total_steps {
                 // Not after the last step: evaluation and the summary already
                 // use the workers' average, and a round there would send
@@ -162,6 +166,11 @@ impl<'a, 's, M: Net> Worker<'a, 's, M> {
                     model = self.dp.average_model_now(model)?;
                 }
                 self.end_epoch(&model)?;
+            } else if every > 0 && step.is_multiple_of(every) && self.sh.cfg.train.eval {
+                self.evaluate_now(&model)?;
+            }
+            if self.reached_target.is_some() {
+                break;
             }
             if stop && step < self.total_steps {
                 interrupted = true;
@@ -220,6 +229,33 @@ impl<'a, 's, M: Net> Worker<'a, 's, M> {
         Ok((model, synced.stop_requested))
     }
 
+    /// An evaluation within an epoch (`train.eval_every`): the steps so far
+    /// go to the records first, so its line in `evals.jsonl` carries the
+    /// wall-clock up to this step.
+    fn evaluate_now(&mut self, model: &M) -> Result<(), TrainError> {
+        let step = self.dp.step();
+        self.recorder.flush(self.dp, self.sh)?;
+        let consensus = self.dp.consensus_model(model)?;
+        let eval = eval::evaluate(self.dp, &consensus, self.sh)?;
+        if self.dp.rank() == 0 {
+            let r = self.recorder.eval_record(self.sh, self.epoch_of(step - 1), step, Some(&eval))?;
+            self.last_eval = (r.test_accuracy, r.test_perplexity);
+        }
+        self.check_target(step, &eval);
+        Ok(())
+    }
+
+    /// Notes the step at which the test accuracy first reached
+    /// `train.target_accuracy`. Every worker holds the same (allreduced)
+    /// evaluation, so all of them stop together.
+    fn check_target(&mut self, step: u64, eval: &eval::Evaluation) {
+        if let Some(target) = self.sh.cfg.train.target_accuracy {
+            if self.reached_target.is_none() && eval.test.accuracy() >= target {
+                self.reached_target = Some(step);
+            }
+        }
+    }
+
     /// Ends an epoch: records, evaluation (on the model every worker agrees
     /// on), the density of the next epoch, and a checkpoint when due.
     fn end_epoch(&mut self, model: &M) -> Result<(), TrainError> {
@@ -237,6 +273,9 @@ impl<'a, 's, M: Net> Worker<'a, 's, M> {
             self.last_eval = (r.test_accuracy, r.test_perplexity);
             self.sh.observer.lock().unwrap_or_else(|e| e.into_inner()).epoch(&r);
             self.epoch_records.push(r);
+        }
+        if let Some(eval) = &eval {
+            self.check_target(step, eval);
         }
         self.dp.set_epoch(epoch + 1);
         let every = self.sh.cfg.train.checkpoint_every;
@@ -265,6 +304,7 @@ impl<'a, 's, M: Net> Worker<'a, 's, M> {
             steps: self.dp.step(),
             params_checksum: crate::params::checksum(&params),
             interrupted,
+            reached_target: self.reached_target,
             final_params: params,
         }))
     }
