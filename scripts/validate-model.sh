@@ -7,11 +7,18 @@
 #
 #   scripts/validate-model.sh [STEPS]        (needs root, Open MPI, MNIST)
 #   NETSIM_BURST=256kb VALIDATION_OUT=runs/validation-256kb scripts/validate-model.sh
+#
+# VALIDATION_BIN: a gradcomp already built with --features mpi (else this
+# builds one). VALIDATION_CALIBRATION: a directory of link calibrations
+# (scripts/calibrate-links.sh): each run then predicts with its N and link's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 steps="${1:-60}"
-cargo build --release -p gradcomp-cli --features mpi >&2
-bin="$PWD/target/release/gradcomp"
+bin="${VALIDATION_BIN:-}"
+if [ -z "$bin" ]; then
+    cargo build --release -p gradcomp-cli --features mpi >&2
+    bin="$PWD/target/release/gradcomp"
+fi
 out="${VALIDATION_OUT:-runs/validation}"
 mkdir -p "$out"
 dirs=()
@@ -25,9 +32,12 @@ for n in 2 4; do
         for method in dense terngrad gaussiank; do
             cfg=experiments/mnist-lenet-dense-n4.toml
             extra=()
+            if [ -n "${VALIDATION_CALIBRATION:-}" ]; then
+                extra+=(--set "network.calibration=[\"$PWD/$VALIDATION_CALIBRATION/n$n-$rate.json\"]")
+            fi
             case $method in
                 terngrad) cfg=experiments/mnist-lenet-terngrad-n4.toml ;;
-                gaussiank) extra=(--set 'compressor.name="gaussiank"' --set compressor.density=0.001 --set 'comm.topology="allgather"') ;;
+                gaussiank) extra+=(--set 'compressor.name="gaussiank"' --set compressor.density=0.001 --set 'comm.topology="allgather"') ;;
             esac
             name="val-$method-n$n-$rate"
             echo "== $name" >&2

@@ -33,6 +33,10 @@ pub struct Args {
     /// median predicted one at each run's (single) configured link.
     #[arg(long)]
     validation: bool,
+    /// Add the time-to-accuracy table: per run, the steps, measured and
+    /// predicted wall-clock, and bytes to its `train.target_accuracy`.
+    #[arg(long)]
+    time_to_accuracy: bool,
     /// Also draw compression time against the number of elements d, one line
     /// per sparsifier and density, from `gradcomp bench compress --json` output.
     #[arg(long, value_name = "BENCH.jsonl")]
@@ -45,6 +49,8 @@ pub struct Run {
     pub config: TrainConfig,
     pub manifest: Option<Manifest>,
     pub epochs: Vec<EpochRecord>,
+    /// `evals.jsonl` (`train.eval_every`), when the run has one.
+    pub evals: Vec<EpochRecord>,
     pub steps: Vec<StepRecord>,
 }
 
@@ -64,6 +70,11 @@ impl Run {
             config,
             manifest,
             epochs: read_jsonl(&dir.join("epochs.jsonl"))?,
+            evals: if dir.join("evals.jsonl").is_file() {
+                read_jsonl(&dir.join("evals.jsonl"))?
+            } else {
+                Vec::new()
+            },
             steps: read_jsonl(&dir.join("steps.jsonl"))?,
         })
     }
@@ -74,12 +85,14 @@ impl Run {
 
     /// (epoch number from 1, test metric): accuracy in % or perplexity.
     pub fn metric(&self) -> Vec<(f64, f64)> {
-        self.series(|e| Some(f64::from(e.epoch) + 1.0))
+        self.epochs.iter().filter_map(|e| Some((f64::from(e.epoch) + 1.0, e.metric()?))).collect()
     }
 
-    /// (x of an epoch, its test metric), for the epochs that have both.
+    /// (x of an evaluation, its test metric), for the evaluations that have
+    /// both: every `evals.jsonl` line when the run has them, else the epochs.
     fn series(&self, x: impl Fn(&EpochRecord) -> Option<f64>) -> Vec<(f64, f64)> {
-        self.epochs.iter().filter_map(|e| Some((x(e)?, e.metric()?))).collect()
+        let curve = if self.evals.is_empty() { &self.epochs } else { &self.evals };
+        curve.iter().filter_map(|e| Some((x(e)?, e.metric()?))).collect()
     }
 
     fn step_bytes(&self) -> f64 {
@@ -108,7 +121,7 @@ fn human_link(bps: &str) -> String {
 /// The link speeds (bit/s keys) the first run predicted its wall-clock for.
 fn links(runs: &[Run]) -> Vec<String> {
     runs.first()
-        .and_then(|r| r.epochs.last())
+        .and_then(|r| r.epochs.last().or(r.evals.last()))
         .map(|e| e.predicted_wall_seconds.keys().cloned().collect())
         .unwrap_or_default()
 }
@@ -450,6 +463,47 @@ pub fn validation_table(runs: &[Run]) -> String {
     s
 }
 
+/// Per run: the first evaluation at or above its `train.target_accuracy`
+/// (from `evals.jsonl`, else the epochs): the steps, the measured
+/// wall-clock of training and the predicted one at each link the run
+/// predicts for, and the bytes sent; or the best accuracy if never reached.
+pub fn time_to_accuracy_table(runs: &[Run]) -> String {
+    let links = links(runs);
+    let mut s = String::from("| run | target | steps | measured s |");
+    for l in &links {
+        let _ = write!(s, " predicted s @ {} |", human_link(l));
+    }
+    s.push_str(" MB sent |\n|---|---:|---:|---:|");
+    s.push_str(&"---:|".repeat(links.len() + 1));
+    s.push('\n');
+    for r in runs {
+        let target = r.config.train.target_accuracy.unwrap_or(1.0);
+        let curve = if r.evals.is_empty() { &r.epochs } else { &r.evals };
+        let _ = write!(s, "| {} | {:.1}% |", r.name, target * 100.0);
+        match curve.iter().find(|e| e.test_accuracy.is_some_and(|a| a >= target)) {
+            Some(e) => {
+                let _ = write!(s, " {} | {:.1} |", e.steps, e.wall_seconds);
+                for l in &links {
+                    let _ =
+                        write!(s, " {:.1} |", e.predicted_wall_seconds.get(l).copied().unwrap_or(f64::NAN));
+                }
+                let _ = writeln!(s, " {:.1} |", e.bytes_sent as f64 / 1e6);
+            }
+            None => {
+                let best = curve.iter().filter_map(|e| e.test_accuracy).fold(f64::NAN, f64::max);
+                let _ = writeln!(
+                    s,
+                    " not reached (best {:.2}% in {} steps) |{}",
+                    best * 100.0,
+                    curve.last().map_or(0, |e| e.steps),
+                    " |".repeat(links.len() + 2)
+                );
+            }
+        }
+    }
+    s
+}
+
 pub fn run(a: &Args) -> Result<()> {
     let runs: Vec<Run> = a.runs.iter().map(|d| Run::load(d)).collect::<Result<_>>()?;
     let fig_dir = a.out.join("figures");
@@ -461,6 +515,12 @@ pub fn run(a: &Args) -> Result<()> {
     md.push_str(&summary_table(&runs));
     md.push_str("\n**Traffic per step by operation** (all workers together)\n\n");
     md.push_str(&traffic_table(&runs));
+    if a.time_to_accuracy {
+        md.push_str("\n## Time to accuracy\n\n");
+        let t = time_to_accuracy_table(&runs);
+        println!("{t}");
+        md.push_str(&t);
+    }
     if a.validation {
         md.push_str("\n## Measured against predicted step time\n\n");
         let v = validation_table(&runs);
@@ -478,7 +538,10 @@ pub fn run(a: &Args) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::{selection_time_figure, validation_table, Run, StepRecord, TrainConfig};
+    use super::{
+        selection_time_figure, time_to_accuracy_table, validation_table, EpochRecord, Run, StepRecord,
+        TrainConfig,
+    };
 
     #[test]
     fn validation_table_splits_the_step_into_communication_and_compute() {
@@ -498,11 +561,42 @@ mod tests {
             config: TrainConfig { workers: 2, ..Default::default() },
             manifest: None,
             epochs: Vec::new(),
+            evals: Vec::new(),
             steps: vec![step; 8],
         };
         let t = validation_table(&[run]);
         let row = t.lines().last().unwrap();
         assert_eq!(row, "| r | 2 | 100 Mbit/s | 0.0200 | 0.0220 | +10% | 14.0 | 16.0 | 4.0 |", "{t}");
+    }
+
+    #[test]
+    fn time_to_accuracy_is_the_first_evaluation_at_the_target() {
+        let eval = |steps: u64, acc: f64, wall: f64| EpochRecord {
+            steps,
+            test_accuracy: Some(acc),
+            wall_seconds: wall,
+            bytes_sent: steps * 1_000_000,
+            predicted_wall_seconds: [("100000000".to_string(), wall * 2.0)].into(),
+            ..Default::default()
+        };
+        let mut config = TrainConfig::default();
+        config.train.target_accuracy = Some(0.9);
+        let run = |name: &str, evals| Run {
+            name: name.into(),
+            config: config.clone(),
+            manifest: None,
+            epochs: Vec::new(),
+            evals,
+            steps: Vec::new(),
+        };
+        let t = time_to_accuracy_table(&[
+            run("fast", vec![eval(25, 0.5, 1.0), eval(50, 0.91, 2.0), eval(75, 0.95, 3.0)]),
+            run("slow", vec![eval(25, 0.5, 1.0), eval(50, 0.8, 2.0)]),
+        ]);
+        let rows: Vec<&str> = t.lines().collect();
+        assert_eq!(rows[0], "| run | target | steps | measured s | predicted s @ 100 Mbit/s | MB sent |");
+        assert_eq!(rows[2], "| fast | 90.0% | 50 | 2.0 | 4.0 | 50.0 |");
+        assert!(rows[3].starts_with("| slow | 90.0% | not reached (best 80.00% in 50 steps) |"), "{t}");
     }
 
     #[test]

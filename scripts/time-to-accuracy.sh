@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Time to accuracy (issue #14, point 4): LeNet-5 on MNIST and the Fashion CNN
+# on Fashion-MNIST, 4 MPI ranks in bandwidth-limited namespaces
+# (scripts/netsim.sh) at 100 Mbit/s and 1 Gbit/s, for dense, TernGrad, Top-k
+# with error feedback, DGC and QSGD; each run stops at its config's
+# train.target_accuracy and predicts its wall-clock with the link's
+# calibration. Dense and Top-k also run without pipelining at 100 Mbit/s.
+#
+#   scripts/time-to-accuracy.sh BIN [OUT]        (root, Open MPI, the datasets)
+#
+# BIN is a gradcomp built with --features mpi. The calibrations come from
+# scripts/calibrate-links.sh (TTA_CALIBRATION, default docs/bench/calibration).
+# The table: gradcomp report --time-to-accuracy OUT/<runs>.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bin="${1:?usage: scripts/time-to-accuracy.sh BIN [OUT]}"
+out="${2:-runs/tta}"
+cal="${TTA_CALIBRATION:-docs/bench/calibration}"
+mkdir -p "$out"
+
+# The method table: the settings each method changes in the base configs.
+method_sets() {
+    case $1 in
+        dense) sets=('compressor.name="dense"' 'comm.topology="allreduce"') ;;
+        terngrad) sets=('compressor={ name = "terngrad", clipping = true, c = 2.5, share_scaler = true }'
+                        'comm.topology="parameter-server"') ;;
+        topk) sets=('compressor={ name = "topk", density = 0.01 }' 'compression.memory="error-feedback"'
+                    'comm.topology="allgather"') ;;
+        dgc) sets=('compressor={ name = "dgck", density = 0.001 }' 'compression.memory="dgc-momentum"'
+                   'compression.warmup={ kind = "exp", epochs = 1 }' 'compression.local_clip=5.0'
+                   'compression.exclude={ biases = true }' 'optimizer.momentum=0.0' 'comm.topology="allgather"') ;;
+        qsgd) sets=('compressor.name="qsgd"' 'comm.topology="allgather"') ;;
+        *) echo "unknown method $1" >&2; exit 2 ;;
+    esac
+}
+
+run() { # MODEL RATE METHOD PIPELINE
+    local model=$1 rate=$2 method=$3 pipeline=$4
+    local bps burst name
+    bps=$([ "$rate" = 100mbit ] && echo 1e8 || echo 1e9)
+    burst=$([ "$rate" = 100mbit ] && echo 32kb || echo 256kb) # ~2.5 ms of traffic, as validate-model.sh
+    name="tta-$model-$method-$rate$([ "$pipeline" = true ] || echo -nopipe)"
+    method_sets "$method"
+    local args=()
+    for s in "${sets[@]}"; do args+=(--set "$s"); done
+    echo "== $name" >&2
+    NETSIM_BURST=$burst NETSIM_TIMEOUT=1200 scripts/netsim.sh run 4 "$rate" "$bin" train --backend mpi --quiet \
+        --config "experiments/tta-$model.toml" --overwrite "${args[@]}" \
+        --set "name=\"$name\"" --set "run_dir=\"$PWD/$out/$name\"" \
+        --set "compression.pipeline=$pipeline" --set "network.links_bps=[$bps]" \
+        --set "network.calibration=[\"$PWD/$cal/n4-$rate.json\"]" > "$out/$name.log" 2>&1 ||
+        echo "   FAILED (see $out/$name.log)" >&2
+}
+
+for model in ${TTA_MODELS:-mnist-lenet fashion-cnn}; do
+    for rate in 100mbit 1gbit; do
+        for method in ${TTA_METHODS:-dense terngrad topk dgc qsgd}; do
+            run "$model" "$rate" "$method" true
+        done
+    done
+    for method in dense topk; do
+        run "$model" 100mbit "$method" false
+    done
+done
