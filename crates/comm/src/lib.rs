@@ -23,7 +23,7 @@ pub mod meter;
 pub mod mpi;
 pub mod netmodel;
 
-pub use collective::{Collective, CommError, Gathered, OpKind, ServerPlacement};
+pub use collective::{Aggregate, Collective, CommError, Gathered, OpKind, ServerPlacement};
 pub use in_process::{InProcessCollective, InProcessGroup};
 pub use meter::{ByteMeter, OpBytes, StepBytes};
 pub use netmodel::{AllgathervAlgorithm, AllreduceAlgorithm, Calibration, NetworkModel};

@@ -704,4 +704,139 @@ mod tests {
             }
         }
     }
+
+    #[test]
+    fn a_peer_that_leaves_mid_pipeline_is_an_error_on_every_other_worker_not_a_hang() {
+        let layout = layout();
+        let cfg = CompressionConfig { bucket_mb: 0.0002, pipeline: true, ..Default::default() };
+        let group = InProcessGroup::new(3).timeout(std::time::Duration::from_secs(20)).build().unwrap();
+        let start = std::time::Instant::now();
+        let results: Vec<Option<String>> = std::thread::scope(|s| {
+            let workers: Vec<_> = group
+                .into_iter()
+                .map(|mut c| {
+                    let (layout, cfg) = (&layout, &cfg);
+                    s.spawn(move || {
+                        let compressor = CompressorConfig::topk(0.1);
+                        let mut x = GradientExchange::new(
+                            layout,
+                            &compressor,
+                            cfg,
+                            Topology::Allgather,
+                            ServerPlacement::CoLocated,
+                            7,
+                        );
+                        let grad = vec![1.0f32; layout.total()];
+                        let mut out = vec![0.0; grad.len()];
+                        for step in 0..3u64 {
+                            // Worker 2 leaves after the first step (its collective is dropped).
+                            if c.rank() == 2 && step == 1 {
+                                return None;
+                            }
+                            if let Err(e) = x.exchange(&grad, None, &mut out, step, 0.1, false, &mut c) {
+                                return Some(e.to_string());
+                            }
+                        }
+                        Some("no error".into())
+                    })
+                })
+                .collect();
+            workers.into_iter().map(|w| w.join().unwrap()).collect()
+        });
+        assert!(start.elapsed() < std::time::Duration::from_secs(15), "took {:?}", start.elapsed());
+        for (rank, r) in results.iter().take(2).enumerate() {
+            let e = r.as_deref().unwrap();
+            assert!(e.contains("worker 2"), "rank {rank}: {e}");
+        }
+    }
+
+    /// A worker whose allgatherv contributions arrive cut short (a corrupt
+    /// message on the wire).
+    struct Truncating(gradcomp_comm::InProcessCollective);
+
+    impl Collective for Truncating {
+        fn rank(&self) -> usize {
+            self.0.rank()
+        }
+        fn world_size(&self) -> usize {
+            self.0.world_size()
+        }
+        fn allreduce_sum_f32(&mut self, buf: &mut [f32]) -> Result<(), gradcomp_comm::CommError> {
+            self.0.allreduce_sum_f32(buf)
+        }
+        fn allreduce_sum_i32(&mut self, buf: &mut [i32]) -> Result<(), gradcomp_comm::CommError> {
+            self.0.allreduce_sum_i32(buf)
+        }
+        fn allreduce_max_f32(&mut self, buf: &mut [f32]) -> Result<(), gradcomp_comm::CommError> {
+            self.0.allreduce_max_f32(buf)
+        }
+        fn allgatherv(
+            &mut self,
+            send: &[u8],
+            recv: &mut gradcomp_comm::Gathered,
+        ) -> Result<(), gradcomp_comm::CommError> {
+            self.0.allgatherv(&send[..send.len() / 2], recv)
+        }
+        fn broadcast(&mut self, buf: &mut Vec<u8>, root: usize) -> Result<(), gradcomp_comm::CommError> {
+            self.0.broadcast(buf, root)
+        }
+        fn barrier(&mut self) -> Result<(), gradcomp_comm::CommError> {
+            self.0.barrier()
+        }
+        fn push_pull(
+            &mut self,
+            placement: ServerPlacement,
+            upload: &[u8],
+            aggregate: &mut gradcomp_comm::Aggregate<'_>,
+            download: &mut Vec<u8>,
+        ) -> Result<(), gradcomp_comm::CommError> {
+            self.0.push_pull(placement, upload, aggregate, download)
+        }
+        fn meter(&self) -> &gradcomp_comm::ByteMeter {
+            self.0.meter()
+        }
+        fn meter_mut(&mut self) -> &mut gradcomp_comm::ByteMeter {
+            self.0.meter_mut()
+        }
+    }
+
+    #[test]
+    fn a_corrupt_message_in_a_pipelined_bucket_names_its_sender_on_every_worker() {
+        let layout = layout();
+        let cfg = CompressionConfig { bucket_mb: 0.0002, pipeline: true, ..Default::default() };
+        let group = InProcessGroup::new(3).timeout(std::time::Duration::from_secs(20)).build().unwrap();
+        let errors: Vec<String> = std::thread::scope(|s| {
+            let workers: Vec<_> = group
+                .into_iter()
+                .map(|c| {
+                    let (layout, cfg) = (&layout, &cfg);
+                    s.spawn(move || {
+                        let compressor = CompressorConfig::topk(0.1);
+                        let mut x = GradientExchange::new(
+                            layout,
+                            &compressor,
+                            cfg,
+                            Topology::Allgather,
+                            ServerPlacement::CoLocated,
+                            7,
+                        );
+                        let grad = vec![1.0f32; layout.total()];
+                        let mut out = vec![0.0; grad.len()];
+                        let result = if c.rank() == 1 {
+                            x.exchange(&grad, None, &mut out, 0, 0.1, false, &mut Truncating(c))
+                        } else {
+                            let mut c = c;
+                            x.exchange(&grad, None, &mut out, 0, 0.1, false, &mut c)
+                        };
+                        match result {
+                            Err(e @ StrategyError::Codec { rank: 1, .. }) => e.to_string(),
+                            other => panic!("expected a codec error naming worker 1, got {other:?}"),
+                        }
+                    })
+                })
+                .collect();
+            workers.into_iter().map(|w| w.join().unwrap()).collect()
+        });
+        assert!(errors.iter().all(|e| e.contains("worker 1")), "{errors:?}");
+    }
 }
