@@ -121,6 +121,8 @@ fn profile(cfg: &TrainConfig, steps: u64) -> Result<Profile> {
     p.train.max_steps = steps.max(6);
     p.train.epochs = 1;
     p.train.eval = false;
+    p.train.eval_every = 0;
+    p.train.target_accuracy = None;
     p.train.checksum_every = 0;
     p.train.stats_every = 0;
     p.train.checkpoint_every = 0;
