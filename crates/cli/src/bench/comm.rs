@@ -342,10 +342,7 @@ fn measure(c: &mut dyn Collective, args: &Args, backend: &'static str) -> Result
 
 fn print_rows(rows: &[Row], json: bool) {
     if json {
-        for r in rows {
-            println!("{}", serde_json::to_string(r).expect("rows serialize"));
-        }
-        return;
+        return super::print_json_lines(rows);
     }
     println!(
         "{:<18} {:<10} {:>7} {:>11} {:>11} {:>9} {:>12} {:>8}",

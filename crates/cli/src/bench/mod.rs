@@ -27,6 +27,13 @@ pub enum BenchCommand {
     Fuzz(fuzz::Args),
 }
 
+/// Prints `rows` as JSON, one object per line (`--json`).
+fn print_json_lines<T: serde::Serialize>(rows: &[T]) {
+    for r in rows {
+        println!("{}", serde_json::to_string(r).expect("rows serialize"));
+    }
+}
+
 pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     match cmd {
         BenchCommand::Compress(a) => compress::run(&a),

@@ -220,10 +220,7 @@ fn measure_model<M: Net>(c: &mut dyn Collective, a: &Args, model: M, device: &De
 
 fn print_rows(rows: &[Row], json: bool) {
     if json {
-        for r in rows {
-            println!("{}", serde_json::to_string(r).expect("rows serialize"));
-        }
-        return;
+        return super::print_json_lines(rows);
     }
     println!(
         "{:<10} {:>3} {:>4} {:>10} {:>8} {:>8} {:>8} {:>8} {:>10} {:>10} {:>8} {:>10} {:>6}",

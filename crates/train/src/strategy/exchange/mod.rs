@@ -618,6 +618,22 @@ mod tests {
         ])
     }
 
+    /// Runs `f` on three in-process workers, one thread each; results in rank order.
+    fn on_workers<T: Send>(f: impl Fn(gradcomp_comm::InProcessCollective) -> T + Sync) -> Vec<T> {
+        let group = InProcessGroup::new(3).timeout(std::time::Duration::from_secs(20)).build().unwrap();
+        std::thread::scope(|s| {
+            let workers: Vec<_> = group.into_iter().map(|c| s.spawn(|| f(c))).collect();
+            workers.into_iter().map(|w| w.join().unwrap()).collect()
+        })
+    }
+
+    /// An exchange of Top-k ρ = 0.1 over allgather in the test layout's three buckets, pipelined.
+    fn pipelined_topk(layout: &GradientLayout) -> GradientExchange {
+        let cfg = CompressionConfig { bucket_mb: 0.0002, pipeline: true, ..Default::default() };
+        let compressor = CompressorConfig::topk(0.1);
+        GradientExchange::new(layout, &compressor, &cfg, Topology::Allgather, ServerPlacement::CoLocated, 7)
+    }
+
     /// What one worker saw over a few steps: per step the averaged gradient's
     /// bits and every unit's encoded message, then its memories' state.
     type Trace = (Vec<(Vec<u32>, Vec<u8>, u64)>, StateBuffers);
@@ -631,51 +647,34 @@ mod tests {
     ) -> Vec<Trace> {
         let layout = layout();
         let cfg = CompressionConfig { bucket_mb, pipeline, ..Default::default() };
-        let group = InProcessGroup::new(3).timeout(std::time::Duration::from_secs(20)).build().unwrap();
-        std::thread::scope(|s| {
-            let workers: Vec<_> = group
-                .into_iter()
-                .map(|mut c| {
-                    let (layout, cfg) = (&layout, &cfg);
-                    s.spawn(move || {
-                        let mut x = GradientExchange::new(
-                            layout,
-                            compressor,
-                            cfg,
-                            topology,
-                            ServerPlacement::CoLocated,
-                            7,
-                        );
-                        if bucket_mb < 1.0 {
-                            assert_eq!(x.buckets(), &[4..5, 2..4, 0..2]);
-                        }
-                        let rank = c.rank();
-                        let mut steps = Vec::new();
-                        for step in 0..4u64 {
-                            let grad: Vec<f32> = (0..layout.total())
-                                .map(|i| {
-                                    let h = (i as u64 * 2654435761 + step * 97 + rank as u64 * 13) % 1000;
-                                    (h as f32 - 500.0) / 250.0
-                                })
-                                .collect();
-                            let mut out = vec![f32::NAN; grad.len()];
-                            let st =
-                                x.exchange(&grad, Some(1.5), &mut out, step, 0.1, step == 3, &mut c).unwrap();
-                            assert_eq!(st.pipelined, pipeline && x.buckets().len() > 1);
-                            assert_eq!(st.buckets.len(), x.buckets().len());
-                            let mut wire = Vec::new();
-                            for (u, unit) in x.units().iter().enumerate() {
-                                codec::encode(&x.front.msgs[u], unit.id, &mut wire);
-                            }
-                            steps.push((out.iter().map(|v| v.to_bits()).collect(), wire, st.wire_bytes));
-                        }
-                        let mut state = StateBuffers::new();
-                        x.state("", &mut state);
-                        (steps, state)
+        on_workers(|mut c| {
+            let mut x =
+                GradientExchange::new(&layout, compressor, &cfg, topology, ServerPlacement::CoLocated, 7);
+            if bucket_mb < 1.0 {
+                assert_eq!(x.buckets(), &[4..5, 2..4, 0..2]);
+            }
+            let rank = c.rank();
+            let mut steps = Vec::new();
+            for step in 0..4u64 {
+                let grad: Vec<f32> = (0..layout.total())
+                    .map(|i| {
+                        let h = (i as u64 * 2654435761 + step * 97 + rank as u64 * 13) % 1000;
+                        (h as f32 - 500.0) / 250.0
                     })
-                })
-                .collect();
-            workers.into_iter().map(|w| w.join().unwrap()).collect()
+                    .collect();
+                let mut out = vec![f32::NAN; grad.len()];
+                let st = x.exchange(&grad, Some(1.5), &mut out, step, 0.1, step == 3, &mut c).unwrap();
+                assert_eq!(st.pipelined, pipeline && x.buckets().len() > 1);
+                assert_eq!(st.buckets.len(), x.buckets().len());
+                let mut wire = Vec::new();
+                for (u, unit) in x.units().iter().enumerate() {
+                    codec::encode(&x.front.msgs[u], unit.id, &mut wire);
+                }
+                steps.push((out.iter().map(|v| v.to_bits()).collect(), wire, st.wire_bytes));
+            }
+            let mut state = StateBuffers::new();
+            x.state("", &mut state);
+            (steps, state)
         })
     }
 
@@ -708,40 +707,21 @@ mod tests {
     #[test]
     fn a_peer_that_leaves_mid_pipeline_is_an_error_on_every_other_worker_not_a_hang() {
         let layout = layout();
-        let cfg = CompressionConfig { bucket_mb: 0.0002, pipeline: true, ..Default::default() };
-        let group = InProcessGroup::new(3).timeout(std::time::Duration::from_secs(20)).build().unwrap();
         let start = std::time::Instant::now();
-        let results: Vec<Option<String>> = std::thread::scope(|s| {
-            let workers: Vec<_> = group
-                .into_iter()
-                .map(|mut c| {
-                    let (layout, cfg) = (&layout, &cfg);
-                    s.spawn(move || {
-                        let compressor = CompressorConfig::topk(0.1);
-                        let mut x = GradientExchange::new(
-                            layout,
-                            &compressor,
-                            cfg,
-                            Topology::Allgather,
-                            ServerPlacement::CoLocated,
-                            7,
-                        );
-                        let grad = vec![1.0f32; layout.total()];
-                        let mut out = vec![0.0; grad.len()];
-                        for step in 0..3u64 {
-                            // Worker 2 leaves after the first step (its collective is dropped).
-                            if c.rank() == 2 && step == 1 {
-                                return None;
-                            }
-                            if let Err(e) = x.exchange(&grad, None, &mut out, step, 0.1, false, &mut c) {
-                                return Some(e.to_string());
-                            }
-                        }
-                        Some("no error".into())
-                    })
-                })
-                .collect();
-            workers.into_iter().map(|w| w.join().unwrap()).collect()
+        let results = on_workers(|mut c| {
+            let mut x = pipelined_topk(&layout);
+            let grad = vec![1.0f32; layout.total()];
+            let mut out = vec![0.0; grad.len()];
+            for step in 0..3u64 {
+                // Worker 2 leaves after the first step (its collective is dropped).
+                if c.rank() == 2 && step == 1 {
+                    return None;
+                }
+                if let Err(e) = x.exchange(&grad, None, &mut out, step, 0.1, false, &mut c) {
+                    return Some(e.to_string());
+                }
+            }
+            Some("no error".into())
         });
         assert!(start.elapsed() < std::time::Duration::from_secs(15), "took {:?}", start.elapsed());
         for (rank, r) in results.iter().take(2).enumerate() {
@@ -803,39 +783,20 @@ mod tests {
     #[test]
     fn a_corrupt_message_in_a_pipelined_bucket_names_its_sender_on_every_worker() {
         let layout = layout();
-        let cfg = CompressionConfig { bucket_mb: 0.0002, pipeline: true, ..Default::default() };
-        let group = InProcessGroup::new(3).timeout(std::time::Duration::from_secs(20)).build().unwrap();
-        let errors: Vec<String> = std::thread::scope(|s| {
-            let workers: Vec<_> = group
-                .into_iter()
-                .map(|c| {
-                    let (layout, cfg) = (&layout, &cfg);
-                    s.spawn(move || {
-                        let compressor = CompressorConfig::topk(0.1);
-                        let mut x = GradientExchange::new(
-                            layout,
-                            &compressor,
-                            cfg,
-                            Topology::Allgather,
-                            ServerPlacement::CoLocated,
-                            7,
-                        );
-                        let grad = vec![1.0f32; layout.total()];
-                        let mut out = vec![0.0; grad.len()];
-                        let result = if c.rank() == 1 {
-                            x.exchange(&grad, None, &mut out, 0, 0.1, false, &mut Truncating(c))
-                        } else {
-                            let mut c = c;
-                            x.exchange(&grad, None, &mut out, 0, 0.1, false, &mut c)
-                        };
-                        match result {
-                            Err(e @ StrategyError::Codec { rank: 1, .. }) => e.to_string(),
-                            other => panic!("expected a codec error naming worker 1, got {other:?}"),
-                        }
-                    })
-                })
-                .collect();
-            workers.into_iter().map(|w| w.join().unwrap()).collect()
+        let errors = on_workers(|c| {
+            let mut x = pipelined_topk(&layout);
+            let grad = vec![1.0f32; layout.total()];
+            let mut out = vec![0.0; grad.len()];
+            let result = if c.rank() == 1 {
+                x.exchange(&grad, None, &mut out, 0, 0.1, false, &mut Truncating(c))
+            } else {
+                let mut c = c;
+                x.exchange(&grad, None, &mut out, 0, 0.1, false, &mut c)
+            };
+            match result {
+                Err(e @ StrategyError::Codec { rank: 1, .. }) => e.to_string(),
+                other => panic!("expected a codec error naming worker 1, got {other:?}"),
+            }
         });
         assert!(errors.iter().all(|e| e.contains("worker 1")), "{errors:?}");
     }
