@@ -21,7 +21,7 @@ for n in 2 4; do
         burst=$([ "$rate" = 100mbit ] && echo 32kb || echo 256kb)
         echo "== N=$n $rate" >&2
         NETSIM_BURST=$burst NETSIM_TIMEOUT=900 scripts/netsim.sh run "$n" "$rate" "$bin" bench comm --backend mpi \
-            --json --min-time 0.2 --sizes "$sizes" --allreduce-algorithm recursive-doubling \
+            --json --skip-raw --min-time 0.2 --sizes "$sizes" --allreduce-algorithm recursive-doubling \
             --allgatherv-algorithm open-mpi --calibrate-out "$PWD/$out/n$n-$rate.json" --nominal-bps "$bps" \
             > "$out/n$n-$rate.jsonl"
     done

@@ -82,6 +82,10 @@ pub struct Args {
     /// calibration stands for in training predictions (e.g. 1e8).
     #[arg(long)]
     nominal_bps: Option<f64>,
+    /// Skip the interleaved comparison with the raw `mpi` crate allreduce
+    /// (MPI backend), e.g. when only calibrating.
+    #[arg(long)]
+    skip_raw: bool,
     /// One JSON object per line.
     #[arg(long)]
     json: bool,
@@ -140,7 +144,9 @@ pub fn run(args: &Args) -> Result<()> {
 fn run_mpi(args: &Args) -> Result<()> {
     let mut c = gradcomp_comm::mpi::MpiCollective::init(args.workers, std::time::Duration::from_secs(600))?;
     let mut rows = measure(&mut c, args, "mpi")?;
-    rows.extend(raw_mpi_allreduce(&mut c, args)?);
+    if !args.skip_raw {
+        rows.extend(raw_mpi_allreduce(&mut c, args)?);
+    }
     if c.rank() == 0 {
         print_rows(&rows, args.json);
     }
