@@ -71,7 +71,7 @@ pub enum AllgathervAlgorithm {
 
 /// Latency, bandwidth and eager-range cost of every worker's link, and the
 /// algorithms the backend runs.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct NetworkModel {
     /// Seconds per message (α).
     pub alpha: f64,
@@ -87,6 +87,23 @@ pub struct NetworkModel {
     pub allreduce: AllreduceAlgorithm,
     #[serde(default)]
     pub allgatherv: AllgathervAlgorithm,
+    /// Measured seconds of one exchange round (every rank sends and
+    /// receives s bytes at once) at sizes s, from a calibration; empty:
+    /// the α–β–ρ formula. Between samples the time is interpolated linearly.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub exchange: Vec<(u64, f64)>,
+    /// Measured seconds of one one-way message of s bytes through one link.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub send: Vec<(u64, f64)>,
+}
+
+/// What a round of an algorithm loads: both directions of every link at
+/// once (a send-receive exchange), or one direction (a message into or out
+/// of one rank). Over TCP on shared cores the two differ (see NETWORK.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Round {
+    Exchange,
+    Send,
 }
 
 /// Open MPI's TCP transport: `btl_tcp_eager_limit` = 64 KiB.
@@ -107,8 +124,30 @@ fn pof2(n: usize) -> usize {
 /// algorithm below each size, and the one above the last.
 type Band = (usize, &'static [(u64, AllreduceAlgorithm)], AllreduceAlgorithm);
 
-/// Rounds on an algorithm's critical path: (how many, bytes each).
-type Rounds = Vec<(f64, f64)>;
+/// Rounds on an algorithm's critical path: (how many, bytes each, kind).
+type Rounds = Vec<(f64, f64, Round)>;
+
+/// Seconds at `s` bytes on a measured curve (sorted by size): linear
+/// between samples; below the first, down to `floor` at 0 bytes; above the
+/// last, at the slope of the last two samples.
+fn interpolate(curve: &[(u64, f64)], s: f64, floor: f64) -> f64 {
+    let at = |i: usize| (curve[i].0 as f64, curve[i].1);
+    let line = |(x0, y0): (f64, f64), (x1, y1): (f64, f64)| {
+        if x1 > x0 {
+            y0 + (y1 - y0) * (s - x0) / (x1 - x0)
+        } else {
+            y1
+        }
+    };
+    let i = curve.partition_point(|&(x, _)| (x as f64) < s);
+    let t = match i {
+        0 => line((0.0, floor.min(at(0).1)), at(0)),
+        i if i == curve.len() && i >= 2 => line(at(i - 2), at(i - 1)),
+        i if i == curve.len() => at(i - 1).1 * s / at(i - 1).0.max(1.0),
+        i => line(at(i - 1), at(i)),
+    };
+    t.max(0.0)
+}
 
 impl NetworkModel {
     /// A link of `bits_per_second` with latency `alpha` seconds, no
@@ -121,6 +160,8 @@ impl NetworkModel {
             eager_limit: default_eager_limit(),
             allreduce: AllreduceAlgorithm::Ring,
             allgatherv: AllgathervAlgorithm::Ring,
+            exchange: Vec::new(),
+            send: Vec::new(),
         }
     }
 
@@ -134,15 +175,24 @@ impl NetworkModel {
         self
     }
 
+    /// Seconds of one round moving `s` bytes: the calibrated curve of its
+    /// kind, or α + s/B (+ ρ beyond the eager limit).
+    fn round(&self, kind: Round, s: f64) -> f64 {
+        let curve = match kind {
+            Round::Exchange => &self.exchange,
+            Round::Send => &self.send,
+        };
+        if curve.is_empty() {
+            let rdv = if s > self.eager_limit as f64 { self.rendezvous } else { 0.0 };
+            self.alpha + s / self.bandwidth + rdv
+        } else {
+            interpolate(curve, s, self.alpha)
+        }
+    }
+
     /// Seconds of the given rounds.
     fn price(&self, rounds: &Rounds) -> f64 {
-        rounds
-            .iter()
-            .map(|&(k, s)| {
-                let rdv = if s > self.eager_limit as f64 { self.rendezvous } else { 0.0 };
-                k * (self.alpha + s / self.bandwidth + rdv)
-            })
-            .sum()
+        rounds.iter().map(|&(k, s, kind)| k * self.round(kind, s)).sum()
     }
 
     /// The allreduce algorithm run for `bytes` per rank over `n` ranks:
@@ -183,25 +233,27 @@ impl NetworkModel {
         bands.iter().find(|(below, _)| bytes < *below).map_or(*above, |&(_, a)| a)
     }
 
-    /// The allreduce's rounds for `bytes` per rank over `n` ranks.
+    /// The allreduce's rounds for `bytes` per rank over `n` ranks. The
+    /// steps that fold the ranks beyond a power of two in and out are one-way.
     fn allreduce_rounds(&self, n: usize, bytes: u64) -> Rounds {
+        use Round::{Exchange, Send};
         let m = bytes as f64;
         let (p, nf) = (pof2(n), n as f64);
-        let extra = if n == p { vec![] } else { vec![(2.0, m)] };
+        let extra = if n == p { vec![] } else { vec![(2.0, m, Send)] };
         match self.allreduce_algorithm(n, bytes) {
-            AllreduceAlgorithm::Ring => vec![(2.0 * (nf - 1.0), m / nf)],
+            AllreduceAlgorithm::Ring => vec![(2.0 * (nf - 1.0), m / nf, Exchange)],
             AllreduceAlgorithm::RecursiveDoubling | AllreduceAlgorithm::OpenMpi => {
-                let mut r = vec![((p as f64).log2(), m)];
+                let mut r = vec![((p as f64).log2(), m, Exchange)];
                 r.extend(extra);
                 r
             }
             AllreduceAlgorithm::Rabenseifner => {
                 let mut r: Rounds =
-                    (1..=p.trailing_zeros()).map(|k| (2.0, m / f64::from(1u32 << k))).collect();
+                    (1..=p.trailing_zeros()).map(|k| (2.0, m / f64::from(1u32 << k), Exchange)).collect();
                 r.extend(extra);
                 r
             }
-            AllreduceAlgorithm::Nonoverlapping => vec![(2.0 * log2_ceil(n), m)],
+            AllreduceAlgorithm::Nonoverlapping => vec![(2.0 * log2_ceil(n), m, Send)],
         }
     }
 
@@ -240,29 +292,40 @@ impl NetworkModel {
     }
 
     /// Allgatherv of messages of the given sizes (one per rank), with the
-    /// length exchange that precedes it.
+    /// length exchange that precedes it. Rounds carry blocks of the mean
+    /// message size.
     pub fn allgatherv(&self, sizes: &[u64]) -> f64 {
+        use Round::{Exchange, Send};
         let n = sizes.len();
         if n <= 1 {
             return 0.0;
         }
         let total: u64 = sizes.iter().sum();
-        // The rank with the smallest message receives the most.
-        let received = (total - sizes.iter().copied().min().unwrap_or(0)) as f64;
-        let lengths = log2_ceil(n) * self.alpha;
-        let rounds = match self.allgatherv_algorithm(n, total) {
-            AllgathervAlgorithm::Ring | AllgathervAlgorithm::OpenMpi => n as f64 - 1.0,
-            AllgathervAlgorithm::Neighbor if n.is_multiple_of(2) => n as f64 / 2.0,
-            AllgathervAlgorithm::Neighbor => n as f64 - 1.0,
-            AllgathervAlgorithm::Bruck => log2_ceil(n),
+        let block = total as f64 / n as f64;
+        let lengths = (log2_ceil(n), 8.0, Exchange);
+        let rounds: Rounds = match self.allgatherv_algorithm(n, total) {
+            AllgathervAlgorithm::Ring | AllgathervAlgorithm::OpenMpi => {
+                vec![(n as f64 - 1.0, block, Exchange)]
+            }
+            AllgathervAlgorithm::Neighbor if n.is_multiple_of(2) => {
+                vec![(1.0, block, Exchange), (n as f64 / 2.0 - 1.0, 2.0 * block, Exchange)]
+            }
+            AllgathervAlgorithm::Neighbor => vec![(n as f64 - 1.0, block, Exchange)],
+            AllgathervAlgorithm::Bruck => {
+                let mut have = 1;
+                let mut r = Vec::new();
+                while have < n {
+                    let k = have.min(n - have);
+                    r.push((1.0, k as f64 * block, Exchange));
+                    have += k;
+                }
+                r
+            }
             AllgathervAlgorithm::GatherBroadcast => {
-                let gather = (n as f64 - 1.0) * self.alpha + received / self.bandwidth;
-                return lengths + gather + self.broadcast(n, total);
+                vec![(1.0, (total - sizes[0]) as f64, Send), (log2_ceil(n), total as f64, Send)]
             }
         };
-        // Messages beyond the eager range each pay the handshake once on the way in.
-        let rdv = sizes.iter().filter(|&&s| s > self.eager_limit).count().min(n - 1) as f64;
-        lengths + rounds * self.alpha + received / self.bandwidth + rdv * self.rendezvous
+        self.price(&vec![lengths]) + self.price(&rounds)
     }
 
     /// Allgatherv where every rank sends `bytes`.
@@ -275,7 +338,7 @@ impl NetworkModel {
         if n <= 1 {
             return 0.0;
         }
-        self.price(&vec![(log2_ceil(n), bytes as f64)])
+        self.price(&vec![(log2_ceil(n), bytes as f64, Round::Send)])
     }
 
     /// Parameter server with `workers` workers, each uploading `upload` bytes
@@ -311,12 +374,9 @@ impl NetworkModel {
         if recipients == 0 {
             return 0.0;
         }
-        let eager = self.eager_limit;
-        let handshakes = remote.iter().filter(|&&b| b > eager).count() as u64
-            + if download > eager { recipients } else { 0 };
-        2.0 * self.alpha
-            + (remote.iter().sum::<u64>() + download * recipients) as f64 / self.bandwidth
-            + handshakes as f64 * self.rendezvous
+        // The server's link carries the uploads in, then the download out.
+        let up: u64 = remote.iter().sum();
+        self.round(Round::Send, up as f64) + self.round(Round::Send, (download * recipients) as f64)
     }
 
     /// The timeline of an exchange whose buckets are pipelined as
@@ -355,6 +415,28 @@ impl NetworkModel {
         Self::pipelined_timeline(stages).last().map_or(0.0, |s| s[2][1])
     }
 
+    /// Adds measured round curves over `n` ranks: exchange rounds from
+    /// allreduce times (`allreduce` samples: bytes per rank, seconds; only
+    /// when the allreduce runs recursive doubling on a power of two, whose
+    /// rounds are all exchanges of the whole buffer) and one-way messages from
+    /// parameter-server times (`push_pull` samples: upload = download bytes
+    /// per worker, seconds; the server's link carries (n−1)·m in, then out).
+    pub fn with_curves(mut self, n: usize, allreduce: &[(u64, f64)], push_pull: &[(u64, f64)]) -> Self {
+        let rd = allreduce
+            .iter()
+            .all(|&(b, _)| self.allreduce_algorithm(n, b) == AllreduceAlgorithm::RecursiveDoubling);
+        if n >= 2 && n.is_power_of_two() && rd {
+            let rounds = (n as f64).log2();
+            self.exchange = allreduce.iter().map(|&(b, t)| (b, t / rounds)).collect();
+            self.exchange.sort_by_key(|&(b, _)| b);
+        }
+        if n >= 2 {
+            self.send = push_pull.iter().map(|&(b, t)| (b * (n as u64 - 1), t / 2.0)).collect();
+            self.send.sort_by_key(|&(b, _)| b);
+        }
+        self
+    }
+
     /// Fits α, B and ρ to allreduce times measured over `n` ranks with this
     /// model's algorithm: `samples` are (bytes per rank, seconds). Least
     /// squares on the relative error (every size weighs alike), each
@@ -369,7 +451,7 @@ impl NetworkModel {
             .iter()
             .map(|&(bytes, t)| {
                 let mut x = [0.0; 3];
-                for (k, s) in self.allreduce_rounds(n, bytes) {
+                for (k, s, _) in self.allreduce_rounds(n, bytes) {
                     x[0] += k;
                     x[1] += if s > self.eager_limit as f64 { k } else { 0.0 };
                     x[2] += k * s;
@@ -390,12 +472,9 @@ impl NetworkModel {
                     if coef[2] <= 0.0 {
                         return Err("the calibration found no bandwidth (times do not grow with size)".into());
                     }
-                    return Ok(Self {
-                        alpha: coef[0],
-                        rendezvous: coef[1],
-                        bandwidth: 1.0 / coef[2],
-                        ..*self
-                    });
+                    let mut fitted = self.clone();
+                    (fitted.alpha, fitted.rendezvous, fitted.bandwidth) = (coef[0], coef[1], 1.0 / coef[2]);
+                    return Ok(fitted);
                 }
             }
         }
@@ -484,16 +563,18 @@ mod tests {
         // 1 Gbit/s, no latency: 100 MB ring allreduce over 4 ranks moves 1.5 × 100 MB per link.
         let m = NetworkModel::from_bits_per_second(1e9, 0.0);
         assert!((m.allreduce(4, 100_000_000) - 1.2).abs() < 1e-9);
-        let rd = m.with_allreduce(AllreduceAlgorithm::RecursiveDoubling);
+        let rd = m.clone().with_allreduce(AllreduceAlgorithm::RecursiveDoubling);
         assert!((rd.allreduce(4, 100_000_000) - 1.6).abs() < 1e-9);
         assert!((rd.allreduce(2, 100_000_000) - m.allreduce(2, 100_000_000)).abs() < 1e-9);
         // Not a power of two: 3 ranks pay a pre- and a post-step of M.
         assert!((rd.allreduce(3, 100_000_000) - 2.4).abs() < 1e-9);
         // Rabenseifner moves 2(N−1)/N·M in 2·log2 N rounds.
-        let rab = m.with_allreduce(AllreduceAlgorithm::Rabenseifner);
+        let rab = m.clone().with_allreduce(AllreduceAlgorithm::Rabenseifner);
         assert!((rab.allreduce(4, 100_000_000) - 1.2).abs() < 1e-9);
         assert_eq!(m.allreduce(1, 1 << 20), 0.0);
-        assert!((m.allgatherv(&[10_000_000, 20_000_000, 30_000_000]) - 0.4).abs() < 1e-9);
+        // Ring allgatherv: N − 1 exchange rounds of the mean block, after the length exchange.
+        let lengths = 2.0 * 8.0 / m.bandwidth;
+        assert!((m.allgatherv(&[10_000_000, 20_000_000, 30_000_000]) - 0.32 - lengths).abs() < 1e-9);
         assert!((m.broadcast(5, 125_000_000) - 3.0).abs() < 1e-9);
         // Co-located server with 4 workers: 3 uploads in, 3 downloads out through one link.
         let ps = m.push_pull(4, ServerPlacement::CoLocated, 1_000_000, 2_000_000);
@@ -518,7 +599,7 @@ mod tests {
         assert_eq!(m.allreduce_algorithm(300, 1000), Nonoverlapping);
         assert_eq!(m.allreduce_algorithm(5000, 20_000), RecursiveDoubling);
         // A pinned algorithm is used whatever the size.
-        let pinned = m.with_allreduce(Ring);
+        let pinned = m.clone().with_allreduce(Ring);
         assert_eq!(pinned.allreduce_algorithm(4, 1 << 20), Ring);
     }
 
@@ -549,6 +630,28 @@ mod tests {
         // Too few samples, and times that do not grow, are errors.
         assert!(start.fit(4, &samples[..2]).is_err());
         assert!(start.fit(4, &[(4096, 1.0), (1 << 20, 0.5), (16 << 20, 0.1)]).is_err());
+    }
+
+    #[test]
+    fn calibrated_curves_price_rounds_by_what_was_measured() {
+        let m = NetworkModel::from_bits_per_second(1e9, 1e-4)
+            .with_allreduce(AllreduceAlgorithm::RecursiveDoubling);
+        // 4 ranks: recursive doubling is two exchange rounds; the server's link
+        // carries 3 uploads in and 3 downloads out.
+        let allreduce = [(1000, 0.02), (3000, 0.04)];
+        let push_pull = [(1000, 0.006), (2000, 0.010)];
+        let c = m.clone().with_curves(4, &allreduce, &push_pull);
+        assert_eq!(c.exchange, vec![(1000, 0.01), (3000, 0.02)]);
+        assert_eq!(c.send, vec![(3000, 0.003), (6000, 0.005)]);
+        assert!((c.allreduce(4, 1000) - 0.02).abs() < 1e-12);
+        assert!((c.allreduce(4, 2000) - 0.03).abs() < 1e-12, "linear between samples");
+        assert!((c.allreduce(4, 5000) - 0.06).abs() < 1e-12, "the last slope beyond them");
+        assert!((c.push_pull(4, ServerPlacement::CoLocated, 1500, 1500) - 0.008).abs() < 1e-12);
+        // Below the first sample, down to α at zero bytes.
+        assert!((c.allreduce(4, 500) - 2.0 * (1e-4 + 0.5 * (0.01 - 1e-4))).abs() < 1e-12);
+        // Ring allreduce samples say nothing of exchange rounds of whole buffers.
+        let ring = m.with_allreduce(AllreduceAlgorithm::Ring).with_curves(4, &allreduce, &push_pull);
+        assert!(ring.exchange.is_empty() && !ring.send.is_empty());
     }
 
     #[test]

@@ -289,6 +289,26 @@ fn measure(c: &mut dyn Collective, args: &Args, backend: &'static str) -> Result
             GatherAlgorithm::GatherBroadcast => AllgathervAlgorithm::GatherBroadcast,
             GatherAlgorithm::OpenMpi => AllgathervAlgorithm::OpenMpi,
         });
+    // Then the other collectives, each checked against the model out of sample.
+    let mut measured = Vec::new();
+    for &bytes in &sizes {
+        let msg = vec![7u8; bytes];
+        let mut g = Gathered::default();
+        let gather = timed(c, args, |c| Ok(c.allgatherv(&msg, &mut g)?))?;
+        let mut b = msg.clone();
+        let broadcast = timed(c, args, |c| Ok(c.broadcast(&mut b, 0)?))?;
+        let mut down = Vec::new();
+        let mut first = |ups: &Gathered, out: &mut Vec<u8>| {
+            out.extend_from_slice(ups.get(0));
+            Ok(())
+        };
+        let push_pull =
+            timed(c, args, |c| Ok(c.push_pull(ServerPlacement::CoLocated, &msg, &mut first, &mut down)?))?;
+        measured.push([gather, broadcast, push_pull]);
+    }
+    // The model: α, B and ρ fitted to the allreduce; with the calibration,
+    // the measured exchange rounds (allreduce) and one-way messages
+    // (parameter server) as curves.
     let mut model = if n > 1 && allreduce.len() >= 3 {
         algorithms.fit(n, &allreduce).map_err(anyhow::Error::msg)?
     } else {
@@ -297,28 +317,19 @@ fn measure(c: &mut dyn Collective, args: &Args, backend: &'static str) -> Result
     if let Some(bps) = args.link_bits_per_second {
         model.bandwidth = bps / 8.0;
     }
+    if args.calibrate_out.is_some() {
+        let push_pull: Vec<(u64, f64)> =
+            sizes.iter().zip(&measured).map(|(&b, m)| (b as u64, m[2])).collect();
+        model = model.with_curves(n, &allreduce, &push_pull);
+    }
     let mut rows = Vec::new();
-    for (&bytes, &(_, s)) in sizes.iter().zip(&allreduce) {
-        rows.push(row("allreduce", backend, n, bytes, s, model.allreduce(n, bytes as u64)));
-
-        let msg = vec![7u8; bytes];
-        let mut g = Gathered::default();
-        let s = timed(c, args, |c| Ok(c.allgatherv(&msg, &mut g)?))?;
-        rows.push(row("allgatherv", backend, n, bytes, s, model.allgatherv_uniform(n, bytes as u64)));
-
-        let mut b = msg.clone();
-        let s = timed(c, args, |c| Ok(c.broadcast(&mut b, 0)?))?;
-        rows.push(row("broadcast", backend, n, bytes, s, model.broadcast(n, bytes as u64)));
-
-        let mut down = Vec::new();
-        let mut first = |ups: &Gathered, out: &mut Vec<u8>| {
-            out.extend_from_slice(ups.get(0));
-            Ok(())
-        };
-        let s =
-            timed(c, args, |c| Ok(c.push_pull(ServerPlacement::CoLocated, &msg, &mut first, &mut down)?))?;
-        let predicted = model.push_pull(n, ServerPlacement::CoLocated, bytes as u64, bytes as u64);
-        rows.push(row("push_pull", backend, n, bytes, s, predicted));
+    for ((&bytes, &(_, s)), m) in sizes.iter().zip(&allreduce).zip(&measured) {
+        let b = bytes as u64;
+        rows.push(row("allreduce", backend, n, bytes, s, model.allreduce(n, b)));
+        rows.push(row("allgatherv", backend, n, bytes, m[0], model.allgatherv_uniform(n, b)));
+        rows.push(row("broadcast", backend, n, bytes, m[1], model.broadcast(n, b)));
+        let predicted = model.push_pull(n, ServerPlacement::CoLocated, b, b);
+        rows.push(row("push_pull", backend, n, bytes, m[2], predicted));
     }
     if c.rank() == 0 {
         if !args.json {
@@ -337,7 +348,7 @@ fn measure(c: &mut dyn Collective, args: &Args, backend: &'static str) -> Result
             let link_bps = args
                 .nominal_bps
                 .context("--calibrate-out needs --nominal-bps (the link's rate, e.g. 1e8)")?;
-            let cal = Calibration { link_bps, workers: n, model, samples: allreduce };
+            let cal = Calibration { link_bps, workers: n, model: model.clone(), samples: allreduce };
             std::fs::write(path, serde_json::to_string_pretty(&cal)? + "\n")
                 .with_context(|| format!("writing {}", path.display()))?;
             eprintln!("calibration written to {}", path.display());
