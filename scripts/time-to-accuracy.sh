@@ -17,6 +17,7 @@ bin="${1:?usage: scripts/time-to-accuracy.sh BIN [OUT]}"
 out="${2:-runs/tta}"
 cal="${TTA_CALIBRATION:-docs/bench/calibration}"
 mkdir -p "$out"
+out="$(cd "$out" && pwd)"
 
 # The method table: the settings each method changes in the base configs.
 method_sets() {
@@ -46,7 +47,7 @@ run() { # MODEL RATE METHOD PIPELINE
     echo "== $name" >&2
     NETSIM_BURST=$burst NETSIM_TIMEOUT=1200 scripts/netsim.sh run 4 "$rate" "$bin" train --backend mpi --quiet \
         --config "experiments/tta-$model.toml" --overwrite "${args[@]}" \
-        --set "name=\"$name\"" --set "run_dir=\"$PWD/$out/$name\"" \
+        --set "name=\"$name\"" --set "run_dir=\"$out/$name\"" \
         --set "compression.pipeline=$pipeline" --set "network.links_bps=[$bps]" \
         --set "network.calibration=[\"$PWD/$cal/n4-$rate.json\"]" > "$out/$name.log" 2>&1 ||
         echo "   FAILED (see $out/$name.log)" >&2

@@ -21,6 +21,7 @@ if [ -z "$bin" ]; then
 fi
 out="${VALIDATION_OUT:-runs/validation}"
 mkdir -p "$out"
+out="$(cd "$out" && pwd)"
 dirs=()
 for n in 2 4; do
     for rate in 100mbit 1gbit; do
@@ -42,7 +43,7 @@ for n in 2 4; do
             name="val-$method-n$n-$rate"
             echo "== $name" >&2
             NETSIM_BURST=$burst NETSIM_TIMEOUT=900 scripts/netsim.sh run "$n" "$rate" "$bin" train --backend mpi --quiet --config "$cfg" \
-                --set workers=$n --set "name=\"$name\"" --set "run_dir=\"$PWD/$out/$name\"" \
+                --set workers=$n --set "name=\"$name\"" --set "run_dir=\"$out/$name\"" \
                 --set train.max_steps="$steps" --set train.eval=false --set train.checkpoint_every=0 \
                 --set train.checksum_every=0 --set train.stats_every=0 \
                 --set "network.links_bps=[$bps]" --set network.alpha=0.0001 \
