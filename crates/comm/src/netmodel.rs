@@ -21,7 +21,7 @@
 //! | Rabenseifner allreduce | 2 of M/2, 2 of M/4 … 2 of M/p, +2 of M when N ≠ p |
 //! | reduce + broadcast ("nonoverlapping") | 2⌈log2 N⌉ of M |
 //! | allgatherv (ring, neighbor, Bruck, two-proc) | N−1, N/2, ⌈log2 N⌉, 1 rounds carrying Σm − min m bytes |
-//! | broadcast (binomial tree) | ⌈log2 N⌉ of M |
+//! | broadcast (linear or chain; trees) | N−1 of M; ⌈log2 N⌉ of M |
 //! | parameter server | 2 rounds; the server's link carries every remote upload and download |
 //!
 //! [`AllreduceAlgorithm::OpenMpi`] and [`AllgathervAlgorithm::OpenMpi`] choose
@@ -333,12 +333,24 @@ impl NetworkModel {
         self.allgatherv(&vec![bytes; n])
     }
 
-    /// Broadcast of `bytes` to `n` ranks (binomial tree).
+    /// Broadcast of `bytes` to `n` ranks, after gradcomp's length
+    /// broadcast, with the shape Open MPI 4.1's rules give it: below 8 ranks
+    /// a linear or chain broadcast (the root's link or the chain carries
+    /// N − 1 messages) for the sizes where the rules pick one (≥ 8 KiB at 4–7
+    /// ranks, 32 KiB – 512 KiB at 2–3, ≥ 32 KiB at 8–15), else a tree of
+    /// ⌈log2 N⌉ rounds (binomial, binary, k-nomial, pipelines: priced alike).
     pub fn broadcast(&self, n: usize, bytes: u64) -> f64 {
         if n <= 1 {
             return 0.0;
         }
-        self.price(&vec![(log2_ceil(n), bytes as f64, Round::Send)])
+        let linear = match n {
+            2..=3 => (32768..524288).contains(&bytes),
+            4..=7 => bytes >= 8192,
+            8..=15 => bytes >= 32768,
+            _ => false,
+        };
+        let rounds = if linear { n as f64 - 1.0 } else { log2_ceil(n) };
+        self.price(&vec![(log2_ceil(n), 8.0, Round::Send), (rounds, bytes as f64, Round::Send)])
     }
 
     /// Parameter server with `workers` workers, each uploading `upload` bytes
@@ -575,7 +587,9 @@ mod tests {
         // Ring allgatherv: N − 1 exchange rounds of the mean block, after the length exchange.
         let lengths = 2.0 * 8.0 / m.bandwidth;
         assert!((m.allgatherv(&[10_000_000, 20_000_000, 30_000_000]) - 0.32 - lengths).abs() < 1e-9);
-        assert!((m.broadcast(5, 125_000_000) - 3.0).abs() < 1e-9);
+        // 5 ranks, 125 MB: a chain of 4 messages, after 3 rounds of the 8-byte length.
+        assert!((m.broadcast(5, 125_000_000) - 4.0 - 3.0 * 8.0 / m.bandwidth).abs() < 1e-9);
+        assert!((m.broadcast(16, 125_000_000) - 4.0 - 4.0 * 8.0 / m.bandwidth).abs() < 1e-9);
         // Co-located server with 4 workers: 3 uploads in, 3 downloads out through one link.
         let ps = m.push_pull(4, ServerPlacement::CoLocated, 1_000_000, 2_000_000);
         assert!((ps - 3.0 * 3_000_000.0 * 8.0 / 1e9).abs() < 1e-9);
