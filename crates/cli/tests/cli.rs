@@ -123,6 +123,24 @@ fn the_model_predicts_and_dry_runs() {
     assert_eq!(rows.len(), 9 * 10 * 4);
     let dense_1 = rows.iter().find(|r| r["compressor"] == "dense" && r["workers"] == 1).unwrap();
     assert!(dense_1["speedup_over_dense"].as_f64().unwrap() > 0.99);
+    // The timeline: every bucket's three stages at each configured link, and what overlapped.
+    let (code, out, err) = gradcomp(&[
+        "model",
+        "--config",
+        &cfg,
+        "--steps",
+        "6",
+        "--timeline",
+        "--set",
+        "compression.bucket_mb=0.01",
+        "--set",
+        "network.links_bps=[1e8, 1e9]",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.matches("hidden by the pipeline").count(), 2, "{out}");
+    assert!(out.contains("pipelined") && out.contains("compute (forward, backward)"), "{out}");
+    let buckets = out.lines().filter(|l| l.trim_start().starts_with(char::is_numeric)).count();
+    assert!(buckets >= 4, "at least two buckets per link: {out}");
 }
 
 /// A fresh directory under the system's temp dir.

@@ -353,3 +353,37 @@ impl Recorder {
         Ok(r)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two buckets of one 1 MB allreduce each, 10 ms compression and 1 ms
+    /// decoding each, on a 1 Gbit/s link without latency (8 ms per bucket).
+    fn step(pipelined: bool) -> WorkerStep {
+        let call = |b| WireCall {
+            bucket: Some(b),
+            kind: WireKind::AllreduceSumF32,
+            sizes: vec![1_000_000],
+            download: 0,
+        };
+        WorkerStep {
+            wire_calls: vec![call(0), call(1)],
+            buckets: vec![BucketTimes { compress: 0.010, wire: 0.0, decode: 0.001 }; 2],
+            pipelined,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_pipelined_step_is_predicted_with_what_the_pipeline_hides() {
+        let cfg = TrainConfig::default();
+        let m = NetworkModel::from_bits_per_second(1e9, 0.0);
+        let serial = predicted_comm(&m, &step(false), 2, &cfg);
+        assert!((serial - 0.016).abs() < 1e-12, "{serial}");
+        // compress 0 [0, 10], wire 0 [10, 18], compress 1 [10, 20], decode 0
+        // [20, 21], wire 1 [20, 28], decode 1 [28, 29]: 29 ms against 38 in series.
+        let pipelined = predicted_comm(&m, &step(true), 2, &cfg);
+        assert!((pipelined - (0.016 - 0.009)).abs() < 1e-12, "{pipelined}");
+    }
+}
