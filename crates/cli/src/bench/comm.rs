@@ -75,6 +75,10 @@ pub struct Args {
     /// the default 4 KiB, 64 KiB, 1 MiB, 16 MiB, 100 MiB.
     #[arg(long, value_delimiter = ',')]
     sizes: Vec<usize>,
+    /// Predict with this saved calibration instead of fitting one: a fresh
+    /// measurement checks it.
+    #[arg(long, conflicts_with = "calibrate_out")]
+    calibration: Option<std::path::PathBuf>,
     /// Write the fitted model to this JSON file (needs `--nominal-bps`).
     #[arg(long)]
     calibrate_out: Option<std::path::PathBuf>,
@@ -309,7 +313,13 @@ fn measure(c: &mut dyn Collective, args: &Args, backend: &'static str) -> Result
     // The model: α, B and ρ fitted to the allreduce; with the calibration,
     // the measured exchange rounds (allreduce) and one-way messages
     // (parameter server) as curves.
-    let mut model = if n > 1 && allreduce.len() >= 3 {
+    let mut model = if let Some(path) = &args.calibration {
+        let cal = Calibration::load(path).map_err(anyhow::Error::msg)?;
+        if cal.workers != n {
+            bail!("{} was calibrated with {} ranks, this run has {n}", path.display(), cal.workers);
+        }
+        cal.model
+    } else if n > 1 && allreduce.len() >= 3 {
         algorithms.fit(n, &allreduce).map_err(anyhow::Error::msg)?
     } else {
         algorithms
@@ -339,7 +349,13 @@ fn measure(c: &mut dyn Collective, args: &Args, backend: &'static str) -> Result
                 model.bandwidth / 1e9,
                 model.rendezvous * 1e6,
                 model.eager_limit >> 10,
-                if args.link_bits_per_second.is_some() { "nominal link rate" } else { "fitted to this run's allreduce" },
+                if args.link_bits_per_second.is_some() {
+                    "nominal link rate"
+                } else if args.calibration.is_some() {
+                    "the saved calibration"
+                } else {
+                    "fitted to this run's allreduce"
+                },
                 model.allreduce,
                 model.allgatherv
             );
