@@ -11,7 +11,8 @@
 # parallel runs their own), NETSIM_SUBNET (default 10.77.0), NETSIM_TIMEOUT
 # (seconds for the MPI job, default 1800), NETSIM_MPIRUN_ARGS (extra mpirun flags),
 # NETSIM_BURST (tbf bucket, default 256kb: messages smaller than the bucket,
-# after an idle gap that refills it, cross at veth speed, not at RATE).
+# after an idle gap that refills it, cross at veth speed, not at RATE),
+# NETSIM_LATENCY (tbf queue: the longest a packet may wait, default 50ms).
 set -euo pipefail
 
 PFX="${NETSIM_PREFIX:-gcns}"
@@ -23,7 +24,7 @@ need_root() { [ "$(id -u)" = 0 ] || { echo "error: netsim needs root (network na
 
 shape() { # NS DEV RATE
     [ "$3" = none ] && return 0
-    ip netns exec "$1" tc qdisc replace dev "$2" root tbf rate "$3" burst "${NETSIM_BURST:-256kb}" latency 50ms
+    ip netns exec "$1" tc qdisc replace dev "$2" root tbf rate "$3" burst "${NETSIM_BURST:-256kb}" latency "${NETSIM_LATENCY:-50ms}"
 }
 
 up() {
