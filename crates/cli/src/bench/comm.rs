@@ -90,6 +90,10 @@ pub struct Args {
     /// (MPI backend), e.g. when only calibrating.
     #[arg(long)]
     skip_raw: bool,
+    /// Rank r enters each repetition r × this many ms after rank 0 (as after
+    /// uneven compute in training); each time is then the last rank's.
+    #[arg(long, default_value_t = 0.0)]
+    skew_ms: f64,
     /// One JSON object per line.
     #[arg(long)]
     json: bool,
@@ -262,11 +266,47 @@ fn timed<C: Collective + ?Sized>(
     args: &Args,
     op: impl FnMut(&mut C) -> Result<()>,
 ) -> Result<f64> {
+    if args.skew_ms > 0.0 {
+        return skewed_time(c, args, op);
+    }
     let barrier = agreed_times(c, args.min_time.min(0.1), |_| Ok(()))?;
     let times = agreed_times(c, args.min_time, op)?;
     let (b, t) = (barrier[barrier.len() / 2], times[times.len() / 2]);
     // A barrier can cost more than a tiny op measured beside it; never report below half the fastest run.
     Ok((t - b).max(times[0] * 0.5))
+}
+
+/// `--skew-ms`: rank r enters each repetition r × skew after the others,
+/// as ranks do in training after compute of uneven length; the time of a
+/// repetition is the last rank's (the shortest: it waits for nobody), the
+/// median over repetitions.
+fn skewed_time<C: Collective + ?Sized>(
+    c: &mut C,
+    args: &Args,
+    mut op: impl FnMut(&mut C) -> Result<()>,
+) -> Result<f64> {
+    let skew = std::time::Duration::from_secs_f64(args.skew_ms * 1e-3 * c.rank() as f64);
+    let mut times = Vec::new();
+    let start = Instant::now();
+    loop {
+        c.barrier()?;
+        std::thread::sleep(skew);
+        let t = Instant::now();
+        op(c)?;
+        // The shortest rank's duration: the maximum of the negated times.
+        let mut d = [-(t.elapsed().as_secs_f32())];
+        c.allreduce_max_f32(&mut d)?;
+        times.push(-f64::from(d[0]));
+        // Every rank leaves the loop together: rank 0's clock decides.
+        let mut more =
+            [f32::from(u8::from(times.len() < 3 || start.elapsed().as_secs_f64() < args.min_time))];
+        c.allreduce_max_f32(&mut more)?;
+        if more[0] == 0.0 {
+            break;
+        }
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(times[times.len() / 2])
 }
 
 fn measure(c: &mut dyn Collective, args: &Args, backend: &'static str) -> Result<Vec<Row>> {
