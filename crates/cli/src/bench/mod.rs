@@ -27,6 +27,13 @@ pub enum BenchCommand {
     Fuzz(fuzz::Args),
 }
 
+/// The synthetic image task a bench's `--model` trains on: ResNet-18 in
+/// its CIFAR form (3×32×32), the MNIST-sized models (1×28×28); 10 classes.
+fn image_task(model: &str) -> gradcomp_train::models::ImageTask {
+    let shape = if model == "resnet18" { [3, 32, 32] } else { [1, 28, 28] };
+    gradcomp_train::models::ImageTask { shape, classes: 10 }
+}
+
 /// Prints `rows` as JSON, one object per line (`--json`).
 fn print_json_lines<T: serde::Serialize>(rows: &[T]) {
     for r in rows {

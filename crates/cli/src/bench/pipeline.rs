@@ -27,7 +27,7 @@ use gradcomp_comm::{Collective, InProcessGroup, ServerPlacement};
 use gradcomp_compress::CompressorConfig;
 use gradcomp_train::config::{CompressionConfig, Topology};
 use gradcomp_train::data::{synthetic, ImageLoader};
-use gradcomp_train::models::{FashionCnn, ImageTask, LeNet5, Net, ResNet18};
+use gradcomp_train::models::{FashionCnn, LeNet5, Net, ResNet18};
 use gradcomp_train::strategy::GradientExchange;
 use serde::Serialize;
 
@@ -133,22 +133,15 @@ fn measure(c: &mut dyn Collective, a: &Args) -> Result<Vec<Row>> {
     let device = gradcomp_train::default_device();
     device.seed(1);
     match a.model.as_str() {
-        "lenet5" => measure_model(c, a, LeNet5::new(&task(a), &device), &device),
-        "cnn" => measure_model(c, a, FashionCnn::new(&task(a), &device), &device),
-        _ => measure_model(c, a, ResNet18::new(&task(a), &device), &device),
-    }
-}
-
-fn task(a: &Args) -> ImageTask {
-    match a.model.as_str() {
-        "resnet18" => ImageTask { shape: [3, 32, 32], classes: 10 },
-        _ => ImageTask { shape: [1, 28, 28], classes: 10 },
+        "lenet5" => measure_model(c, a, LeNet5::new(&super::image_task(&a.model), &device), &device),
+        "cnn" => measure_model(c, a, FashionCnn::new(&super::image_task(&a.model), &device), &device),
+        _ => measure_model(c, a, ResNet18::new(&super::image_task(&a.model), &device), &device),
     }
 }
 
 fn measure_model<M: Net>(c: &mut dyn Collective, a: &Args, model: M, device: &Device) -> Result<Vec<Row>> {
     let (rank, n) = (c.rank(), c.world_size());
-    let t = task(a);
+    let t = super::image_task(&a.model);
     let data = synthetic::images(a.batch, 1 + rank as u64, 0, t.shape, t.classes);
     let batch = ImageLoader::shard(data, 0, 1, a.batch, 1).batch(0, 0);
     let layout = gradcomp_train::params::layout(&model);

@@ -65,10 +65,7 @@ pub struct Args {
 impl Args {
     /// The image shape the model takes.
     fn task(&self) -> ImageTask {
-        match self.model.as_str() {
-            "resnet18" => ImageTask { shape: [3, 32, 32], classes: 10 },
-            _ => ImageTask { shape: [1, 28, 28], classes: 10 },
-        }
+        super::image_task(&self.model)
     }
 
     fn model_label(&self) -> &'static str {

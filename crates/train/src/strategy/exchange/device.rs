@@ -198,7 +198,8 @@ impl GradientExchange {
         let t = Instant::now();
         let (plan, host) = (&self.plan, &mut self.front);
         let key = RngKey::new(self.seed, c.rank() as u32, step, 0);
-        let (mut err, mut norm) = (0.0, 0.0);
+        host.measured.clear();
+        host.measured.resize(plan.units.len(), None);
         for (u, input) in inputs.iter().enumerate() {
             let unit = &plan.units[u];
             if plan.raw[u] {
@@ -216,15 +217,10 @@ impl GradientExchange {
             };
             front.compressors[u].compress(client, input, &ctx, &mut host.msgs[u]).map_err(device_error)?;
             let measured = if measure { Some(input.read(client).map_err(device_error)?) } else { None };
-            if let Some([e, n, bound]) =
-                account(&host.msgs[u], measured.as_deref(), &mut host.scratch, &mut st)
-            {
-                (err, norm) = (err + e, norm + n);
-                st.bound_ratios.push(bound);
-            }
+            host.measured[u] = account(&host.msgs[u], measured.as_deref(), &mut host.scratch, &mut st);
         }
         if measure {
-            st.contraction = Some(if norm > 0.0 { err / norm } else { 0.0 });
+            host.fold_measured(&mut st);
         }
         st.compress_seconds = before_scalars + t.elapsed().as_secs_f64();
         // 4. Move the messages bucket by bucket and aggregate into `out`, on
@@ -237,8 +233,7 @@ impl GradientExchange {
             let p = &mut self.payloads[b];
             wire::stage(plan, &host.msgs, &front.raw_host, b, p);
             wire::move_bucket(plan, b, p, &mut self.server, c)?;
-            st.buckets[b].wire = p.seconds;
-            st.calls.extend_from_slice(&p.calls);
+            p.record(b, &mut st);
             wire::land(plan, &host.msgs, b, p, out, inv_n)?;
         }
         st.communicate_seconds = scalar_round + t.elapsed().as_secs_f64();

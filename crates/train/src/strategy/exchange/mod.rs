@@ -489,13 +489,7 @@ impl GradientExchange {
             st.extra = extra;
         }
         if measure {
-            let (mut err, mut norm) = (0.0, 0.0);
-            for [e, n, bound] in self.front.measured.iter().flatten() {
-                err += e;
-                norm += n;
-                st.bound_ratios.push(*bound);
-            }
-            st.contraction = Some(if norm > 0.0 { err / norm } else { 0.0 });
+            self.front.fold_measured(st);
         }
         st.residual_norm = self.residual_norm();
     }
@@ -505,12 +499,11 @@ impl Front {
     /// Compresses bucket `b`'s units into their messages (`args.key` with the
     /// unit's id seeds its randomness) and counts what is sent.
     fn compress_bucket(&mut self, plan: &Plan, b: usize, args: &StepArgs, st: &mut ExchangeStats) {
-        let front = self;
         for u in plan.buckets[b].clone() {
-            let x = unit_input(plan, &front.memories, args.grad, u);
+            let x = unit_input(plan, &self.memories, args.grad, u);
             if plan.raw[u] {
                 if plan.topology == Topology::ParameterServer {
-                    let m = front.msgs[u].dense_mut();
+                    let m = self.msgs[u].dense_mut();
                     m.values.clear();
                     m.values.extend_from_slice(x);
                 }
@@ -518,12 +511,25 @@ impl Front {
             }
             let ctx = UnitContext {
                 key: RngKey { unit: plan.units[u].id, ..args.key },
-                shared_scalar: front.scalar_of[u].map(|i| front.scalars[i]),
+                shared_scalar: self.scalar_of[u].map(|i| self.scalars[i]),
                 loss: args.loss,
             };
-            front.compressors[u].compress(x, &ctx, &mut front.msgs[u]);
-            front.measured[u] = account(&front.msgs[u], args.measure.then_some(x), &mut front.scratch, st);
+            self.compressors[u].compress(x, &ctx, &mut self.msgs[u]);
+            self.measured[u] = account(&self.msgs[u], args.measure.then_some(x), &mut self.scratch, st);
         }
+    }
+
+    /// A measured step's contraction ratio Σ‖acc − C(acc)‖² / Σ‖acc‖² (0 for
+    /// a zero gradient) and TernGrad's bound ratios, from the per-unit
+    /// figures, in unit order.
+    fn fold_measured(&self, st: &mut ExchangeStats) {
+        let (mut err, mut norm) = (0.0, 0.0);
+        for [e, n, bound] in self.measured.iter().flatten() {
+            err += e;
+            norm += n;
+            st.bound_ratios.push(*bound);
+        }
+        st.contraction = Some(if norm > 0.0 { err / norm } else { 0.0 });
     }
 
     /// Bucket `b`'s memories keep what was not sent; its lr-scaled units

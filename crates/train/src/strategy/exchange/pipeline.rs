@@ -56,8 +56,7 @@ impl Lanes<'_> {
     ) -> Result<(), StrategyError> {
         let t = Instant::now();
         let landed = moved.map_err(StrategyError::from).and_then(|()| {
-            st.buckets[b].wire = p.seconds;
-            st.calls.extend_from_slice(&p.calls);
+            p.record(b, st);
             wire::land(self.plan, &self.front.msgs, b, &p, out, args.inv_n)
         });
         self.payloads[b] = p;

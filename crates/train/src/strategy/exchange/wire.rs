@@ -11,7 +11,7 @@ use gradcomp_compress::codec::{self, CodecError};
 use gradcomp_compress::message::{DenseMessage, SparseMessage};
 use gradcomp_compress::{Combine, Message};
 
-use super::{Plan, Unit, WireCall, WireKind};
+use super::{ExchangeStats, Plan, Unit, WireCall, WireKind};
 use crate::config::Topology;
 use crate::strategy::StrategyError;
 
@@ -54,6 +54,15 @@ pub(super) struct Payload {
     /// What [`move_bucket`] called, and its seconds.
     pub(super) calls: Vec<WireCall>,
     pub(super) seconds: f64,
+}
+
+impl Payload {
+    /// Enters bucket `b`'s collectives, as [`move_bucket`] left them, in
+    /// the step's statistics: its wire seconds and its calls.
+    pub(super) fn record(&self, b: usize, st: &mut ExchangeStats) {
+        st.buckets[b].wire = self.seconds;
+        st.calls.extend_from_slice(&self.calls);
+    }
 }
 
 /// The co-located server's reused buffers.
