@@ -71,11 +71,21 @@ run() {
     # Allreduce is pinned to recursive doubling: Open MPI's default reached
     # only ~60% of the line rate at 2 ranks (docs/NETWORK.md), and a fixed,
     # known algorithm is what the network model can price.
+    # Large messages as plain send fragments (btl_tcp_flags send), not the TCP
+    # BTL's emulated RDMA put: with put, a round in which both ranks send and
+    # receive at once ran at half the line rate whenever they entered it
+    # together (1 and 4 MiB at N = 2, 100 Mbit/s: 154 and 680 ms against 90
+    # and 370 ms), and at full rate when one came a few ms later, so the same
+    # step took either time. Plain TCP across these links is full duplex
+    # (12.4 MB/s each way at once); with send fragments so is MPI, in every
+    # repetition. (Two connections per pair, btl_tcp_links 2, also gave the
+    # full rate, but training jobs then hung at their end with the ranks in
+    # different collectives.) docs/NETWORK.md.
     ip netns exec "$PFX-h1" unshare --uts sh -c "hostname $PFX-h1; exec timeout ${NETSIM_TIMEOUT:-1800} \
         mpirun --allow-run-as-root -np $n --host $hosts \
         --mca plm_rsh_agent $agent --mca pml ob1 --mca btl self,tcp \
         --mca oob_tcp_if_include $SUBNET.0/24 --mca btl_tcp_if_include $SUBNET.0/24 \
-        --mca mpi_yield_when_idle 1 \
+        --mca mpi_yield_when_idle 1 --mca btl_tcp_flags send \
         --mca coll_tuned_use_dynamic_rules 1 --mca coll_tuned_allreduce_algorithm 3 \
         ${NETSIM_MPIRUN_ARGS:-} $(printf '%q ' "$@")"
 }

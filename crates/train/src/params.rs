@@ -67,7 +67,7 @@ pub fn layout<M: Module>(model: &M) -> GradientLayout {
 }
 
 /// Flattens a list of tensors into `out` with one read-back.
-fn flatten_into(tensors: Vec<Tensor<1>>, out: &mut Vec<f32>) {
+pub(crate) fn flatten_into(tensors: Vec<Tensor<1>>, out: &mut Vec<f32>) {
     out.clear();
     if tensors.is_empty() {
         return;
@@ -123,6 +123,56 @@ pub(crate) fn grad_tensors<M: Module, G: GradSource>(model: &M, grads: &G) -> Ve
     let mut v = Grads { grads, out: Vec::new() };
     model.visit(&mut v);
     v.out
+}
+
+/// The error for a parameter whose gradient comes in two backward stages.
+pub(crate) fn in_two_stages(name: &str) -> String {
+    format!(
+        "parameter {name} has a gradient in two backward stages: it is used on both sides of a cut; \
+         move the cut so each parameter lies on one side"
+    )
+}
+
+/// Every stage's gradients of a staged backward pass in one
+/// [`GradientsParams`]; a parameter with a gradient in two stages is an error.
+pub fn merge_stages<M: Module, G: GradSource>(
+    model: &M,
+    stages: impl IntoIterator<Item = G>,
+) -> Result<GradientsParams, String> {
+    struct Merge<'a, G> {
+        grads: &'a G,
+        path: Vec<String>,
+        out: &'a mut GradientsParams,
+        twice: Option<String>,
+    }
+    impl<G: GradSource> ModuleVisitor for Merge<'_, G> {
+        fn enter_module(&mut self, name: &str, _container_type: &str) {
+            self.path.push(name.to_string());
+        }
+        fn exit_module(&mut self, _name: &str, _container_type: &str) {
+            self.path.pop();
+        }
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+            if !param.is_require_grad() {
+                return;
+            }
+            if let Some(g) = self.grads.grad(param) {
+                if self.out.get::<D>(param.id).is_some() {
+                    self.twice.get_or_insert_with(|| self.path.join("."));
+                }
+                self.out.register(param.id, g);
+            }
+        }
+    }
+    let mut out = GradientsParams::new();
+    for grads in stages {
+        let mut v = Merge { grads: &grads, path: Vec::new(), out: &mut out, twice: None };
+        model.visit(&mut v);
+        if let Some(name) = v.twice {
+            return Err(in_two_stages(&name));
+        }
+    }
+    Ok(out)
 }
 
 /// The device the model's trainable parameters live on, without autodiff

@@ -9,7 +9,7 @@ use burn::optim::{AdamWConfig, GradientsParams, SgdConfig};
 use burn::tensor::{Device, Tensor, TensorData};
 use gradcomp_comm::{InProcessCollective, InProcessGroup};
 use gradcomp_compress::CompressorConfig;
-use gradcomp_train::api::{DataParallel, DataParallelConfig, SyncError};
+use gradcomp_train::api::{Cuts, DataParallel, DataParallelConfig, SyncError};
 use gradcomp_train::config::{OnNonFinite, Topology};
 
 #[derive(Module, Debug)]
@@ -30,6 +30,11 @@ impl Mlp {
 
     /// Mean squared error against `y = Σ x` on a batch made from `seed`.
     fn loss(&self, seed: usize, device: &Device) -> Tensor<1> {
+        self.loss_cut(seed, device, &mut Cuts::none())
+    }
+
+    /// [`Mlp::loss`] with the forward pass cut after the hidden layer.
+    fn loss_cut(&self, seed: usize, device: &Device, cuts: &mut Cuts) -> Tensor<1> {
         let (x, y): (Vec<f32>, Vec<f32>) = (0..32)
             .map(|i| {
                 let row: Vec<f32> =
@@ -44,7 +49,8 @@ impl Mlp {
             });
         let x = Tensor::<2>::from_data(TensorData::new(x, [32, 4]), device);
         let y = Tensor::<2>::from_data(TensorData::new(y, [32, 1]), device);
-        let d = self.b.forward(self.relu.forward(self.a.forward(x))) - y;
+        let h = cuts.cut(self.relu.forward(self.a.forward(x)));
+        let d = self.b.forward(h) - y;
         (d.clone() * d).mean()
     }
 }
@@ -261,4 +267,143 @@ fn state_round_trips_and_a_misshapen_buffer_is_named() {
         let e = other.restore(&bad).unwrap_err().to_string();
         assert!(e.contains(&name) && e.contains("values"), "{e}");
     });
+}
+
+/// Flat gradients of `grads` in layout order, as bits.
+fn grad_bits(model: &Mlp, grads: &GradientsParams) -> Vec<u32> {
+    let mut g = Vec::new();
+    gradcomp_train::params::read_grads(model, grads, &mut g);
+    g.iter().map(|v| v.to_bits()).collect()
+}
+
+#[test]
+fn a_staged_backward_pass_gives_the_whole_passes_gradients_bit_for_bit() {
+    let d = device();
+    d.seed(3);
+    let model = Mlp::new(&d, 4);
+    let whole = GradientsParams::from_grads(model.loss(1, &d).backward(), &model);
+    let mut cuts = Cuts::new();
+    let loss = model.loss_cut(1, &d, &mut cuts);
+    assert_eq!(cuts.len(), 1);
+    let stages: Vec<_> = cuts.backward(loss).collect();
+    assert_eq!(stages.len(), 2);
+    // The first stage holds only the layer after the cut.
+    assert!(model.a.weight.val().grad(&stages[0]).is_none());
+    assert!(model.b.weight.val().grad(&stages[0]).is_some());
+    let merged = gradcomp_train::params::merge_stages(&model, stages).unwrap();
+    assert_eq!(grad_bits(&model, &merged), grad_bits(&model, &whole));
+}
+
+/// Trains 6 steps of Top-k with error feedback (or `compressor`) on 3
+/// workers, each bucket a tensor, syncing whole or in stages; returns per
+/// worker the final parameters' bits and, per step, the staged backward
+/// seconds spent inside the sync.
+fn train_staged(compressor: CompressorConfig, topology: Topology, staged: bool) -> Vec<(Vec<u32>, Vec<f64>)> {
+    // The same start in both runs (the workers share the device's generator).
+    let d = device();
+    d.seed(7);
+    let start = flat(&Mlp::new(&d, 4));
+    workers(3, |rank, c| {
+        let d = device();
+        let model = gradcomp_train::params::write_params(Mlp::new(&d, 4), &start);
+        let cfg =
+            DataParallelConfig::new(compressor.clone()).with_topology(topology).with_buckets(0.00001, true);
+        let (mut dp, mut model) = cfg.init(c, model).unwrap();
+        let mut optim = SgdConfig::new().init();
+        let mut inside = Vec::new();
+        for step in 0..6 {
+            let synced = if staged {
+                let mut cuts = Cuts::new();
+                let loss = model.loss_cut(step * 3 + rank, &d, &mut cuts);
+                dp.report_loss(f64::from(loss.clone().into_scalar::<f32>()));
+                dp.sync_stages(&model, cuts.backward(loss), 0.05).unwrap()
+            } else {
+                let loss = model.loss(step * 3 + rank, &d);
+                dp.report_loss(f64::from(loss.clone().into_scalar::<f32>()));
+                dp.sync(&model, loss.backward(), 0.05).unwrap()
+            };
+            assert!(!synced.skipped);
+            inside.push(dp.last_step().backward_seconds);
+            model = optim.step(synced.lr, model, synced.grads);
+        }
+        dp.check_replicas(&model).unwrap();
+        (flat(&model).iter().map(|v| v.to_bits()).collect(), inside)
+    })
+}
+
+#[test]
+fn syncing_in_stages_streams_the_buckets_and_changes_no_bit() {
+    for (compressor, topology) in [
+        (CompressorConfig::topk(0.25), Topology::Allgather),
+        (CompressorConfig::terngrad(), Topology::Allreduce),
+        (CompressorConfig::dense(), Topology::ParameterServer),
+    ] {
+        let whole = train_staged(compressor.clone(), topology, false);
+        let staged = train_staged(compressor.clone(), topology, true);
+        for (w, s) in whole.iter().zip(&staged) {
+            assert_eq!(w.0, s.0, "{compressor:?} over {topology:?}: staged sync changed the model");
+        }
+        // The first step decides where compression runs and gathers the
+        // stages; from the second on, the second stage's backward pass runs
+        // inside the sync, while the first stage's buckets are on the wire.
+        for (_, inside) in &staged {
+            assert_eq!(inside[0], 0.0);
+            assert!(inside[1..].iter().all(|&s| s > 0.0), "{inside:?}");
+        }
+        assert!(whole.iter().all(|(_, inside)| inside.iter().all(|&s| s == 0.0)));
+    }
+}
+
+#[test]
+fn a_parameter_on_both_sides_of_a_cut_is_an_error_on_every_worker() {
+    let errors = workers(2, |rank, c| {
+        let d = device();
+        let (mut dp, model) = DataParallelConfig::new(CompressorConfig::dense())
+            .with_buckets(0.00001, true)
+            .init(c, Mlp::new(&d, 4))
+            .unwrap();
+        let mut errors = Vec::new();
+        // Step 0 gathers the stages, step 1 streams them: both refuse.
+        for step in 0..2 {
+            let mut cuts = Cuts::new();
+            let loss = model.loss_cut(step + rank, &d, &mut cuts);
+            // `a` is used again after the cut.
+            let x = Tensor::<2>::ones([1, 4], &d);
+            let loss = loss + model.a.forward(x).sum() * 0.0;
+            let synced = if step == 0 {
+                dp.sync_stages(&model, cuts.backward(loss), 0.1)
+            } else {
+                // A healthy step first, so the site is decided and the next one streams.
+                dp.sync(&model, model.loss(0, &d).backward(), 0.1).unwrap();
+                dp.sync_stages(&model, cuts.backward(loss), 0.1)
+            };
+            errors.push(synced.unwrap_err().to_string());
+        }
+        errors
+    });
+    for e in errors.iter().flatten() {
+        assert!(e.contains("two backward stages") && e.contains("a."), "{e}");
+    }
+}
+
+#[test]
+fn a_non_finite_stage_is_skipped_everywhere_and_leaves_the_memories_as_they_were() {
+    let results = workers(3, |rank, c| {
+        let d = device();
+        let cfg = DataParallelConfig::new(CompressorConfig::topk(0.25))
+            .with_topology(Topology::Allgather)
+            .with_buckets(0.00001, true)
+            .with_on_nonfinite(OnNonFinite::Skip);
+        let (mut dp, model) = cfg.init(c, Mlp::new(&d, 4)).unwrap();
+        dp.sync(&model, model.loss(rank, &d).backward(), 0.1).unwrap();
+        let before = dp.state().buffers;
+        let mut cuts = Cuts::new();
+        // Worker 1's loss is NaN: every gradient of it too.
+        let loss = model.loss_cut(rank, &d, &mut cuts) * if rank == 1 { f32::NAN } else { 1.0 };
+        let synced = dp.sync_stages(&model, cuts.backward(loss), 0.1).unwrap();
+        let restored = dp.state().buffers == before;
+        let again = dp.sync(&model, model.loss(rank, &d).backward(), 0.1).unwrap();
+        (synced.skipped, restored, again.skipped, dp.last_step().backward_seconds)
+    });
+    assert!(results.iter().all(|r| r.0 && r.1 && !r.2), "{results:?}");
 }

@@ -49,6 +49,7 @@ impl SyncError {
             StrategyError::Comm(source) => SyncError::Comm { rank, source },
             StrategyError::Codec { rank: sender, source } => SyncError::Codec { rank, sender, source },
             e @ StrategyError::Device(_) => SyncError::Device { rank, message: e.to_string() },
+            StrategyError::Usage(message) => SyncError::Usage(message),
         }
     }
 }

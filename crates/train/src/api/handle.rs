@@ -9,6 +9,7 @@ use gradcomp_comm::{Collective, Gathered, StepBytes};
 use gradcomp_compress::stats::Histogram;
 use serde::{Deserialize, Serialize};
 
+use super::stages::BurnStages;
 use super::{DataParallelConfig, SyncError};
 use crate::config::OnNonFinite;
 use crate::layout::GradientLayout;
@@ -49,6 +50,10 @@ pub struct StepStats {
     pub bytes: StepBytes,
     /// Seconds to read the gradient out of burn, and to hand the result back.
     pub read_seconds: f64,
+    /// Seconds of a staged backward pass run inside
+    /// [`DataParallel::sync_stages`] (its later stages, while earlier
+    /// buckets were on the wire); 0 for [`DataParallel::sync`].
+    pub backward_seconds: f64,
     pub write_seconds: f64,
     /// Seconds in the non-finite check and the agreement round (non-finite values, loss, stop).
     pub control_seconds: f64,
@@ -354,26 +359,8 @@ impl DataParallel {
         grads: G,
         lr: f64,
     ) -> Result<Synced, SyncError> {
-        if !(lr > 0.0 && lr.is_finite()) {
-            return Err(SyncError::Usage(format!("the learning rate must be positive and finite, got {lr}")));
-        }
-        if self.averages_now() {
-            return Err(SyncError::Usage(format!(
-                "step {} begins with model averaging (CELGC): call average_model before sync",
-                self.step
-            )));
-        }
-        if matches!(self.cfg.compressor, gradcomp_compress::CompressorConfig::Esgd(_)) && self.loss.is_none()
-        {
-            return Err(SyncError::Usage("eSGD selects by the loss: call report_loss before sync".into()));
-        }
-        self.discard_foreign_bytes();
+        self.begin_sync(model, lr)?;
         let step = self.step;
-        let due = self.cfg.checksum_every > 0 && step > 0 && step.is_multiple_of(self.cfg.checksum_every);
-        if due && self.strategy.identical_replicas() {
-            params::read_params(model, &mut self.params);
-            self.compare_checksums(step)?;
-        }
         let t = Instant::now();
         let grad = self.take_grad(model, &grads)?;
         drop(grads);
@@ -423,6 +410,111 @@ impl DataParallel {
         stats.extra = combined.extra;
         self.finish(stats);
         Ok(Synced { grads, lr: combined.lr, skipped: false, stop_requested: agreed.stop })
+    }
+
+    /// [`sync`](Self::sync) for a backward pass in stages (see
+    /// [`Cuts`](super::Cuts)): `stages` yields each stage's gradients,
+    /// computing them when asked, output layers first. Where the strategy
+    /// streams (synchronous, on the host, from the second step on), each
+    /// bucket goes on the wire as soon as its stage is done, while the next
+    /// stage's backward pass runs; elsewhere the stages are gathered and
+    /// synced as one. The result is bitwise what `sync` gives for the whole
+    /// backward pass.
+    ///
+    /// Non-finite values are agreed on after the exchange rather than
+    /// before it: a worker's non-finite stage travels as zeros, and the
+    /// agreement then skips the step everywhere (the memories are restored
+    /// to their state before it) or stops the run, as `train.on_nonfinite` says.
+    pub fn sync_stages<M: Module, G: GradSource, I: IntoIterator<Item = G>>(
+        &mut self,
+        model: &M,
+        stages: I,
+        lr: f64,
+    ) -> Result<Synced, SyncError> {
+        if !(matches!(self.site, Site::Host(_)) && self.strategy.streams()) {
+            let merged = params::merge_stages(model, stages).map_err(SyncError::Usage)?;
+            return self.sync(model, merged, lr);
+        }
+        self.begin_sync(model, lr)?;
+        let step = self.step;
+        let rank = self.rank();
+        let measure = self.cfg.stats_every > 0 && step.is_multiple_of(self.cfg.stats_every);
+        let input = StepInput { step, lr, loss: self.loss, measure };
+        // Skipping must undo the memories' update, which has happened by the agreement.
+        let before = (self.cfg.on_nonfinite == OnNonFinite::Skip).then(|| self.strategy.state());
+        let mut source = BurnStages::new(model, stages.into_iter(), &self.layout, &mut self.grad);
+        let combined = self.strategy.combine_staged(&input, &mut source, &mut self.out, &mut *self.c);
+        let (nonfinite, backward_seconds, read_seconds) =
+            (source.nonfinite.take(), source.backward_seconds, source.read_seconds);
+        let combined = combined.map_err(|e| SyncError::from_strategy(rank, e))?;
+        let t = Instant::now();
+        let bad = if self.loss.is_some_and(|l| !l.is_finite()) {
+            Some(("loss", "(loss)".to_string()))
+        } else {
+            nonfinite.map(|tensor| ("gradient", tensor))
+        };
+        let agreed = self.agree(step, bad)?;
+        let mut stats = StepStats {
+            step,
+            loss: self.loss.take(),
+            mean_loss: agreed.mean_loss,
+            lr: combined.lr,
+            density: self.density,
+            read_seconds,
+            backward_seconds,
+            control_seconds: t.elapsed().as_secs_f64(),
+            exchange: combined.stats,
+            extra: combined.extra,
+            ..Default::default()
+        };
+        if agreed.skip {
+            if let Some(state) = &before {
+                self.strategy.restore(state).map_err(|message| SyncError::Usage(message))?;
+            }
+            stats.skipped = true;
+            stats.exchange = ExchangeStats::default();
+            self.finish(stats);
+            return Ok(Synced {
+                grads: GradientsParams::new(),
+                lr,
+                skipped: true,
+                stop_requested: agreed.stop,
+            });
+        }
+        if measure && rank == 0 {
+            stats.histogram = Some(Histogram::symmetric(&self.grad, 41));
+        }
+        let t = Instant::now();
+        let grads = params::grads_params(model, &self.out);
+        stats.write_seconds = t.elapsed().as_secs_f64();
+        let lr = stats.lr;
+        self.finish(stats);
+        Ok(Synced { grads, lr, skipped: false, stop_requested: agreed.stop })
+    }
+
+    /// The checks and the replica comparison every sync begins with.
+    fn begin_sync<M: Module>(&mut self, model: &M, lr: f64) -> Result<(), SyncError> {
+        if !(lr > 0.0 && lr.is_finite()) {
+            return Err(SyncError::Usage(format!("the learning rate must be positive and finite, got {lr}")));
+        }
+        if self.averages_now() {
+            return Err(SyncError::Usage(format!(
+                "step {} begins with model averaging (CELGC): call average_model before sync",
+                self.step
+            )));
+        }
+        if matches!(self.cfg.compressor, gradcomp_compress::CompressorConfig::Esgd(_)) && self.loss.is_none()
+        {
+            return Err(SyncError::Usage("eSGD selects by the loss: call report_loss before sync".into()));
+        }
+        self.discard_foreign_bytes();
+        let step = self.step;
+        let due = self.cfg.checksum_every > 0 && step > 0 && step.is_multiple_of(self.cfg.checksum_every);
+        if due && self.strategy.identical_replicas() {
+            params::read_params(model, &mut self.params);
+            self.compare_checksums(step)?;
+        }
+        Ok(())
     }
 
     /// A model every worker agrees on: the replica itself when replicas are

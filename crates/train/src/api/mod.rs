@@ -36,14 +36,16 @@
 mod config;
 mod error;
 mod handle;
+mod stages;
 
 pub use config::DataParallelConfig;
 pub use error::SyncError;
 pub use handle::{DataParallel, DataParallelState, Site, StepStats, Synced};
+pub use stages::{BurnStages, Cuts, StagedBackward};
 
 /// Everything a burn user needs for compressed data-parallel training.
 pub mod prelude {
-    pub use super::{DataParallel, DataParallelConfig, SyncError, Synced};
+    pub use super::{Cuts, DataParallel, DataParallelConfig, SyncError, Synced};
     pub use crate::config::{OnNonFinite, Topology};
     pub use gradcomp_comm::{Collective, InProcessGroup};
     pub use gradcomp_compress::CompressorConfig;

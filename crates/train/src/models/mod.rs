@@ -9,11 +9,27 @@
 /// `logits(&self, Tensor<4>) -> Tensor<2>` method.
 macro_rules! image_classifier {
     ($t:ty) => {
+        image_classifier!($t, {});
+    };
+    // `staged`: the model's `logits_cut(x, cuts)` cuts its forward pass.
+    ($t:ty, staged) => {
+        image_classifier!($t, {
+            fn staged_loss(&self, batch: &Batch, device: &Device) -> (Tensor<1>, crate::api::Cuts) {
+                let (x, y) = batch.images(device);
+                let mut cuts = crate::api::Cuts::new();
+                let logits = self.logits_cut(x, &mut cuts);
+                (cross_entropy(logits, y), cuts)
+            }
+        });
+    };
+    ($t:ty, { $($staged:item)* }) => {
         impl Net for $t {
             fn loss(&self, batch: &Batch, device: &Device) -> Tensor<1> {
                 let (x, y) = batch.images(device);
                 cross_entropy(self.logits(x), y)
             }
+
+            $($staged)*
 
             fn evaluate(&self, batch: &Batch, device: &Device) -> EvalStats {
                 let (x, y) = batch.images(device);
@@ -201,6 +217,12 @@ impl ModelChoice {
 pub trait Net: Module + Clone + Send + std::fmt::Debug + 'static {
     /// Mean loss over the batch, a scalar tensor.
     fn loss(&self, batch: &Batch, device: &Device) -> Tensor<1>;
+
+    /// [`loss`](Net::loss) with the forward pass cut for a staged backward
+    /// pass ([`Cuts`](crate::api::Cuts)); by default no cut, one stage.
+    fn staged_loss(&self, batch: &Batch, device: &Device) -> (Tensor<1>, crate::api::Cuts) {
+        (self.loss(batch, device), crate::api::Cuts::none())
+    }
 
     /// Loss sum and correct count over the batch (no gradients needed).
     fn evaluate(&self, batch: &Batch, device: &Device) -> EvalStats;

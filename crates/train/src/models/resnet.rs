@@ -14,6 +14,8 @@ use burn::nn::pool::{AdaptiveAvgPool2d, AdaptiveAvgPool2dConfig};
 use burn::nn::{BatchNorm, BatchNormConfig, Linear, LinearConfig, PaddingConfig2d, Relu};
 use burn::tensor::{Device, Tensor};
 
+use crate::api::Cuts;
+
 use super::{classification_stats, cross_entropy, Batch, EvalStats, ImageTask, Net};
 
 fn conv(channels: [usize; 2], kernel: usize, stride: usize, device: &Device) -> Conv2d {
@@ -113,16 +115,23 @@ impl ResNet18 {
     }
 
     fn logits(&self, x: Tensor<4>) -> Tensor<2> {
-        let mut x = self.relu.forward(self.stem_bn.forward(self.stem.forward(x)));
+        self.logits_cut(x, &mut Cuts::none())
+    }
+
+    /// The logits, with the forward pass cut after the stem and after every
+    /// residual block: a staged backward pass yields the blocks' gradients
+    /// one block at a time, from the last.
+    fn logits_cut(&self, x: Tensor<4>, cuts: &mut Cuts) -> Tensor<2> {
+        let mut x = cuts.cut(self.relu.forward(self.stem_bn.forward(self.stem.forward(x))));
         for block in &self.blocks {
-            x = block.forward(x);
+            x = cuts.cut(block.forward(x));
         }
         let [n, c, _, _] = x.dims();
         self.fc.forward(self.pool.forward(x).reshape([n, c]))
     }
 }
 
-image_classifier!(ResNet18);
+image_classifier!(ResNet18, staged);
 
 #[cfg(test)]
 mod tests {

@@ -71,6 +71,41 @@ pub enum StrategyError {
     /// did not hold what it should).
     #[error("the device exchange failed: {0}")]
     Device(String),
+    /// The caller broke a rule of the call (a gradient of the wrong size,
+    /// a parameter in two backward stages).
+    #[error("{0}")]
+    Usage(String),
+}
+
+/// A worker's gradient as it becomes ready: all at once ([`Whole`]), or in
+/// stages from a staged backward pass, output layers first, so the first
+/// buckets go on the wire while the rest of the backward pass runs.
+pub trait GradStages {
+    /// The flat gradient as filled so far (zeros where no stage has written).
+    fn grad(&self) -> &[f32];
+    /// Computes the next stage into the gradient and appends the flat
+    /// ranges it filled to `filled`; returns whether more stages follow.
+    /// Once it returns false the gradient is complete.
+    fn next_stage(&mut self, filled: &mut Vec<std::ops::Range<usize>>) -> Result<bool, StrategyError>;
+}
+
+/// Runs every stage left and returns the complete gradient.
+pub(crate) fn complete(stages: &mut dyn GradStages) -> Result<Vec<f32>, StrategyError> {
+    let mut filled = Vec::new();
+    while stages.next_stage(&mut filled)? {}
+    Ok(stages.grad().to_vec())
+}
+
+/// A gradient that is complete from the start.
+pub struct Whole<'a>(pub &'a [f32]);
+
+impl GradStages for Whole<'_> {
+    fn grad(&self) -> &[f32] {
+        self.0
+    }
+    fn next_stage(&mut self, _filled: &mut Vec<std::ops::Range<usize>>) -> Result<bool, StrategyError> {
+        Ok(false)
+    }
 }
 
 /// A strategy's state, for checkpoints: named flat buffers.
@@ -135,6 +170,27 @@ pub trait Strategy: Send {
     /// Whether every worker's model is identical after every step (true for
     /// synchronous exchange and naive parallel clipping; CELGC's models
     /// agree only right after a round).
+    /// Whether [`combine_staged`](Strategy::combine_staged) starts on part
+    /// of the gradient; when not, it waits for the whole of it.
+    fn streams(&self) -> bool {
+        false
+    }
+
+    /// [`combine`](Strategy::combine) with the gradient computed in stages
+    /// by `stages`; `grad` is `stages`' buffer once it is complete. A
+    /// strategy that [streams](Strategy::streams) sends each part as it
+    /// is ready; the default waits for every stage, then combines.
+    fn combine_staged(
+        &mut self,
+        input: &StepInput,
+        stages: &mut dyn GradStages,
+        out: &mut [f32],
+        c: &mut dyn Collective,
+    ) -> Result<Combined, StrategyError> {
+        let mut grad = complete(stages)?;
+        self.combine(input, &mut grad, out, c)
+    }
+
     fn identical_replicas(&self) -> bool;
 
     /// Sets the sparsifiers' target density for the coming steps (density warm-up).

@@ -4,7 +4,7 @@
 
 use gradcomp_comm::Collective;
 
-use super::{Combined, GradientExchange, StateBuffers, StepInput, Strategy, StrategyError, Unit};
+use super::{Combined, GradStages, GradientExchange, StateBuffers, StepInput, Strategy, StrategyError, Unit};
 
 /// Synchronous exchange, with DGC's optional local gradient clipping.
 pub struct Synchronous {
@@ -66,6 +66,34 @@ impl Strategy for Synchronous {
         }
         let stats =
             self.exchange.exchange(grad, input.loss, out, input.step, input.lr as f32, input.measure, c)?;
+        Ok(Combined { lr: input.lr, extra: Vec::new(), stats })
+    }
+
+    /// Streams unless DGC's local clipping needs the whole gradient's norm first.
+    fn streams(&self) -> bool {
+        self.local_clip == 0.0
+    }
+
+    fn combine_staged(
+        &mut self,
+        input: &StepInput,
+        stages: &mut dyn GradStages,
+        out: &mut [f32],
+        c: &mut dyn Collective,
+    ) -> Result<Combined, StrategyError> {
+        if !self.streams() {
+            let mut grad = super::complete(stages)?;
+            return self.combine(input, &mut grad, out, c);
+        }
+        let stats = self.exchange.exchange_staged(
+            stages,
+            input.loss,
+            out,
+            input.step,
+            input.lr as f32,
+            input.measure,
+            c,
+        )?;
         Ok(Combined { lr: input.lr, extra: Vec::new(), stats })
     }
 

@@ -12,7 +12,9 @@ use gradcomp_compress::{RngKey, UnitContext};
 use gradcomp_kernels::memory::{DeviceDgcMomentum, DeviceErrorFeedback};
 use gradcomp_kernels::{Client, DeviceCompressor, DeviceF32, KernelError};
 
-use super::{account, wire, BucketTimes, ExchangeStats, GradientExchange, StrategyError};
+use super::{
+    account, wire, BucketTimes, ExchangeStats, Front, GradientExchange, StrategyError, WireCall, WireKind,
+};
 use crate::device_grad::DeviceGrad;
 
 /// A unit's compensation memory in device memory.
@@ -264,5 +266,38 @@ impl GradientExchange {
         st.decode_seconds = t.elapsed().as_secs_f64();
         st.wall_seconds = wall.elapsed().as_secs_f64();
         Ok(st)
+    }
+}
+
+impl GradientExchange {
+    /// The scalars' max-reduce across workers (TernGrad's shared scaler), if
+    /// any unit has one; returns its seconds.
+    fn share_scalars(
+        &mut self,
+        c: &mut dyn Collective,
+        st: &mut ExchangeStats,
+    ) -> Result<f64, StrategyError> {
+        let t = Instant::now();
+        let scalars = &mut self.front.scalars;
+        if !scalars.is_empty() {
+            c.allreduce_max_f32(scalars)?;
+            st.calls.push(WireCall {
+                bucket: None,
+                kind: WireKind::AllreduceMaxF32,
+                sizes: vec![4 * scalars.len() as u64],
+                download: 0,
+            });
+        }
+        Ok(t.elapsed().as_secs_f64())
+    }
+}
+
+impl Front {
+    /// Records the next unit's local scalar (two-phase compressors), in unit order.
+    fn push_scalar(&mut self, s: Option<f32>) {
+        self.scalar_of.push(s.map(|s| {
+            self.scalars.push(s);
+            self.scalars.len() - 1
+        }));
     }
 }

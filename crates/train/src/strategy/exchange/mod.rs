@@ -46,7 +46,7 @@ use gradcomp_compress::stats;
 use gradcomp_compress::{Compressor, CompressorConfig, Message, RngKey, UnitContext};
 use serde::{Deserialize, Serialize};
 
-use super::{StateBuffers, StrategyError};
+use super::{GradStages, StateBuffers, StrategyError, Whole};
 use crate::config::{CompressionConfig, Granularity, Topology};
 use crate::layout::GradientLayout;
 
@@ -86,6 +86,9 @@ pub struct ExchangeStats {
     pub decode_seconds: f64,
     /// Wall-clock seconds of the whole exchange.
     pub wall_seconds: f64,
+    /// Seconds of it spent computing later stages of a staged backward
+    /// pass (while earlier buckets were on the wire).
+    pub stage_seconds: f64,
     /// ‖residual‖₂ over all units with a memory.
     pub residual_norm: f64,
     /// Σ‖acc − C(acc)‖² / Σ‖acc‖² over compressed units (when measured).
@@ -230,9 +233,7 @@ struct FrontSpec {
 }
 
 /// What every bucket of one step needs to know.
-struct StepArgs<'a> {
-    /// This worker's gradient (raw units are read from it).
-    grad: &'a [f32],
+struct StepArgs {
     loss: Option<f64>,
     key: RngKey,
     lr: f32,
@@ -412,33 +413,47 @@ impl GradientExchange {
         measure: bool,
         c: &mut dyn Collective,
     ) -> Result<ExchangeStats, StrategyError> {
+        self.exchange_staged(&mut Whole(grad), loss, out, step, lr, measure, c)
+    }
+
+    /// [`exchange`](Self::exchange) for a gradient that arrives in stages
+    /// (a staged backward pass): each bucket is compressed and sent as soon
+    /// as its units are complete, while the next stage is computed. The
+    /// messages and the result are bitwise those of `exchange` on the whole
+    /// gradient; only the scalar rounds are split, one per group of buckets
+    /// that become ready together.
+    #[allow(clippy::too_many_arguments)]
+    pub fn exchange_staged(
+        &mut self,
+        stages: &mut dyn GradStages,
+        loss: Option<f64>,
+        out: &mut [f32],
+        step: u64,
+        lr: f32,
+        measure: bool,
+        c: &mut dyn Collective,
+    ) -> Result<ExchangeStats, StrategyError> {
         let wall = Instant::now();
-        let mut st = ExchangeStats { elements: grad.len() as u64, ..Default::default() };
-        let t = Instant::now();
-        // 1. Memories fold in their state; the compensated gradient stays in the memory.
-        let plan = &self.plan;
-        for (u, unit) in plan.units.iter().enumerate() {
-            if plan.has_memory[u] {
-                self.front.memories[u].compensate(&grad[unit.offset..unit.offset + unit.len], lr);
-            }
+        let total = self.plan.units.last().map_or(0, |u| u.offset + u.len);
+        if stages.grad().len() != total || out.len() != total {
+            return Err(StrategyError::Usage(format!(
+                "the gradient has {} values and the output {}, the exchange's units {total}",
+                stages.grad().len(),
+                out.len()
+            )));
         }
-        // 2. Two-phase compressors agree on their scalars (TernGrad's shared scaler).
+        let mut st = ExchangeStats { elements: total as u64, ..Default::default() };
+        // Per group of buckets as they become ready: memories fold in the
+        // gradient, two-phase compressors agree on their scalars (TernGrad's
+        // shared scaler); per bucket: compress, move, decode and aggregate
+        // into `out`, update the memories.
+        out.fill(0.0);
         self.front.scalars.clear();
         self.front.scalar_of.clear();
-        for u in 0..plan.units.len() {
-            let x = unit_input(plan, &self.front.memories, grad, u);
-            let s = if plan.raw[u] { None } else { self.front.compressors[u].local_scalar(x) };
-            self.front.push_scalar(s);
-        }
-        let lead = t.elapsed().as_secs_f64();
-        let scalar_round = self.share_scalars(c, &mut st)?;
-        // 3–5. Per bucket: compress, move, decode and aggregate into `out`,
-        // update the memories.
-        out.fill(0.0);
+        self.front.scalar_of.resize(self.plan.units.len(), None);
         self.front.measured.clear();
         self.front.measured.resize(self.plan.units.len(), None);
         let args = StepArgs {
-            grad,
             loss,
             key: RngKey::new(self.seed, c.rank() as u32, step, 0),
             lr,
@@ -449,37 +464,16 @@ impl GradientExchange {
         st.buckets = vec![BucketTimes::default(); self.plan.buckets.len()];
         let lanes = Lanes { plan: &self.plan, front: &mut self.front, payloads: &mut self.payloads };
         if st.pipelined {
-            pipeline::run_pipelined(lanes, &mut self.server, &args, out, c, &mut st)?;
+            pipeline::run_pipelined(lanes, stages, &mut self.server, &args, out, c, &mut st)?;
         } else {
-            pipeline::run_sequential(lanes, &mut self.server, &args, out, c, &mut st)?;
+            pipeline::run_sequential(lanes, stages, &mut self.server, &args, out, c, &mut st)?;
         }
         self.finish_stats(measure, &mut st);
-        st.compress_seconds = lead + st.buckets.iter().map(|b| b.compress).sum::<f64>();
-        st.communicate_seconds = scalar_round + st.buckets.iter().map(|b| b.wire).sum::<f64>();
+        st.compress_seconds += st.buckets.iter().map(|b| b.compress).sum::<f64>();
+        st.communicate_seconds += st.buckets.iter().map(|b| b.wire).sum::<f64>();
         st.decode_seconds = st.buckets.iter().map(|b| b.decode).sum();
         st.wall_seconds = wall.elapsed().as_secs_f64();
         Ok(st)
-    }
-
-    /// The scalars' max-reduce across workers (TernGrad's shared scaler), if
-    /// any unit has one; returns its seconds.
-    fn share_scalars(
-        &mut self,
-        c: &mut dyn Collective,
-        st: &mut ExchangeStats,
-    ) -> Result<f64, StrategyError> {
-        let t = Instant::now();
-        let scalars = &mut self.front.scalars;
-        if !scalars.is_empty() {
-            c.allreduce_max_f32(scalars)?;
-            st.calls.push(WireCall {
-                bucket: None,
-                kind: WireKind::AllreduceMaxF32,
-                sizes: vec![4 * scalars.len() as u64],
-                download: 0,
-            });
-        }
-        Ok(t.elapsed().as_secs_f64())
     }
 
     /// The step's statistics that are per unit, in unit order: compressor
@@ -498,9 +492,16 @@ impl GradientExchange {
 impl Front {
     /// Compresses bucket `b`'s units into their messages (`args.key` with the
     /// unit's id seeds its randomness) and counts what is sent.
-    fn compress_bucket(&mut self, plan: &Plan, b: usize, args: &StepArgs, st: &mut ExchangeStats) {
+    fn compress_bucket(
+        &mut self,
+        plan: &Plan,
+        b: usize,
+        grad: &[f32],
+        args: &StepArgs,
+        st: &mut ExchangeStats,
+    ) {
         for u in plan.buckets[b].clone() {
-            let x = unit_input(plan, &self.memories, args.grad, u);
+            let x = unit_input(plan, &self.memories, grad, u);
             if plan.raw[u] {
                 if plan.topology == Topology::ParameterServer {
                     let m = self.msgs[u].dense_mut();
@@ -543,16 +544,42 @@ impl Front {
         }
     }
 
-    /// Records the next unit's local scalar (two-phase compressors), in unit order.
-    fn push_scalar(&mut self, s: Option<f32>) {
-        self.scalar_of.push(s.map(|s| {
-            self.scalars.push(s);
-            self.scalars.len() - 1
-        }));
+    /// Units `units`' memories fold in their gradient (the compensated
+    /// gradient stays in the memory), and their two-phase compressors'
+    /// local scalars join `scalars`.
+    fn prepare(&mut self, plan: &Plan, units: Range<usize>, grad: &[f32], lr: f32) {
+        for u in units {
+            let unit = &plan.units[u];
+            if plan.has_memory[u] {
+                self.memories[u].compensate(&grad[unit.offset..unit.offset + unit.len], lr);
+            }
+            if !plan.raw[u] {
+                let x = unit_input(plan, &self.memories, grad, u);
+                if let Some(s) = self.compressors[u].local_scalar(x) {
+                    self.scalar_of[u] = Some(self.scalars.len());
+                    self.scalars.push(s);
+                }
+            }
+        }
     }
 }
 
 impl Plan {
+    /// Adds the values of `ranges` (flat gradient ranges a stage filled) to
+    /// the units' counts of filled values.
+    fn count_filled(&self, ranges: &[Range<usize>], filled: &mut [usize]) {
+        for r in ranges {
+            // Units are sorted by offset: start at the one holding r.start.
+            let first = self.units.partition_point(|u| u.offset + u.len <= r.start);
+            for (u, unit) in self.units.iter().enumerate().skip(first) {
+                if unit.offset >= r.end {
+                    break;
+                }
+                filled[u] += r.end.min(unit.offset + unit.len) - r.start.max(unit.offset);
+            }
+        }
+    }
+
     /// Divides unit `u`'s aggregate by `lr` if its residuals are lr-scaled.
     fn to_gradient_units(&self, u: usize, out: &mut [f32], lr: f32) {
         if self.lr_scaled[u] {
@@ -644,12 +671,39 @@ mod tests {
     /// bits and every unit's encoded message, then its memories' state.
     type Trace = (Vec<(Vec<u32>, Vec<u8>, u64)>, StateBuffers);
 
-    /// Three workers exchange four steps of made-up gradients.
+    /// A gradient revealed `chunk` values at a time from the end, as a
+    /// staged backward pass yields it (chunks straddle units and buckets).
+    struct Revealed {
+        full: Vec<f32>,
+        grad: Vec<f32>,
+        end: usize,
+        chunk: usize,
+    }
+
+    impl GradStages for Revealed {
+        fn grad(&self) -> &[f32] {
+            &self.grad
+        }
+        fn next_stage(&mut self, filled: &mut Vec<Range<usize>>) -> Result<bool, StrategyError> {
+            if self.end == 0 {
+                return Ok(false);
+            }
+            let start = self.end.saturating_sub(self.chunk);
+            self.grad[start..self.end].copy_from_slice(&self.full[start..self.end]);
+            filled.push(start..self.end);
+            self.end = start;
+            Ok(true)
+        }
+    }
+
+    /// Three workers exchange four steps of made-up gradients; with
+    /// `staged`, the gradient arrives that many values at a time.
     fn trace(
         compressor: &CompressorConfig,
         topology: Topology,
         bucket_mb: f64,
         pipeline: bool,
+        staged: Option<usize>,
     ) -> Vec<Trace> {
         let layout = layout();
         let cfg = CompressionConfig { bucket_mb, pipeline, ..Default::default() };
@@ -669,7 +723,15 @@ mod tests {
                     })
                     .collect();
                 let mut out = vec![f32::NAN; grad.len()];
-                let st = x.exchange(&grad, Some(1.5), &mut out, step, 0.1, step == 3, &mut c).unwrap();
+                let st = match staged {
+                    None => x.exchange(&grad, Some(1.5), &mut out, step, 0.1, step == 3, &mut c),
+                    Some(chunk) => {
+                        let (end, zeros) = (grad.len(), vec![0.0; grad.len()]);
+                        let mut stages = Revealed { full: grad.clone(), grad: zeros, end, chunk };
+                        x.exchange_staged(&mut stages, Some(1.5), &mut out, step, 0.1, step == 3, &mut c)
+                    }
+                }
+                .unwrap();
                 assert_eq!(st.pipelined, pipeline && x.buckets().len() > 1);
                 assert_eq!(st.buckets.len(), x.buckets().len());
                 let mut wire = Vec::new();
@@ -685,7 +747,7 @@ mod tests {
     }
 
     #[test]
-    fn buckets_and_pipelining_leave_every_message_and_result_bit_identical() {
+    fn buckets_pipelining_and_stages_leave_every_message_and_result_bit_identical() {
         for name in CompressorConfig::NAMES {
             let compressor = CompressorConfig::named(name).unwrap();
             let gathers = compressor.build().combine() == gradcomp_compress::Combine::Gather;
@@ -695,13 +757,18 @@ mod tests {
                 &[Topology::Allreduce, Topology::Allgather, Topology::ParameterServer]
             };
             for &topology in topologies {
-                let whole = trace(&compressor, topology, 25.0, true);
+                let whole = trace(&compressor, topology, 25.0, true, None);
                 for pipeline in [false, true] {
-                    let bucketed = trace(&compressor, topology, 0.0002, pipeline);
-                    assert!(
-                        whole == bucketed,
-                        "{name} over {topology:?}: buckets (pipeline {pipeline}) changed a message or result"
-                    );
+                    // Whole, and in stages that straddle units (300 values)
+                    // or hold several buckets (2000 of 2260).
+                    for staged in [None, Some(300), Some(2000)] {
+                        let bucketed = trace(&compressor, topology, 0.0002, pipeline, staged);
+                        assert!(
+                            whole == bucketed,
+                            "{name} over {topology:?}: buckets (pipeline {pipeline}, stages {staged:?}) \
+                             changed a message or result"
+                        );
+                    }
                 }
                 // Replicas agree, and the result is a real average (not left unwritten).
                 assert!(whole.iter().all(|w| w.0.iter().zip(&whole[0].0).all(|(a, b)| a.0 == b.0)));

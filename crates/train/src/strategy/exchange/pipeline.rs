@@ -1,27 +1,38 @@
-//! Running an exchange's buckets: one after another on the calling thread,
-//! or pipelined through a communication thread.
+//! Running an exchange's buckets as the gradient becomes ready: one after
+//! another on the calling thread, or pipelined through a communication
+//! thread.
 //!
-//! Pipelined, this thread compresses and packs bucket i+1, hands it to the
-//! communication thread, then decodes bucket i−1 while the communication
-//! thread moves bucket i: the wire time of all but the last bucket hides
-//! behind compression and decoding. The communication thread calls the
-//! buckets' collectives in bucket order, the order every worker uses, so
-//! the calls match across workers exactly as unpipelined. The thread lives
-//! for one exchange (a scoped thread: it borrows the collective), which
-//! costs tens of microseconds a step.
+//! The gradient arrives in stages ([`GradStages`]): all at once after
+//! `loss.backward()`, or part by part from a staged backward pass (the
+//! output layers first). A bucket is ready when every one of its units is;
+//! buckets leave strictly in bucket order. When a group of buckets becomes
+//! ready, their units' memories fold in the gradient, their two-phase
+//! compressors' scalars are max-reduced in one round (TernGrad's shared
+//! scaler), and each bucket is compressed, packed and handed to the wire.
 //!
-//! burn's `backward` returns every gradient at once, with no per-parameter
-//! hook, so the first bucket cannot leave before the backward pass ends as
-//! it does in DDP; what overlaps is compression, the wire and decoding.
+//! Pipelined, a communication thread runs the wire's jobs in the order they
+//! were handed over, the same on every worker, so the collectives match
+//! across workers exactly as unpipelined. While it moves bucket i, this
+//! thread compresses bucket i+1, decodes bucket i−1, or, while stages
+//! remain, computes the next stage of the backward pass: that is what hides
+//! the wire behind the backward pass. The thread lives for one exchange (a
+//! scoped thread: it borrows the collective), which costs tens of
+//! microseconds a step.
+//!
+//! The order of the jobs depends on which buckets become ready together, so
+//! every worker must stage its backward pass the same way (the same model
+//! code with the same cuts does).
 
+use std::collections::VecDeque;
+use std::ops::Range;
 use std::sync::mpsc;
 use std::time::Instant;
 
 use gradcomp_comm::{Collective, CommError};
 
 use super::wire::{self, Payload, ServerState};
-use super::{ExchangeStats, Front, Plan, StepArgs};
-use crate::strategy::StrategyError;
+use super::{ExchangeStats, Front, Plan, StepArgs, WireCall, WireKind};
+use crate::strategy::{GradStages, StrategyError};
 
 /// This thread's side of an exchange: the plan (shared with the
 /// communication thread), the compressors and memories, and the buckets'
@@ -32,28 +43,270 @@ pub(super) struct Lanes<'a> {
     pub(super) payloads: &'a mut [Payload],
 }
 
+/// What the wire does, in the order it is handed over.
+enum Job {
+    /// Max-reduce these scalars (the units of a group of buckets).
+    Scalars(Vec<f32>),
+    Bucket(usize, Payload),
+}
+
+/// A job done, with its collectives' outcome.
+enum Done {
+    Scalars(Vec<f32>, f64, Result<(), CommError>),
+    Bucket(usize, Payload, Result<(), CommError>),
+}
+
+fn work(plan: &Plan, job: Job, server: &mut ServerState, c: &mut dyn Collective) -> Done {
+    match job {
+        Job::Scalars(mut s) => {
+            let t = Instant::now();
+            let moved = c.allreduce_max_f32(&mut s);
+            Done::Scalars(s, t.elapsed().as_secs_f64(), moved)
+        }
+        Job::Bucket(b, mut p) => {
+            let moved = wire::move_bucket(plan, b, &mut p, server, c);
+            Done::Bucket(b, p, moved)
+        }
+    }
+}
+
+/// Where the jobs run: here, at once, or on the communication thread.
+trait Courier {
+    /// Hands a job over; false when the communication thread has stopped
+    /// (on an error, which a following `recv` returns).
+    fn send(&mut self, job: Job) -> bool;
+    /// The next finished job, waiting for it.
+    fn recv(&mut self) -> Result<Done, StrategyError>;
+    /// The next finished job, if one is.
+    fn try_recv(&mut self) -> Option<Done>;
+}
+
+/// Runs each job on this thread as it is handed over.
+struct Inline<'a> {
+    plan: &'a Plan,
+    server: &'a mut ServerState,
+    c: &'a mut dyn Collective,
+    done: VecDeque<Done>,
+}
+
+impl Courier for Inline<'_> {
+    fn send(&mut self, job: Job) -> bool {
+        let done = work(self.plan, job, self.server, self.c);
+        self.done.push_back(done);
+        true
+    }
+    fn recv(&mut self) -> Result<Done, StrategyError> {
+        self.done.pop_front().ok_or_else(ended)
+    }
+    fn try_recv(&mut self) -> Option<Done> {
+        self.done.pop_front()
+    }
+}
+
+/// The communication thread's two channels.
+struct Threaded {
+    to_wire: mpsc::Sender<Job>,
+    from_wire: mpsc::Receiver<Done>,
+}
+
+impl Courier for Threaded {
+    fn send(&mut self, job: Job) -> bool {
+        self.to_wire.send(job).is_ok()
+    }
+    fn recv(&mut self) -> Result<Done, StrategyError> {
+        self.from_wire.recv().map_err(|_| ended())
+    }
+    fn try_recv(&mut self) -> Option<Done> {
+        self.from_wire.try_recv().ok()
+    }
+}
+
+fn ended() -> StrategyError {
+    StrategyError::Comm(CommError::Invalid("the communication thread ended without a result".into()))
+}
+
+/// Runs the exchange's buckets on this thread.
+pub(super) fn run_sequential(
+    lanes: Lanes,
+    stages: &mut dyn GradStages,
+    server: &mut ServerState,
+    args: &StepArgs,
+    out: &mut [f32],
+    c: &mut dyn Collective,
+    st: &mut ExchangeStats,
+) -> Result<(), StrategyError> {
+    let mut courier = Inline { plan: lanes.plan, server, c, done: VecDeque::new() };
+    drive(lanes, stages, &mut courier, args, out, st)
+}
+
+/// Runs the exchange's buckets through a communication thread (see the
+/// module doc). On an error the remaining buckets are not sent; the
+/// communication thread finishes the collective it is in (every worker
+/// reaches it, or the collective fails by its timeout) and ends, so nothing
+/// hangs.
+pub(super) fn run_pipelined(
+    lanes: Lanes,
+    stages: &mut dyn GradStages,
+    server: &mut ServerState,
+    args: &StepArgs,
+    out: &mut [f32],
+    c: &mut dyn Collective,
+    st: &mut ExchangeStats,
+) -> Result<(), StrategyError> {
+    let plan = lanes.plan;
+    std::thread::scope(|s| {
+        let (to_wire, inbox) = mpsc::channel::<Job>();
+        let (outbox, from_wire) = mpsc::channel::<Done>();
+        s.spawn(move || {
+            for job in inbox {
+                let done = work(plan, job, server, c);
+                let failed = matches!(done, Done::Scalars(_, _, Err(_)) | Done::Bucket(_, _, Err(_)));
+                if outbox.send(done).is_err() || failed {
+                    break;
+                }
+            }
+        });
+        drive(lanes, stages, &mut Threaded { to_wire, from_wire }, args, out, st)
+    })
+}
+
+/// The exchange's schedule, the same for both couriers: pull a stage, start
+/// the buckets it completed, decode what came back, and pull the next stage
+/// while the wire works; once the gradient is complete, keep one bucket on
+/// the wire while packing the next.
+fn drive(
+    mut lanes: Lanes,
+    stages: &mut dyn GradStages,
+    courier: &mut dyn Courier,
+    args: &StepArgs,
+    out: &mut [f32],
+    st: &mut ExchangeStats,
+) -> Result<(), StrategyError> {
+    let plan = lanes.plan;
+    let buckets = plan.buckets.len();
+    let mut filled = vec![0usize; plan.units.len()];
+    let mut ranges: Vec<Range<usize>> = Vec::new();
+    let (mut next, mut in_flight, mut more) = (0, 0usize, true);
+    while next < buckets {
+        if more {
+            ranges.clear();
+            let t = Instant::now();
+            more = stages.next_stage(&mut ranges)?;
+            st.stage_seconds += t.elapsed().as_secs_f64();
+            plan.count_filled(&ranges, &mut filled);
+        }
+        let ready = |b: usize| !more || plan.buckets[b].clone().all(|u| filled[u] >= plan.units[u].len);
+        let mut end = next;
+        while end < buckets && ready(end) {
+            end += 1;
+        }
+        if end == next {
+            // Nothing new is complete: decode what the wire finished, then pull on.
+            while let Some(done) = courier.try_recv() {
+                in_flight -= lanes.land(done, args, out, st)?;
+            }
+            continue;
+        }
+        lanes.share_scalars(next..end, stages.grad(), args, courier, out, st, &mut in_flight)?;
+        for b in next..end {
+            let p = lanes.pack(b, stages.grad(), args, st);
+            if !courier.send(Job::Bucket(b, p)) {
+                break; // the thread stopped on an error, which `recv` returns
+            }
+            in_flight += 1;
+            if !more && in_flight > 1 {
+                in_flight -= lanes.land(courier.recv()?, args, out, st)?;
+            }
+        }
+        next = end;
+        while let Some(done) = courier.try_recv() {
+            in_flight -= lanes.land(done, args, out, st)?;
+        }
+    }
+    // Stages left once every unit is complete fill nothing new, but they
+    // run, so misuse (a parameter in two stages) is still an error.
+    while more {
+        ranges.clear();
+        more = stages.next_stage(&mut ranges)?;
+    }
+    while in_flight > 0 {
+        in_flight -= lanes.land(courier.recv()?, args, out, st)?;
+    }
+    Ok(())
+}
+
 impl Lanes<'_> {
-    /// Compresses and packs bucket `b` into its payload, timing it.
-    fn pack(&mut self, b: usize, args: &StepArgs, st: &mut ExchangeStats) -> Payload {
+    /// Folds the gradient into the memories of buckets `group`'s units, and
+    /// max-reduces their two-phase compressors' scalars in one round
+    /// (decoding buckets that come back meanwhile).
+    #[allow(clippy::too_many_arguments)]
+    fn share_scalars(
+        &mut self,
+        group: Range<usize>,
+        grad: &[f32],
+        args: &StepArgs,
+        courier: &mut dyn Courier,
+        out: &mut [f32],
+        st: &mut ExchangeStats,
+        in_flight: &mut usize,
+    ) -> Result<(), StrategyError> {
         let t = Instant::now();
-        self.front.compress_bucket(self.plan, b, args, st);
+        let units = self.plan.buckets[group.start].start.min(self.plan.buckets[group.end - 1].start)
+            ..self.plan.buckets[group.start].end.max(self.plan.buckets[group.end - 1].end);
+        let first = self.front.scalars.len();
+        self.front.prepare(self.plan, units, grad, args.lr);
+        st.compress_seconds += t.elapsed().as_secs_f64();
+        if self.front.scalars.len() == first {
+            return Ok(());
+        }
+        let sent = self.front.scalars[first..].to_vec();
+        st.calls.push(WireCall {
+            bucket: None,
+            kind: WireKind::AllreduceMaxF32,
+            sizes: vec![4 * sent.len() as u64],
+            download: 0,
+        });
+        if !courier.send(Job::Scalars(sent)) {
+            return Err(courier.recv().err().unwrap_or_else(ended));
+        }
+        loop {
+            match courier.recv()? {
+                Done::Scalars(s, seconds, moved) => {
+                    moved?;
+                    st.communicate_seconds += seconds;
+                    self.front.scalars[first..].copy_from_slice(&s);
+                    return Ok(());
+                }
+                bucket => *in_flight -= self.land(bucket, args, out, st)?,
+            }
+        }
+    }
+
+    /// Compresses and packs bucket `b` into its payload, timing it.
+    fn pack(&mut self, b: usize, grad: &[f32], args: &StepArgs, st: &mut ExchangeStats) -> Payload {
+        let t = Instant::now();
+        self.front.compress_bucket(self.plan, b, grad, args, st);
         let mut p = std::mem::take(&mut self.payloads[b]);
-        wire::stage(self.plan, &self.front.msgs, args.grad, b, &mut p);
+        wire::stage(self.plan, &self.front.msgs, grad, b, &mut p);
         st.buckets[b].compress = t.elapsed().as_secs_f64();
         p
     }
 
-    /// Decodes and aggregates bucket `b` from `p` (its collectives' outcome
-    /// `moved`), updates its memories, and keeps the payload for the next step.
-    fn unpack(
+    /// Decodes and aggregates a bucket back from the wire, updates its
+    /// memories, and keeps the payload for the next step; returns the
+    /// number of buckets it took off the wire (1).
+    fn land(
         &mut self,
-        b: usize,
-        p: Payload,
-        moved: Result<(), CommError>,
+        done: Done,
         args: &StepArgs,
         out: &mut [f32],
         st: &mut ExchangeStats,
-    ) -> Result<(), StrategyError> {
+    ) -> Result<usize, StrategyError> {
+        let Done::Bucket(b, p, moved) = done else {
+            return Err(StrategyError::Comm(CommError::Invalid(
+                "a scalar round came back while none was pending".into(),
+            )));
+        };
         let t = Instant::now();
         let landed = moved.map_err(StrategyError::from).and_then(|()| {
             p.record(b, st);
@@ -63,79 +316,6 @@ impl Lanes<'_> {
         landed?;
         self.front.settle_bucket(self.plan, b, out, args.lr);
         st.buckets[b].decode = t.elapsed().as_secs_f64();
-        Ok(())
+        Ok(1)
     }
-}
-
-/// Every bucket in turn on this thread.
-pub(super) fn run_sequential(
-    mut lanes: Lanes,
-    server: &mut ServerState,
-    args: &StepArgs,
-    out: &mut [f32],
-    c: &mut dyn Collective,
-    st: &mut ExchangeStats,
-) -> Result<(), StrategyError> {
-    for b in 0..lanes.plan.buckets.len() {
-        let mut p = lanes.pack(b, args, st);
-        let moved = wire::move_bucket(lanes.plan, b, &mut p, server, c);
-        lanes.unpack(b, p, moved, args, out, st)?;
-    }
-    Ok(())
-}
-
-/// A bucket back from the communication thread, with its collectives' outcome.
-type Moved = (usize, Payload, Result<(), CommError>);
-
-/// The buckets through a communication thread (see the module doc). On an
-/// error the remaining buckets are not sent; the communication thread
-/// finishes the collective it is in (every worker reaches it, or the
-/// collective fails by its timeout) and ends, so nothing hangs.
-pub(super) fn run_pipelined(
-    mut lanes: Lanes,
-    server: &mut ServerState,
-    args: &StepArgs,
-    out: &mut [f32],
-    c: &mut dyn Collective,
-    st: &mut ExchangeStats,
-) -> Result<(), StrategyError> {
-    let plan = lanes.plan;
-    std::thread::scope(|s| {
-        let (to_wire, inbox) = mpsc::channel::<(usize, Payload)>();
-        let (outbox, from_wire) = mpsc::channel::<Moved>();
-        s.spawn(move || {
-            for (b, mut p) in inbox {
-                let moved = wire::move_bucket(plan, b, &mut p, server, c);
-                let failed = moved.is_err();
-                if outbox.send((b, p, moved)).is_err() || failed {
-                    break;
-                }
-            }
-        });
-        let receive = |lanes: &mut Lanes, st: &mut ExchangeStats, out: &mut [f32]| {
-            let (b, p, moved) = from_wire.recv().map_err(|_| {
-                StrategyError::Comm(CommError::Invalid(
-                    "the communication thread ended without a result".into(),
-                ))
-            })?;
-            lanes.unpack(b, p, moved, args, out, st)
-        };
-        let mut in_flight = 0;
-        for b in 0..plan.buckets.len() {
-            let p = lanes.pack(b, args, st);
-            if to_wire.send((b, p)).is_err() {
-                break; // the thread stopped on an error, which `receive` returns
-            }
-            in_flight += 1;
-            if b > 0 {
-                receive(&mut lanes, st, out)?;
-                in_flight -= 1;
-            }
-        }
-        drop(to_wire);
-        for _ in 0..in_flight {
-            receive(&mut lanes, st, out)?;
-        }
-        Ok(())
-    })
 }
