@@ -398,25 +398,54 @@ impl NetworkModel {
     /// moves one bucket at a time, in order. Returns each stage's
     /// [start, end] per bucket, from 0.
     pub fn pipelined_timeline(stages: &[[f64; 3]]) -> Vec<[[f64; 2]; 3]> {
+        Self::staged_timeline(&[], &vec![0; stages.len()], stages)
+    }
+
+    /// [`NetworkModel::pipelined_timeline`] for an exchange fed by a staged
+    /// backward pass: the exchange's thread first computes `backward[0]`
+    /// seconds of backward pass, hands over the buckets that stage
+    /// completed (`ready_after[b]`: the stages computed before bucket b was
+    /// complete), decodes those the wire has finished, computes the next
+    /// stage while the wire works, and so on; then it decodes the rest as
+    /// they arrive. With no stages every bucket is ready at 0 and the
+    /// thread decodes bucket b−1 right after handing over bucket b.
+    pub fn staged_timeline(backward: &[f64], ready_after: &[u32], stages: &[[f64; 3]]) -> Vec<[[f64; 2]; 3]> {
         let mut out = vec![[[0.0; 2]; 3]; stages.len()];
         let (mut main, mut wire_free) = (0.0f64, 0.0f64);
+        let mut in_flight = std::collections::VecDeque::new();
         let decode = |b: usize, main: &mut f64, out: &mut Vec<[[f64; 2]; 3]>| {
             let start = main.max(out[b][1][1]);
             *main = start + stages[b][2];
             out[b][2] = [start, *main];
         };
-        for (b, &[compress, wire, _]) in stages.iter().enumerate() {
-            out[b][0] = [main, main + compress];
-            main += compress;
-            let start = main.max(wire_free);
-            wire_free = start + wire;
-            out[b][1] = [start, wire_free];
-            if b > 0 {
-                decode(b - 1, &mut main, &mut out);
+        let staged = !backward.is_empty();
+        for k in 0..=backward.len() {
+            if k > 0 {
+                main += backward[k - 1];
+            }
+            for (b, &[compress, wire, _]) in stages.iter().enumerate() {
+                if ready_after.get(b).map_or(0, |&r| r as usize) != k {
+                    continue;
+                }
+                out[b][0] = [main, main + compress];
+                main += compress;
+                let start = main.max(wire_free);
+                wire_free = start + wire;
+                out[b][1] = [start, wire_free];
+                in_flight.push_back(b);
+                if !staged && in_flight.len() > 1 {
+                    let first = in_flight.pop_front().expect("two in flight");
+                    decode(first, &mut main, &mut out);
+                }
+            }
+            // Between stages, only what the wire has already finished.
+            while staged && in_flight.front().is_some_and(|&b| out[b][1][1] <= main) {
+                let first = in_flight.pop_front().expect("one in flight");
+                decode(first, &mut main, &mut out);
             }
         }
-        if let Some(last) = stages.len().checked_sub(1) {
-            decode(last, &mut main, &mut out);
+        for b in in_flight {
+            decode(b, &mut main, &mut out);
         }
         out
     }
@@ -683,5 +712,23 @@ mod tests {
         assert_eq!(t[2][0], [2.5, 3.5]);
         assert!((NetworkModel::pipelined_span(&stages) - 4.5).abs() < 1e-12);
         assert_eq!(NetworkModel::pipelined_span(&[]), 0.0);
+    }
+
+    #[test]
+    fn a_staged_backward_pass_lets_the_wire_start_before_it_ends() {
+        // Two stages of 3 s of backward pass; bucket 0 is complete after the
+        // first, bucket 1 after the second. Compress 1, wire 4, decode 1 each.
+        let stages = [[1.0, 4.0, 1.0]; 2];
+        let t = NetworkModel::staged_timeline(&[3.0, 3.0], &[1, 2], &stages);
+        // Bucket 0: compress [3, 4], wire [4, 8]; the second stage runs
+        // [4, 7]; bucket 1: compress [7, 8], wire [8, 12]; decodes [8, 9], [12, 13].
+        assert_eq!(t[0], [[3.0, 4.0], [4.0, 8.0], [8.0, 9.0]]);
+        assert_eq!(t[1], [[7.0, 8.0], [8.0, 12.0], [12.0, 13.0]]);
+        // Whole, after the same 6 s of backward pass: 6 + 10 = 16 s against 13.
+        let whole = NetworkModel::pipelined_span(&stages);
+        assert!((6.0 + whole - 16.0).abs() < 1e-12, "{whole}");
+        // With no stages the staged timeline is the pipelined one.
+        let t = NetworkModel::staged_timeline(&[], &[0, 0], &stages);
+        assert_eq!(t, NetworkModel::pipelined_timeline(&stages));
     }
 }

@@ -43,6 +43,10 @@ pub struct StepRecord {
     pub optimizer_s: Vec<f64>,
     /// Measured wall-clock of the step on rank 0.
     pub wall_s: f64,
+    /// Stages of a staged backward pass run inside the exchange on rank 0
+    /// (their seconds are in `compute_s`); 0 when the backward pass ran whole.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub backward_stages: u32,
     /// Predicted step time on a cluster at each link speed (bit/s → s).
     pub predicted_s: BTreeMap<String, f64>,
     pub residual_norm: f64,
@@ -291,6 +295,10 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 /// The link-speed key used in records: bit/s as an integer string.
 pub fn link_key(bps: f64) -> String {
     format!("{}", bps.round() as u64)
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 #[cfg(test)]

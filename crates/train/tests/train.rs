@@ -733,3 +733,30 @@ fn evaluations_every_few_steps_record_time_to_accuracy_and_stop_at_the_target() 
     assert_eq!(stopped.len(), first + 1);
     assert!(stopped.last().unwrap()["test_accuracy"].as_f64().unwrap() >= target);
 }
+
+#[test]
+fn a_staged_backward_pass_trains_resnet18_bit_for_bit_as_the_whole_one() {
+    // ResNet-18 cuts its forward pass after every block; with pipelining the
+    // trainer backpropagates it stage by stage while buckets are on the wire.
+    let run = |pipeline: bool| {
+        train(&format!(
+            "workers = 2\n[data]\nsynthetic_size = 64\nbatch_size = 8\n[model]\nname = \"resnet18\"\n\
+             [compressor]\nname = \"topk\"\ndensity = 0.05\n[comm]\ntopology = \"allgather\"\n\
+             [compression]\nbucket_mb = 0.5\npipeline = {pipeline}\n[train]\nepochs = 1\nmax_steps = 3\n\
+             checksum_every = 1\neval = false"
+        ))
+    };
+    let (staged, d) = run(true);
+    let (whole, _) = run(false);
+    assert_eq!(staged.steps, 3);
+    assert_eq!(staged.final_params, whole.final_params, "the staged backward pass changed the model");
+    // The staged run's records hold the backward stages run inside the exchange.
+    let steps = std::fs::read_to_string(d.path().join("steps.jsonl")).unwrap();
+    for line in steps.lines() {
+        let r: serde_json::Value = serde_json::from_str(line).unwrap();
+        // The first step gathers its stages (where compression runs is decided
+        // then); the others stream them: 10 stages, the stem's and 8 blocks' cuts.
+        let expected = if r["step"] == 0 { 0 } else { 10 };
+        assert_eq!(r["backward_stages"].as_u64().unwrap_or(0), expected, "{line}");
+    }
+}

@@ -469,7 +469,7 @@ impl DataParallel {
         };
         if agreed.skip {
             if let Some(state) = &before {
-                self.strategy.restore(state).map_err(|message| SyncError::Usage(message))?;
+                self.strategy.restore(state).map_err(SyncError::Usage)?;
             }
             stats.skipped = true;
             stats.exchange = ExchangeStats::default();

@@ -44,8 +44,11 @@ pub struct Cuts {
 /// how to find the gradient at the detached copy after it.
 struct Cut {
     before: Tensor<1>,
-    grad_after: Box<dyn Fn(&Gradients) -> Option<Tensor<1>>>,
+    grad_after: GradAt,
 }
+
+/// Finds the (flattened) gradient at a cut's detached side.
+type GradAt = Box<dyn Fn(&Gradients) -> Option<Tensor<1>>>;
 
 impl Default for Cuts {
     fn default() -> Self {

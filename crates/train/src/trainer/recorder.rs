@@ -51,6 +51,9 @@ pub(super) struct WorkerStep {
     wire_calls: Vec<WireCall>,
     buckets: Vec<BucketTimes>,
     pipelined: bool,
+    /// Seconds of each backward stage computed inside the exchange.
+    #[serde(default)]
+    backward: Vec<f64>,
     extra: BTreeMap<String, f64>,
 }
 
@@ -68,7 +71,7 @@ impl WorkerStep {
             step: s.step,
             epoch,
             loss: s.loss.filter(|_| !s.skipped),
-            compute: t.forward_backward + s.read_seconds,
+            compute: t.forward_backward + s.backward_seconds + s.read_seconds,
             compress: x.compress_seconds,
             communicate: x.communicate_seconds,
             decode: x.decode_seconds,
@@ -97,6 +100,7 @@ impl WorkerStep {
             w.wire_calls.clone_from(&x.calls);
             w.buckets.clone_from(&x.buckets);
             w.pipelined = x.pipelined;
+            w.backward.clone_from(&x.backward);
             w.extra = s.extra.iter().chain(&x.extra).map(|(k, v)| (k.to_string(), *v)).collect();
         }
         w
@@ -148,7 +152,8 @@ fn op_of(kind: WireKind) -> OpKind {
 /// The predicted communication time a step adds to its local work (rank
 /// 0's view of its collectives): every exchange call priced on its own;
 /// with pipelining, less what the measured compression and decoding of the
-/// other buckets hide ([`NetworkModel::pipelined_span`]); plus the step's
+/// other buckets and a staged backward pass hide
+/// ([`NetworkModel::staged_timeline`]); plus the step's
 /// other collectives (CELGC's model averaging), one call per kind.
 fn predicted_comm(m: &NetworkModel, s: &WorkerStep, n: usize, cfg: &TrainConfig) -> f64 {
     let mut t = 0.0;
@@ -164,8 +169,14 @@ fn predicted_comm(m: &NetworkModel, s: &WorkerStep, n: usize, cfg: &TrainConfig)
     }
     let stages: Vec<[f64; 3]> =
         s.buckets.iter().zip(&wire).map(|(b, &w)| [b.compress, w, b.decode]).collect();
-    let serial: f64 = stages.iter().flatten().sum();
-    let span = if s.pipelined { NetworkModel::pipelined_span(&stages) } else { serial };
+    // A staged backward pass inside the exchange is part of both.
+    let serial: f64 = stages.iter().flatten().sum::<f64>() + s.backward.iter().sum::<f64>();
+    let span = if s.pipelined {
+        let ready: Vec<u32> = s.buckets.iter().map(|b| b.ready_after).collect();
+        NetworkModel::staged_timeline(&s.backward, &ready, &stages).last().map_or(0.0, |b| b[2][1])
+    } else {
+        serial
+    };
     // The local work (compression, decoding) is already in the step's local time.
     t += wire.iter().sum::<f64>() - (serial - span);
     // Collectives outside the exchange (CELGC's averaging): one call per kind.
@@ -275,6 +286,7 @@ impl Recorder {
             decode_s: per(|w| w.decode),
             optimizer_s: per(|w| w.optimizer),
             wall_s: main.wall,
+            backward_stages: main.backward.len() as u32,
             residual_norm: main.residual_norm,
             contraction: main.contraction,
             bound_ratio: main.bound_ratio.clone(),
@@ -369,7 +381,7 @@ mod tests {
         };
         WorkerStep {
             wire_calls: vec![call(0), call(1)],
-            buckets: vec![BucketTimes { compress: 0.010, wire: 0.0, decode: 0.001 }; 2],
+            buckets: vec![BucketTimes { compress: 0.010, wire: 0.0, decode: 0.001, ready_after: 0 }; 2],
             pipelined,
             ..Default::default()
         }
@@ -385,5 +397,27 @@ mod tests {
         // [20, 21], wire 1 [20, 28], decode 1 [28, 29]: 29 ms against 38 in series.
         let pipelined = predicted_comm(&m, &step(true), 2, &cfg);
         assert!((pipelined - (0.016 - 0.009)).abs() < 1e-12, "{pipelined}");
+    }
+
+    #[test]
+    fn a_staged_step_is_predicted_with_the_backward_pass_the_wire_hides() {
+        let cfg = TrainConfig::default();
+        let m = NetworkModel::from_bits_per_second(1e9, 0.0);
+        let mut s = step(true);
+        s.buckets.iter_mut().for_each(|b| b.compress = 0.001);
+        // Whole: compress 0 [0, 1], wire 0 [1, 9], compress 1 [1, 2], decode 0
+        // [9, 10], wire 1 [9, 17], decode 1 [17, 18]: 2 ms hidden, 14 ms added.
+        let whole = predicted_comm(&m, &s, 2, &cfg);
+        assert!((whole - 0.014).abs() < 1e-12, "{whole}");
+        // Two backward stages of 20 ms inside the exchange; bucket 0 is
+        // complete after the first, bucket 1 after the second: stage 1
+        // [0, 20], compress 0 [20, 21], wire 0 [21, 29] beside stage 2
+        // [21, 41], compress 1 [41, 42], wire 1 [42, 50], decode 0 [42, 43],
+        // decode 1 [50, 51]: 51 ms against 60 in series, 7 ms added.
+        s.backward = vec![0.020, 0.020];
+        s.buckets[0].ready_after = 1;
+        s.buckets[1].ready_after = 2;
+        let staged = predicted_comm(&m, &s, 2, &cfg);
+        assert!((staged - 0.007).abs() < 1e-12, "{staged}");
     }
 }

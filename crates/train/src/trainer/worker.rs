@@ -13,7 +13,7 @@ use gradcomp_comm::Collective;
 use super::checkpoint::{self, Checkpoint};
 use super::recorder::{LoopTimes, Recorder, WorkerStep};
 use super::{build_model, eval, io, Progress, RunSummary, Shared, TrainError};
-use crate::api::{DataParallel, SyncError};
+use crate::api::{Cuts, DataParallel, SyncError};
 use crate::config::Backend;
 use crate::data::Loader;
 use crate::models::Net;
@@ -198,11 +198,24 @@ impl<'a, 's, M: Net> Worker<'a, 's, M> {
         let t = Instant::now();
         let batch = self.loader.batch(epoch, (step % self.steps_per_epoch) as usize);
         let lr = lr * self.loader.lr_scale(&batch);
-        let loss = model.loss(&batch, &self.device);
-        let grads = loss.backward();
-        let loss = f64::from(loss.into_scalar::<f32>());
-        let forward_backward = t.elapsed().as_secs_f64();
-        let synced = self.dp.report_loss(loss).sync(&model, grads, lr)?;
+        let forward_backward;
+        // A model with cuts backpropagates in stages when the exchange is
+        // pipelined: each bucket leaves as soon as its stage is done.
+        let (loss, cuts) = if self.sh.cfg.compression.pipeline {
+            model.staged_loss(&batch, &self.device)
+        } else {
+            (model.loss(&batch, &self.device), Cuts::none())
+        };
+        let synced = if !cuts.is_empty() {
+            let value = f64::from(loss.clone().into_scalar::<f32>());
+            forward_backward = t.elapsed().as_secs_f64();
+            self.dp.report_loss(value).sync_stages(&model, cuts.backward(loss), lr)?
+        } else {
+            let grads = loss.backward();
+            let value = f64::from(loss.into_scalar::<f32>());
+            forward_backward = t.elapsed().as_secs_f64();
+            self.dp.report_loss(value).sync(&model, grads, lr)?
+        };
         let t = Instant::now();
         let model = if synced.skipped { model } else { self.optim.step(synced.lr, model, synced.grads) };
         let times = LoopTimes {

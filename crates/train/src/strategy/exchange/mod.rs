@@ -86,9 +86,9 @@ pub struct ExchangeStats {
     pub decode_seconds: f64,
     /// Wall-clock seconds of the whole exchange.
     pub wall_seconds: f64,
-    /// Seconds of it spent computing later stages of a staged backward
-    /// pass (while earlier buckets were on the wire).
-    pub stage_seconds: f64,
+    /// Seconds of each stage of a staged backward pass computed inside the
+    /// exchange, in order (empty for a whole gradient).
+    pub backward: Vec<f64>,
     /// ‖residual‖₂ over all units with a memory.
     pub residual_norm: f64,
     /// Σ‖acc − C(acc)‖² / Σ‖acc‖² over compressed units (when measured).
@@ -141,6 +141,10 @@ pub struct BucketTimes {
     pub wire: f64,
     /// Decoding, aggregating, and the memories' update.
     pub decode: f64,
+    /// The stages of a staged backward pass computed before the bucket
+    /// was complete (0 for a whole gradient).
+    #[serde(default)]
+    pub ready_after: u32,
 }
 
 /// What does not change from step to step: the units, how each travels,

@@ -192,7 +192,9 @@ fn drive(
             ranges.clear();
             let t = Instant::now();
             more = stages.next_stage(&mut ranges)?;
-            st.stage_seconds += t.elapsed().as_secs_f64();
+            if more {
+                st.backward.push(t.elapsed().as_secs_f64());
+            }
             plan.count_filled(&ranges, &mut filled);
         }
         let ready = |b: usize| !more || plan.buckets[b].clone().all(|u| filled[u] >= plan.units[u].len);
@@ -209,6 +211,7 @@ fn drive(
         }
         lanes.share_scalars(next..end, stages.grad(), args, courier, out, st, &mut in_flight)?;
         for b in next..end {
+            st.buckets[b].ready_after = st.backward.len() as u32;
             let p = lanes.pack(b, stages.grad(), args, st);
             if !courier.send(Job::Bucket(b, p)) {
                 break; // the thread stopped on an error, which `recv` returns
@@ -266,9 +269,9 @@ impl Lanes<'_> {
             sizes: vec![4 * sent.len() as u64],
             download: 0,
         });
-        if !courier.send(Job::Scalars(sent)) {
-            return Err(courier.recv().err().unwrap_or_else(ended));
-        }
+        // A stopped thread (on an error) leaves the failed bucket to come
+        // back below, where landing it returns the error.
+        courier.send(Job::Scalars(sent));
         loop {
             match courier.recv()? {
                 Done::Scalars(s, seconds, moved) => {
