@@ -380,14 +380,7 @@ impl DataParallel {
             ..Default::default()
         };
         if agreed.skip {
-            stats.skipped = true;
-            self.finish(stats);
-            return Ok(Synced {
-                grads: GradientsParams::new(),
-                lr,
-                skipped: true,
-                stop_requested: agreed.stop,
-            });
+            return Ok(self.skip_step(stats, lr, agreed.stop));
         }
         let measure = self.cfg.stats_every > 0 && step.is_multiple_of(self.cfg.stats_every);
         if measure && self.rank() == 0 {
@@ -471,15 +464,7 @@ impl DataParallel {
             if let Some(state) = &before {
                 self.strategy.restore(state).map_err(SyncError::Usage)?;
             }
-            stats.skipped = true;
-            stats.exchange = ExchangeStats::default();
-            self.finish(stats);
-            return Ok(Synced {
-                grads: GradientsParams::new(),
-                lr,
-                skipped: true,
-                stop_requested: agreed.stop,
-            });
+            return Ok(self.skip_step(stats, lr, agreed.stop));
         }
         if measure && rank == 0 {
             stats.histogram = Some(Histogram::symmetric(&self.grad, 41));
@@ -490,6 +475,14 @@ impl DataParallel {
         let lr = stats.lr;
         self.finish(stats);
         Ok(Synced { grads, lr, skipped: false, stop_requested: agreed.stop })
+    }
+
+    /// Ends a step that every worker skipped: nothing to apply.
+    fn skip_step(&mut self, mut stats: StepStats, lr: f64, stop: bool) -> Synced {
+        stats.skipped = true;
+        stats.exchange = ExchangeStats::default();
+        self.finish(stats);
+        Synced { grads: GradientsParams::new(), lr, skipped: true, stop_requested: stop }
     }
 
     /// The checks and the replica comparison every sync begins with.
