@@ -382,7 +382,7 @@ impl DataParallel {
         if agreed.skip {
             return Ok(self.skip_step(stats, lr, agreed.stop));
         }
-        let measure = self.cfg.stats_every > 0 && step.is_multiple_of(self.cfg.stats_every);
+        let measure = self.measures(step);
         if measure && self.rank() == 0 {
             self.grad_on_host(&grad)?;
             stats.histogram = Some(Histogram::symmetric(&self.grad, 41));
@@ -431,7 +431,7 @@ impl DataParallel {
         self.begin_sync(model, lr)?;
         let step = self.step;
         let rank = self.rank();
-        let measure = self.cfg.stats_every > 0 && step.is_multiple_of(self.cfg.stats_every);
+        let measure = self.measures(step);
         let input = StepInput { step, lr, loss: self.loss, measure };
         // Skipping must undo the memories' update, which has happened by the agreement.
         let before = (self.cfg.on_nonfinite == OnNonFinite::Skip).then(|| self.strategy.state());
@@ -475,6 +475,11 @@ impl DataParallel {
         let lr = stats.lr;
         self.finish(stats);
         Ok(Synced { grads, lr, skipped: false, stop_requested: agreed.stop })
+    }
+
+    /// Whether step `step` measures its statistics (`stats_every`).
+    fn measures(&self, step: u64) -> bool {
+        self.cfg.stats_every > 0 && step.is_multiple_of(self.cfg.stats_every)
     }
 
     /// Ends a step that every worker skipped: nothing to apply.

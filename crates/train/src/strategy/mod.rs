@@ -84,8 +84,8 @@ pub trait GradStages {
     /// The flat gradient as filled so far (zeros where no stage has written).
     fn grad(&self) -> &[f32];
     /// Computes the next stage into the gradient and appends the flat
-    /// ranges it filled to `filled`; returns whether more stages follow.
-    /// Once it returns false the gradient is complete.
+    /// ranges it filled to `filled`; returns false, filling nothing, when
+    /// no stage was left: the gradient is then complete.
     fn next_stage(&mut self, filled: &mut Vec<std::ops::Range<usize>>) -> Result<bool, StrategyError>;
 }
 
@@ -167,9 +167,6 @@ pub trait Strategy: Send {
         c: &mut dyn Collective,
     ) -> Result<Combined, StrategyError>;
 
-    /// Whether every worker's model is identical after every step (true for
-    /// synchronous exchange and naive parallel clipping; CELGC's models
-    /// agree only right after a round).
     /// Whether [`combine_staged`](Strategy::combine_staged) starts on part
     /// of the gradient; when not, it waits for the whole of it.
     fn streams(&self) -> bool {
@@ -191,6 +188,9 @@ pub trait Strategy: Send {
         self.combine(input, &mut grad, out, c)
     }
 
+    /// Whether every worker's model is identical after every step (true for
+    /// synchronous exchange and naive parallel clipping; CELGC's models
+    /// agree only right after a round).
     fn identical_replicas(&self) -> bool;
 
     /// Sets the sparsifiers' target density for the coming steps (density warm-up).

@@ -12,9 +12,7 @@ use gradcomp_compress::{RngKey, UnitContext};
 use gradcomp_kernels::memory::{DeviceDgcMomentum, DeviceErrorFeedback};
 use gradcomp_kernels::{Client, DeviceCompressor, DeviceF32, KernelError};
 
-use super::{
-    account, wire, BucketTimes, ExchangeStats, Front, GradientExchange, StrategyError, WireCall, WireKind,
-};
+use super::{account, wire, BucketTimes, ExchangeStats, Front, GradientExchange, StrategyError, WireCall};
 use crate::device_grad::DeviceGrad;
 
 /// A unit's compensation memory in device memory.
@@ -281,12 +279,7 @@ impl GradientExchange {
         let scalars = &mut self.front.scalars;
         if !scalars.is_empty() {
             c.allreduce_max_f32(scalars)?;
-            st.calls.push(WireCall {
-                bucket: None,
-                kind: WireKind::AllreduceMaxF32,
-                sizes: vec![4 * scalars.len() as u64],
-                download: 0,
-            });
+            st.calls.push(WireCall::scalar_round(scalars.len()));
         }
         Ok(t.elapsed().as_secs_f64())
     }

@@ -132,6 +132,19 @@ pub struct WireCall {
     pub download: u64,
 }
 
+impl WireCall {
+    /// The max-reduce of `values` two-phase compressors' scalars (TernGrad's
+    /// shared scaler), before the buckets that need them.
+    pub(super) fn scalar_round(values: usize) -> Self {
+        WireCall {
+            bucket: None,
+            kind: WireKind::AllreduceMaxF32,
+            sizes: vec![4 * values as u64],
+            download: 0,
+        }
+    }
+}
+
 /// One bucket's stage times on this worker, in seconds.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct BucketTimes {
@@ -466,7 +479,8 @@ impl GradientExchange {
         };
         st.pipelined = self.pipeline && self.plan.buckets.len() > 1;
         st.buckets = vec![BucketTimes::default(); self.plan.buckets.len()];
-        let lanes = Lanes { plan: &self.plan, front: &mut self.front, payloads: &mut self.payloads };
+        let lanes =
+            Lanes { plan: &self.plan, front: &mut self.front, payloads: &mut self.payloads, in_flight: 0 };
         if st.pipelined {
             pipeline::run_pipelined(lanes, stages, &mut self.server, &args, out, c, &mut st)?;
         } else {

@@ -31,7 +31,7 @@ use std::time::Instant;
 use gradcomp_comm::{Collective, CommError};
 
 use super::wire::{self, Payload, ServerState};
-use super::{ExchangeStats, Front, Plan, StepArgs, WireCall, WireKind};
+use super::{ExchangeStats, Front, Plan, StepArgs, WireCall};
 use crate::strategy::{GradStages, StrategyError};
 
 /// This thread's side of an exchange: the plan (shared with the
@@ -41,6 +41,8 @@ pub(super) struct Lanes<'a> {
     pub(super) plan: &'a Plan,
     pub(super) front: &'a mut Front,
     pub(super) payloads: &'a mut [Payload],
+    /// Buckets handed to the wire and not landed yet.
+    pub(super) in_flight: usize,
 }
 
 /// What the wire does, in the order it is handed over.
@@ -186,7 +188,7 @@ fn drive(
     let buckets = plan.buckets.len();
     let mut filled = vec![0usize; plan.units.len()];
     let mut ranges: Vec<Range<usize>> = Vec::new();
-    let (mut next, mut in_flight, mut more) = (0, 0usize, true);
+    let (mut next, mut more) = (0, true);
     while next < buckets {
         if more {
             ranges.clear();
@@ -205,25 +207,25 @@ fn drive(
         if end == next {
             // Nothing new is complete: decode what the wire finished, then pull on.
             while let Some(done) = courier.try_recv() {
-                in_flight -= lanes.land(done, args, out, st)?;
+                lanes.land(done, args, out, st)?;
             }
             continue;
         }
-        lanes.share_scalars(next..end, stages.grad(), args, courier, out, st, &mut in_flight)?;
+        lanes.share_scalars(next..end, stages.grad(), args, courier, out, st)?;
         for b in next..end {
             st.buckets[b].ready_after = st.backward.len() as u32;
             let p = lanes.pack(b, stages.grad(), args, st);
             if !courier.send(Job::Bucket(b, p)) {
                 break; // the thread stopped on an error, which `recv` returns
             }
-            in_flight += 1;
-            if !more && in_flight > 1 {
-                in_flight -= lanes.land(courier.recv()?, args, out, st)?;
+            lanes.in_flight += 1;
+            if !more && lanes.in_flight > 1 {
+                lanes.land(courier.recv()?, args, out, st)?;
             }
         }
         next = end;
         while let Some(done) = courier.try_recv() {
-            in_flight -= lanes.land(done, args, out, st)?;
+            lanes.land(done, args, out, st)?;
         }
     }
     // Stages left once every unit is complete fill nothing new, but they
@@ -232,8 +234,8 @@ fn drive(
         ranges.clear();
         more = stages.next_stage(&mut ranges)?;
     }
-    while in_flight > 0 {
-        in_flight -= lanes.land(courier.recv()?, args, out, st)?;
+    while lanes.in_flight > 0 {
+        lanes.land(courier.recv()?, args, out, st)?;
     }
     Ok(())
 }
@@ -242,7 +244,6 @@ impl Lanes<'_> {
     /// Folds the gradient into the memories of buckets `group`'s units, and
     /// max-reduces their two-phase compressors' scalars in one round
     /// (decoding buckets that come back meanwhile).
-    #[allow(clippy::too_many_arguments)]
     fn share_scalars(
         &mut self,
         group: Range<usize>,
@@ -251,7 +252,6 @@ impl Lanes<'_> {
         courier: &mut dyn Courier,
         out: &mut [f32],
         st: &mut ExchangeStats,
-        in_flight: &mut usize,
     ) -> Result<(), StrategyError> {
         let t = Instant::now();
         let units = self.plan.buckets[group.start].start.min(self.plan.buckets[group.end - 1].start)
@@ -263,12 +263,7 @@ impl Lanes<'_> {
             return Ok(());
         }
         let sent = self.front.scalars[first..].to_vec();
-        st.calls.push(WireCall {
-            bucket: None,
-            kind: WireKind::AllreduceMaxF32,
-            sizes: vec![4 * sent.len() as u64],
-            download: 0,
-        });
+        st.calls.push(WireCall::scalar_round(sent.len()));
         // A stopped thread (on an error) leaves the failed bucket to come
         // back below, where landing it returns the error.
         courier.send(Job::Scalars(sent));
@@ -280,7 +275,7 @@ impl Lanes<'_> {
                     self.front.scalars[first..].copy_from_slice(&s);
                     return Ok(());
                 }
-                bucket => *in_flight -= self.land(bucket, args, out, st)?,
+                bucket => self.land(bucket, args, out, st)?,
             }
         }
     }
@@ -296,15 +291,14 @@ impl Lanes<'_> {
     }
 
     /// Decodes and aggregates a bucket back from the wire, updates its
-    /// memories, and keeps the payload for the next step; returns the
-    /// number of buckets it took off the wire (1).
+    /// memories, and keeps the payload for the next step.
     fn land(
         &mut self,
         done: Done,
         args: &StepArgs,
         out: &mut [f32],
         st: &mut ExchangeStats,
-    ) -> Result<usize, StrategyError> {
+    ) -> Result<(), StrategyError> {
         let Done::Bucket(b, p, moved) = done else {
             return Err(StrategyError::Comm(CommError::Invalid(
                 "a scalar round came back while none was pending".into(),
@@ -316,9 +310,10 @@ impl Lanes<'_> {
             wire::land(self.plan, &self.front.msgs, b, &p, out, args.inv_n)
         });
         self.payloads[b] = p;
+        self.in_flight -= 1;
         landed?;
         self.front.settle_bucket(self.plan, b, out, args.lr);
         st.buckets[b].decode = t.elapsed().as_secs_f64();
-        Ok(1)
+        Ok(())
     }
 }
