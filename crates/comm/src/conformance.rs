@@ -3,7 +3,8 @@
 //! in-process tests run it on threads; the MPI self-test binary runs it under
 //! `mpirun`. Every rank must call [`check_all`] at the same time.
 
-use crate::collective::{Collective, Gathered, OpKind, ServerPlacement};
+use crate::collective::{Collective, Gathered, ServerPlacement};
+use crate::op::OpKind;
 
 fn ensure(ok: bool, what: impl FnOnce() -> String) -> Result<(), String> {
     if ok {
@@ -56,6 +57,30 @@ pub fn check_all(c: &mut dyn Collective) -> Result<(), String> {
             .enumerate()
             .all(|(i, &v)| v == (0..n).map(|r| if (i + r) % 3 == 0 { 1 } else { -1 }).sum::<i32>()),
         || "allreduce_sum_i32 result".into(),
+    )?;
+    // The narrow sums TernGrad's codes travel in.
+    let code = |i: usize, r: usize| if (i + r) % 3 == 0 { 1i32 } else { -1 };
+    let want = |i: usize| (0..n).map(|r| code(i, r)).sum::<i32>();
+    let mut z8: Vec<i8> = (0..len).map(|i| code(i, rank) as i8).collect();
+    c.allreduce_sum_i8(&mut z8).map_err(err)?;
+    ensure(z8.iter().enumerate().all(|(i, &v)| i32::from(v) == want(i)), || "allreduce_sum_i8 result".into())?;
+    let mut z16: Vec<i16> = (0..len).map(|i| (code(i, rank) * 300) as i16).collect();
+    c.allreduce_sum_i16(&mut z16).map_err(err)?;
+    ensure(z16.iter().enumerate().all(|(i, &v)| i32::from(v) == 300 * want(i)), || {
+        "allreduce_sum_i16 result".into()
+    })?;
+    // Halves whose sums are exact in half precision, and one that rounds
+    // (1025 on every rank: past 2048 halves are 2 apart, so each addition
+    // rounds, to even, the same whatever the order of equal terms).
+    let half = crate::f16::from_f32;
+    let mut h: Vec<crate::f16> = (0..len).map(|i| half(((i % 64) * (rank + 1)) as f32)).collect();
+    h[len - 1] = half(1025.0);
+    c.allreduce_sum_f16(&mut h).map_err(err)?;
+    let rounded = (1..n).fold(half(1025.0), |acc, _| half(acc.to_f32() + 1025.0));
+    ensure(
+        h[..len - 1].iter().enumerate().all(|(i, &v)| v.to_f32() == ((i % 64) * n * (n + 1) / 2) as f32)
+            && h[len - 1] == rounded,
+        || format!("allreduce_sum_f16 result (last: {} against {rounded})", h[len - 1]),
     )?;
 
     // Messages of different lengths, including an empty one.

@@ -21,7 +21,11 @@
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use crate::collective::{Aggregate, Collective, CommError, Gathered, OpKind, ServerPlacement};
+use half::f16;
+use thiserror::Error;
+
+use crate::collective::{Aggregate, Collective, CommError, Gathered, ServerPlacement};
+use crate::op::OpKind;
 use crate::meter::ByteMeter;
 
 /// Options of an in-process group; `build` makes the per-rank handles.
@@ -81,6 +85,54 @@ impl InProcessGroup {
             })
             .collect())
     }
+}
+
+/// A worker thread of [`InProcessGroup::run`] that panicked.
+#[derive(Clone, Debug, Error, PartialEq)]
+#[error("worker {rank} panicked: {message}")]
+pub struct WorkerPanic {
+    pub rank: usize,
+    pub message: String,
+}
+
+impl InProcessGroup {
+    /// Runs `f` on every worker, each on a thread of its own (`worker-R`)
+    /// with its rank's handle, and returns what each returned, in rank
+    /// order. A worker that panics is a [`WorkerPanic`] in its place (its
+    /// dropped handle has already made its peers' collectives fail with
+    /// [`CommError::PeerFailed`], so they return rather than hang).
+    pub fn run<T: Send>(
+        self,
+        f: impl Fn(InProcessCollective) -> T + Sync,
+    ) -> Result<Vec<Result<T, WorkerPanic>>, CommError> {
+        let handles = self.build()?;
+        let f = &f;
+        Ok(std::thread::scope(|s| {
+            let threads: Vec<_> = handles
+                .into_iter()
+                .enumerate()
+                .map(|(rank, c)| {
+                    std::thread::Builder::new()
+                        .name(format!("worker-{rank}"))
+                        .spawn_scoped(s, move || f(c))
+                        .expect("spawning a worker thread")
+                })
+                .collect();
+            threads
+                .into_iter()
+                .enumerate()
+                .map(|(rank, t)| t.join().map_err(|p| WorkerPanic { rank, message: panic_message(&*p) }))
+                .collect()
+        }))
+    }
+}
+
+/// The text of a panic's payload (`panic!` with a literal or a format).
+fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<String>()
+        .cloned()
+        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_default()
 }
 
 /// One rank's contribution to a round.
@@ -165,8 +217,7 @@ fn check_posts(posts: &[Post], max_message: usize) -> Result<(), CommError> {
         }
         let op = p.op.expect("arrived posts carry an op");
         match op {
-            OpKind::AllreduceSumF32 | OpKind::AllreduceSumI32 | OpKind::AllreduceMaxF32
-                if p.len != first.len =>
+            _ if op.is_allreduce() && p.len != first.len =>
             {
                 return Err(CommError::Mismatch {
                     detail: format!(
@@ -346,6 +397,18 @@ impl Collective for InProcessCollective {
 
     fn allreduce_sum_i32(&mut self, buf: &mut [i32]) -> Result<(), CommError> {
         self.reduce(OpKind::AllreduceSumI32, buf, i32::wrapping_add)
+    }
+
+    fn allreduce_sum_i16(&mut self, buf: &mut [i16]) -> Result<(), CommError> {
+        self.reduce(OpKind::AllreduceSumI16, buf, i16::wrapping_add)
+    }
+
+    fn allreduce_sum_i8(&mut self, buf: &mut [i8]) -> Result<(), CommError> {
+        self.reduce(OpKind::AllreduceSumI8, buf, i8::wrapping_add)
+    }
+
+    fn allreduce_sum_f16(&mut self, buf: &mut [f16]) -> Result<(), CommError> {
+        self.reduce(OpKind::AllreduceSumF16, buf, |a, b| f16::from_f32(a.to_f32() + b.to_f32()))
     }
 
     fn allreduce_max_f32(&mut self, buf: &mut [f32]) -> Result<(), CommError> {

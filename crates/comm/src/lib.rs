@@ -22,8 +22,11 @@ pub mod meter;
 #[cfg(feature = "mpi")]
 pub mod mpi;
 pub mod netmodel;
+mod op;
 
-pub use collective::{Aggregate, Collective, CommError, Gathered, OpKind, ServerPlacement};
-pub use in_process::{InProcessCollective, InProcessGroup};
+pub use collective::{Aggregate, Collective, CommError, Gathered, ServerPlacement};
+pub use op::{CollectiveCall, OpKind};
+pub use half::f16;
+pub use in_process::{InProcessCollective, InProcessGroup, WorkerPanic};
 pub use meter::{ByteMeter, OpBytes, StepBytes};
 pub use netmodel::{AllgathervAlgorithm, AllreduceAlgorithm, Calibration, NetworkModel};

@@ -11,7 +11,7 @@
 
 use std::time::Duration;
 
-use crate::collective::OpKind;
+use crate::op::OpKind;
 
 /// Counts for one operation kind.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]

@@ -27,7 +27,8 @@ use mpi::topology::SimpleCommunicator;
 use mpi::traits::*;
 use mpi::Count;
 
-use crate::collective::{Aggregate, Collective, CommError, Gathered, OpKind, ServerPlacement};
+use crate::collective::{Aggregate, Collective, CommError, Gathered, ServerPlacement};
+use crate::op::OpKind;
 use crate::heartbeat::{self, Heartbeat};
 use crate::meter::ByteMeter;
 
@@ -334,12 +335,25 @@ impl MpiCollective {
         buf: &mut [T],
         op: SystemOperation,
     ) -> Result<(), CommError> {
+        self.allreduce_with(kind, buf, T::equivalent_datatype().as_raw(), op.as_raw())
+    }
+
+    /// `MPI_Allreduce` in place of `buf`, whose elements are each one
+    /// `datatype`, under the operation `op` (raw handles, for the half
+    /// sum, which MPI has no type of its own for).
+    fn allreduce_with<T>(
+        &mut self,
+        kind: OpKind,
+        buf: &mut [T],
+        datatype: mpi::ffi::MPI_Datatype,
+        op: mpi::ffi::MPI_Op,
+    ) -> Result<(), CommError> {
         let start = Instant::now();
         self.agree_once(kind, buf.len())?;
         let bytes = std::mem::size_of_val(buf);
         self.check_len(kind, bytes)?;
         self.watchdog.arm(kind.name(), self.timeout);
-        let rc = in_place::allreduce(&self.world, buf, op);
+        let rc = in_place::allreduce(&self.world, buf, datatype, op);
         self.watchdog.disarm();
         if rc != mpi::ffi::MPI_SUCCESS as i32 {
             return Err(CommError::Mpi(format!("{} returned MPI error code {rc}", kind.name())));
@@ -409,6 +423,19 @@ impl Collective for MpiCollective {
 
     fn allreduce_sum_i32(&mut self, buf: &mut [i32]) -> Result<(), CommError> {
         self.allreduce(OpKind::AllreduceSumI32, buf, SystemOperation::sum())
+    }
+
+    fn allreduce_sum_i16(&mut self, buf: &mut [i16]) -> Result<(), CommError> {
+        self.allreduce(OpKind::AllreduceSumI16, buf, SystemOperation::sum())
+    }
+
+    fn allreduce_sum_i8(&mut self, buf: &mut [i8]) -> Result<(), CommError> {
+        self.allreduce(OpKind::AllreduceSumI8, buf, SystemOperation::sum())
+    }
+
+    fn allreduce_sum_f16(&mut self, buf: &mut [half::f16]) -> Result<(), CommError> {
+        let datatype = u16::equivalent_datatype().as_raw();
+        self.allreduce_with(OpKind::AllreduceSumF16, buf, datatype, in_place::f16_sum())
     }
 
     fn allreduce_max_f32(&mut self, buf: &mut [f32]) -> Result<(), CommError> {
@@ -557,8 +584,6 @@ impl Drop for MpiCollective {
 mod in_place {
     use std::ffi::c_void;
 
-    use mpi::collective::SystemOperation;
-    use mpi::datatype::Equivalence;
     use mpi::raw::AsRaw;
     use mpi::topology::SimpleCommunicator;
 
@@ -568,36 +593,44 @@ mod in_place {
         /// `src/mpi_in_place.c`, which build.rs compiles against the same
         /// `mpi.h` as rsmpi.
         static gradcomp_mpi_in_place: *mut c_void;
+        /// The commutative sum of half-precision values over MPI_UINT16_T.
+        fn gradcomp_mpi_f16_sum() -> mpi::ffi::MPI_Op;
     }
 
-    /// `MPI_Allreduce(MPI_IN_PLACE, buf, len, T, op, comm)`; the MPI return code.
-    pub(super) fn allreduce<T: Equivalence>(
+    /// `MPI_Allreduce(MPI_IN_PLACE, buf, len, datatype, op, comm)`; the MPI
+    /// return code. `datatype` must describe exactly one `T` (a predefined
+    /// type of `T`'s size and layout).
+    pub(super) fn allreduce<T>(
         comm: &SimpleCommunicator,
         buf: &mut [T],
-        op: SystemOperation,
+        datatype: mpi::ffi::MPI_Datatype,
+        op: mpi::ffi::MPI_Op,
     ) -> i32 {
         let Ok(count) = i32::try_from(buf.len()) else {
             return mpi::ffi::MPI_ERR_COUNT as i32;
         };
         // SAFETY: `buf` is a live, exclusively borrowed slice of `count`
-        // elements of `T`, and `T::equivalent_datatype()` describes exactly
-        // one `T`, so MPI reads and writes only inside it; with
+        // elements of `T`, and `datatype` describes exactly one `T` (the
+        // callers pass `T::equivalent_datatype()`, or MPI_UINT16_T for
+        // half values), so MPI reads and writes only inside it; with
         // MPI_IN_PLACE as the send buffer MPI takes this rank's input from
         // `buf` and writes the result over it, touching no other memory.
         // The handles (datatype, operation, communicator) are valid for the
-        // call: `comm` is borrowed, the others are predefined. The call is
-        // blocking, so nothing refers to `buf` once it returns, and MPI is
-        // initialized at least Serialized with calls serialized by the
-        // owning `MpiCollective` (see its `Send` impl).
+        // call: `comm` is borrowed, the others are predefined or created
+        // once and never freed. The call is blocking, so nothing refers to
+        // `buf` once it returns, and MPI is initialized at least Serialized
+        // with calls serialized by the owning `MpiCollective` (see its
+        // `Send` impl).
         unsafe {
-            mpi::ffi::MPI_Allreduce(
-                gradcomp_mpi_in_place,
-                buf.as_mut_ptr().cast(),
-                count,
-                T::equivalent_datatype().as_raw(),
-                op.as_raw(),
-                comm.as_raw(),
-            )
+            mpi::ffi::MPI_Allreduce(gradcomp_mpi_in_place, buf.as_mut_ptr().cast(), count, datatype, op, comm.as_raw())
         }
+    }
+
+    /// The half-precision sum (`src/mpi_in_place.c`), created at first use.
+    pub(super) fn f16_sum() -> mpi::ffi::MPI_Op {
+        // SAFETY: called only from an initialized MPI (a live
+        // `MpiCollective`), serialized by its owner; the C function creates
+        // the operation once and returns the same handle afterwards.
+        unsafe { gradcomp_mpi_f16_sum() }
     }
 }
