@@ -39,8 +39,12 @@ pub struct UnitContext {
 /// How the messages of N workers combine, which decides the collective.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Combine {
-    /// Dense vectors that add elementwise: allreduce (fp32, fp16).
+    /// Dense f32 vectors that add elementwise: allreduce.
     DenseSum,
+    /// Half-precision vectors, summed by a half-precision allreduce (each
+    /// addition rounded to f16, as PyTorch's `fp16_compress_hook` sums):
+    /// half of `DenseSum`'s bytes.
+    HalfSum,
     /// Ternary codes under one shared scaler: the integer code sums are the
     /// aggregate (allreduce of small integers, or the parameter server with the
     /// compact `ceil(log2(2N+1))`-bit download).

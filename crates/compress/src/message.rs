@@ -343,9 +343,9 @@ pub(crate) fn add_ternary(packed: &[u8], w: f32, out: &mut [f32]) {
 impl TernaryMessage {
     /// Writes the codes as integers in {−1, 0, +1} into `out` (`len` of them):
     /// the form an integer allreduce sums.
-    pub fn codes_into(&self, out: &mut [i32]) {
+    pub fn codes_into<T: From<i8>>(&self, out: &mut [T]) {
         assert_eq!(out.len(), self.len, "code buffer length differs from the message");
-        zip_ternary_codes(&self.packed, out, |o, c| *o = i32::from(TERNARY_CODE_VALUES[c]));
+        zip_ternary_codes(&self.packed, out, |o, c| *o = T::from(TERNARY_CODE_VALUES[c]));
     }
 }
 

@@ -16,7 +16,7 @@ use burn_cubecl::{Cube, CubeBackend};
 use gradcomp_kernels::{Client, DeviceF32};
 
 use crate::params::{self, GradSource};
-use crate::strategy::Unit;
+use crate::exchange::Unit;
 
 /// One worker's gradient on its device: a buffer per compression unit, in
 /// unit order, each holding exactly the unit's elements in layout order.

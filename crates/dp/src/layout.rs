@@ -73,7 +73,7 @@ impl GradientLayout {
             }
             bytes.push(1);
         }
-        crate::params::checksum_bytes(&bytes)
+        crate::checksum::checksum_bytes(&bytes)
     }
 }
 

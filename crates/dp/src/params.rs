@@ -12,6 +12,7 @@ use burn::optim::GradientsParams;
 use burn::tensor::Gradients;
 use burn::tensor::{Device, Tensor, TensorData};
 
+pub use crate::checksum::{checksum, checksum_bytes};
 use crate::layout::GradientLayout;
 
 /// Where a parameter's gradient comes from: the [`Gradients`] of
@@ -247,30 +248,6 @@ pub fn write_params<M: Module>(model: M, flat: &[f32]) -> M {
     assert_eq!(w.at, flat.len(), "parameter buffer length differs from the model's");
     model
 }
-
-/// FNV-1a over the parameters' bit patterns, one word per value: what
-/// workers compare to prove their replicas identical.
-pub fn checksum(params: &[f32]) -> u64 {
-    let mut h = FNV_OFFSET;
-    for p in params {
-        h ^= u64::from(p.to_bits());
-        h = h.wrapping_mul(FNV_PRIME);
-    }
-    h
-}
-
-/// FNV-1a over bytes.
-pub fn checksum_bytes(bytes: &[u8]) -> u64 {
-    let mut h = FNV_OFFSET;
-    for &b in bytes {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(FNV_PRIME);
-    }
-    h
-}
-
-const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
-const FNV_PRIME: u64 = 0x0100_0000_01b3;
 
 /// The ids of the model's trainable parameters, in layout order. Optimizer
 /// state is keyed by them, so a checkpoint keeps them beside the state.

@@ -1,5 +1,6 @@
 //! Half-precision baseline (ALGORITHMS.md §5): values rounded to IEEE f16
-//! (round to nearest even; out-of-range values become ±inf), summed in f32.
+//! (round to nearest even; out-of-range values become ±inf), summed by a
+//! half-precision allreduce (`Combine::HalfSum`).
 
 use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
 
@@ -15,7 +16,7 @@ impl Compressor for Fp16 {
     }
 
     fn combine(&self) -> Combine {
-        Combine::DenseSum
+        Combine::HalfSum
     }
 
     fn compress(&mut self, input: &[f32], _ctx: &UnitContext, out: &mut Message) {

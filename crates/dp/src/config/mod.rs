@@ -1,29 +1,50 @@
-//! [`DataParallelConfig`]: what a [`DataParallel`](super::DataParallel)
+//! [`DataParallelConfig`]: what a [`DataParallel`](crate::DataParallel)
 //! handle does, as a plain serializable struct with defaults and `with_*`
-//! builders (the burn way: `SgdConfig::new().with_momentum(...)`).
+//! builders (the burn way: `SgdConfig::new().with_momentum(...)`), and every
+//! option it reads, grouped as gradcomp's TOML groups them.
+
+mod compression;
+mod error;
+mod strategy;
+mod topology;
+mod validate;
+
+pub use compression::{CompressionConfig, Exclusions, Granularity};
+pub use error::ConfigError;
+pub use strategy::{Average, ClipNorm, StrategyConfig, StrategyKind};
+pub use topology::{ServerPlace, Topology};
 
 use gradcomp_comm::ServerPlacement;
 use gradcomp_compress::memory::{DensitySchedule, MemoryKind, ResidualForm};
 use gradcomp_compress::{Combine, CompressorConfig};
 use serde::{Deserialize, Serialize};
 
-use crate::config::{
-    Average, CompressionConfig, ConfigError, Exclusions, Granularity, OnNonFinite, ServerPlace,
-    StrategyConfig, StrategyKind, Topology,
-};
-use crate::layout::GradientLayout;
-use crate::strategy::{Celgc, GradientExchange, Strategy, Synchronous};
+use crate::custom::CustomCompressor;
+
+/// What a NaN or Inf in any worker's gradient or loss does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OnNonFinite {
+    /// Stop the run with the step, worker and tensor named.
+    Stop,
+    /// Skip the step on every worker and go on.
+    Skip,
+}
 
 /// How a worker's gradients are compressed, exchanged and combined.
 ///
-/// Every worker must build the same configuration; [`init`](Self::init)
-/// checks that they did. Validation errors name the key as a gradcomp TOML
-/// configuration spells it (`compressor.density`, `comm.topology`, ...).
+/// Every worker must build the same configuration; `init` checks that they
+/// did. Validation errors name the key as a gradcomp TOML configuration
+/// spells it (`compressor.density`, `comm.topology`, ...).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct DataParallelConfig {
     /// The compressor of every compression unit.
     pub compressor: CompressorConfig,
+    /// A compressor of the user's own, used instead of `compressor` when set
+    /// (not serialized: it is code).
+    #[serde(skip)]
+    pub custom: Option<CustomCompressor>,
     /// Granularity, memory, residual form, density warm-up, exclusions, DGC's local clipping.
     pub compression: CompressionConfig,
     /// The collective pattern; `None` picks the one the compressor's
@@ -54,6 +75,7 @@ impl Default for DataParallelConfig {
     fn default() -> Self {
         Self {
             compressor: CompressorConfig::dense(),
+            custom: None,
             compression: CompressionConfig::default(),
             topology: None,
             server: ServerPlace::CoLocated,
@@ -67,15 +89,16 @@ impl Default for DataParallelConfig {
     }
 }
 
-fn err(key: &str, problem: impl Into<String>) -> ConfigError {
-    ConfigError { key: key.to_string(), problem: problem.into() }
-}
-
 impl DataParallelConfig {
     /// Synchronous data parallelism with `compressor` and every other option
-    /// at its default.
+    /// at its default (the topology and granularity the compressor needs).
     pub fn new(compressor: CompressorConfig) -> Self {
         Self { compressor, ..Default::default() }
+    }
+
+    /// Synchronous data parallelism with a compressor of the user's own.
+    pub fn custom(compressor: CustomCompressor) -> Self {
+        Self { custom: Some(compressor), ..Default::default() }
     }
 
     pub fn with_topology(mut self, topology: Topology) -> Self {
@@ -170,132 +193,47 @@ impl DataParallelConfig {
         self
     }
 
+    /// How the compressor's messages combine across workers.
+    pub fn combine(&self) -> Combine {
+        match &self.custom {
+            Some(c) => c.compressor().combine(),
+            None => self.compressor.build().combine(),
+        }
+    }
+
+    /// The compressor's name, as records and errors show it.
+    pub fn compressor_name(&self) -> String {
+        match &self.custom {
+            Some(c) => c.name().to_string(),
+            None => self.compressor.name().to_string(),
+        }
+    }
+
     /// The topology in effect: the configured one, or the one the
     /// compressor's messages need.
     pub fn topology(&self) -> Topology {
-        self.topology.unwrap_or(match self.compressor.build().combine() {
+        self.topology.unwrap_or(match self.combine() {
             Combine::Gather => Topology::Allgather,
             _ => Topology::Allreduce,
         })
+    }
+
+    /// The granularity in effect: the configured one, or the one the compressor needs.
+    pub fn granularity(&self) -> Granularity {
+        self.compression.granularity.resolve(&self.compressor)
     }
 
     pub fn placement(&self) -> ServerPlacement {
         self.server.placement()
     }
 
-    /// Every check that can be made before any work starts.
-    pub fn validate(&self) -> Result<(), ConfigError> {
-        self.compressor.validate().map_err(|e| err(&format!("compressor.{}", e.key), e.problem))?;
-        let c = &self.compression;
-        if let DensitySchedule::List { densities } = &c.warmup {
-            if let Some(d) = densities.iter().find(|d| !(**d > 0.0 && **d <= 1.0)) {
-                return Err(err("compression.warmup.densities", format!("{d} is not in (0, 1]")));
-            }
+    /// A 64-bit hash of the whole configuration (a custom compressor by its
+    /// name), compared across workers.
+    pub fn fingerprint(&self) -> u64 {
+        let mut json = serde_json::to_string(self).expect("configurations serialize");
+        if let Some(c) = &self.custom {
+            json.push_str(&format!("custom:{c:?}"));
         }
-        if !(c.dgc_momentum >= 0.0 && c.dgc_momentum < 1.0) {
-            return Err(err("compression.dgc_momentum", "must be in [0, 1)"));
-        }
-        if c.exclude.min_size == 0 {
-            return Err(err("compression.exclude.min_size", "must be at least 1 (1 excludes nothing)"));
-        }
-        if !(c.local_clip >= 0.0 && c.local_clip.is_finite()) {
-            return Err(err("compression.local_clip", "must be ≥ 0 (0 turns it off)"));
-        }
-        if !(c.bucket_mb > 0.0 && c.bucket_mb <= 1e6) {
-            return Err(err(
-                "compression.bucket_mb",
-                "must be > 0 and at most 1e6 MiB (25 is DDP's default; a value larger than the model sends one bucket)",
-            ));
-        }
-        if let CompressorConfig::Esgd(_) = self.compressor {
-            if c.granularity != Granularity::Global {
-                return Err(err(
-                    "compression.granularity",
-                    "eSGD numbers coordinates across all layers; set granularity = \"global\"",
-                ));
-            }
-            if !matches!(c.memory, MemoryKind::Auto | MemoryKind::None) {
-                return Err(err(
-                    "compression.memory",
-                    "eSGD carries its own momentum residual; use \"auto\" or \"none\"",
-                ));
-            }
-        }
-        let st = &self.strategy;
-        if st.period == 0 {
-            return Err(err("strategy.period", "must be at least 1 (the communication period I)"));
-        }
-        if !(st.gamma >= 0.0 && st.gamma.is_finite()) {
-            return Err(err("strategy.gamma", "must be ≥ 0 (0 turns clipping off)"));
-        }
-        if st.average_at_epoch_end && !(st.kind == StrategyKind::Celgc && st.average == Average::Models) {
-            return Err(err(
-                "strategy.average_at_epoch_end",
-                "applies to CELGC's model averaging (kind = \"celgc\", average = \"models\")",
-            ));
-        }
-        if st.kind == StrategyKind::Celgc {
-            if st.average == Average::Gradients && st.period != 1 {
-                return Err(err(
-                    "strategy.average",
-                    "averaging gradients (naive parallel clipping) needs period = 1",
-                ));
-            }
-            if st.average == Average::Gradients && st.compress_delta {
-                return Err(err("strategy.compress_delta", "applies to model averaging only"));
-            }
-            if !st.compress_delta && !matches!(self.compressor, CompressorConfig::Dense {}) {
-                return Err(err(
-                    "compressor.name",
-                    "CELGC averages models densely; set strategy.compress_delta = true to send the model change through a compressor",
-                ));
-            }
-            if st.gamma > 0.0 && !self.base_lr.is_some_and(|l| l > 0.0 && l.is_finite()) {
-                return Err(err(
-                    "optimizer.lr",
-                    "CELGC's γ decays with the learning rate: give the base learning rate (with_base_lr)",
-                ));
-            }
-        }
-        if self.topology() == Topology::Allreduce && self.compressor.build().combine() == Combine::Gather {
-            return Err(err(
-                "comm.topology",
-                format!(
-                    "compressor {} sends per-worker messages that allreduce cannot sum; use topology = \"allgather\" or \"parameter-server\"",
-                    self.compressor.name()
-                ),
-            ));
-        }
-        Ok(())
-    }
-
-    /// The strategy this configuration describes, for a model of `layout`.
-    pub(crate) fn build_strategy(&self, layout: &GradientLayout) -> Box<dyn Strategy> {
-        let exchange = |seed| {
-            GradientExchange::new(
-                layout,
-                &self.compressor,
-                &self.compression,
-                self.topology(),
-                self.placement(),
-                seed,
-            )
-        };
-        match self.strategy.kind {
-            StrategyKind::Sync => {
-                Box::new(Synchronous::new(exchange(self.seed), self.compression.local_clip))
-            }
-            StrategyKind::Celgc => {
-                // The model delta's random stream differs from a gradient exchange's.
-                let delta = self.strategy.compress_delta.then(|| exchange(self.seed ^ 0xCE16C));
-                Box::new(Celgc::new(&self.strategy, self.base_lr.unwrap_or(1.0), delta))
-            }
-        }
-    }
-
-    /// A 64-bit hash of the whole configuration, compared across workers.
-    pub(crate) fn fingerprint(&self) -> u64 {
-        let json = serde_json::to_string(self).expect("configurations serialize");
-        crate::params::checksum_bytes(json.as_bytes())
+        crate::checksum::checksum_bytes(json.as_bytes())
     }
 }

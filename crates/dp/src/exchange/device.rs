@@ -1,19 +1,21 @@
-//! The exchange's front on the device: each unit's memory and compressor run
-//! as cubecl kernels on the gradient where burn left it, and only the
-//! messages (and the units that travel uncompressed) cross to the host. The
-//! collectives, the decoding and the aggregation are the host exchange's own,
-//! so a device worker and a CPU worker exchange the same bytes.
+//! The exchange's compression on the device: each unit's memory and
+//! compressor run as cubecl kernels on the gradient where burn left it, and
+//! only the messages (and the units that travel uncompressed) cross to the
+//! host. The schedule, the collectives, the decoding and the aggregation are
+//! the host exchange's own, so a device worker and a CPU worker exchange
+//! the same bytes.
 
-use std::time::Instant;
-
-use gradcomp_comm::Collective;
 use gradcomp_compress::memory::{Memory, MemoryKind};
-use gradcomp_compress::{RngKey, UnitContext};
+use gradcomp_compress::{Message, UnitContext};
 use gradcomp_kernels::memory::{DeviceDgcMomentum, DeviceErrorFeedback};
 use gradcomp_kernels::{Client, DeviceCompressor, DeviceF32, KernelError};
 
-use super::{account, wire, BucketTimes, ExchangeStats, Front, GradientExchange, StrategyError, WireCall};
+use super::exchange::GradientExchange;
+use super::local::{LocalCompression, ReduceOp};
+use super::plan::Plan;
+use super::stats::measure;
 use crate::device_grad::DeviceGrad;
+use crate::error::ExchangeError;
 
 /// A unit's compensation memory in device memory.
 enum DeviceMemory {
@@ -22,17 +24,24 @@ enum DeviceMemory {
     DgcMomentum(DeviceDgcMomentum),
 }
 
-/// The units' compressors and memories on one device.
-pub(super) struct DeviceFront {
+/// The units' compressors and memories on one device, kept across steps.
+pub(crate) struct DeviceUnits {
     client: Client,
     compressors: Vec<DeviceCompressor>,
     memories: Vec<DeviceMemory>,
     /// The units that travel uncompressed, copied to the host at their
     /// layout offsets (the rest of the buffer is unused).
     raw_host: Vec<f32>,
+    /// Each unit's shared scalar from the last max round (TernGrad's).
+    shared: Vec<Option<f32>>,
+    scratch: Vec<f32>,
 }
 
-impl DeviceFront {
+fn device_error(e: KernelError) -> ExchangeError {
+    ExchangeError::Device(e.to_string())
+}
+
+impl DeviceUnits {
     pub(super) fn set_density(&mut self, rho: f64) {
         self.compressors.iter_mut().for_each(|c| c.set_density(rho));
     }
@@ -60,9 +69,7 @@ impl DeviceFront {
             let state = host.state();
             match dev {
                 DeviceMemory::None => {}
-                DeviceMemory::ErrorFeedback(ef) => {
-                    ef.restore(&self.client, state.first().copied().unwrap_or(&[]))
-                }
+                DeviceMemory::ErrorFeedback(ef) => ef.restore(&self.client, state.first().copied().unwrap_or(&[])),
                 DeviceMemory::DgcMomentum(dgc) => match state.as_slice() {
                     [u, v] => dgc.restore(&self.client, u, v)?,
                     _ => dgc.restore(&self.client, &[], &[])?,
@@ -73,47 +80,46 @@ impl DeviceFront {
     }
 }
 
-fn device_error(e: KernelError) -> StrategyError {
-    StrategyError::Device(e.to_string())
-}
-
 impl GradientExchange {
     /// Moves the units' compressors and memories to `client`'s device (with
-    /// whatever state the host memories hold), so that
-    /// [`exchange_device`](Self::exchange_device) can run. Errors when the
-    /// compressor has no device form (trimmed top-k, eSGD), and when every
-    /// unit travels uncompressed (the dense compressor, or all units
-    /// excluded): the host path reads such a gradient back in one transfer.
+    /// whatever state the host memories hold), so that a
+    /// [`Gradient::Device`](super::Gradient::Device) can be exchanged.
+    /// Errors when the compressor has no device form (trimmed top-k, eSGD, a
+    /// compressor of the user's own), and when every unit travels
+    /// uncompressed (the dense compressor, or all units excluded): the host
+    /// path reads such a gradient back in one transfer.
     pub fn to_device(&mut self, client: &Client) -> Result<(), String> {
         if self.plan.raw.iter().all(|&r| r) {
             return Err("every unit travels uncompressed: one read-back on the host is cheapest".into());
         }
-        let mut compressor = DeviceCompressor::new(&self.spec.compressor).map_err(|e| e.to_string())?;
-        if let Some(rho) = self.spec.density {
+        if let Some(c) = &self.recipe.custom {
+            return Err(format!("compressor `{}` is the user's own and has no device form", c.name()));
+        }
+        let mut compressor = DeviceCompressor::new(&self.recipe.compressor).map_err(|e| e.to_string())?;
+        if let Some(rho) = self.density {
             compressor.set_density(rho);
         }
+        let (memory, residual, momentum) = (self.recipe.memory, self.recipe.residual, self.recipe.momentum);
         let memories = self
             .plan
             .has_memory
             .iter()
-            .map(|&m| match (m, self.spec.memory) {
-                (true, MemoryKind::ErrorFeedback) => {
-                    DeviceMemory::ErrorFeedback(DeviceErrorFeedback::new(self.spec.residual))
-                }
-                (true, MemoryKind::DgcMomentum) => {
-                    DeviceMemory::DgcMomentum(DeviceDgcMomentum::new(self.spec.momentum))
-                }
+            .map(|&m| match (m, memory) {
+                (true, MemoryKind::ErrorFeedback) => DeviceMemory::ErrorFeedback(DeviceErrorFeedback::new(residual)),
+                (true, MemoryKind::DgcMomentum) => DeviceMemory::DgcMomentum(DeviceDgcMomentum::new(momentum)),
                 _ => DeviceMemory::None,
             })
             .collect();
-        let mut front = DeviceFront {
+        let mut units = DeviceUnits {
             client: client.clone(),
             compressors: self.plan.units.iter().map(|_| compressor.clone()).collect(),
             memories,
-            raw_host: Vec::new(),
+            raw_host: vec![0.0; self.plan.total()],
+            shared: vec![None; self.plan.units.len()],
+            scratch: Vec::new(),
         };
-        front.load_memories(&self.front.memories).map_err(|e| e.to_string())?;
-        self.device = Some(front);
+        units.load_memories(&self.host.memories).map_err(|e| e.to_string())?;
+        self.device = Some(units);
         Ok(())
     }
 
@@ -121,176 +127,122 @@ impl GradientExchange {
     pub fn on_device(&self) -> bool {
         self.device.is_some()
     }
+}
 
-    /// [`exchange`](Self::exchange) for a gradient in device memory: the same
-    /// collectives, messages and result, with each unit's memory and
-    /// compressor run by the device kernels. Call [`to_device`](Self::to_device) first.
-    #[allow(clippy::too_many_arguments)]
-    pub fn exchange_device(
-        &mut self,
-        grad: &DeviceGrad,
-        out: &mut [f32],
-        step: u64,
-        lr: f32,
-        measure: bool,
-        c: &mut dyn Collective,
-    ) -> Result<ExchangeStats, StrategyError> {
-        let Some(mut front) = self.device.take() else {
-            return Err(StrategyError::Device("exchange_device before to_device".into()));
-        };
-        let result = self.exchange_on(&mut front, grad, out, step, lr, measure, c);
-        self.device = Some(front);
-        result
+/// One step's compression on the device: the persistent units, the step's
+/// gradient buffers, and each unit's input once compensated.
+pub(crate) struct DeviceCompression<'a> {
+    units: &'a mut DeviceUnits,
+    grad: &'a DeviceGrad,
+    /// Per unit: its buffer handle after compensation (a handle, not a copy).
+    inputs: Vec<Option<DeviceF32>>,
+}
+
+impl<'a> DeviceCompression<'a> {
+    pub(crate) fn new(units: &'a mut DeviceUnits, plan: &Plan, grad: &'a DeviceGrad) -> Result<Self, ExchangeError> {
+        if grad.units.len() != plan.units.len() || grad.units.iter().zip(&plan.units).any(|(g, u)| g.len != u.len) {
+            return Err(ExchangeError::Device("the device gradient is not cut into this exchange's units".into()));
+        }
+        Ok(DeviceCompression { units, grad, inputs: vec![None; plan.units.len()] })
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn exchange_on(
-        &mut self,
-        front: &mut DeviceFront,
-        grad: &DeviceGrad,
-        out: &mut [f32],
-        step: u64,
-        lr: f32,
-        measure: bool,
-        c: &mut dyn Collective,
-    ) -> Result<ExchangeStats, StrategyError> {
-        let plan = &self.plan;
-        if grad.units.len() != plan.units.len()
-            || grad.units.iter().zip(&plan.units).any(|(g, u)| g.len != u.len)
-        {
-            return Err(StrategyError::Device(
-                "the device gradient is not cut into this exchange's units".into(),
-            ));
-        }
-        let wall = Instant::now();
-        let client = &front.client;
-        let mut st = ExchangeStats { elements: out.len() as u64, ..Default::default() };
-        let t = Instant::now();
-        // 1. Memories fold in their state; raw units come to the host as they are.
-        front.raw_host.resize(out.len(), 0.0);
-        let mut inputs = Vec::with_capacity(plan.units.len());
-        for (u, unit) in plan.units.iter().enumerate() {
-            let g = &grad.units[u];
-            if plan.raw[u] {
-                let host = g.read(client).map_err(device_error)?;
-                front.raw_host[unit.offset..unit.offset + unit.len].copy_from_slice(&host);
-            }
-            inputs.push(match &mut front.memories[u] {
-                DeviceMemory::None => g.clone(),
-                DeviceMemory::ErrorFeedback(ef) => ef.compensate(client, g, lr).clone(),
-                DeviceMemory::DgcMomentum(dgc) => dgc.compensate(client, g).clone(),
-            });
-        }
-        // 2. Two-phase compressors agree on their scalars (TernGrad's shared scaler).
-        self.front.scalars.clear();
-        self.front.scalar_of.clear();
-        for (u, input) in inputs.iter().enumerate() {
-            let s = if plan.raw[u] {
-                None
-            } else {
-                front.compressors[u].local_scalar(client, input).map_err(device_error)?
-            };
-            self.front.push_scalar(s);
-        }
-        let before_scalars = t.elapsed().as_secs_f64();
-        let scalar_round = self.share_scalars(c, &mut st)?;
-        // 3. Compress every unit on the device; only the message comes back.
-        let t = Instant::now();
-        let (plan, host) = (&self.plan, &mut self.front);
-        let key = RngKey::new(self.seed, c.rank() as u32, step, 0);
-        host.measured.clear();
-        host.measured.resize(plan.units.len(), None);
-        for (u, input) in inputs.iter().enumerate() {
+    fn input(&self, u: usize) -> Result<&DeviceF32, ExchangeError> {
+        self.inputs[u].as_ref().ok_or_else(|| ExchangeError::Device(format!("unit {u} compressed before compensation")))
+    }
+}
+
+impl LocalCompression for DeviceCompression<'_> {
+    fn rounds(&self) -> usize {
+        1
+    }
+
+    fn compensate(&mut self, plan: &Plan, u: usize, _grad: &[f32], lr: f32) -> Result<(), ExchangeError> {
+        let d = &mut *self.units;
+        let g = &self.grad.units[u];
+        d.shared[u] = None;
+        if plan.raw[u] {
             let unit = &plan.units[u];
-            if plan.raw[u] {
-                if plan.topology == crate::config::Topology::ParameterServer {
-                    let m = host.msgs[u].dense_mut();
-                    m.values.clear();
-                    m.values.extend_from_slice(&front.raw_host[unit.offset..unit.offset + unit.len]);
-                }
-                continue;
-            }
-            let ctx = UnitContext {
-                key: RngKey { unit: unit.id, ..key },
-                shared_scalar: host.scalar_of[u].map(|i| host.scalars[i]),
-                loss: None,
-            };
-            front.compressors[u].compress(client, input, &ctx, &mut host.msgs[u]).map_err(device_error)?;
-            let measured = if measure { Some(input.read(client).map_err(device_error)?) } else { None };
-            host.measured[u] = account(&host.msgs[u], measured.as_deref(), &mut host.scratch, &mut st);
+            let host = g.read(&d.client).map_err(device_error)?;
+            d.raw_host[unit.offset..unit.offset + unit.len].copy_from_slice(&host);
         }
-        if measure {
-            host.fold_measured(&mut st);
+        self.inputs[u] = Some(match &mut d.memories[u] {
+            DeviceMemory::None => g.clone(),
+            DeviceMemory::ErrorFeedback(ef) => ef.compensate(&d.client, g, lr).clone(),
+            DeviceMemory::DgcMomentum(dgc) => dgc.compensate(&d.client, g).clone(),
+        });
+        Ok(())
+    }
+
+    /// Round 0: TernGrad's local scalar, max-reduced (ALGORITHMS.md §1.2).
+    fn contribute(
+        &mut self,
+        plan: &Plan,
+        u: usize,
+        round: usize,
+        _grad: &[f32],
+        out: &mut Vec<f32>,
+    ) -> Result<Option<ReduceOp>, ExchangeError> {
+        if round > 0 || plan.raw[u] {
+            return Ok(None);
         }
-        st.compress_seconds = before_scalars + t.elapsed().as_secs_f64();
-        // 4. Move the messages bucket by bucket and aggregate into `out`, on
-        // the host (not pipelined: the device path keeps one stream of work).
-        let t = Instant::now();
-        out.fill(0.0);
-        let inv_n = 1.0 / c.world_size() as f32;
-        st.buckets = vec![BucketTimes::default(); plan.buckets.len()];
-        for b in 0..plan.buckets.len() {
-            let p = &mut self.payloads[b];
-            wire::stage(plan, &host.msgs, &front.raw_host, b, p);
-            wire::move_bucket(plan, b, p, &mut self.server, c)?;
-            p.record(b, &mut st);
-            wire::land(plan, &host.msgs, b, p, out, inv_n)?;
+        let scalar = self.units.compressors[u].local_scalar(&self.units.client, self.input(u)?).map_err(device_error)?;
+        Ok(scalar.map(|s| {
+            out.push(s);
+            ReduceOp::Max
+        }))
+    }
+
+    fn agreed(&mut self, u: usize, _round: usize, values: &[f32]) {
+        self.units.shared[u] = values.first().copied();
+    }
+
+    fn compress(
+        &mut self,
+        _plan: &Plan,
+        u: usize,
+        _grad: &[f32],
+        ctx: &UnitContext,
+        msg: &mut Message,
+        measured: bool,
+    ) -> Result<Option<[f64; 3]>, ExchangeError> {
+        let input = self.input(u)?.clone();
+        let d = &mut *self.units;
+        let ctx = UnitContext { shared_scalar: d.shared[u], ..*ctx };
+        d.compressors[u].compress(&d.client, &input, &ctx, msg).map_err(device_error)?;
+        if !measured {
+            return Ok(None);
         }
-        st.communicate_seconds = scalar_round + t.elapsed().as_secs_f64();
-        // 5. Memories keep what was not sent; lr-scaled units return to gradient units.
-        let t = Instant::now();
-        let mut residual_sq = 0.0;
-        for (u, mem) in front.memories.iter_mut().enumerate() {
+        let x = input.read(&d.client).map_err(device_error)?;
+        Ok(Some(measure(&x, msg, &mut d.scratch)))
+    }
+
+    fn raw<'b>(&'b self, plan: &Plan, u: usize, _grad: &'b [f32]) -> &'b [f32] {
+        let unit = &plan.units[u];
+        &self.units.raw_host[unit.offset..unit.offset + unit.len]
+    }
+
+    fn update(&mut self, u: usize, msg: &Message) -> Result<(), ExchangeError> {
+        let d = &mut *self.units;
+        match &mut d.memories[u] {
+            DeviceMemory::None => Ok(()),
+            DeviceMemory::ErrorFeedback(ef) => ef.update(&d.client, msg).map_err(device_error),
+            DeviceMemory::DgcMomentum(dgc) => dgc.update(&d.client, msg).map_err(device_error),
+        }
+    }
+
+    fn residual_norm(&self) -> Result<f64, ExchangeError> {
+        let d = &*self.units;
+        let mut sq = 0.0;
+        for mem in &d.memories {
             let residual = match mem {
-                DeviceMemory::None => continue,
-                DeviceMemory::ErrorFeedback(ef) => {
-                    ef.update(client, &host.msgs[u]).map_err(device_error)?;
-                    ef.residual()
-                }
-                DeviceMemory::DgcMomentum(dgc) => {
-                    dgc.update(client, &host.msgs[u]).map_err(device_error)?;
-                    dgc.state().map(|(_, v)| v)
-                }
+                DeviceMemory::None => None,
+                DeviceMemory::ErrorFeedback(ef) => ef.residual(),
+                DeviceMemory::DgcMomentum(dgc) => dgc.state().map(|(_, v)| v),
             };
             if let Some(r) = residual {
-                residual_sq +=
-                    gradcomp_kernels::reduce::moments(client, r).map_err(device_error)?.sum_of_squares();
+                sq += gradcomp_kernels::reduce::moments(&d.client, r).map_err(device_error)?.sum_of_squares();
             }
         }
-        for u in 0..plan.units.len() {
-            plan.to_gradient_units(u, out, lr);
-        }
-        st.residual_norm = residual_sq.sqrt();
-        st.decode_seconds = t.elapsed().as_secs_f64();
-        st.wall_seconds = wall.elapsed().as_secs_f64();
-        Ok(st)
-    }
-}
-
-impl GradientExchange {
-    /// The scalars' max-reduce across workers (TernGrad's shared scaler), if
-    /// any unit has one; returns its seconds.
-    fn share_scalars(
-        &mut self,
-        c: &mut dyn Collective,
-        st: &mut ExchangeStats,
-    ) -> Result<f64, StrategyError> {
-        let t = Instant::now();
-        let scalars = &mut self.front.scalars;
-        if !scalars.is_empty() {
-            c.allreduce_max_f32(scalars)?;
-            st.calls.push(WireCall::scalar_round(scalars.len()));
-        }
-        Ok(t.elapsed().as_secs_f64())
-    }
-}
-
-impl Front {
-    /// Records the next unit's local scalar (two-phase compressors), in unit order.
-    fn push_scalar(&mut self, s: Option<f32>) {
-        self.scalar_of.push(s.map(|s| {
-            self.scalars.push(s);
-            self.scalars.len() - 1
-        }));
+        Ok(sq.sqrt())
     }
 }

@@ -17,8 +17,11 @@ use std::time::Instant;
 
 use gradcomp_comm::Collective;
 
-use super::{Combined, GradientExchange, StateBuffers, StepInput, Strategy, StrategyError, Unit};
+use super::base::{Combined, Strategy};
 use crate::config::{Average, ClipNorm, StrategyConfig};
+use crate::error::ExchangeError;
+use crate::exchange::{ExchangeStats, Gradient, GradientExchange, StateBuffers, StepInput, Unit};
+use crate::grad_stages::CompleteGrad;
 
 /// The periodic model change sent through a compressor with error feedback.
 struct DeltaExchange {
@@ -82,12 +85,7 @@ impl Strategy for Celgc {
         self.cfg.average == Average::Models && step.is_multiple_of(self.cfg.period)
     }
 
-    fn average_models(
-        &mut self,
-        step: u64,
-        params: &mut [f32],
-        c: &mut dyn Collective,
-    ) -> Result<(), StrategyError> {
+    fn average_models(&mut self, step: u64, params: &mut [f32], c: &mut dyn Collective) -> Result<(), ExchangeError> {
         let n = c.world_size() as f32;
         let Some(d) = &mut self.delta else {
             c.allreduce_sum_f32(params)?;
@@ -104,7 +102,8 @@ impl Strategy for Celgc {
         for ((o, x), a) in d.delta.iter_mut().zip(params.iter()).zip(&d.anchor) {
             *o = x - a;
         }
-        d.exchange.exchange(&d.delta, None, &mut d.averaged, step, 1.0, false, c)?;
+        let input = StepInput { step, lr: 1.0, loss: None, measure: false };
+        d.exchange.exchange(Gradient::Host(&mut CompleteGrad(&d.delta)), &input, &mut d.averaged, c)?;
         for ((x, a), g) in params.iter_mut().zip(&mut d.anchor).zip(&d.averaged) {
             *a += g;
             *x = *a;
@@ -112,13 +111,21 @@ impl Strategy for Celgc {
         Ok(())
     }
 
+    /// Completes a staged gradient first: the clipping needs its whole norm.
     fn combine(
         &mut self,
         input: &StepInput,
-        grad: &mut [f32],
+        grad: Gradient<'_>,
         out: &mut [f32],
         c: &mut dyn Collective,
-    ) -> Result<Combined, StrategyError> {
+    ) -> Result<Combined, ExchangeError> {
+        #[allow(irrefutable_let_patterns)]
+        let Gradient::Host(stages) = grad
+        else {
+            return Err(ExchangeError::Device("CELGC has no device form".into()));
+        };
+        stages.complete()?;
+        let grad = stages.grad();
         let averaged_gradient = self.cfg.average == Average::Gradients;
         let communicated = self.averages_models(input.step);
         out.copy_from_slice(grad);
@@ -141,7 +148,7 @@ impl Strategy for Celgc {
         let eta = if clipped { gamma / (used + 1e-10) } else { lr };
         Ok(Combined {
             lr: eta,
-            stats: super::ExchangeStats { communicate_seconds, ..Default::default() },
+            stats: ExchangeStats { communicate_seconds, ..Default::default() },
             extra: vec![
                 ("eta_eff", eta),
                 ("grad_norm", used),

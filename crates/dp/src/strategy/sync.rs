@@ -4,24 +4,27 @@
 
 use gradcomp_comm::Collective;
 
-use super::{Combined, GradStages, GradientExchange, StateBuffers, StepInput, Strategy, StrategyError, Unit};
+use super::base::{Combined, Strategy};
+use crate::error::ExchangeError;
+use crate::exchange::{Gradient, GradientExchange, StateBuffers, StepInput, Unit};
+use crate::grad_stages::CompleteGrad;
 
 /// Synchronous exchange, with DGC's optional local gradient clipping.
 pub struct Synchronous {
     exchange: GradientExchange,
     /// DGC's local clipping bound before the N^(−1/2) factor (0: off).
     local_clip: f64,
+    /// The clipped gradient (local clipping on the host), reused.
+    clipped: Vec<f32>,
 }
 
 impl Synchronous {
     /// `local_clip`: each worker scales its gradient to norm at most
     /// `local_clip · N^(−1/2)` before its memory (DGC; 0 turns it off).
     pub fn new(exchange: GradientExchange, local_clip: f64) -> Self {
-        Self { exchange, local_clip }
+        Self { exchange, local_clip, clipped: Vec::new() }
     }
-}
 
-impl Synchronous {
     /// DGC's local clipping: the factor that brings a gradient of squared
     /// norm `norm_sq` to norm `local_clip · N^(−1/2)` (the bound shrinks with
     /// N^(−1/2) because the N workers' gradients add up), if it exceeds it.
@@ -30,6 +33,32 @@ impl Synchronous {
         let bound = self.local_clip / (workers as f64).sqrt();
         let norm = norm_sq.sqrt();
         (norm > bound).then(|| (bound / norm) as f32)
+    }
+
+    /// The exchange of a device gradient clipped first (DGC), if clipping
+    /// applies to it.
+    #[cfg(feature = "device-kernels")]
+    fn clip_on_device(
+        &self,
+        grad: &crate::device_grad::DeviceGrad,
+        workers: usize,
+    ) -> Result<Option<crate::device_grad::DeviceGrad>, ExchangeError> {
+        use gradcomp_kernels::{elementwise, reduce};
+        let device = |e: gradcomp_kernels::KernelError| ExchangeError::Device(e.to_string());
+        let mut norm_sq = 0.0;
+        for g in &grad.units {
+            norm_sq += reduce::moments(&grad.client, g).map_err(device)?.sum_of_squares();
+        }
+        let Some(scale) = self.clip_scale(norm_sq, workers) else {
+            return Ok(None);
+        };
+        let units = grad
+            .units
+            .iter()
+            .map(|g| elementwise::scaled(&grad.client, g, scale))
+            .collect::<Result<_, _>>()
+            .map_err(device)?;
+        Ok(Some(crate::device_grad::DeviceGrad { client: grad.client.clone(), units }))
     }
 }
 
@@ -42,95 +71,37 @@ impl Strategy for Synchronous {
         false
     }
 
-    fn average_models(
-        &mut self,
-        _step: u64,
-        _params: &mut [f32],
-        _c: &mut dyn Collective,
-    ) -> Result<(), StrategyError> {
+    fn average_models(&mut self, _step: u64, _params: &mut [f32], _c: &mut dyn Collective) -> Result<(), ExchangeError> {
         Ok(())
     }
 
+    /// Streams a staged gradient bucket by bucket, unless DGC's local
+    /// clipping needs the whole gradient's norm first.
     fn combine(
         &mut self,
         input: &StepInput,
-        grad: &mut [f32],
+        grad: Gradient<'_>,
         out: &mut [f32],
         c: &mut dyn Collective,
-    ) -> Result<Combined, StrategyError> {
-        if self.local_clip > 0.0 {
-            let norm_sq = gradcomp_compress::reduce::sum_of_squares(grad);
-            if let Some(scale) = self.clip_scale(norm_sq, c.world_size()) {
-                grad.iter_mut().for_each(|g| *g *= scale);
+    ) -> Result<Combined, ExchangeError> {
+        let stats = match grad {
+            Gradient::Host(stages) if self.local_clip > 0.0 => {
+                stages.complete()?;
+                self.clipped.clear();
+                self.clipped.extend_from_slice(stages.grad());
+                let norm_sq = gradcomp_compress::reduce::sum_of_squares(&self.clipped);
+                if let Some(scale) = self.clip_scale(norm_sq, c.world_size()) {
+                    self.clipped.iter_mut().for_each(|g| *g *= scale);
+                }
+                self.exchange.exchange(Gradient::Host(&mut CompleteGrad(&self.clipped)), input, out, c)?
             }
-        }
-        let stats =
-            self.exchange.exchange(grad, input.loss, out, input.step, input.lr as f32, input.measure, c)?;
-        Ok(Combined { lr: input.lr, extra: Vec::new(), stats })
-    }
-
-    /// Streams unless DGC's local clipping needs the whole gradient's norm first.
-    fn streams(&self) -> bool {
-        self.local_clip == 0.0
-    }
-
-    fn combine_staged(
-        &mut self,
-        input: &StepInput,
-        stages: &mut dyn GradStages,
-        out: &mut [f32],
-        c: &mut dyn Collective,
-    ) -> Result<Combined, StrategyError> {
-        if !self.streams() {
-            let mut grad = super::complete(stages)?;
-            return self.combine(input, &mut grad, out, c);
-        }
-        let stats = self.exchange.exchange_staged(
-            stages,
-            input.loss,
-            out,
-            input.step,
-            input.lr as f32,
-            input.measure,
-            c,
-        )?;
-        Ok(Combined { lr: input.lr, extra: Vec::new(), stats })
-    }
-
-    #[cfg(feature = "device-kernels")]
-    fn to_device(&mut self, client: &gradcomp_kernels::Client) -> Result<(), String> {
-        self.exchange.to_device(client)
-    }
-
-    #[cfg(feature = "device-kernels")]
-    fn combine_device(
-        &mut self,
-        input: &StepInput,
-        grad: &crate::device_grad::DeviceGrad,
-        out: &mut [f32],
-        c: &mut dyn Collective,
-    ) -> Result<Combined, StrategyError> {
-        use gradcomp_kernels::{elementwise, reduce};
-        let device = |e: gradcomp_kernels::KernelError| StrategyError::Device(e.to_string());
-        let mut clipped = None;
-        if self.local_clip > 0.0 {
-            let mut norm_sq = 0.0;
-            for g in &grad.units {
-                norm_sq += reduce::moments(&grad.client, g).map_err(device)?.sum_of_squares();
-            }
-            if let Some(scale) = self.clip_scale(norm_sq, c.world_size()) {
-                let units = grad
-                    .units
-                    .iter()
-                    .map(|g| elementwise::scaled(&grad.client, g, scale))
-                    .collect::<Result<_, _>>()
-                    .map_err(device)?;
-                clipped = Some(crate::device_grad::DeviceGrad { client: grad.client.clone(), units });
-            }
-        }
-        let grad = clipped.as_ref().unwrap_or(grad);
-        let stats =
-            self.exchange.exchange_device(grad, out, input.step, input.lr as f32, input.measure, c)?;
+            #[cfg(feature = "device-kernels")]
+            Gradient::Device(g) if self.local_clip > 0.0 => match self.clip_on_device(g, c.world_size())? {
+                Some(clipped) => self.exchange.exchange(Gradient::Device(&clipped), input, out, c)?,
+                None => self.exchange.exchange(Gradient::Device(g), input, out, c)?,
+            },
+            grad => self.exchange.exchange(grad, input, out, c)?,
+        };
         Ok(Combined { lr: input.lr, extra: Vec::new(), stats })
     }
 
@@ -154,5 +125,10 @@ impl Strategy for Synchronous {
 
     fn restore(&mut self, state: &StateBuffers) -> Result<(), String> {
         self.exchange.restore("", state)
+    }
+
+    #[cfg(feature = "device-kernels")]
+    fn to_device(&mut self, client: &gradcomp_kernels::Client) -> Result<(), String> {
+        self.exchange.to_device(client)
     }
 }

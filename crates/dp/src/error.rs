@@ -1,12 +1,13 @@
-//! [`SyncError`]: why a data-parallel call failed.
+//! Why a call failed: [`SyncError`], what a [`DataParallel`](crate::DataParallel)
+//! call returns, and [`ExchangeError`], what the exchange and the strategies
+//! return inside it.
 
 use gradcomp_comm::CommError;
 use gradcomp_compress::codec::CodecError;
 
 use crate::config::ConfigError;
-use crate::strategy::StrategyError;
 
-/// Why a [`DataParallel`](super::DataParallel) call failed. Every error that
+/// Why a [`DataParallel`](crate::DataParallel) call failed. Every error that
 /// comes from the group (a peer's failure, a corrupt message, a non-finite
 /// value somewhere) is returned on every worker, so no worker is left waiting.
 #[derive(Debug, thiserror::Error)]
@@ -44,12 +45,30 @@ impl SyncError {
         )
     }
 
-    pub(crate) fn from_strategy(rank: usize, e: StrategyError) -> Self {
+    /// The error worker `rank` reports for an exchange's error.
+    pub(crate) fn from_exchange(rank: usize, e: ExchangeError) -> Self {
         match e {
-            StrategyError::Comm(source) => SyncError::Comm { rank, source },
-            StrategyError::Codec { rank: sender, source } => SyncError::Codec { rank, sender, source },
-            e @ StrategyError::Device(_) => SyncError::Device { rank, message: e.to_string() },
-            StrategyError::Usage(message) => SyncError::Usage(message),
+            ExchangeError::Comm(source) => SyncError::Comm { rank, source },
+            ExchangeError::Codec { rank: sender, source } => SyncError::Codec { rank, sender, source },
+            e @ ExchangeError::Device(_) => SyncError::Device { rank, message: e.to_string() },
+            ExchangeError::Usage(message) => SyncError::Usage(message),
         }
     }
+}
+
+/// Why an exchange (or a strategy's step around it) could not complete.
+#[derive(Debug, thiserror::Error)]
+pub enum ExchangeError {
+    #[error(transparent)]
+    Comm(#[from] CommError),
+    #[error("corrupt message from worker {rank}: {source}")]
+    Codec { rank: usize, source: CodecError },
+    /// A device kernel or transfer failed (the device was lost, or a buffer
+    /// did not hold what it should).
+    #[error("the device exchange failed: {0}")]
+    Device(String),
+    /// The caller broke a rule of the call (a gradient of the wrong size,
+    /// a parameter in two backward stages).
+    #[error("{0}")]
+    Usage(String),
 }

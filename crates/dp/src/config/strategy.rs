@@ -1,0 +1,69 @@
+//! How workers combine their work (`[strategy]`): synchronous exchange, or
+//! CELGC's local steps with periodic averaging (ALGORITHMS.md §2).
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum StrategyKind {
+    /// Synchronous compressed SGD: gradients exchanged every step.
+    Sync,
+    /// CELGC: local SGD with per-worker clipping, models averaged every `period` steps.
+    Celgc,
+}
+
+/// Which norm CELGC clips with (ALGORITHMS.md §2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ClipNorm {
+    /// The worker's own raw gradient norm (the paper).
+    Local,
+    /// The norm of the average gradient of the last communication round.
+    GlobalAverage,
+    /// The larger of the two.
+    Max,
+}
+
+/// What CELGC averages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Average {
+    /// Models, every `period` steps (CELGC).
+    Models,
+    /// Gradients, every step, clipping on the average: "naive parallel
+    /// clipping", the paper's baseline (`period` must be 1).
+    Gradients,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StrategyConfig {
+    pub kind: StrategyKind,
+    /// CELGC: the communication period I.
+    pub period: u64,
+    /// CELGC: γ in η_eff = min(η, γ/‖g‖); decays with η. 0 turns clipping off.
+    pub gamma: f64,
+    pub clip_norm: ClipNorm,
+    pub average: Average,
+    /// CELGC: also average the models at every epoch end but the last,
+    /// whatever the period (the authors' scripts do; the paper's algorithm
+    /// does not say). The last epoch's evaluation uses the average anyway.
+    pub average_at_epoch_end: bool,
+    /// CELGC: send the periodic model change through `[compressor]` with
+    /// error feedback instead of averaging models densely.
+    pub compress_delta: bool,
+}
+
+impl Default for StrategyConfig {
+    fn default() -> Self {
+        Self {
+            kind: StrategyKind::Sync,
+            period: 1,
+            gamma: 0.0,
+            clip_norm: ClipNorm::Local,
+            average: Average::Models,
+            average_at_epoch_end: false,
+            compress_delta: false,
+        }
+    }
+}

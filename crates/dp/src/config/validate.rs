@@ -1,0 +1,110 @@
+//! [`DataParallelConfig::validate`]: every check that can be made before
+//! any work starts, one function per section.
+
+use gradcomp_compress::memory::{DensitySchedule, MemoryKind};
+use gradcomp_compress::{Combine, CompressorConfig};
+
+use super::{Average, ConfigError, DataParallelConfig, Granularity, StrategyKind, Topology};
+
+fn err(key: &str, problem: impl Into<String>) -> ConfigError {
+    ConfigError::new(key, problem)
+}
+
+impl DataParallelConfig {
+    /// Every check that can be made before any work starts.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.custom.is_none() {
+            self.compressor.validate().map_err(|e| err(&format!("compressor.{}", e.key), e.problem))?;
+        }
+        self.validate_compression()?;
+        self.validate_strategy()?;
+        if self.topology() == Topology::Allreduce && self.combine() == Combine::Gather {
+            return Err(err(
+                "comm.topology",
+                format!(
+                    "compressor {} sends per-worker messages that allreduce cannot sum; use topology = \"allgather\" or \"parameter-server\"",
+                    self.compressor_name()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    fn validate_compression(&self) -> Result<(), ConfigError> {
+        let c = &self.compression;
+        if let DensitySchedule::List { densities } = &c.warmup {
+            if let Some(d) = densities.iter().find(|d| !(**d > 0.0 && **d <= 1.0)) {
+                return Err(err("compression.warmup.densities", format!("{d} is not in (0, 1]")));
+            }
+        }
+        if !(c.dgc_momentum >= 0.0 && c.dgc_momentum < 1.0) {
+            return Err(err("compression.dgc_momentum", "must be in [0, 1)"));
+        }
+        if c.exclude.min_size == 0 {
+            return Err(err("compression.exclude.min_size", "must be at least 1 (1 excludes nothing)"));
+        }
+        if !(c.local_clip >= 0.0 && c.local_clip.is_finite()) {
+            return Err(err("compression.local_clip", "must be ≥ 0 (0 turns it off)"));
+        }
+        if !(c.bucket_mb > 0.0 && c.bucket_mb <= 1e6) {
+            return Err(err(
+                "compression.bucket_mb",
+                "must be > 0 and at most 1e6 MiB (25 is DDP's default; a value larger than the model sends one bucket)",
+            ));
+        }
+        if self.custom.is_none() && matches!(self.compressor, CompressorConfig::Esgd(_)) {
+            if self.granularity() != Granularity::Global {
+                return Err(err(
+                    "compression.granularity",
+                    "eSGD numbers coordinates across all layers; set granularity = \"global\" (or \"auto\")",
+                ));
+            }
+            if !matches!(c.memory, MemoryKind::Auto | MemoryKind::None) {
+                return Err(err(
+                    "compression.memory",
+                    "eSGD carries its own momentum residual; use \"auto\" or \"none\"",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn validate_strategy(&self) -> Result<(), ConfigError> {
+        let st = &self.strategy;
+        if st.period == 0 {
+            return Err(err("strategy.period", "must be at least 1 (the communication period I)"));
+        }
+        if !(st.gamma >= 0.0 && st.gamma.is_finite()) {
+            return Err(err("strategy.gamma", "must be ≥ 0 (0 turns clipping off)"));
+        }
+        if st.average_at_epoch_end && !(st.kind == StrategyKind::Celgc && st.average == Average::Models) {
+            return Err(err(
+                "strategy.average_at_epoch_end",
+                "applies to CELGC's model averaging (kind = \"celgc\", average = \"models\")",
+            ));
+        }
+        if st.kind != StrategyKind::Celgc {
+            return Ok(());
+        }
+        if st.average == Average::Gradients && st.period != 1 {
+            return Err(err("strategy.average", "averaging gradients (naive parallel clipping) needs period = 1"));
+        }
+        if st.average == Average::Gradients && st.compress_delta {
+            return Err(err("strategy.compress_delta", "applies to model averaging only"));
+        }
+        let dense = self.custom.is_none() && matches!(self.compressor, CompressorConfig::Dense {});
+        if !st.compress_delta && !dense {
+            return Err(err(
+                "compressor.name",
+                "CELGC averages models densely; set strategy.compress_delta = true to send the model change through a compressor",
+            ));
+        }
+        if st.gamma > 0.0 && !self.base_lr.is_some_and(|l| l > 0.0 && l.is_finite()) {
+            return Err(err(
+                "optimizer.lr",
+                "CELGC's γ decays with the learning rate: give the base learning rate (with_base_lr)",
+            ));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,302 @@
+//! One bucket on the wire: packing its units' messages into the
+//! collectives' buffers ([`pack`]), the collectives themselves
+//! ([`run_collectives`], the only part the communication thread runs), and
+//! aggregating what came back ([`aggregate`]).
+
+use std::time::Instant;
+
+use gradcomp_comm::{f16, CollectiveCall, Collective, CommError, Gathered, OpKind};
+use gradcomp_compress::codec::{self, CodecError};
+use gradcomp_compress::message::SparseMessage;
+use gradcomp_compress::Message;
+
+use super::local::LocalCompression;
+use super::plan::{CodeWidth, Plan, Route};
+use super::server::{self, ServerBuffers};
+use super::stats::ExchangeStats;
+use crate::error::ExchangeError;
+
+/// TernGrad's code sums in the width the plan picked.
+pub(crate) enum CodeSums {
+    I8(Vec<i8>),
+    I16(Vec<i16>),
+    I32(Vec<i32>),
+}
+
+impl CodeSums {
+    fn new(width: CodeWidth) -> Self {
+        match width {
+            CodeWidth::I8 => CodeSums::I8(Vec::new()),
+            CodeWidth::I16 => CodeSums::I16(Vec::new()),
+            CodeWidth::I32 => CodeSums::I32(Vec::new()),
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            CodeSums::I8(v) => v.len(),
+            CodeSums::I16(v) => v.len(),
+            CodeSums::I32(v) => v.len(),
+        }
+    }
+
+    fn clear(&mut self) {
+        match self {
+            CodeSums::I8(v) => v.clear(),
+            CodeSums::I16(v) => v.clear(),
+            CodeSums::I32(v) => v.clear(),
+        }
+    }
+
+    /// Appends a ternary message's codes.
+    fn push(&mut self, m: &gradcomp_compress::message::TernaryMessage) {
+        fn grow<T: From<i8> + Copy + Default>(v: &mut Vec<T>, m: &gradcomp_compress::message::TernaryMessage) {
+            let start = v.len();
+            v.resize(start + m.len, T::default());
+            m.codes_into(&mut v[start..]);
+        }
+        match self {
+            CodeSums::I8(v) => grow(v, m),
+            CodeSums::I16(v) => grow(v, m),
+            CodeSums::I32(v) => grow(v, m),
+        }
+    }
+
+    /// Sums the codes across workers; returns the call's kind and bytes.
+    fn allreduce(&mut self, c: &mut dyn Collective) -> Result<(OpKind, usize), CommError> {
+        Ok(match self {
+            CodeSums::I8(v) => (c.allreduce_sum_i8(v).map(|()| OpKind::AllreduceSumI8)?, v.len()),
+            CodeSums::I16(v) => (c.allreduce_sum_i16(v).map(|()| OpKind::AllreduceSumI16)?, 2 * v.len()),
+            CodeSums::I32(v) => (c.allreduce_sum_i32(v).map(|()| OpKind::AllreduceSumI32)?, 4 * v.len()),
+        })
+    }
+
+    /// `dst[j] = w · sum[at + j]`.
+    fn scale_into(&self, at: usize, w: f32, dst: &mut [f32]) {
+        fn scale<T: Copy + Into<f32>>(src: &[T], w: f32, dst: &mut [f32]) {
+            for (o, &s) in dst.iter_mut().zip(src) {
+                *o = w * s.into();
+            }
+        }
+        let n = dst.len();
+        match self {
+            CodeSums::I8(v) => scale(&v[at..at + n], w, dst),
+            CodeSums::I16(v) => scale(&v[at..at + n], w, dst),
+            CodeSums::I32(v) => {
+                for (o, &s) in dst.iter_mut().zip(&v[at..at + n]) {
+                    *o = w * s as f32;
+                }
+            }
+        }
+    }
+}
+
+/// One bucket's buffers, reused every step; moved to the communication
+/// thread and back when pipelining.
+pub(crate) struct BucketBuffers {
+    dense: Vec<f32>,
+    halves: Vec<f16>,
+    codes: CodeSums,
+    wire: Vec<u8>,
+    gathered: Gathered,
+    down: Vec<u8>,
+    /// What [`run_collectives`] called, and its seconds.
+    calls: Vec<CollectiveCall>,
+    seconds: f64,
+}
+
+impl BucketBuffers {
+    pub(crate) fn new(width: CodeWidth) -> Self {
+        BucketBuffers {
+            dense: Vec::new(),
+            halves: Vec::new(),
+            codes: CodeSums::new(width),
+            wire: Vec::new(),
+            gathered: Gathered::default(),
+            down: Vec::new(),
+            calls: Vec::new(),
+            seconds: 0.0,
+        }
+    }
+
+    /// Enters bucket `b`'s collectives, as [`run_collectives`] left them,
+    /// in the step's statistics: its wire seconds and its calls.
+    pub(crate) fn record(&self, b: usize, st: &mut ExchangeStats) {
+        st.buckets[b].wire = self.seconds;
+        st.calls.extend_from_slice(&self.calls);
+    }
+}
+
+/// Packs bucket `b`'s messages into `p`: the values that are summed (raw
+/// units as `local` holds them), the codes, and the encodings that are
+/// gathered or uploaded. `inv_n` pre-scales half-precision values, which
+/// are summed already averaged so their sum cannot overflow f16.
+pub(crate) fn pack(
+    plan: &Plan,
+    b: usize,
+    msgs: &[Message],
+    local: &dyn LocalCompression,
+    grad: &[f32],
+    inv_n: f32,
+    p: &mut BucketBuffers,
+) {
+    p.dense.clear();
+    p.halves.clear();
+    p.codes.clear();
+    p.wire.clear();
+    for u in plan.buckets[b].clone() {
+        match (plan.route[u], &msgs[u]) {
+            (Route::DenseSum, _) if plan.raw[u] => p.dense.extend_from_slice(local.raw(plan, u, grad)),
+            (Route::DenseSum, Message::Dense(m)) => p.dense.extend_from_slice(&m.values),
+            (Route::DenseSum, Message::Sparse(m)) => p.dense.extend_from_slice(&m.values),
+            (Route::DenseSum, m) => {
+                let start = p.dense.len();
+                p.dense.resize(start + m.len(), 0.0);
+                m.add_to(1.0, &mut p.dense[start..]);
+            }
+            (Route::HalfSum, Message::Half(m)) => {
+                p.halves.extend(m.values.iter().map(|&h| f16::from_f32(f16::from_bits(h).to_f32() * inv_n)));
+            }
+            (Route::CodeSum, Message::Ternary(m)) => p.codes.push(m),
+            (Route::Gather | Route::Server, m) => {
+                codec::encode(m, plan.units[u].id, &mut p.wire);
+            }
+            // A message of another kind on a summing route cannot be built
+            // from a valid configuration; the plan's routes follow `combine`.
+            (Route::HalfSum | Route::CodeSum, _) => {}
+        }
+    }
+}
+
+/// Bucket `b`'s collectives, in a fixed order: the f32 allreduce, the half
+/// allreduce, the code allreduce, then the allgatherv or the parameter
+/// server's round trip.
+pub(crate) fn run_collectives(
+    plan: &Plan,
+    b: usize,
+    p: &mut BucketBuffers,
+    server: &mut ServerBuffers,
+    c: &mut dyn Collective,
+) -> Result<(), CommError> {
+    let t = Instant::now();
+    p.calls.clear();
+    let bucket = Some(b as u32);
+    // The summed lengths are the same on every worker.
+    if !p.dense.is_empty() {
+        c.allreduce_sum_f32(&mut p.dense)?;
+        p.calls.push(CollectiveCall::allreduce(OpKind::AllreduceSumF32, 4 * p.dense.len() as u64, bucket));
+    }
+    if !p.halves.is_empty() {
+        c.allreduce_sum_f16(&mut p.halves)?;
+        p.calls.push(CollectiveCall::allreduce(OpKind::AllreduceSumF16, 2 * p.halves.len() as u64, bucket));
+    }
+    if p.codes.len() > 0 {
+        let (op, bytes) = p.codes.allreduce(c)?;
+        p.calls.push(CollectiveCall::allreduce(op, bytes as u64, bucket));
+    }
+    if plan.has(b, Route::Gather) {
+        c.allgatherv(&p.wire, &mut p.gathered)?;
+        let sizes = p.gathered.iter().map(|m| m.len() as u64).collect();
+        p.calls.push(CollectiveCall { op: OpKind::Allgatherv, sizes, download: 0, bucket });
+    }
+    if plan.has(b, Route::Server) {
+        let units = &plan.units[plan.buckets[b].clone()];
+        let mut sizes = Vec::new();
+        let mut aggregate = |ups: &Gathered, down: &mut Vec<u8>| -> Result<(), String> {
+            sizes = ups.iter().map(|m| m.len() as u64).collect();
+            server::aggregate(units, ups, down, server).map_err(|e| e.to_string())
+        };
+        c.push_pull(plan.placement, &p.wire, &mut aggregate, &mut p.down)?;
+        p.calls.push(CollectiveCall { op: OpKind::PsPush, sizes, download: p.down.len() as u64, bucket });
+    }
+    p.seconds = t.elapsed().as_secs_f64();
+    Ok(())
+}
+
+/// Aggregates bucket `b`'s results into `out` (zeroed by the caller): the
+/// summed values and codes scaled by `inv_n`, every worker's gathered
+/// messages decoded in rank order, or the server's download. Errors name the
+/// worker whose message does not decode (the server's download: rank 0).
+pub(crate) fn aggregate(
+    plan: &Plan,
+    msgs: &[Message],
+    b: usize,
+    p: &BucketBuffers,
+    out: &mut [f32],
+    inv_n: f32,
+) -> Result<(), ExchangeError> {
+    let (mut at_dense, mut at_halves, mut at_codes) = (0, 0, 0);
+    for u in plan.buckets[b].clone() {
+        let unit = &plan.units[u];
+        let dst = &mut out[unit.offset..unit.offset + unit.len];
+        match (plan.route[u], &msgs[u]) {
+            (Route::DenseSum, Message::Sparse(SparseMessage { indices, .. })) if !plan.raw[u] => {
+                for (&i, &s) in indices.iter().zip(&p.dense[at_dense..at_dense + indices.len()]) {
+                    dst[i as usize] = s * inv_n;
+                }
+                at_dense += indices.len();
+            }
+            (Route::DenseSum, _) => {
+                for (o, &s) in dst.iter_mut().zip(&p.dense[at_dense..at_dense + unit.len]) {
+                    *o = s * inv_n;
+                }
+                at_dense += unit.len;
+            }
+            (Route::HalfSum, _) => {
+                for (o, &s) in dst.iter_mut().zip(&p.halves[at_halves..at_halves + unit.len]) {
+                    *o = s.to_f32();
+                }
+                at_halves += unit.len;
+            }
+            (Route::CodeSum, Message::Ternary(m)) => {
+                p.codes.scale_into(at_codes, m.scale * inv_n, dst);
+                at_codes += unit.len;
+            }
+            _ => {}
+        }
+    }
+    if plan.has(b, Route::Gather) {
+        aggregate_gathered(plan, b, &p.gathered, out, inv_n)?;
+    }
+    if plan.has(b, Route::Server) {
+        let codec_error = |source| ExchangeError::Codec { rank: 0, source };
+        let mut bytes = &p.down[..];
+        for unit in &plan.units[plan.buckets[b].clone()] {
+            let (first, rest) = codec::split_first(bytes).map_err(codec_error)?;
+            codec::accumulate(first, 1.0, &mut out[unit.offset..unit.offset + unit.len]).map_err(codec_error)?;
+            bytes = rest;
+        }
+    }
+    Ok(())
+}
+
+/// Decodes every worker's gathered messages of bucket `b` into `out`, in
+/// rank order, each weighted `inv_n`.
+fn aggregate_gathered(
+    plan: &Plan,
+    b: usize,
+    gathered: &Gathered,
+    out: &mut [f32],
+    inv_n: f32,
+) -> Result<(), ExchangeError> {
+    for (rank, mut bytes) in gathered.iter().enumerate() {
+        let codec_error = |source| ExchangeError::Codec { rank, source };
+        for u in plan.buckets[b].clone() {
+            if plan.route[u] != Route::Gather {
+                continue;
+            }
+            let unit = &plan.units[u];
+            let (first, rest) = codec::split_first(bytes).map_err(codec_error)?;
+            let h = codec::accumulate(first, inv_n, &mut out[unit.offset..unit.offset + unit.len])
+                .map_err(codec_error)?;
+            if h.unit != unit.id {
+                return Err(codec_error(CodecError::Invalid("message for another unit")));
+            }
+            bytes = rest;
+        }
+        if !bytes.is_empty() {
+            return Err(codec_error(CodecError::TrailingBytes(bytes.len())));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,227 @@
+//! [`GradientExchange`]: one worker's exchange state (plan, memories,
+//! compressors, messages, buffers) and its one entry point.
+
+use std::time::Instant;
+
+use gradcomp_comm::Collective;
+use gradcomp_compress::{Message, RngKey};
+
+use super::bucket::BucketBuffers;
+use super::host::HostCompression;
+use super::local::LocalCompression;
+use super::plan::{Plan, Unit};
+use super::recipe::Recipe;
+use super::rounds::RoundValues;
+use super::schedule::{self, ExchangeStep, StepArgs};
+use super::server::ServerBuffers;
+use super::stats::{BucketTimes, ExchangeStats};
+use super::wire;
+use crate::config::DataParallelConfig;
+use crate::error::ExchangeError;
+#[cfg(feature = "device-kernels")]
+use crate::grad_stages::CompleteGrad;
+use crate::grad_stages::GradStages;
+use crate::layout::GradientLayout;
+
+/// A strategy's state buffers, for checkpoints: named flat buffers.
+pub type StateBuffers = std::collections::BTreeMap<String, Vec<f32>>;
+
+/// This worker's step, as the exchange and the strategies see it.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct StepInput {
+    /// The step number, from 0. With the rank and the unit it seeds every
+    /// random choice of the compressors, and it decides CELGC's rounds.
+    pub step: u64,
+    /// The learning rate the caller's optimizer applies this step (positive).
+    pub lr: f64,
+    /// This worker's training loss, when known (eSGD's selection reads it).
+    pub loss: Option<f64>,
+    /// Measure the contraction ratio and TernGrad's bound ratios this step.
+    pub measure: bool,
+}
+
+/// Where this step's gradient is.
+pub enum Gradient<'a> {
+    /// On the host: complete, or arriving in stages.
+    Host(&'a mut dyn GradStages),
+    /// In device memory, one buffer per unit, after
+    /// [`GradientExchange::to_device`].
+    #[cfg(feature = "device-kernels")]
+    Device(&'a crate::device_grad::DeviceGrad),
+}
+
+/// Per-worker state of the compressed exchange.
+pub struct GradientExchange {
+    pub(super) plan: Plan,
+    /// What the units' compressors and memories were built from (their device form).
+    #[cfg_attr(not(feature = "device-kernels"), allow(dead_code))]
+    pub(super) recipe: Recipe,
+    pub(super) host: HostCompression,
+    pub(super) work: Working,
+    server: ServerBuffers,
+    seed: u64,
+    /// Move the buckets through a communication thread.
+    pipeline: bool,
+    /// The density last set (warm-up), which a device form starts from.
+    pub(super) density: Option<f64>,
+    /// The compressors and memories on the device, once
+    /// [`GradientExchange::to_device`] moved them there.
+    #[cfg(feature = "device-kernels")]
+    pub(super) device: Option<super::device::DeviceUnits>,
+}
+
+impl GradientExchange {
+    /// The exchange `cfg` describes for a model of `layout` among `workers`
+    /// workers; `seed` seeds the compressors' random streams.
+    pub fn new(layout: &GradientLayout, cfg: &DataParallelConfig, workers: usize, seed: u64) -> Self {
+        let recipe = Recipe::new(cfg);
+        let place = (cfg.topology(), cfg.placement());
+        let plan = Plan::new(layout, &recipe, &cfg.compression, cfg.granularity(), place, workers);
+        GradientExchange {
+            host: HostCompression::new(&plan, &recipe),
+            work: Working {
+                msgs: plan.units.iter().map(|_| Message::default()).collect(),
+                buffers: plan.buckets.iter().map(|_| Some(BucketBuffers::new(plan.code_width))).collect(),
+                rounds: RoundValues::default(),
+                measured: Vec::new(),
+            },
+            server: ServerBuffers::default(),
+            seed,
+            pipeline: cfg.compression.pipeline,
+            density: None,
+            #[cfg(feature = "device-kernels")]
+            device: None,
+            plan,
+            recipe,
+        }
+    }
+
+    pub fn units(&self) -> &[Unit] {
+        &self.plan.units
+    }
+
+    /// The buckets' unit ranges, in the order they are exchanged.
+    pub fn buckets(&self) -> &[std::ops::Range<usize>] {
+        &self.plan.buckets
+    }
+
+    /// Unit `u`'s last message (tests compare them across schedules).
+    #[cfg(test)]
+    pub(super) fn message(&self, u: usize) -> &Message {
+        &self.work.msgs[u]
+    }
+
+    pub fn set_density(&mut self, rho: f64) {
+        self.host.compressors.iter_mut().for_each(|c| c.set_density(rho));
+        self.density = Some(rho);
+        #[cfg(feature = "device-kernels")]
+        if let Some(d) = &mut self.device {
+            d.set_density(rho);
+        }
+    }
+
+    /// Averages this worker's gradient over all workers into `out`, in
+    /// gradient units: compress, exchange, decode, aggregate, update the
+    /// memories. `out` has the layout's length.
+    pub fn exchange(
+        &mut self,
+        grad: Gradient<'_>,
+        input: &StepInput,
+        out: &mut [f32],
+        c: &mut dyn Collective,
+    ) -> Result<ExchangeStats, ExchangeError> {
+        let wall = Instant::now();
+        let total = self.plan.total();
+        if out.len() != total {
+            return Err(ExchangeError::Usage(format!(
+                "the output has {} values, the exchange's units {total}",
+                out.len()
+            )));
+        }
+        let args = StepArgs {
+            loss: input.loss,
+            key: RngKey::new(self.seed, c.rank() as u32, input.step, 0),
+            lr: input.lr as f32,
+            measure: input.measure,
+            inv_n: 1.0 / c.world_size() as f32,
+        };
+        let mut st = ExchangeStats { elements: total as u64, ..Default::default() };
+        st.pipelined = self.pipeline && self.plan.buckets.len() > 1;
+        st.buckets = vec![BucketTimes::default(); self.plan.buckets.len()];
+        out.fill(0.0);
+        self.work.measured.clear();
+        self.work.measured.resize(self.plan.units.len(), None);
+        let (plan, work, server) = (&self.plan, &mut self.work, &mut self.server);
+        match grad {
+            Gradient::Host(stages) => {
+                if stages.grad().len() != total {
+                    return Err(ExchangeError::Usage(format!(
+                        "the gradient has {} values, the exchange's units {total}",
+                        stages.grad().len()
+                    )));
+                }
+                run(work.step(plan, &mut self.host, args), server, stages, out, c, &mut st)?;
+            }
+            #[cfg(feature = "device-kernels")]
+            Gradient::Device(g) => {
+                let units = self.device.as_mut().ok_or_else(|| {
+                    ExchangeError::Device("a device gradient before the exchange moved to the device".into())
+                })?;
+                let mut local = super::device::DeviceCompression::new(units, plan, g)?;
+                run(work.step(plan, &mut local, args), server, &mut CompleteGrad(&[]), out, c, &mut st)?;
+            }
+        }
+        st.sum_buckets();
+        st.wall_seconds = wall.elapsed().as_secs_f64();
+        Ok(st)
+    }
+
+    /// ‖residual‖₂ over all units with a memory (host memories).
+    pub fn residual_norm(&self) -> f64 {
+        self.host.residual_norm().unwrap_or(0.0)
+    }
+}
+
+/// The buffers one exchange works in, reused every step.
+pub(super) struct Working {
+    pub msgs: Vec<Message>,
+    /// Each bucket's buffers, away while the bucket is on the wire.
+    buffers: Vec<Option<BucketBuffers>>,
+    rounds: RoundValues,
+    measured: Vec<Option<[f64; 3]>>,
+}
+
+impl Working {
+    fn step<'a>(&'a mut self, plan: &'a Plan, local: &'a mut dyn LocalCompression, args: StepArgs) -> ExchangeStep<'a> {
+        ExchangeStep {
+            plan,
+            local,
+            msgs: &mut self.msgs,
+            buffers: &mut self.buffers,
+            rounds: &mut self.rounds,
+            measured: &mut self.measured,
+            args,
+            in_flight: 0,
+        }
+    }
+}
+
+/// Runs the schedule for `step` on a wire (a communication thread when
+/// pipelined), then the statistics that are per unit, in unit order.
+fn run(
+    mut step: ExchangeStep<'_>,
+    server: &mut ServerBuffers,
+    stages: &mut dyn GradStages,
+    out: &mut [f32],
+    c: &mut dyn Collective,
+    st: &mut ExchangeStats,
+) -> Result<(), ExchangeError> {
+    let plan = step.plan;
+    wire::with_wire(st.pipelined, plan, server, c, |wire| schedule::drive(&mut step, stages, wire, out, st))?;
+    if step.args.measure {
+        st.fold_measured(step.measured);
+    }
+    st.extra = step.local.extra();
+    st.residual_norm = step.local.residual_norm()?;
+    Ok(())
+}

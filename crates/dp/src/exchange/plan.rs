@@ -1,0 +1,219 @@
+//! What does not change from step to step: the compression units, how each
+//! travels ([`Route`]), and the buckets.
+
+use std::ops::Range;
+
+use gradcomp_comm::ServerPlacement;
+use gradcomp_compress::Combine;
+
+use super::recipe::Recipe;
+use crate::config::{CompressionConfig, Granularity, Topology};
+use crate::layout::GradientLayout;
+
+/// One compression unit: a range of the flat gradient.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Unit {
+    pub id: u32,
+    pub name: String,
+    pub offset: usize,
+    pub len: usize,
+    /// Sent uncompressed (excluded by policy).
+    pub dense: bool,
+}
+
+/// The collective a unit's message travels in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Route {
+    /// Summed in one f32 allreduce: units that travel uncompressed, and
+    /// Rand-k `same_seed` values.
+    DenseSum,
+    /// fp16 values summed in one half-precision allreduce.
+    HalfSum,
+    /// TernGrad over allreduce: the integer codes summed in the narrowest
+    /// integer that holds the sum of N workers' codes ([`CodeWidth`]).
+    CodeSum,
+    /// Per-worker encodings, allgathered and decoded by every worker.
+    Gather,
+    /// Uploaded to the parameter server, which aggregates and sends one download.
+    Server,
+}
+
+impl Route {
+    fn of(unit: &Unit, topology: Topology, combine: Combine) -> Route {
+        match topology {
+            Topology::ParameterServer => Route::Server,
+            _ if unit.dense || matches!(combine, Combine::DenseSum | Combine::SharedIndexSum) => {
+                Route::DenseSum
+            }
+            _ if combine == Combine::HalfSum => Route::HalfSum,
+            Topology::Allreduce if combine == Combine::TernarySum => Route::CodeSum,
+            _ => Route::Gather,
+        }
+    }
+}
+
+/// The integer TernGrad's code sums travel in: the sum of N codes in
+/// {−1, 0, +1} lies in −N..=N, which i8 holds while 2N + 1 ≤ 255.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CodeWidth {
+    I8,
+    I16,
+    I32,
+}
+
+impl CodeWidth {
+    pub(crate) fn for_workers(n: usize) -> CodeWidth {
+        if n <= i8::MAX as usize {
+            CodeWidth::I8
+        } else if n <= i16::MAX as usize {
+            CodeWidth::I16
+        } else {
+            CodeWidth::I32
+        }
+    }
+}
+
+/// The units, their routes and the buckets, fixed for the run.
+pub(crate) struct Plan {
+    pub units: Vec<Unit>,
+    /// Units sent as they are (excluded, or the dense compressor): no
+    /// memory, no message unless the topology needs an encoding.
+    pub raw: Vec<bool>,
+    /// Units whose memory is not the identity; their compensated gradient is
+    /// the memory's buffer (`Memory::residual` between compensate and update).
+    pub has_memory: Vec<bool>,
+    /// Units whose error feedback holds lr-scaled residuals: their aggregate
+    /// is divided by the learning rate to come back to gradient units.
+    pub lr_scaled: Vec<bool>,
+    pub route: Vec<Route>,
+    pub code_width: CodeWidth,
+    pub topology: Topology,
+    pub placement: ServerPlacement,
+    /// Runs of consecutive units, in the order they are exchanged.
+    pub buckets: Vec<Range<usize>>,
+}
+
+impl Plan {
+    /// Units from the layout (`exclude.last_layer` keeps the layout's output
+    /// layer, [`GradientLayout::output_layer_start`], dense), for `workers`
+    /// workers.
+    pub(crate) fn new(
+        layout: &GradientLayout,
+        recipe: &Recipe,
+        c: &CompressionConfig,
+        granularity: Granularity,
+        (topology, placement): (Topology, ServerPlacement),
+        workers: usize,
+    ) -> Plan {
+        let units = units(layout, c, granularity);
+        let identity = recipe.passes_through();
+        let raw: Vec<bool> = units.iter().map(|u| u.dense || identity).collect();
+        let has_memory: Vec<bool> = raw.iter().map(|&r| !r && recipe.has_memory()).collect();
+        let lr_scaled = has_memory.iter().map(|&m| m && recipe.lr_scaled()).collect();
+        let combine = recipe.combine();
+        let route = units.iter().map(|u| Route::of(u, topology, combine)).collect();
+        let lens: Vec<usize> = units.iter().map(|u| u.len).collect();
+        let buckets = cut_buckets(&lens, bucket_bytes(c.bucket_mb));
+        Plan {
+            units,
+            raw,
+            has_memory,
+            lr_scaled,
+            route,
+            code_width: CodeWidth::for_workers(workers),
+            topology,
+            placement,
+            buckets,
+        }
+    }
+
+    /// Elements in all units: the flat gradient's length.
+    pub(crate) fn total(&self) -> usize {
+        self.units.last().map_or(0, |u| u.offset + u.len)
+    }
+
+    /// The units of buckets `group`, a run of consecutive buckets.
+    pub(crate) fn units_of(&self, group: Range<usize>) -> Range<usize> {
+        let (first, last) = (&self.buckets[group.start], &self.buckets[group.end - 1]);
+        first.start.min(last.start)..first.end.max(last.end)
+    }
+
+    /// Whether bucket `b` has a unit on `route`. (Which collectives a bucket
+    /// calls depends on the configuration only, so every worker calls the
+    /// same ones.)
+    pub(crate) fn has(&self, b: usize, route: Route) -> bool {
+        self.route[self.buckets[b].clone()].contains(&route)
+    }
+
+    /// Adds the values of `ranges` (flat gradient ranges a stage filled) to
+    /// the units' counts of filled values.
+    pub(crate) fn count_filled(&self, ranges: &[Range<usize>], filled: &mut [usize]) {
+        for r in ranges {
+            // Units are sorted by offset: start at the one holding r.start.
+            let first = self.units.partition_point(|u| u.offset + u.len <= r.start);
+            for (u, unit) in self.units.iter().enumerate().skip(first) {
+                if unit.offset >= r.end {
+                    break;
+                }
+                filled[u] += r.end.min(unit.offset + unit.len) - r.start.max(unit.offset);
+            }
+        }
+    }
+
+    /// Divides unit `u`'s aggregate by `lr` if its residuals are lr-scaled.
+    pub(crate) fn to_gradient_units(&self, u: usize, out: &mut [f32], lr: f32) {
+        if self.lr_scaled[u] {
+            let unit = &self.units[u];
+            let inv = 1.0 / lr;
+            out[unit.offset..unit.offset + unit.len].iter_mut().for_each(|o| *o *= inv);
+        }
+    }
+}
+
+/// The compression units of `layout`: one, or one per tensor with the
+/// excluded ones marked dense.
+fn units(layout: &GradientLayout, c: &CompressionConfig, granularity: Granularity) -> Vec<Unit> {
+    if granularity == Granularity::Global {
+        return vec![Unit { id: 0, name: "global".into(), offset: 0, len: layout.total(), dense: false }];
+    }
+    let output_start = layout.output_layer_start();
+    layout
+        .slots()
+        .iter()
+        .enumerate()
+        .map(|(i, s)| Unit {
+            id: i as u32,
+            name: s.name.clone(),
+            offset: s.offset,
+            len: s.len,
+            dense: s.len < c.exclude.min_size
+                || (c.exclude.last_layer && i >= output_start)
+                || (c.exclude.biases && s.shape.len() <= 1),
+        })
+        .collect()
+}
+
+/// Cuts units of `unit_lens` values into runs of at least `bucket_bytes` bytes of f32 values
+/// (the first run holds whatever is left), from the last unit backwards:
+/// backpropagation finishes the output layers first, so DDP sends them
+/// first. Units are never split. Returned in exchange order.
+pub fn cut_buckets(unit_lens: &[usize], bucket_bytes: u64) -> Vec<Range<usize>> {
+    let mut buckets = Vec::new();
+    let (mut end, mut bytes) = (unit_lens.len(), 0u64);
+    for u in (0..unit_lens.len()).rev() {
+        bytes += 4 * unit_lens[u] as u64;
+        if bytes >= bucket_bytes && u > 0 {
+            buckets.push(u..end);
+            (end, bytes) = (u, 0);
+        }
+    }
+    if end > 0 || buckets.is_empty() {
+        buckets.push(0..end);
+    }
+    buckets
+}
+
+/// `compression.bucket_mb` in bytes.
+pub fn bucket_bytes(bucket_mb: f64) -> u64 {
+    (bucket_mb * (1u64 << 20) as f64) as u64
+}

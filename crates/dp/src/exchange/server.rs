@@ -1,0 +1,81 @@
+//! The parameter server's side of a bucket: the aggregation it runs on the
+//! workers' uploads, and its reused buffers.
+
+use gradcomp_comm::Gathered;
+use gradcomp_compress::aggregate::TernarySum;
+use gradcomp_compress::codec::{self, CodecError};
+use gradcomp_compress::message::DenseMessage;
+use gradcomp_compress::Message;
+
+use super::plan::Unit;
+
+/// The co-located server's reused buffers.
+#[derive(Default)]
+pub(crate) struct ServerBuffers {
+    sum: TernarySum,
+    avg: Vec<f32>,
+    msg: Message,
+}
+
+/// The server's aggregation: per unit, the integer sum of ternary codes
+/// (compact download), or the average of the decoded messages, downloaded as
+/// a sparse message when that is smaller than dense f32.
+pub(crate) fn aggregate(
+    units: &[Unit],
+    ups: &Gathered,
+    down: &mut Vec<u8>,
+    s: &mut ServerBuffers,
+) -> Result<(), CodecError> {
+    let n = ups.len();
+    let mut cursors: Vec<&[u8]> = ups.iter().collect();
+    for unit in units {
+        let firsts: Vec<&[u8]> = cursors
+            .iter_mut()
+            .map(|cur| {
+                let (first, rest) = codec::split_first(cur)?;
+                *cur = rest;
+                Ok(first)
+            })
+            .collect::<Result<_, CodecError>>()?;
+        // Integer sums need every upload ternary under one shared scaler.
+        let scales = firsts.iter().map(|b| codec::ternary_scale(b)).collect::<Result<Vec<_>, _>>()?;
+        let same_scale = scales.iter().all(|s| s.is_some())
+            && scales.windows(2).all(|w| w[0].map(f32::to_bits) == w[1].map(f32::to_bits));
+        if same_scale {
+            s.sum.reset(unit.len);
+            for b in &firsts {
+                s.sum.add_encoded(b)?;
+            }
+            s.sum.take_into(&mut s.msg);
+        } else {
+            s.avg.clear();
+            s.avg.resize(unit.len, 0.0);
+            for b in &firsts {
+                codec::accumulate(b, 1.0 / n as f32, &mut s.avg)?;
+            }
+            let nnz = s.avg.iter().filter(|&&v| v != 0.0).count();
+            if nnz * 8 + 4 < unit.len * 4 {
+                let m = s.msg.sparse_mut();
+                m.len = unit.len;
+                m.wire = Default::default();
+                m.indices.clear();
+                m.values.clear();
+                for (i, &v) in s.avg.iter().enumerate() {
+                    if v != 0.0 {
+                        m.indices.push(i as u32);
+                        m.values.push(v);
+                    }
+                }
+            } else {
+                let m: &mut DenseMessage = s.msg.dense_mut();
+                m.values.clear();
+                m.values.extend_from_slice(&s.avg);
+            }
+        }
+        codec::encode(&s.msg, unit.id, down);
+    }
+    if let Some(rest) = cursors.iter().find(|c| !c.is_empty()) {
+        return Err(CodecError::TrailingBytes(rest.len()));
+    }
+    Ok(())
+}

@@ -1,0 +1,58 @@
+//! The exchange's state for checkpoints: each unit's memory buffers, named
+//! `{prefix}memory.{unit}.{i}`, the same whether the memories live on the
+//! host or on the device (so a run can move between the two).
+
+use super::exchange::{GradientExchange, StateBuffers};
+
+impl GradientExchange {
+    /// The memories' state as named buffers, read from the device when they
+    /// live there (an unreadable device buffer is a panic: the device is gone).
+    pub fn state(&self, prefix: &str, out: &mut StateBuffers) {
+        #[cfg(feature = "device-kernels")]
+        if let Some(d) = &self.device {
+            let units = d.state().expect("reading the device memories for a checkpoint");
+            for (u, bufs) in units.into_iter().enumerate() {
+                for (i, b) in bufs.into_iter().enumerate() {
+                    out.insert(format!("{prefix}memory.{u}.{i}"), b);
+                }
+            }
+            return;
+        }
+        for (u, mem) in self.host.memories.iter().enumerate() {
+            for (i, b) in mem.state().into_iter().enumerate() {
+                out.insert(format!("{prefix}memory.{u}.{i}"), b.to_vec());
+            }
+        }
+    }
+
+    /// Restores [`GradientExchange::state`]; every buffer must be present and
+    /// empty (a memory that has not run yet) or exactly its unit's length.
+    pub fn restore(&mut self, prefix: &str, state: &StateBuffers) -> Result<(), String> {
+        for (u, mem) in self.host.memories.iter_mut().enumerate() {
+            let unit = &self.plan.units[u];
+            let mut bufs = Vec::new();
+            for i in 0..mem.state().len() {
+                let name = format!("{prefix}memory.{u}.{i}");
+                let b = state
+                    .get(&name)
+                    .ok_or_else(|| format!("the memory of unit {} ({name}) is missing", unit.name))?;
+                if !b.is_empty() && b.len() != unit.len {
+                    return Err(format!(
+                        "the memory of unit {} ({name}) holds {} values, the unit has {}",
+                        unit.name,
+                        b.len(),
+                        unit.len
+                    ));
+                }
+                bufs.push(b.clone());
+            }
+            mem.restore(&bufs)?;
+        }
+        // A device form takes the restored state from the host memories.
+        #[cfg(feature = "device-kernels")]
+        if let Some(d) = &mut self.device {
+            d.load_memories(&self.host.memories).map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+}

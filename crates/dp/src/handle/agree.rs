@@ -1,0 +1,127 @@
+//! The rounds every worker takes part in besides the exchange: the step's
+//! agreement (non-finite values, losses, stop requests), parameter
+//! checksums, and the model-averaging rounds of CELGC.
+
+use std::time::Instant;
+
+use burn::module::Module;
+
+use super::DataParallel;
+use crate::config::OnNonFinite;
+use crate::error::SyncError;
+use crate::params;
+
+/// What the agreement round decided.
+pub(super) struct Agreed {
+    pub skip: bool,
+    pub mean_loss: Option<f64>,
+    pub seconds: f64,
+}
+
+impl DataParallel {
+    /// The agreement round: non-finite values (`bad`, this worker's first),
+    /// losses and stop requests, one small allreduce.
+    pub(super) fn agree(
+        &mut self,
+        step: u64,
+        bad: Option<(&'static str, String)>,
+        loss: Option<f64>,
+    ) -> Result<Agreed, SyncError> {
+        let t = Instant::now();
+        let (rank, n) = (self.rank(), self.world_size());
+        // [stop, loss sum, losses, previous step's bytes, one non-finite flag per rank]
+        const FLAGS: usize = 4;
+        let mut control = vec![0.0f32; FLAGS + n];
+        control[0] = f32::from(u8::from(self.stop));
+        if let Some(l) = loss.filter(|l| l.is_finite()) {
+            control[1] = l as f32;
+            control[2] = 1.0;
+        }
+        control[3] = self.last.bytes.sent() as f32;
+        control[FLAGS + rank] = f32::from(u8::from(bad.is_some()));
+        self.c.allreduce_sum_f32(&mut control).map_err(|source| SyncError::Comm { rank, source })?;
+        self.c.meter_mut().take_step();
+        self.stop = false;
+        self.stop_agreed = control[0] > 0.0;
+        self.group_sent += control[3] as u64;
+        let bad_ranks: Vec<usize> = (0..n).filter(|&r| control[FLAGS + r] > 0.0).collect();
+        if !bad_ranks.is_empty() && self.cfg.on_nonfinite == OnNonFinite::Stop {
+            return Err(match bad {
+                Some((what, tensor)) => SyncError::NonFinite { step, rank, what, tensor },
+                None => SyncError::PeerNonFinite { step, ranks: bad_ranks },
+            });
+        }
+        Ok(Agreed {
+            skip: !bad_ranks.is_empty(),
+            mean_loss: (control[2] > 0.0).then(|| f64::from(control[1]) / f64::from(control[2])),
+            seconds: t.elapsed().as_secs_f64(),
+        })
+    }
+
+    /// Whether the next step begins by averaging the workers' models (CELGC).
+    pub(super) fn averages_now(&self) -> bool {
+        self.strategy.averages_models(self.step) && self.averaged_at != Some(self.step)
+    }
+
+    /// Averages the workers' models now (CELGC's round); checksums compared
+    /// right after, when due.
+    pub(super) fn average_round<M: Module>(&mut self, model: M) -> Result<M, SyncError> {
+        self.discard_foreign_bytes();
+        let t = Instant::now();
+        params::read_params(&model, &mut self.params);
+        let (step, rank) = (self.step, self.rank());
+        self.strategy
+            .average_models(step, &mut self.params, &mut *self.c)
+            .map_err(|e| SyncError::from_exchange(rank, e))?;
+        self.pending.add(&self.c.meter_mut().take_step());
+        self.pending_seconds += t.elapsed().as_secs_f64();
+        self.averaged_at = Some(step);
+        let model = params::write_params(model, &self.params);
+        // Replicas agree right after a round, before local steps move them apart.
+        let round = step / self.cfg.strategy.period;
+        if self.cfg.checksum_every > 0 && round.is_multiple_of(self.cfg.checksum_every) {
+            self.compare_checksums(step)?;
+        }
+        Ok(model)
+    }
+
+    /// A model every worker agrees on: the replica itself when replicas are
+    /// identical, else (CELGC between rounds) the average of the workers'
+    /// models, leaving each worker's own model as it is. For evaluation and
+    /// the final result.
+    pub fn consensus_model<M: Module>(&mut self, model: &M) -> Result<M, SyncError> {
+        if self.strategy.identical_replicas() {
+            return Ok(model.clone());
+        }
+        self.discard_foreign_bytes();
+        params::read_params(model, &mut self.params);
+        let rank = self.rank();
+        self.c.allreduce_sum_f32(&mut self.params).map_err(|source| SyncError::Comm { rank, source })?;
+        self.c.meter_mut().take_step();
+        let n = self.world_size() as f32;
+        self.params.iter_mut().for_each(|p| *p /= n);
+        Ok(params::write_params(model.clone(), &self.params))
+    }
+
+    /// Drops meter counts that are not the strategy's (the caller's own
+    /// collectives since the last call).
+    pub(super) fn discard_foreign_bytes(&mut self) {
+        self.c.meter_mut().take_step();
+    }
+
+    /// Compares the checksum of `self.params` across workers; a difference
+    /// is [`SyncError::ReplicaMismatch`] on every worker.
+    pub(super) fn compare_checksums(&mut self, step: u64) -> Result<(), SyncError> {
+        let rank = self.rank();
+        let sum = params::checksum(&self.params).to_le_bytes();
+        self.c.allgatherv(&sum, &mut self.gathered).map_err(|source| SyncError::Comm { rank, source })?;
+        self.c.meter_mut().take_step();
+        let first = self.gathered.get(0).to_vec();
+        let ranks: Vec<usize> = (0..self.gathered.len()).filter(|&r| self.gathered.get(r) != first).collect();
+        if ranks.is_empty() {
+            Ok(())
+        } else {
+            Err(SyncError::ReplicaMismatch { step, ranks })
+        }
+    }
+}

@@ -1,0 +1,25 @@
+//! Strategies: how the workers combine their work each step.
+//!
+//! A [`Strategy`] turns each worker's gradient into the update every worker
+//! applies, and may average the workers' models now and then. Two implement
+//! it:
+//!
+//! - `Synchronous`: compressed gradient exchange every step
+//!   ([`GradientExchange`](crate::exchange::GradientExchange): memory →
+//!   compressor → codec → collective → decode → aggregate → memory update).
+//!   eSGD and DGC are compressors and memories inside it; DGC's local
+//!   clipping is an option of it.
+//! - `Celgc`: local SGD with per-worker norm clipping and model averaging
+//!   every I steps (ALGORITHMS.md §2), or, averaging gradients with I = 1,
+//!   naive parallel clipping.
+//!
+//! The library's [`DataParallel`](crate::DataParallel) handle drives a
+//! strategy through this trait and knows nothing else of it.
+
+mod base;
+mod build;
+mod celgc;
+mod sync;
+
+pub use base::Strategy;
+pub use build::build;
