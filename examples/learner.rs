@@ -3,10 +3,13 @@
 //! and one line (marked `// gradcomp`) switches compression on.
 //!
 //! ```text
-//! cargo run --release -p gradcomp-train --features learner --example learner
+//! cargo run --release -p gradcomp-dp --features learner --example learner
 //! ```
 //!
-//! The model and data are those of `custom_model.rs`.
+//! The model and data are those of `custom_model.rs`. The learner's
+//! optimizer is wrapped in `GradcompOptimizer`, which only CELGC needs (it
+//! sets each worker's step size); `run` is also called with CELGC by the
+//! tests.
 
 #[path = "custom_model.rs"]
 #[allow(dead_code)]
@@ -18,14 +21,13 @@ use burn::data::dataloader::batcher::Batcher;
 use burn::data::dataloader::{DataLoader, DataLoaderBuilder};
 use burn::data::dataset::InMemDataset;
 use burn::nn::loss::CrossEntropyLossConfig;
-use burn::optim::AdamWConfig;
+use burn::optim::{AdamWConfig, Optimizer};
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use burn::train::metric::{AccuracyMetric, LossMetric};
 use burn::train::{ClassificationOutput, InferenceStep, Learner, SupervisedTraining, TrainOutput, TrainStep};
-use custom_model::{accuracy, make_data, GlyphNet, BATCH, EPOCHS, LR, SEED};
-use gradcomp_compress::CompressorConfig;
-use gradcomp_train::api::DataParallelConfig;
-use gradcomp_train::learner::GradcompStrategy;
+use custom_model::{accuracy, make_data, GlyphNet, Glyphs, BATCH, EPOCHS, LR, SEED};
+use gradcomp_dp::learner::{GradcompOptimizer, GradcompStrategy};
+use gradcomp_dp::DataParallelConfig;
 
 /// One image (64 pixels in [0, 1]) and its class.
 #[derive(Clone, Debug)]
@@ -80,41 +82,45 @@ impl InferenceStep for GlyphNet {
     }
 }
 
-fn loader(data: &gradcomp_train::data::ImageDataset, shuffle: bool) -> Arc<dyn DataLoader<GlyphBatch>> {
+fn loader(data: &Glyphs, shuffle: bool) -> Arc<dyn DataLoader<GlyphBatch>> {
     let items: Vec<Glyph> = (0..data.len())
-        .map(|i| {
-            let (mut pixels, mut labels) = (Vec::new(), Vec::new());
-            data.push_example(i, &mut pixels, &mut labels);
-            Glyph { pixels, label: labels[0] }
-        })
+        .map(|i| Glyph { pixels: data.pixels[i * 64..(i + 1) * 64].to_vec(), label: data.labels[i] })
         .collect();
     let builder = DataLoaderBuilder::new(GlyphBatcher).batch_size(BATCH);
     let builder = if shuffle { builder.shuffle(SEED) } else { builder };
     builder.build(InMemDataset::new(items))
 }
 
-/// Trains with the Learner on `workers` workers; returns the test accuracy and bytes sent.
-pub fn run(workers: usize, dir: &std::path::Path) -> (f64, u64) {
-    let device = gradcomp_train::default_device();
+/// Trains with the Learner on `workers` workers with `config` and the
+/// optimizer `optim` at learning rate `lr`; returns the test accuracy and
+/// bytes sent, or burn-train's error.
+pub fn run<O: Optimizer>(
+    workers: usize,
+    config: DataParallelConfig,
+    optim: O,
+    lr: f64,
+    dir: &std::path::Path,
+) -> Result<(f64, u64), String> {
+    let device = gradcomp_dp::default_device();
     device.seed(SEED);
     let (train, test) = make_data(SEED);
-    let strategy = GradcompStrategy::new(workers, DataParallelConfig::new(CompressorConfig::terngrad())); // gradcomp
+    let strategy = GradcompStrategy::new(workers, config); // gradcomp
     let result = SupervisedTraining::new(dir, loader(&train, true), loader(&test, false))
         .metric_train_numeric(LossMetric::new())
         .metric_valid_numeric(AccuracyMetric::new())
         .num_epochs(EPOCHS as usize)
         .with_application_logger(None)
         .with_training_strategy(strategy.clone().into())
-        .launch(Learner::new(GlyphNet::new(&device), AdamWConfig::new().init(), LR));
+        .launch(Learner::new(GlyphNet::new(&device), GradcompOptimizer(optim).into(), lr)); // gradcomp
     if let Some(e) = result.error {
-        panic!("training failed: {e}");
+        return Err(e.to_string());
     }
-    (accuracy(&result.model, &test, &device), strategy.bytes_sent())
+    Ok((accuracy(&result.model, &test, &device), strategy.bytes_sent()))
 }
 
 fn main() {
     let dir = std::env::temp_dir().join("gradcomp-learner-example");
-    let (acc, sent) = run(4, &dir);
+    let (acc, sent) = run(4, custom_model::terngrad(), AdamWConfig::new().build(), LR, &dir).expect("training");
     println!(
         "burn-train Learner, 4 workers, TernGrad: test accuracy {:.2}%, bytes sent {:.2} MB",
         acc * 100.0,

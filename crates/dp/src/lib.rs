@@ -46,6 +46,8 @@ pub mod exchange;
 pub mod grad_stages;
 mod handle;
 pub mod layout;
+#[cfg(feature = "learner")]
+pub mod learner;
 pub mod params;
 mod strategy;
 

@@ -59,7 +59,7 @@ impl DataParallel {
     }
 
     /// Whether the next step begins by averaging the workers' models (CELGC).
-    pub(super) fn averages_now(&self) -> bool {
+    pub(crate) fn averages_now(&self) -> bool {
         self.strategy.averages_models(self.step) && self.averaged_at != Some(self.step)
     }
 
