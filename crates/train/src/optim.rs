@@ -85,17 +85,17 @@ mod tests {
     use burn::optim::GradientsParams;
 
     fn step(c: &OptimizerConfig, grads: [f32; 3], steps: usize) -> Vec<f32> {
-        let device = crate::default_device();
+        let device = gradcomp_dp::default_device();
         // w = [[1], [2]] (2 inputs, 1 output), b = [3].
         let mut layer: Linear = LinearConfig::new(2, 1).init(&device);
-        layer = crate::params::write_params(layer, &[1.0, 2.0, 3.0]);
+        layer = gradcomp_dp::params::write_params(layer, &[1.0, 2.0, 3.0]);
         let mut optim = optimizer(c, &layer);
         for _ in 0..steps {
-            let g = crate::params::grads_params(&layer, &grads);
+            let g = gradcomp_dp::params::grads_params(&layer, &grads);
             layer = optim.step(0.1, layer, g);
         }
         let mut out = Vec::new();
-        crate::params::read_params(&layer, &mut out);
+        gradcomp_dp::params::read_params(&layer, &mut out);
         out
     }
 
@@ -127,14 +127,14 @@ mod tests {
 
     #[test]
     fn an_empty_gradient_leaves_the_model_unchanged() {
-        let device = crate::default_device();
+        let device = gradcomp_dp::default_device();
         let layer: Linear = LinearConfig::new(2, 1).init(&device);
         let mut before = Vec::new();
-        crate::params::read_params(&layer, &mut before);
+        gradcomp_dp::params::read_params(&layer, &mut before);
         let mut optim = optimizer(&OptimizerConfig::default(), &layer);
         let layer = optim.step(0.1, layer, GradientsParams::new());
         let mut after = Vec::new();
-        crate::params::read_params(&layer, &mut after);
+        gradcomp_dp::params::read_params(&layer, &mut after);
         assert_eq!(before, after);
     }
 }

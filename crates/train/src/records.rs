@@ -16,6 +16,7 @@ use gradcomp_compress::CompressorConfig;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+pub use crate::machine::Hardware;
 use crate::config::{Backend, Exclusions, Granularity, Topology};
 
 /// One step, as written to `steps.jsonl`.
@@ -154,37 +155,6 @@ pub struct DataSummary {
     pub unknown_words: BTreeMap<String, u64>,
 }
 
-/// The machine a run ran on.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct Hardware {
-    pub cpu: Option<String>,
-    pub cores: usize,
-}
-
-impl Hardware {
-    pub fn this_machine() -> Self {
-        let cpu = std::fs::read_to_string("/proc/cpuinfo").ok().and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
-        });
-        Self { cpu, cores: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) }
-    }
-}
-
-/// A `Key:   N kB` figure of a Linux `/proc` file (`/proc/meminfo`,
-/// `/proc/self/status`), in kB; None where the file or the key is missing.
-pub fn proc_kb(file: &str, key: &str) -> Option<f64> {
-    let text = std::fs::read_to_string(file).ok()?;
-    text.lines()
-        .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))?
-        .trim()
-        .trim_end_matches("kB")
-        .trim()
-        .parse()
-        .ok()
-}
-
 /// `manifest.json`: what ran, where, with which options.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Manifest {
@@ -304,16 +274,6 @@ fn is_zero(n: &u32) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn proc_figures_are_read_in_kilobytes() {
-        let mem = proc_kb("/proc/meminfo", "MemAvailable").unwrap();
-        assert!(mem > 0.0 && mem <= proc_kb("/proc/meminfo", "MemTotal").unwrap());
-        assert!(proc_kb("/proc/self/status", "VmHWM").unwrap() > 0.0);
-        // A key that is only a prefix of another is not that key.
-        assert_eq!(proc_kb("/proc/meminfo", "Mem"), None);
-        assert_eq!(proc_kb("/proc/no-such-file", "MemTotal"), None);
-    }
 
     #[test]
     fn records_round_trip_through_json() {

@@ -349,7 +349,7 @@ fn latest_state(d: &std::path::Path) -> std::path::PathBuf {
 
 #[test]
 fn a_damaged_or_diverged_checkpoint_is_refused() {
-    use gradcomp_train::checkpoint::{Sections, Values};
+    use gradcomp_train::sections::{Sections, Values};
     let d = tempdir::Dir::new();
     let cfg = config(d.path(), "[train]\nmax_steps = 2");
     trainer::train(&cfg, RunOptions::default(), Box::new(Silent)).unwrap();
@@ -468,10 +468,11 @@ fn exclusions_keep_the_chosen_tensors_dense() {
     // fc1.weight compressed; every bias (1-D, and < 1000) and the output layer dense.
     assert_eq!(dense, [false, true, false, true, true, true]);
     let r = first_step(&d);
-    // Two ternary units upload codes; the dense ones travel in one f32 allreduce.
+    // Two ternary units sum their codes in one i8 allreduce (3 workers: sums
+    // in −3..=3); the dense ones travel in one f32 allreduce.
     let dense_elems: u64 = [200u64, 200, 2000, 10].iter().sum();
     assert_eq!(r["bytes_up"]["allreduce_sum_f32"], 3 * 4 * dense_elems);
-    assert_eq!(r["bytes_up"]["allreduce_sum_i32"], 3 * 4 * (784 * 200 + 200 * 200));
+    assert_eq!(r["bytes_up"]["allreduce_sum_i8"], 3 * (784 * 200 + 200 * 200));
 }
 
 fn run(extra: &str) -> (gradcomp_train::trainer::RunSummary, tempdir::Dir) {
@@ -554,8 +555,8 @@ fn dgc_in_the_loop_learns() {
 fn invalid_strategy_combinations_are_config_errors() {
     let d = tempdir::Dir::new();
     for (extra, key) in [
-        ("[compressor]\nname = \"esgd\"\n[compression]\ngranularity = \"global\"", "comm.topology"),
-        ("[compressor]\nname = \"esgd\"\n[comm]\ntopology = \"parameter-server\"", "compression.granularity"),
+        ("[compressor]\nname = \"esgd\"\n[comm]\ntopology = \"allreduce\"", "comm.topology"),
+        ("[compressor]\nname = \"esgd\"\n[compression]\ngranularity = \"layer\"", "compression.granularity"),
         ("[strategy]\nkind = \"celgc\"\nperiod = 0", "strategy.period"),
         ("[strategy]\nkind = \"celgc\"\ngamma = -1.0", "strategy.gamma"),
         ("[compressor]\nname = \"esgd\"\nbeta = 1.0", "compressor.beta"),

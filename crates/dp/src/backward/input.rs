@@ -48,8 +48,7 @@ impl Backward for Tensor<1> {
 impl Backward for StagedBackward {
     type Grads = Gradients;
     fn into_pass(self) -> BackwardPass<Gradients> {
-        let mut staged = self;
-        BackwardPass { loss: staged.loss(), grads: Pass::Staged(staged) }
+        BackwardPass { loss: self.loss(), grads: Pass::Staged(self) }
     }
 }
 

@@ -85,24 +85,27 @@ impl Cuts {
     }
 
     /// The backward pass of `loss`, stage by stage from the last cut back.
+    /// The loss's value is read now (as a loop that logs it would), so the
+    /// step's own timing holds only the backward pass.
     pub fn backward(self, loss: Tensor<1>) -> StagedBackward {
-        StagedBackward { loss: Some(loss.clone()), root: Some(loss), cuts: self.cuts }
+        let value = f64::from(loss.clone().into_scalar::<f32>());
+        StagedBackward { loss: Some(value), root: Some(loss), cuts: self.cuts }
     }
 }
 
 /// The stages of a cut backward pass, each computed when asked for: the
 /// gradients after the last cut first, then the stage before it, ...
 pub struct StagedBackward {
-    /// The loss, until its value is read.
-    loss: Option<Tensor<1>>,
+    /// The loss's value.
+    loss: Option<f64>,
     root: Option<Tensor<1>>,
     cuts: Vec<Cut>,
 }
 
 impl StagedBackward {
-    /// The loss's value (read once; `None` afterwards).
-    pub fn loss(&mut self) -> Option<f64> {
-        self.loss.take().map(|l| f64::from(l.into_scalar::<f32>()))
+    /// The loss's value.
+    pub fn loss(&self) -> Option<f64> {
+        self.loss
     }
 }
 

@@ -9,22 +9,12 @@
 use std::io::Read;
 use std::path::Path;
 
-use super::DataError;
+use super::error::DataError;
+use crate::config::ImageLayout;
 
 const IMAGES_MAGIC: u32 = 0x0000_0803;
 const IMAGES_4D_MAGIC: u32 = 0x0000_0804;
 const LABELS_MAGIC: u32 = 0x0000_0801;
-
-/// How a 4-D IDX image file orders an image's values.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum ImageLayout {
-    /// `channels × rows × cols` per image (burn's and PyTorch's order).
-    #[default]
-    Chw,
-    /// `rows × cols × channels` per image (NumPy images, TensorFlow).
-    Hwc,
-}
 
 /// Images parsed from an IDX file: pixels in `count × channels × rows × cols` order.
 #[derive(Debug, PartialEq)]
@@ -50,7 +40,7 @@ pub(super) fn read_maybe_gz(path: &Path) -> Result<Vec<u8>, DataError> {
 /// inflate past half the machine's available memory (a gzip bomb, or a file
 /// far too large for this machine) instead of aborting on allocation.
 pub(super) fn gunzip(raw: &[u8], path: &Path) -> Result<Vec<u8>, DataError> {
-    let limit = crate::config::available_memory_bytes().map_or(u64::MAX, |b| (b / 2.0) as u64);
+    let limit = crate::machine::available_memory_bytes().map_or(u64::MAX, |b| (b / 2.0) as u64);
     gunzip_at_most(raw, path, limit)
 }
 

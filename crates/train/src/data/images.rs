@@ -4,8 +4,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::idx::{self, ImageLayout};
-use super::DataError;
+use super::idx;
+use crate::config::{ImageFiles, ImageLayout};
+use super::error::DataError;
 
 /// Images as u8 (scaled to [0, 1] when batched), `channels × rows × cols`
 /// each, and their labels.
@@ -172,27 +173,6 @@ impl ImageDataset {
             }
         }
         labels.push(i64::from(self.labels[i]));
-    }
-}
-
-/// The four IDX files of an image dataset, by name inside one directory.
-#[derive(Clone, Debug, PartialEq)]
-pub struct ImageFiles {
-    pub train_images: String,
-    pub train_labels: String,
-    pub test_images: String,
-    pub test_labels: String,
-}
-
-impl Default for ImageFiles {
-    /// MNIST's names.
-    fn default() -> Self {
-        Self {
-            train_images: "train-images-idx3-ubyte".into(),
-            train_labels: "train-labels-idx1-ubyte".into(),
-            test_images: "t10k-images-idx3-ubyte".into(),
-            test_labels: "t10k-labels-idx1-ubyte".into(),
-        }
     }
 }
 

@@ -5,9 +5,9 @@
 
 use gradcomp_compress::UnitRng;
 
-use super::ImageDataset;
+use super::images::ImageDataset;
 use crate::config::Augment;
-use crate::models::Batch;
+use super::batch::Batch;
 
 fn shuffle(v: &mut [u32], rng: &mut UnitRng) {
     for i in (1..v.len()).rev() {

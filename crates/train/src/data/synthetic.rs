@@ -5,7 +5,7 @@ use std::sync::Arc;
 use gradcomp_compress::UnitRng;
 
 use super::images::unit_scale;
-use super::ImageDataset;
+use super::images::ImageDataset;
 
 /// `n` images of `shape` (`[channels, rows, cols]`) in `classes` classes:
 /// each class a fixed random stroke pattern (from `seed`), each example that

@@ -6,7 +6,8 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
-use super::DataError;
+use super::error::DataError;
+use crate::config::TextFiles;
 
 /// The token unseen words become.
 pub const UNK: &str = "<unk>";
@@ -65,28 +66,6 @@ impl Vocabulary {
             }
         }
         (out, unknown)
-    }
-}
-
-/// The files of a corpus, by name inside one directory. An empty
-/// `valid` name means the corpus has no validation file.
-#[derive(Clone, Debug, PartialEq)]
-pub struct TextFiles {
-    pub train: String,
-    pub valid: String,
-    pub test: String,
-}
-
-impl TextFiles {
-    /// Penn Treebank's names.
-    pub fn ptb() -> Self {
-        Self { train: "ptb.train.txt".into(), valid: "ptb.valid.txt".into(), test: "ptb.test.txt".into() }
-    }
-}
-
-impl Default for TextFiles {
-    fn default() -> Self {
-        Self { train: "train.txt".into(), valid: "valid.txt".into(), test: "test.txt".into() }
     }
 }
 

@@ -7,28 +7,10 @@ use burn::module::Module;
 use burn::nn::{Embedding, EmbeddingConfig, Linear, LinearConfig, Lstm, LstmConfig};
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use gradcomp_compress::UnitRng;
-use serde::{Deserialize, Serialize};
+
 
 use super::{classification_stats, cross_entropy, Batch, EvalStats, Net};
-
-/// Sizes of the language model.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct LstmLmConfig {
-    pub vocab: usize,
-    pub embed: usize,
-    pub hidden: usize,
-    /// Dropout on the non-recurrent connections (Zaremba et al.): the
-    /// embedding's output, between the LSTM layers and before the decoder;
-    /// training only. 0 turns it off.
-    pub dropout: f64,
-}
-
-impl Default for LstmLmConfig {
-    fn default() -> Self {
-        Self { vocab: 10_000, embed: 200, hidden: 200, dropout: 0.0 }
-    }
-}
+use crate::config::LstmLmConfig;
 
 #[derive(Module, Debug)]
 pub struct LstmLm {

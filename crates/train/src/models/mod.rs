@@ -14,9 +14,9 @@ macro_rules! image_classifier {
     // `staged`: the model's `logits_cut(x, cuts)` cuts its forward pass.
     ($t:ty, staged) => {
         image_classifier!($t, {
-            fn staged_loss(&self, batch: &Batch, device: &Device) -> (Tensor<1>, crate::api::Cuts) {
+            fn staged_loss(&self, batch: &Batch, device: &Device) -> (Tensor<1>, gradcomp_dp::Cuts) {
                 let (x, y) = batch.images(device);
-                let mut cuts = crate::api::Cuts::new();
+                let mut cuts = gradcomp_dp::Cuts::new();
                 let logits = self.logits_cut(x, &mut cuts);
                 (cross_entropy(logits, y), cuts)
             }
@@ -48,65 +48,17 @@ mod resnet;
 pub use cnn::FashionCnn;
 pub use fcn::Fcn5;
 pub use lenet::LeNet5;
-pub use lstm::{LstmLm, LstmLmConfig};
+pub use crate::config::LstmLmConfig;
+pub use lstm::LstmLm;
 pub use resnet::ResNet18;
 
 use burn::module::Module;
-use burn::tensor::{Device, Int, Tensor, TensorData};
+use burn::tensor::{Device, Int, Tensor};
 
+pub use crate::data::Batch;
 use crate::config::{ConfigError, ModelName, TrainConfig};
 use crate::data::TrainData;
 
-/// One minibatch, in host memory.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Batch {
-    /// `pixels`: `len × channels × height × width` in [0, 1]; `labels`: class indices.
-    Images { pixels: Vec<f32>, labels: Vec<i64>, channels: usize, height: usize, width: usize },
-    /// Token ids `[batch × steps]`, row-major; `targets` are the next tokens.
-    /// `key` seeds the batch's dropout masks: a pure function of (seed, rank,
-    /// epoch, index), so masks never depend on how worker threads interleave
-    /// (burn's own dropout draws from one global generator).
-    Tokens { inputs: Vec<i64>, targets: Vec<i64>, batch: usize, steps: usize, key: u64 },
-}
-
-impl Batch {
-    /// Examples (images) or predicted tokens in the batch.
-    pub fn len(&self) -> usize {
-        match self {
-            Batch::Images { labels, .. } => labels.len(),
-            Batch::Tokens { targets, .. } => targets.len(),
-        }
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// The images `[n, channels, height, width]` and labels `[n]` of an
-    /// image batch, on `device`. Panics on a token batch: a model that takes
-    /// images was given a language-model dataset, which the trainer rejects
-    /// before any work.
-    pub fn images(&self, device: &Device) -> (Tensor<4>, Tensor<1, Int>) {
-        let Batch::Images { pixels, labels, channels, height, width } = self else {
-            panic!("an image model was given a token batch")
-        };
-        let n = labels.len();
-        let x = Tensor::from_data(TensorData::new(pixels.clone(), [n, *channels, *height, *width]), device);
-        let y = Tensor::from_data(TensorData::new(labels.clone(), [n]), device);
-        (x, y)
-    }
-
-    /// The inputs `[batch, steps]` and next-token targets `[batch·steps]` of a
-    /// token batch, on `device`. Panics on an image batch.
-    pub fn tokens(&self, device: &Device) -> (Tensor<2, Int>, Tensor<1, Int>) {
-        let Batch::Tokens { inputs, targets, batch, steps, .. } = self else {
-            panic!("a language model was given an image batch")
-        };
-        let x = Tensor::from_data(TensorData::new(inputs.clone(), [*batch, *steps]), device);
-        let y = Tensor::from_data(TensorData::new(targets.clone(), [batch * steps]), device);
-        (x, y)
-    }
-}
 
 /// What an image classifier is built for: the data's image shape and classes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -219,9 +171,9 @@ pub trait Net: Module + Clone + Send + std::fmt::Debug + 'static {
     fn loss(&self, batch: &Batch, device: &Device) -> Tensor<1>;
 
     /// [`loss`](Net::loss) with the forward pass cut for a staged backward
-    /// pass ([`Cuts`](crate::api::Cuts)); by default no cut, one stage.
-    fn staged_loss(&self, batch: &Batch, device: &Device) -> (Tensor<1>, crate::api::Cuts) {
-        (self.loss(batch, device), crate::api::Cuts::none())
+    /// pass ([`Cuts`](gradcomp_dp::Cuts)); by default no cut, one stage.
+    fn staged_loss(&self, batch: &Batch, device: &Device) -> (Tensor<1>, gradcomp_dp::Cuts) {
+        (self.loss(batch, device), gradcomp_dp::Cuts::none())
     }
 
     /// Loss sum and correct count over the batch (no gradients needed).
@@ -244,3 +196,6 @@ pub fn classification_stats(logits: Tensor<2>, labels: Tensor<1, Int>) -> EvalSt
 pub fn cross_entropy(logits: Tensor<2>, labels: Tensor<1, Int>) -> Tensor<1> {
     burn::nn::loss::CrossEntropyLossConfig::new().init(&logits.device()).forward(logits, labels)
 }
+
+#[cfg(test)]
+mod tests;

@@ -14,7 +14,7 @@ use burn::nn::pool::{AdaptiveAvgPool2d, AdaptiveAvgPool2dConfig};
 use burn::nn::{BatchNorm, BatchNormConfig, Linear, LinearConfig, PaddingConfig2d, Relu};
 use burn::tensor::{Device, Tensor};
 
-use crate::api::Cuts;
+use gradcomp_dp::Cuts;
 
 use super::{classification_stats, cross_entropy, Batch, EvalStats, ImageTask, Net};
 
@@ -143,13 +143,13 @@ mod tests {
     fn cifar_form_has_the_usual_parameter_count() {
         let task = ImageTask { shape: [3, 32, 32], classes: 10 };
         // burn's count includes BatchNorm's running mean and variance: 2 × 4,800 channels.
-        assert_eq!(ResNet18::new(&task, &crate::default_device()).num_params(), 11_173_962 + 2 * 4_800);
+        assert_eq!(ResNet18::new(&task, &gradcomp_dp::default_device()).num_params(), 11_173_962 + 2 * 4_800);
         assert!(ResNet18::check(&ImageTask { shape: [1, 7, 28], classes: 2 }).is_err());
     }
 
     #[test]
     fn learns_a_fixed_batch() {
-        let device = crate::default_device();
+        let device = gradcomp_dp::default_device();
         let task = ImageTask { shape: [3, 8, 8], classes: 4 };
         let mut model = ResNet18::new(&task, &device);
         let n = 8;

@@ -19,10 +19,10 @@ use burn::tensor::Bytes;
 use serde::{Deserialize, Serialize};
 
 use super::{io, Shared, TrainError};
-use crate::api::{DataParallel, DataParallelState, SyncError};
-use crate::checkpoint::{Sections, Values};
+use gradcomp_dp::{DataParallel, DataParallelState, SyncError};
+use crate::sections::{Sections, Values};
 use crate::config::{TrainConfig, RESUME_SAFE_KEYS};
-use crate::params;
+use gradcomp_dp::params;
 use crate::records::write_atomic;
 
 /// The run's counters a resume continues from (rank 0's `state.bin`).
@@ -225,10 +225,10 @@ pub(super) fn write<M: Module>(
     counters: &Counters,
 ) -> Result<(), TrainError> {
     let rank = dp.rank();
-    let name = format!("step-{:09}", dp.step());
+    let name = format!("step-{:09}", dp.steps());
     let dir = sh.run_dir.join("checkpoints").join(&name);
     std::fs::create_dir_all(&dir).map_err(io(&dir))?;
-    let checkpoint_err = |e: crate::checkpoint::CheckpointError| TrainError::Checkpoint(e.to_string());
+    let checkpoint_err = |e: crate::sections::CheckpointError| TrainError::Checkpoint(e.to_string());
     let replica = Replica::of(model, optim)?;
 
     let mut mine = Sections::default();

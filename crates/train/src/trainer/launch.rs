@@ -7,7 +7,7 @@ use burn::tensor::Device;
 use gradcomp_comm::InProcessGroup;
 
 use super::{worker, RunSummary, Shared, TrainError};
-use crate::api::SyncError;
+use gradcomp_dp::SyncError;
 use crate::config::Backend;
 use crate::models::Net;
 

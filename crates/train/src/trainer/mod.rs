@@ -13,9 +13,9 @@
 //! [`worker`] (the step loop), [`recorder`] (step and epoch records),
 //! [`checkpoint`] (write and resume), [`eval`] (the one evaluation routine).
 //!
-//! [`DataParallel`]: crate::api::DataParallel
-//! [`DataParallel::sync`]: crate::api::DataParallel::sync
-//! [`DataParallel::average_model`]: crate::api::DataParallel::average_model
+//! [`DataParallel`]: gradcomp_dp::DataParallel
+//! [`DataParallel::sync`]: gradcomp_dp::DataParallel::sync
+//! [`DataParallel::average_model`]: gradcomp_dp::DataParallel::average_model
 
 mod checkpoint;
 mod eval;
@@ -37,7 +37,7 @@ use std::sync::{Arc, Mutex};
 use burn::tensor::Device;
 use serde::Serialize;
 
-use crate::api::SyncError;
+use gradcomp_dp::SyncError;
 use crate::config::{ConfigError, TrainConfig};
 use crate::data::{DataError, TrainData};
 use crate::models::{EvalStats, ModelChoice, Net, WithModel};
@@ -87,7 +87,7 @@ pub struct Progress {
     pub last_accuracy: Option<f64>,
     pub last_perplexity: Option<f64>,
     /// Where rank 0 compresses (the GPU, or the host and why).
-    pub site: crate::api::Site,
+    pub location: gradcomp_dp::CompressionLocation,
 }
 
 /// Receives progress on rank 0.
@@ -186,7 +186,7 @@ pub fn train_with<M: Net>(
     // trainer's seeded draws are not interleaved with these.
     let parameters = {
         let _guard = INIT_LOCK.lock().unwrap_or_else(|e| e.into_inner());
-        crate::params::layout(&make(&crate::default_device())).total()
+        gradcomp_dp::params::layout(&make(&gradcomp_dp::default_device())).total()
     };
     cfg.check_model_memory(parameters)?;
     let run_dir = cfg.run_dir();
@@ -248,7 +248,7 @@ pub(crate) fn build_model<M: Net>(make: &impl Fn(&Device) -> M, device: &Device,
         device.seed(s);
     }
     let model = make(device);
-    crate::params::read_params(&model, &mut Vec::new());
+    gradcomp_dp::params::read_params(&model, &mut Vec::new());
     model
 }
 

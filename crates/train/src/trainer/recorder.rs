@@ -12,10 +12,11 @@ use serde::{Deserialize, Serialize};
 
 use super::checkpoint::Counters;
 use super::{io, Shared, TrainError};
-use crate::api::{DataParallel, StepStats, SyncError};
+use gradcomp_dp::{DataParallel, StepStats, SyncError};
 use crate::config::TrainConfig;
 use crate::records::{link_key, EpochRecord, JsonLines, StepRecord};
-use crate::strategy::{BucketTimes, WireCall, WireKind};
+use gradcomp_comm::CollectiveCall;
+use gradcomp_dp::exchange::BucketTimes;
 
 const OPS: usize = OpKind::ALL.len();
 
@@ -48,7 +49,7 @@ pub(super) struct WorkerStep {
     histogram: Option<(Vec<f32>, Vec<u64>)>,
     calls: [u64; OPS],
     /// The exchange's collectives and per-bucket stage times.
-    wire_calls: Vec<WireCall>,
+    wire_calls: Vec<CollectiveCall>,
     buckets: Vec<BucketTimes>,
     pipelined: bool,
     /// Seconds of each backward stage computed inside the exchange.
@@ -126,29 +127,6 @@ fn link_models(cfg: &TrainConfig) -> Result<Vec<(String, NetworkModel)>, TrainEr
     Ok(cfg.network.models()?.into_iter().map(|(b, m)| (link_key(b), m)).collect())
 }
 
-/// The predicted time one exchange call takes on link `m` with `n` workers.
-fn price_call(m: &NetworkModel, call: &WireCall, n: usize, cfg: &TrainConfig) -> f64 {
-    let bytes = call.sizes.first().copied().unwrap_or(0);
-    match call.kind {
-        WireKind::AllreduceSumF32 | WireKind::AllreduceSumI32 | WireKind::AllreduceMaxF32 => {
-            m.allreduce(n, bytes)
-        }
-        WireKind::Allgatherv => m.allgatherv(&call.sizes),
-        WireKind::PushPull => m.push_pull_sizes(cfg.comm.server.placement(), &call.sizes, call.download),
-    }
-}
-
-/// The meter's operation a call counts under.
-fn op_of(kind: WireKind) -> OpKind {
-    match kind {
-        WireKind::AllreduceSumF32 => OpKind::AllreduceSumF32,
-        WireKind::AllreduceSumI32 => OpKind::AllreduceSumI32,
-        WireKind::AllreduceMaxF32 => OpKind::AllreduceMaxF32,
-        WireKind::Allgatherv => OpKind::Allgatherv,
-        WireKind::PushPull => OpKind::PsPush,
-    }
-}
-
 /// The predicted communication time a step adds to its local work (rank
 /// 0's view of its collectives): every exchange call priced on its own;
 /// with pipelining, less what the measured compression and decoding of the
@@ -160,12 +138,12 @@ fn predicted_comm(m: &NetworkModel, s: &WorkerStep, n: usize, cfg: &TrainConfig)
     let mut wire = vec![0.0; s.buckets.len()];
     let mut counted = [0u64; OPS];
     for call in &s.wire_calls {
-        let p = price_call(m, call, n, cfg);
+        let p = m.price(call, n, cfg.comm.server.placement());
         match call.bucket {
             Some(b) if (b as usize) < wire.len() => wire[b as usize] += p,
             _ => t += p,
         }
-        counted[op_of(call.kind) as usize] += 1;
+        counted[call.op as usize] += 1;
     }
     let stages: Vec<[f64; 3]> =
         s.buckets.iter().zip(&wire).map(|(b, &w)| [b.compress, w, b.decode]).collect();
@@ -373,9 +351,9 @@ mod tests {
     /// Two buckets of one 1 MB allreduce each, 10 ms compression and 1 ms
     /// decoding each, on a 1 Gbit/s link without latency (8 ms per bucket).
     fn step(pipelined: bool) -> WorkerStep {
-        let call = |b| WireCall {
+        let call = |b| CollectiveCall {
             bucket: Some(b),
-            kind: WireKind::AllreduceSumF32,
+            op: OpKind::AllreduceSumF32,
             sizes: vec![1_000_000],
             download: 0,
         };

@@ -13,7 +13,7 @@ use gradcomp_comm::Collective;
 use super::checkpoint::{self, Checkpoint};
 use super::recorder::{LoopTimes, Recorder, WorkerStep};
 use super::{build_model, eval, io, Progress, RunSummary, Shared, TrainError};
-use crate::api::{Cuts, DataParallel, SyncError};
+use gradcomp_dp::{Cuts, DataParallel, SyncError};
 use crate::config::Backend;
 use crate::data::Loader;
 use crate::models::Net;
@@ -122,7 +122,6 @@ impl<'a, 's, M: Net> Worker<'a, 's, M> {
             Some(saved) => w.resume(model.clone(), saved)?,
             None => model.clone(),
         };
-        w.dp.set_epoch(w.epoch_of(w.dp.step()));
         Ok((w, model))
     }
 
@@ -153,17 +152,17 @@ impl<'a, 's, M: Net> Worker<'a, 's, M> {
     /// Steps to the end (or to an agreed stop), then the summary.
     fn train(mut self, mut model: M) -> Result<Option<RunSummary>, TrainError> {
         let mut interrupted = false;
-        while self.dp.step() < self.total_steps {
+        while self.dp.steps() < self.total_steps {
             let (m, stop) = self.step(model)?;
             model = m;
-            let step = self.dp.step();
+            let step = self.dp.steps();
             let every = self.sh.cfg.train.eval_every;
             if step.is_multiple_of(self.steps_per_epoch) || step == self.total_steps {
                 // Not after the last step: evaluation and the summary already
                 // use the workers' average, and a round there would send
                 // bytes no step record could carry.
-                if self.sh.cfg.strategy.average_at_epoch_end && step < self.total_steps {
-                    model = self.dp.average_model_now(model)?;
+                if step < self.total_steps {
+                    model = self.dp.end_epoch(model)?;
                 }
                 self.end_epoch(&model)?;
             } else if every > 0 && step.is_multiple_of(every) && self.sh.cfg.train.eval {
@@ -177,7 +176,7 @@ impl<'a, 's, M: Net> Worker<'a, 's, M> {
                 break;
             }
         }
-        if interrupted && self.saved_at != Some(self.dp.step()) {
+        if interrupted && self.saved_at != Some(self.dp.steps()) {
             // The partial epoch's records, then a checkpoint to resume from.
             self.recorder.flush(self.dp, self.sh)?;
             self.checkpoint(&model)?;
@@ -188,17 +187,16 @@ impl<'a, 's, M: Net> Worker<'a, 's, M> {
     /// One step: a CELGC round if due, forward/backward, the exchange, the optimizer.
     fn step(&mut self, model: M) -> Result<(M, bool), TrainError> {
         let wall = Instant::now();
-        let step = self.dp.step();
+        let step = self.dp.steps();
         let epoch = self.epoch_of(step);
         let lr = self.schedule.lr(step);
-        let model = self.dp.average_model(model)?;
+        let model = self.dp.begin_step(model, epoch)?;
         if self.dp.rank() == 0 && self.sh.opts.stop.load(Ordering::Relaxed) {
             self.dp.request_stop();
         }
         let t = Instant::now();
         let batch = self.loader.batch(epoch, (step % self.steps_per_epoch) as usize);
         let lr = lr * self.loader.lr_scale(&batch);
-        let forward_backward;
         // A model with cuts backpropagates in stages when the exchange is
         // pipelined: each bucket leaves as soon as its stage is done.
         let (loss, cuts) = if self.sh.cfg.compression.pipeline {
@@ -206,21 +204,20 @@ impl<'a, 's, M: Net> Worker<'a, 's, M> {
         } else {
             (model.loss(&batch, &self.device), Cuts::none())
         };
-        let synced = if !cuts.is_empty() {
-            let value = f64::from(loss.clone().into_scalar::<f32>());
-            forward_backward = t.elapsed().as_secs_f64();
-            self.dp.report_loss(value).sync_stages(&model, cuts.backward(loss), lr)?
+        let (model, forward_backward) = if !cuts.is_empty() {
+            // The staged backward pass runs inside the step, stage by stage.
+            let staged = cuts.backward(loss);
+            let forward = t.elapsed().as_secs_f64();
+            (self.dp.step(model, staged, &mut self.optim, lr)?, forward)
         } else {
             let grads = loss.backward();
             let value = f64::from(loss.into_scalar::<f32>());
-            forward_backward = t.elapsed().as_secs_f64();
-            self.dp.report_loss(value).sync(&model, grads, lr)?
+            let forward_backward = t.elapsed().as_secs_f64();
+            (self.dp.step(model, (grads, value), &mut self.optim, lr)?, forward_backward)
         };
-        let t = Instant::now();
-        let model = if synced.skipped { model } else { self.optim.step(synced.lr, model, synced.grads) };
         let times = LoopTimes {
             forward_backward,
-            optimizer: t.elapsed().as_secs_f64(),
+            optimizer: self.dp.last_step().optimizer_seconds,
             wall: wall.elapsed().as_secs_f64(),
         };
         let stats = self.dp.last_step();
@@ -235,18 +232,18 @@ impl<'a, 's, M: Net> Worker<'a, 's, M> {
                 bytes_sent: self.dp.group_bytes_sent(),
                 last_accuracy: self.last_eval.0,
                 last_perplexity: self.last_eval.1,
-                site: self.dp.site().clone(),
+                location: self.dp.compression_location().clone(),
             };
             self.sh.observer.lock().unwrap_or_else(|e| e.into_inner()).step(&progress);
         }
-        Ok((model, synced.stop_requested))
+        Ok((model, self.dp.stop_requested()))
     }
 
     /// An evaluation within an epoch (`train.eval_every`): the steps so far
     /// go to the records first, so its line in `evals.jsonl` carries the
     /// wall-clock up to this step.
     fn evaluate_now(&mut self, model: &M) -> Result<(), TrainError> {
-        let step = self.dp.step();
+        let step = self.dp.steps();
         self.recorder.flush(self.dp, self.sh)?;
         let consensus = self.dp.consensus_model(model)?;
         let eval = eval::evaluate(self.dp, &consensus, self.sh)?;
@@ -272,7 +269,7 @@ impl<'a, 's, M: Net> Worker<'a, 's, M> {
     /// Ends an epoch: records, evaluation (on the model every worker agrees
     /// on), the density of the next epoch, and a checkpoint when due.
     fn end_epoch(&mut self, model: &M) -> Result<(), TrainError> {
-        let step = self.dp.step();
+        let step = self.dp.steps();
         let epoch = self.epoch_of(step - 1);
         self.recorder.flush(self.dp, self.sh)?;
         let eval = if self.sh.cfg.train.eval {
@@ -290,7 +287,6 @@ impl<'a, 's, M: Net> Worker<'a, 's, M> {
         if let Some(eval) = &eval {
             self.check_target(step, eval);
         }
-        self.dp.set_epoch(epoch + 1);
         let every = self.sh.cfg.train.checkpoint_every;
         if (every > 0 && (epoch + 1).is_multiple_of(every)) || step == self.total_steps {
             self.checkpoint(model)?;
@@ -299,8 +295,8 @@ impl<'a, 's, M: Net> Worker<'a, 's, M> {
     }
 
     fn checkpoint(&mut self, model: &M) -> Result<(), TrainError> {
-        checkpoint::write(self.sh, self.dp, model, &self.optim, &self.recorder.totals.at(self.dp.step()))?;
-        self.saved_at = Some(self.dp.step());
+        checkpoint::write(self.sh, self.dp, model, &self.optim, &self.recorder.totals.at(self.dp.steps()))?;
+        self.saved_at = Some(self.dp.steps());
         Ok(())
     }
 
@@ -308,14 +304,14 @@ impl<'a, 's, M: Net> Worker<'a, 's, M> {
     fn finish(self, model: &M, interrupted: bool) -> Result<Option<RunSummary>, TrainError> {
         let consensus = self.dp.consensus_model(model)?;
         let mut params = Vec::new();
-        crate::params::read_params(&consensus, &mut params);
+        gradcomp_dp::params::read_params(&consensus, &mut params);
         let rank = self.dp.rank();
         self.dp.collective_mut().barrier().map_err(|source| SyncError::Comm { rank, source })?;
         Ok((rank == 0).then(|| RunSummary {
             run_dir: self.sh.run_dir.clone(),
             epochs: self.epoch_records,
-            steps: self.dp.step(),
-            params_checksum: crate::params::checksum(&params),
+            steps: self.dp.steps(),
+            params_checksum: gradcomp_dp::params::checksum(&params),
             interrupted,
             reached_target: self.reached_target,
             final_params: params,
@@ -333,9 +329,9 @@ fn write_manifest(sh: &Shared<'_>, dp: &DataParallel) -> Result<(), TrainError> 
         seed: cfg.seed,
         workers: cfg.workers,
         backend: cfg.backend,
-        topology: cfg.comm.topology,
+        topology: dp.config().topology(),
         compressor: cfg.compressor.clone(),
-        granularity: cfg.compression.granularity,
+        granularity: dp.config().granularity(),
         exclude: cfg.compression.exclude.clone(),
         combine: format!("{:?}", cfg.compressor.build().combine()),
         memory: cfg.compressor.resolve_memory(cfg.compression.memory),

@@ -67,7 +67,7 @@ impl Sections {
                 Values::F64(x) => x.iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
                 Values::Bytes(x) => out.extend_from_slice(x),
             }
-            let check = crate::params::checksum_bytes(&out[start..]);
+            let check = gradcomp_dp::params::checksum_bytes(&out[start..]);
             out.extend_from_slice(&check.to_le_bytes());
         }
         out
@@ -113,7 +113,7 @@ impl Sections {
             // What the checksum covers: name length, name, kind, count, data.
             let body = 4 + len + 1 + 8 + n;
             let check = u64::from_le_bytes(take(8)?.try_into().expect("8 bytes"));
-            if check != crate::params::checksum_bytes(&section[..body]) {
+            if check != gradcomp_dp::params::checksum_bytes(&section[..body]) {
                 return Err(CheckpointError::Corrupt {
                     path: path.to_string(),
                     problem: format!("section {name} fails its checksum: the file is damaged"),

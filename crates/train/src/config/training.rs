@@ -1,0 +1,49 @@
+//! The training loop's own options (`[train]`): how long, what it
+//! measures, when it evaluates and checkpoints.
+
+use gradcomp_dp::OnNonFinite;
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LoopConfig {
+    pub epochs: u32,
+    /// Stop after this many steps in all (0: no limit).
+    pub max_steps: u64,
+    /// Compare a parameter checksum across workers every this many steps (0: never).
+    pub checksum_every: u64,
+    pub on_nonfinite: OnNonFinite,
+    /// Write a checkpoint every this many epochs (0: only on Ctrl-C).
+    pub checkpoint_every: u32,
+    /// Measure the contraction ratio and gradient histogram every this many steps (0: never).
+    pub stats_every: u64,
+    /// Evaluate on the test set after every epoch.
+    pub eval: bool,
+    /// Also evaluate every this many steps within an epoch (0: at epoch
+    /// ends only); every evaluation is a line of `evals.jsonl`, with the
+    /// cumulative measured and predicted wall-clock (time to accuracy).
+    pub eval_every: u64,
+    /// Stop the run at the first evaluation whose test accuracy (a fraction,
+    /// e.g. 0.98) reaches this (image tasks).
+    pub target_accuracy: Option<f64>,
+    /// Keep this many of the newest checkpoints, deleting older ones (0: keep all).
+    pub keep_checkpoints: u32,
+}
+
+impl Default for LoopConfig {
+    fn default() -> Self {
+        Self {
+            epochs: 1,
+            max_steps: 0,
+            checksum_every: 50,
+            on_nonfinite: OnNonFinite::Stop,
+            checkpoint_every: 1,
+            stats_every: 50,
+            eval: true,
+            eval_every: 0,
+            target_accuracy: None,
+            keep_checkpoints: 3,
+        }
+    }
+}
+
