@@ -90,8 +90,16 @@ def crate_files(crate_dir):
     tests = os.path.join(crate_dir, "tests")
     if os.path.isdir(tests):
         for f in sorted(os.listdir(tests)):
+            path = os.path.join(tests, f)
             if f.endswith(".rs"):
-                roots.append({(): os.path.join(tests, f)})
+                roots.append({(): path})
+            elif os.path.isfile(os.path.join(path, "main.rs")):
+                # A test crate of several files: tests/NAME/main.rs and its modules.
+                sub = {(): os.path.join(path, "main.rs")}
+                for g in os.listdir(path):
+                    if g.endswith(".rs") and g != "main.rs":
+                        sub[(g[:-3],)] = os.path.join(path, g)
+                roots.append(sub)
     return roots
 
 

@@ -6,4 +6,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
-cargo test --workspace --features gradcomp-cli/mpi,gradcomp-train/learner,gradcomp-kernels/wgpu "$@"
+cargo test --workspace --features gradcomp-cli/mpi,gradcomp-dp/learner,gradcomp-kernels/wgpu "$@"

@@ -20,7 +20,7 @@ use clap::Args as ClapArgs;
 use gradcomp_comm::{NetworkModel, ServerPlacement};
 use gradcomp_compress::codec;
 use gradcomp_compress::message::TernarySumMessage;
-use gradcomp_compress::{CompressorConfig, Message, RngKey, UnitContext, UnitRng};
+use gradcomp_compress::{Combine, CompressorConfig, Message, RngKey, UnitContext, UnitRng};
 use gradcomp_train::config::TrainConfig;
 use gradcomp_train::records::{read_json, read_jsonl, Manifest, StepRecord};
 use gradcomp_train::trainer::{self, RunOptions, Silent};
@@ -116,7 +116,7 @@ fn profile(cfg: &TrainConfig, steps: u64) -> Result<Profile> {
     p.workers = 1;
     p.backend = gradcomp_train::config::Backend::InProcess;
     p.compressor = CompressorConfig::Dense {};
-    p.comm.topology = gradcomp_train::config::Topology::Allreduce;
+    p.comm.topology = Some(gradcomp_train::config::Topology::Allreduce);
     p.strategy = Default::default();
     p.train.max_steps = steps.max(6);
     p.train.epochs = 1;
@@ -164,9 +164,13 @@ fn measure(label: &str, compressor: CompressorConfig, route: Route, units: &[usi
             dtimes[u].push(t.elapsed().as_secs_f64());
         }
     }
+    let combine = compressor.build().combine();
     let costs: Vec<UnitCost> = (0..units.len())
         .map(|u| UnitCost {
-            upload: wires[u].len() as u64,
+            upload: match route {
+                Route::Allreduce => allreduce_bytes(combine, units[u], &wires[u]),
+                _ => wires[u].len() as u64,
+            },
             compress_s: median(std::mem::take(&mut ctimes[u])),
             decode_s: median(std::mem::take(&mut dtimes[u])),
         })
@@ -191,7 +195,8 @@ fn methods(units: &[usize], density: f64) -> Vec<Method> {
     vec![
         measure("dense (allreduce)", with("dense"), Route::Allreduce, units),
         measure("dense (parameter server)", with("dense"), Route::ParameterServer, units),
-        measure("fp16 (allgather)", with("fp16"), Route::Allgather, units),
+        measure("fp16 (allreduce)", with("fp16"), Route::Allreduce, units),
+        measure("terngrad (allreduce)", with("terngrad"), Route::Allreduce, units),
         measure("terngrad (parameter server)", with("terngrad"), Route::ParameterServer, units),
         measure("qsgd (allgather)", with("qsgd"), Route::Allgather, units),
         measure("onebit (allgather)", with("onebit"), Route::Allgather, units),
@@ -199,6 +204,18 @@ fn methods(units: &[usize], density: f64) -> Vec<Method> {
         measure(&format!("gaussiank ρ={density} (allgather)"), with("gaussiank"), Route::Allgather, units),
         measure(&format!("dgck ρ={density} (allgather)"), with("dgck"), Route::Allgather, units),
     ]
+}
+
+/// What one rank's allreduce carries for a unit of `d` values: f32 values,
+/// f16 values (fp16), TernGrad's codes in i8 (up to 127 workers, as the
+/// exchange sums them), or the encoded message's values otherwise.
+fn allreduce_bytes(combine: Combine, d: usize, encoded: &[u8]) -> u64 {
+    match combine {
+        Combine::HalfSum => 2 * d as u64,
+        Combine::TernarySum => d as u64,
+        Combine::DenseSum => 4 * d as u64,
+        Combine::SharedIndexSum | Combine::Gather => encoded.len() as u64,
+    }
 }
 
 /// Bytes the parameter server downloads for TernGrad with N workers.
@@ -371,7 +388,7 @@ pub fn run(a: &Args) -> Result<()> {
 
 fn route_of(cfg: &TrainConfig) -> Route {
     use gradcomp_train::config::Topology;
-    match cfg.comm.topology {
+    match cfg.data_parallel().topology() {
         Topology::Allreduce => Route::Allreduce,
         Topology::Allgather => Route::Allgather,
         Topology::ParameterServer => Route::ParameterServer,
@@ -401,9 +418,9 @@ fn timeline(cfg: &TrainConfig, p: &Profile) -> Result<()> {
     let route = route_of(cfg);
     let m = measure(cfg.compressor.name(), cfg.compressor.clone(), route, &p.units);
     let n = cfg.workers;
-    let buckets = gradcomp_train::strategy::cut_buckets(
+    let buckets = gradcomp_dp::exchange::cut_buckets(
         &p.units,
-        gradcomp_train::strategy::bucket_bytes(cfg.compression.bucket_mb),
+        gradcomp_dp::exchange::bucket_bytes(cfg.compression.bucket_mb),
     );
     let links = cfg.network.models().map_err(|e| crate::UserError(e.to_string()))?;
     for (bps, net) in links {

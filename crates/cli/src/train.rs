@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use clap::Args as ClapArgs;
-use gradcomp_train::api::Site;
+use gradcomp_dp::CompressionLocation;
 use gradcomp_train::config::{parse_override, ConfigError, TrainConfig};
 use gradcomp_train::records::EpochRecord;
 use gradcomp_train::trainer::{self, Observer, Progress, RunOptions, TrainError};
@@ -82,7 +82,7 @@ struct Printer {
     start: Instant,
     last_line: Instant,
     /// Whether the line saying where compression runs was printed.
-    site_shown: bool,
+    location_shown: bool,
 }
 
 impl Printer {
@@ -110,14 +110,14 @@ impl Observer for Printer {
         if self.quiet {
             return;
         }
-        if !self.site_shown {
-            self.site_shown = true;
-            match &p.site {
-                Site::Device => {
+        if !self.location_shown {
+            self.location_shown = true;
+            match &p.location {
+                CompressionLocation::Device => {
                     eprintln!("compressing on the GPU: gradients and memories stay in device memory")
                 }
-                Site::Host(why) => eprintln!("compressing on the host ({why})"),
-                Site::Undecided => self.site_shown = false,
+                CompressionLocation::Host(why) => eprintln!("compressing on the host ({why})"),
+                CompressionLocation::Undecided => self.location_shown = false,
             }
         }
         if self.tty {
@@ -165,7 +165,7 @@ pub fn run(a: &TrainArgs) -> Result<()> {
         start: Instant::now(),
         last_line: Instant::now(),
         // On the CPU there is nothing to say about where compression runs.
-        site_shown: cfg.device == gradcomp_train::device::DeviceSpec::Cpu,
+        location_shown: cfg.device == gradcomp_train::device::DeviceSpec::Cpu,
     };
     let opts = RunOptions { resume: a.resume, overwrite: a.overwrite, allow_changes: a.allow_change, stop };
     let summary = trainer::train(&cfg, opts, Box::new(printer)).map_err(train_error)?;
@@ -240,7 +240,7 @@ fn stop_on_signals(stop: &Arc<AtomicBool>) -> Result<Arc<std::sync::atomic::Atom
 
 /// The process's peak resident memory (Linux `VmHWM`), in MB.
 fn peak_memory_mb() -> Option<f64> {
-    gradcomp_train::records::proc_kb("/proc/self/status", "VmHWM").map(|kb| kb / 1024.0)
+    gradcomp_train::machine::proc_kb("/proc/self/status", "VmHWM").map(|kb| kb / 1024.0)
 }
 
 fn human_bps(b: f64) -> String {

@@ -14,9 +14,8 @@ use gradcomp_comm::{InProcessCollective, InProcessGroup};
 use gradcomp_compress::sparsify::dgck::DgcKConfig;
 use gradcomp_compress::sparsify::randk::RandKConfig;
 use gradcomp_compress::CompressorConfig;
-use gradcomp_train::api::{DataParallel, DataParallelConfig, Site, SyncError};
-use gradcomp_train::config::{Exclusions, Granularity, Topology};
-use gradcomp_train::params;
+use gradcomp_dp::config::{Exclusions, Granularity, Topology};
+use gradcomp_dp::{params, CompressionLocation, DataParallel, DataParallelConfig, SyncError};
 
 #[derive(Module, Debug)]
 struct Mlp {
@@ -60,10 +59,18 @@ fn pair(cfg: &DataParallelConfig, model: &Mlp) -> (DataParallel, DataParallel) {
     (dev, host)
 }
 
-fn flat_grads(model: &Mlp, grads: &GradientsParams) -> Vec<f32> {
+fn flat(model: &Mlp) -> Vec<f32> {
     let mut v = Vec::new();
-    params::read_grads(model, grads, &mut v);
+    params::read_params(model, &mut v);
     v
+}
+
+/// The combined gradient `dp` makes of `grads`, exactly: the step applied
+/// by plain SGD at learning rate 1 to `model`'s parameter ids at zero is −g.
+fn combined(dp: &mut DataParallel, model: &Mlp, grads: &GradientsParams) -> Vec<f32> {
+    let zero = params::write_params(model.clone(), &vec![0.0; flat(model).len()]);
+    let stepped = dp.step(zero, grads, &mut SgdConfig::new().init(), 1.0).unwrap();
+    flat(&stepped).iter().map(|v| -v).collect()
 }
 
 /// Each step's combined gradient from the device path and from the host path.
@@ -80,10 +87,10 @@ fn run_both(cfg: &DataParallelConfig, steps: usize) -> (DataParallel, DataParall
     let mut results = Vec::new();
     for step in 0..steps {
         let grads = GradientsParams::from_grads(model.loss(step, &d).backward(), &model);
-        let a = dev.sync(&model, &grads, 0.05).unwrap();
-        let b = host.sync(&model, &grads, 0.05).unwrap();
-        results.push((flat_grads(&model, &a.grads), flat_grads(&model, &b.grads)));
-        model = optim.step(b.lr, model, b.grads);
+        let a = combined(&mut dev, &model, &grads);
+        let b = combined(&mut host, &model, &grads);
+        model = optim.step(0.05, model.clone(), params::grads_params(&model, &b));
+        results.push((a, b));
     }
     (dev, host, results)
 }
@@ -127,11 +134,11 @@ fn the_device_exchange_gives_the_host_exchanges_result_bit_for_bit() {
     ];
     for (name, cfg) in cases {
         let (dev, host, results) = run_both(&cfg, 4);
-        assert_eq!(dev.site(), &Site::Device, "{name}");
+        assert_eq!(dev.compression_location(), &CompressionLocation::Device, "{name}");
         assert!(
-            matches!(host.site(), Site::Host(why) if why.contains("on_device")),
+            matches!(host.compression_location(), CompressionLocation::Host(why) if why.contains("on_device")),
             "{name}: {:?}",
-            host.site()
+            host.compression_location()
         );
         for (step, (a, b)) in results.iter().enumerate() {
             assert!(a.iter().any(|&v| v != 0.0), "{name}: step {step} combined nothing");
@@ -147,35 +154,26 @@ fn the_device_exchange_gives_the_host_exchanges_result_bit_for_bit() {
 
 /// Two workers train with `compressor`, compressing on the device or on the
 /// host; returns each worker's site, first and last loss.
-fn train_two(compressor: &CompressorConfig, on_device: bool) -> Vec<(Site, f32, f32)> {
-    let handles = InProcessGroup::new(2).timeout(std::time::Duration::from_secs(120)).build().unwrap();
-    std::thread::scope(|s| {
-        let threads: Vec<_> = handles
-            .into_iter()
-            .enumerate()
-            .map(|(rank, c)| {
-                let compressor = compressor.clone();
-                s.spawn(move || {
-                    let d = gpu();
-                    d.seed(11);
-                    let cfg =
-                        DataParallelConfig::new(compressor).with_checksum_every(5).with_on_device(on_device);
-                    let (mut dp, mut model) = cfg.init(c, Mlp::new(&d)).unwrap();
-                    let mut optim = SgdConfig::new().init();
-                    let first: f32 = model.loss(rank, &d).into_scalar();
-                    for step in 0..60 {
-                        let synced =
-                            dp.sync(&model, model.loss(step * 2 + rank, &d).backward(), 0.05).unwrap();
-                        model = optim.step(synced.lr, model, synced.grads);
-                    }
-                    dp.check_replicas(&model).unwrap();
-                    let last: f32 = model.loss(rank, &d).into_scalar();
-                    (dp.site().clone(), first, last)
-                })
-            })
-            .collect();
-        threads.into_iter().map(|t| t.join().unwrap()).collect()
-    })
+fn train_two(compressor: &CompressorConfig, on_device: bool) -> Vec<(CompressionLocation, f32, f32)> {
+    let group = InProcessGroup::new(2).timeout(std::time::Duration::from_secs(120));
+    let results = group
+        .run(|c| {
+            let rank = gradcomp_comm::Collective::rank(&c);
+            let d = gpu();
+            d.seed(11);
+            let cfg = DataParallelConfig::new(compressor.clone()).with_checksum_every(5).with_on_device(on_device);
+            let (mut dp, mut model) = cfg.init(c, Mlp::new(&d)).unwrap();
+            let mut optim = SgdConfig::new().init();
+            let first: f32 = model.loss(rank, &d).into_scalar();
+            for step in 0..60 {
+                let loss = model.loss(step * 2 + rank, &d);
+                model = dp.step(model, loss, &mut optim, 0.05).unwrap();
+            }
+            let last: f32 = model.loss(rank, &d).into_scalar();
+            (dp.compression_location().clone(), first, last)
+        })
+        .unwrap();
+    results.into_iter().map(|r| r.unwrap()).collect()
 }
 
 /// TernGrad and QSGD draw differently on the device (a counter-based hash,
@@ -190,7 +188,7 @@ fn stochastic_methods_train_on_the_device_as_well_as_on_the_host() {
         let host = train_two(&compressor, false);
         for (rank, ((site, first, last), (_, _, host_last))) in dev.iter().zip(&host).enumerate() {
             eprintln!("{name}, worker {rank}: loss {first} -> {last} on the device, {host_last} on the host");
-            assert_eq!(site, &Site::Device, "{name}");
+            assert_eq!(site, &CompressionLocation::Device, "{name}");
             assert!(last < &(first * 0.6), "{name}, worker {rank}: loss {first} -> {last} on the device");
             assert!(
                 last < &(host_last * 1.5),
@@ -215,9 +213,9 @@ fn checkpoints_move_between_the_device_and_the_host() {
     dev2.restore(&saved).unwrap();
     host2.restore(&saved).unwrap();
     let grads = GradientsParams::from_grads(model.loss(9, &d).backward(), &model);
-    let a = dev2.sync(&model, &grads, 0.05).unwrap();
-    let b = host2.sync(&model, &grads, 0.05).unwrap();
-    assert!(same_bits(&flat_grads(&model, &a.grads), &flat_grads(&model, &b.grads)));
+    let a = combined(&mut dev2, &model, &grads);
+    let b = combined(&mut host2, &model, &grads);
+    assert!(same_bits(&a, &b));
     assert_eq!(dev2.state().buffers, host2.state().buffers);
     drop((dev, host));
 }
@@ -228,23 +226,23 @@ fn a_run_without_a_device_form_compresses_on_the_host_and_says_why() {
     let model = Mlp::new(&d);
     let (mut dp, _) =
         DataParallelConfig::new(CompressorConfig::trimmedk(0.1)).init(single(), model.clone()).unwrap();
-    dp.sync(&model, model.loss(0, &d).backward(), 0.05).unwrap();
-    assert!(matches!(dp.site(), Site::Host(why) if why.contains("trimmedk")), "{:?}", dp.site());
+    dp.step(model.clone(), model.loss(0, &d), &mut SgdConfig::new().init(), 0.05).unwrap();
+    assert!(matches!(dp.compression_location(), CompressionLocation::Host(why) if why.contains("trimmedk")), "{:?}", dp.compression_location());
     // Nothing to compress: one read-back on the host beats one per unit.
     let (mut dp, _) =
         DataParallelConfig::new(CompressorConfig::dense()).init(single(), model.clone()).unwrap();
-    dp.sync(&model, model.loss(0, &d).backward(), 0.05).unwrap();
-    assert!(matches!(dp.site(), Site::Host(why) if why.contains("uncompressed")), "{:?}", dp.site());
+    dp.step(model.clone(), model.loss(0, &d), &mut SgdConfig::new().init(), 0.05).unwrap();
+    assert!(matches!(dp.compression_location(), CompressionLocation::Host(why) if why.contains("uncompressed")), "{:?}", dp.compression_location());
     // A CPU model with on_device left on: the host path, named.
-    let cpu = gradcomp_train::default_device();
+    let cpu = gradcomp_dp::default_device();
     let model = Mlp::new(&cpu);
     let (mut dp, _) =
         DataParallelConfig::new(CompressorConfig::topk(0.1)).init(single(), model.clone()).unwrap();
-    dp.sync(&model, model.loss(0, &cpu).backward(), 0.05).unwrap();
+    dp.step(model.clone(), model.loss(0, &cpu), &mut SgdConfig::new().init(), 0.05).unwrap();
     assert!(
-        matches!(dp.site(), Site::Host(why) if why.contains("not f32 tensors on a GPU")),
+        matches!(dp.compression_location(), CompressionLocation::Host(why) if why.contains("not f32 tensors on a GPU")),
         "{:?}",
-        dp.site()
+        dp.compression_location()
     );
 }
 
@@ -254,9 +252,9 @@ fn a_non_finite_gradient_on_the_device_names_its_tensor() {
     let model = Mlp::new(&d);
     let (mut dp, _) =
         DataParallelConfig::new(CompressorConfig::topk(0.1)).init(single(), model.clone()).unwrap();
-    let ok = dp.sync(&model, model.loss(0, &d).backward(), 0.05).unwrap();
-    assert!(!ok.skipped);
-    assert_eq!(dp.site(), &Site::Device);
-    let e = dp.sync(&model, (model.loss(1, &d) * f32::NAN).backward(), 0.05).unwrap_err();
+    dp.step(model.clone(), model.loss(0, &d), &mut SgdConfig::new().init(), 0.05).unwrap();
+    assert!(!dp.last_step().skipped);
+    assert_eq!(dp.compression_location(), &CompressionLocation::Device);
+    let e = dp.step(model.clone(), model.loss(1, &d) * f32::NAN, &mut SgdConfig::new().init(), 0.05).unwrap_err();
     assert!(matches!(&e, SyncError::NonFinite { tensor, .. } if tensor.starts_with("a.")), "{e}");
 }

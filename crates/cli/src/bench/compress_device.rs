@@ -14,7 +14,7 @@ use gradcomp_compress::{codec, Message, RngKey, UnitContext, UnitRng};
 use gradcomp_kernels::aggregate::TernaryCodes;
 use gradcomp_kernels::{reduce, DeviceCompressor, DeviceF32};
 
-use super::compress::{config_for, density_cases, emit, Row};
+use super::compress_cases::{config_for, density_cases, emit, Row};
 use super::timing::median_seconds;
 
 pub fn run(

@@ -2,6 +2,7 @@
 
 mod comm;
 pub(crate) mod compress;
+pub(crate) mod compress_cases;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod compress_device;
 mod fuzz;

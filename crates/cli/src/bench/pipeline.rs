@@ -29,13 +29,14 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use burn::tensor::Device;
 use clap::Args as ClapArgs;
-use gradcomp_comm::{Collective, InProcessGroup, ServerPlacement};
+use gradcomp_comm::{Collective, InProcessGroup};
 use gradcomp_compress::CompressorConfig;
-use gradcomp_train::api::BurnStages;
-use gradcomp_train::config::{CompressionConfig, Topology};
+use gradcomp_dp::backward::read::BurnStages;
+use gradcomp_dp::exchange::{Gradient, GradientExchange, StepInput};
+use gradcomp_dp::grad_stages::CompleteGrad;
+use gradcomp_dp::DataParallelConfig;
 use gradcomp_train::data::{synthetic, ImageLoader};
 use gradcomp_train::models::{FashionCnn, LeNet5, Net, ResNet18};
-use gradcomp_train::strategy::GradientExchange;
 use serde::Serialize;
 
 use super::comm::Backend;
@@ -160,7 +161,7 @@ fn measure_model<M: Net>(c: &mut dyn Collective, a: &Args, model: M, device: &De
     let t = super::image_task(&a.model);
     let data = synthetic::images(a.batch, 1 + rank as u64, 0, t.shape, t.classes);
     let batch = ImageLoader::shard(data, 0, 1, a.batch, 1).batch(0, 0);
-    let layout = gradcomp_train::params::layout(&model);
+    let layout = gradcomp_dp::params::layout(&model);
     let mut grad = Vec::new();
     let mut out = vec![0.0; layout.total()];
     let stages = model.staged_loss(&batch, device).1.len();
@@ -168,14 +169,10 @@ fn measure_model<M: Net>(c: &mut dyn Collective, a: &Args, model: M, device: &De
     for name in a.compressors.split(',').map(str::trim) {
         let compressor = CompressorConfig::named(name)
             .with_context(|| format!("--compressors: `{name}` is not a compressor name"))?;
-        let topology = if compressor.build().combine() == gradcomp_compress::Combine::Gather {
-            Topology::Allgather
-        } else {
-            Topology::Allreduce
-        };
+        // The topology the compressor needs, as the library picks it.
         let exchange = |pipeline| {
-            let cfg = CompressionConfig { bucket_mb: a.bucket_mb, pipeline, ..Default::default() };
-            GradientExchange::new(&layout, &compressor, &cfg, topology, ServerPlacement::CoLocated, 1)
+            let cfg = DataParallelConfig::new(compressor.clone()).with_buckets(a.bucket_mb, pipeline).with_seed(1);
+            GradientExchange::new(&layout, &cfg, n, 1)
         };
         let mut modes = [exchange(false), exchange(true), exchange(true)];
         let buckets = modes[0].buckets().len();
@@ -191,16 +188,18 @@ fn measure_model<M: Net>(c: &mut dyn Collective, a: &Args, model: M, device: &De
                         let (loss, cuts) = model.staged_loss(&batch, device);
                         let forward = start.elapsed().as_secs_f64();
                         let mut staged = BurnStages::new(&model, cuts.backward(loss), &layout, &mut grad);
-                        let st =
-                            modes[mode].exchange_staged(&mut staged, None, &mut out, step, 0.01, false, c)?;
+                        let input = StepInput { step, lr: 0.01, loss: None, measure: false };
+                        let st = modes[mode].exchange(Gradient::Host(&mut staged), &input, &mut out, c)?;
                         (forward, forward + staged.backward_seconds + staged.read_seconds, st)
                     } else {
                         let loss = model.loss(&batch, device);
                         let forward = start.elapsed().as_secs_f64();
                         let grads = loss.backward();
-                        gradcomp_train::params::read_grads(&model, &grads, &mut grad);
+                        gradcomp_dp::params::read_grads(&model, &grads, &mut grad);
                         let compute = start.elapsed().as_secs_f64();
-                        (forward, compute, modes[mode].exchange(&grad, None, &mut out, step, 0.01, false, c)?)
+                        let input = StepInput { step, lr: 0.01, loss: None, measure: false };
+                        let grad = Gradient::Host(&mut CompleteGrad(&grad));
+                        (forward, compute, modes[mode].exchange(grad, &input, &mut out, c)?)
                     };
                     let total = start.elapsed().as_secs_f64();
                     step += 1;

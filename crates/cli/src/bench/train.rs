@@ -22,7 +22,7 @@ use burn::tensor::Device;
 use clap::Args as ClapArgs;
 use gradcomp_comm::InProcessGroup;
 use gradcomp_compress::CompressorConfig;
-use gradcomp_train::api::{DataParallelConfig, Site};
+use gradcomp_dp::{CompressionLocation, DataParallelConfig};
 use gradcomp_train::config::TrainConfig;
 use gradcomp_train::data::{synthetic, ImageLoader};
 use gradcomp_train::device::DeviceSpec;
@@ -173,13 +173,14 @@ fn timed_loop<M: Net>(a: &Args, api: bool, mut model: M, device: &Device) -> Res
         // On a GPU the backward pass runs asynchronously: wait for it, so that
         // the time inside `sync` is the exchange's own, not the backward's.
         device.sync().map_err(|e| anyhow::anyhow!("the device failed: {e:?}"))?;
-        let grads = match &mut dp {
+        model = match &mut dp {
             Some(dp) => {
                 let t = Instant::now();
-                let g = dp.sync(&model, grads, 0.01)?.grads;
+                let model = dp.step(model, grads, &mut optim, 0.01)?;
                 let s = dp.last_step();
+                // The step's own part: all but the optimizer, which both loops run.
                 parts.push(SyncParts {
-                    total: t.elapsed().as_secs_f64(),
+                    total: t.elapsed().as_secs_f64() - s.optimizer_seconds,
                     read: s.read_seconds,
                     control: s.control_seconds,
                     exchange: s.exchange.compress_seconds
@@ -187,11 +188,13 @@ fn timed_loop<M: Net>(a: &Args, api: bool, mut model: M, device: &Device) -> Res
                         + s.exchange.decode_seconds,
                     write: s.write_seconds,
                 });
-                g
+                model
             }
-            None => GradientsParams::from_grads(grads, &model),
+            None => {
+                let grads = GradientsParams::from_grads(grads, &model);
+                optim.step(0.01, model, grads)
+            }
         };
-        model = optim.step(0.01, model, grads);
         step_s.push(start.elapsed().as_secs_f64());
     }
     let steps_per_s = 1.0 / median(step_s[WARM..].to_vec());
@@ -204,12 +207,12 @@ fn timed_loop<M: Net>(a: &Args, api: bool, mut model: M, device: &Device) -> Res
         exchange: med(|p| p.exchange),
         write: med(|p| p.write),
     });
-    let site = match dp.as_ref().map(|dp| dp.site()) {
-        Some(Site::Device) => "on the device".to_string(),
-        Some(Site::Host(why)) => format!("on the host: {why}"),
+    let site = match dp.as_ref().map(|dp| dp.compression_location()) {
+        Some(CompressionLocation::Device) => "on the device".to_string(),
+        Some(CompressionLocation::Host(why)) => format!("on the host: {why}"),
         _ => String::new(),
     };
-    Ok(LoopSpeed { steps_per_s, sync_s, site, params: gradcomp_train::params::layout(&model).total() })
+    Ok(LoopSpeed { steps_per_s, sync_s, site, params: gradcomp_dp::params::layout(&model).total() })
 }
 
 pub fn run(a: &Args) -> Result<()> {

@@ -22,7 +22,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::compressor::{k_for, Combine, Compressor, UnitContext};
-use crate::message::{Message, SparseWire};
+use crate::message::{IndexEncoding, Message, SparseWire, ValueEncoding};
 use crate::reduce;
 use crate::rng::UnitRng;
 
@@ -57,7 +57,9 @@ impl Default for EsgdConfig {
             beta: 0.9,
             importance: Importance::Count,
             epsilon: 1e-3,
-            wire: SparseWire::default(),
+            // At ρ = 0.5 u32 indices would make a message as large as the
+            // dense gradient; delta-coded gaps take about a byte each.
+            wire: SparseWire { indices: IndexEncoding::Varint, values: ValueEncoding::F32 },
         }
     }
 }

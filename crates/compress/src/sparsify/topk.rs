@@ -42,3 +42,33 @@ impl Selector for TopK {
         select_top_k(x, k, &mut self.scratch, out);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::memory::{ErrorFeedback, Memory, ResidualForm};
+    use crate::message::{Message, SparseWire, ValueEncoding};
+    use super::{TopK, TopKConfig};
+    use crate::{codec, Compressor, UnitContext};
+
+    /// Past f16's range the wire saturates at 65504 (never ±inf) and error
+    /// feedback keeps the clipped amount.
+    #[test]
+    fn the_f16_wire_saturates_and_error_feedback_keeps_the_rest() {
+        let wire = SparseWire { values: ValueEncoding::F16, ..Default::default() };
+        let mut c = TopK::compressor(&TopKConfig { density: 0.5, wire });
+        let mut ef = ErrorFeedback::new(ResidualForm::Raw);
+        let g = [70_000.0f32, -1e30, 0.5, 0.25];
+        let acc = ef.compensate(&g, 1.0).to_vec();
+        let mut msg = Message::default();
+        c.compress(&acc, &UnitContext::default(), &mut msg);
+        ef.update(&msg);
+        let Message::Sparse(m) = &msg else { panic!("sparse") };
+        assert_eq!(m.values, [65504.0, -65504.0]);
+        assert_eq!(ef.residual(), [70_000.0 - 65504.0, -1e30 + 65504.0, 0.5, 0.25]);
+        let mut bytes = Vec::new();
+        codec::encode(&msg, 0, &mut bytes);
+        let mut out = vec![0.0; 4];
+        codec::accumulate(&bytes, 1.0, &mut out).unwrap();
+        assert!(out.iter().all(|v| v.is_finite()), "{out:?}");
+    }
+}

@@ -66,6 +66,15 @@ impl Backward for GradientsParams {
     }
 }
 
+/// Borrowed gradients: the caller keeps them (to hand the same gradients
+/// to two handles).
+impl<'a, G: GradSource> Backward for &'a G {
+    type Grads = &'a G;
+    fn into_pass(self) -> BackwardPass<&'a G> {
+        BackwardPass { loss: None, grads: Pass::Whole(self) }
+    }
+}
+
 impl<G: GradSource> Backward for (G, f64) {
     type Grads = G;
     fn into_pass(self) -> BackwardPass<G> {

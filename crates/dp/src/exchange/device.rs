@@ -10,9 +10,9 @@ use gradcomp_compress::{Message, UnitContext};
 use gradcomp_kernels::memory::{DeviceDgcMomentum, DeviceErrorFeedback};
 use gradcomp_kernels::{Client, DeviceCompressor, DeviceF32, KernelError};
 
-use super::exchange::GradientExchange;
 use super::local::{LocalCompression, ReduceOp};
 use super::plan::Plan;
+use super::recipe::Recipe;
 use super::stats::measure;
 use crate::device_grad::DeviceGrad;
 use crate::error::ExchangeError;
@@ -80,52 +80,51 @@ impl DeviceUnits {
     }
 }
 
-impl GradientExchange {
-    /// Moves the units' compressors and memories to `client`'s device (with
-    /// whatever state the host memories hold), so that a
-    /// [`Gradient::Device`](super::Gradient::Device) can be exchanged.
-    /// Errors when the compressor has no device form (trimmed top-k, eSGD, a
-    /// compressor of the user's own), and when every unit travels
-    /// uncompressed (the dense compressor, or all units excluded): the host
-    /// path reads such a gradient back in one transfer.
-    pub fn to_device(&mut self, client: &Client) -> Result<(), String> {
-        if self.plan.raw.iter().all(|&r| r) {
+impl DeviceUnits {
+    /// The units' compressors and memories on `client`'s device, built from
+    /// `recipe` at density `density`, with the host memories' state
+    /// uploaded. Errors when the compressor has no device form (trimmed
+    /// top-k, eSGD, a compressor of the user's own), and when every unit
+    /// travels uncompressed (the dense compressor, or all units excluded):
+    /// the host path reads such a gradient back in one transfer.
+    pub(super) fn new(
+        client: &Client,
+        plan: &Plan,
+        recipe: &Recipe,
+        density: Option<f64>,
+        host: &[Box<dyn Memory>],
+    ) -> Result<Self, String> {
+        if plan.raw.iter().all(|&r| r) {
             return Err("every unit travels uncompressed: one read-back on the host is cheapest".into());
         }
-        if let Some(c) = &self.recipe.custom {
+        if let Some(c) = &recipe.custom {
             return Err(format!("compressor `{}` is the user's own and has no device form", c.name()));
         }
-        let mut compressor = DeviceCompressor::new(&self.recipe.compressor).map_err(|e| e.to_string())?;
-        if let Some(rho) = self.density {
+        let mut compressor = DeviceCompressor::new(&recipe.compressor).map_err(|e| e.to_string())?;
+        if let Some(rho) = density {
             compressor.set_density(rho);
         }
-        let (memory, residual, momentum) = (self.recipe.memory, self.recipe.residual, self.recipe.momentum);
-        let memories = self
-            .plan
+        let memories = plan
             .has_memory
             .iter()
-            .map(|&m| match (m, memory) {
-                (true, MemoryKind::ErrorFeedback) => DeviceMemory::ErrorFeedback(DeviceErrorFeedback::new(residual)),
-                (true, MemoryKind::DgcMomentum) => DeviceMemory::DgcMomentum(DeviceDgcMomentum::new(momentum)),
+            .map(|&m| match (m, recipe.memory) {
+                (true, MemoryKind::ErrorFeedback) => {
+                    DeviceMemory::ErrorFeedback(DeviceErrorFeedback::new(recipe.residual))
+                }
+                (true, MemoryKind::DgcMomentum) => DeviceMemory::DgcMomentum(DeviceDgcMomentum::new(recipe.momentum)),
                 _ => DeviceMemory::None,
             })
             .collect();
         let mut units = DeviceUnits {
             client: client.clone(),
-            compressors: self.plan.units.iter().map(|_| compressor.clone()).collect(),
+            compressors: plan.units.iter().map(|_| compressor.clone()).collect(),
             memories,
-            raw_host: vec![0.0; self.plan.total()],
-            shared: vec![None; self.plan.units.len()],
+            raw_host: vec![0.0; plan.total()],
+            shared: vec![None; plan.units.len()],
             scratch: Vec::new(),
         };
-        units.load_memories(&self.host.memories).map_err(|e| e.to_string())?;
-        self.device = Some(units);
-        Ok(())
-    }
-
-    /// Whether the compressors and memories run on the device.
-    pub fn on_device(&self) -> bool {
-        self.device.is_some()
+        units.load_memories(host).map_err(|e| e.to_string())?;
+        Ok(units)
     }
 }
 

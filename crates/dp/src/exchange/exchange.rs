@@ -176,6 +176,25 @@ impl GradientExchange {
         Ok(st)
     }
 
+    /// Moves the units' compressors and memories to `client`'s device (with
+    /// whatever state the host memories hold), so that a
+    /// [`Gradient::Device`] can be exchanged; the error says why the
+    /// exchange has no device form.
+    #[cfg(feature = "device-kernels")]
+    pub fn to_device(&mut self, client: &gradcomp_kernels::Client) -> Result<(), String> {
+        let units = super::device::DeviceUnits::new(client, &self.plan, &self.recipe, self.density, &self.host.memories)?;
+        self.device = Some(units);
+        Ok(())
+    }
+
+    /// Whether the compressors and memories run on the device.
+    pub fn on_device(&self) -> bool {
+        #[cfg(feature = "device-kernels")]
+        return self.device.is_some();
+        #[cfg(not(feature = "device-kernels"))]
+        false
+    }
+
     /// ‖residual‖₂ over all units with a memory (host memories).
     pub fn residual_norm(&self) -> f64 {
         self.host.residual_norm().unwrap_or(0.0)

@@ -18,7 +18,7 @@ use burn::optim::ModuleOptimizer;
 use burn::tensor::Bytes;
 use serde::{Deserialize, Serialize};
 
-use super::{io, Shared, TrainError};
+use super::run::{io, Shared, TrainError};
 use gradcomp_dp::{DataParallel, DataParallelState, SyncError};
 use crate::sections::{Sections, Values};
 use crate::config::{TrainConfig, RESUME_SAFE_KEYS};

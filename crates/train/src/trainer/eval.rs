@@ -5,7 +5,7 @@
 use gradcomp_comm::Collective;
 
 use super::checkpoint::Checkpoint;
-use super::{Shared, TrainError};
+use super::run::{Shared, TrainError};
 use gradcomp_dp::{DataParallel, SyncError};
 use crate::config::TrainConfig;
 use crate::data::{eval_batches, ImageDataset, TokenLoader, TrainData};

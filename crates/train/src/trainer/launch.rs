@@ -6,7 +6,8 @@ use std::time::Duration;
 use burn::tensor::Device;
 use gradcomp_comm::InProcessGroup;
 
-use super::{worker, RunSummary, Shared, TrainError};
+use super::run::{RunSummary, Shared, TrainError};
+use super::worker;
 use gradcomp_dp::SyncError;
 use crate::config::Backend;
 use crate::models::Net;
@@ -25,38 +26,15 @@ fn in_process<M: Net>(
     sh: &Shared<'_>,
     make: impl Fn(&Device) -> M + Send + Sync + Clone,
 ) -> Result<RunSummary, TrainError> {
-    let handles = InProcessGroup::new(sh.cfg.workers)
-        .timeout(Duration::from_secs_f64(sh.cfg.comm.timeout_seconds))
-        .build()
+    let group = InProcessGroup::new(sh.cfg.workers).timeout(Duration::from_secs_f64(sh.cfg.comm.timeout_seconds));
+    let results = group
+        .run(|c| worker::run(gradcomp_comm::Collective::rank(&c), c, sh, make.clone()))
         .map_err(|source| SyncError::Comm { rank: 0, source })?;
-    let results: Vec<Result<Option<RunSummary>, TrainError>> = std::thread::scope(|s| {
-        let threads: Vec<_> = handles
-            .into_iter()
-            .enumerate()
-            .map(|(rank, c)| {
-                let make = make.clone();
-                std::thread::Builder::new()
-                    .name(format!("worker-{rank}"))
-                    .spawn_scoped(s, move || worker::run(rank, c, sh, make))
-                    .expect("spawning a worker thread")
-            })
-            .collect();
-        threads
-            .into_iter()
-            .enumerate()
-            .map(|(rank, t)| {
-                t.join().unwrap_or_else(|p| Err(TrainError::Panic { rank, message: panic_message(&*p) }))
-            })
-            .collect()
-    });
+    let results = results
+        .into_iter()
+        .map(|r| r.unwrap_or_else(|p| Err(TrainError::Panic { rank: p.rank, message: p.message })))
+        .collect();
     pick_result(results)
-}
-
-fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
-    p.downcast_ref::<String>()
-        .cloned()
-        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-        .unwrap_or_default()
 }
 
 /// The summary (rank 0's), or the first worker error that is not a

@@ -2,25 +2,27 @@
 //! shard, trained through the library's own [`DataParallel`] handle, with
 //! records, checkpoints, evaluation and progress.
 //!
-//! Per worker and step ([`worker`]): forward/backward on its minibatch →
-//! [`DataParallel::sync`] (non-finite check, stop agreement, the strategy's
-//! exchange) → the configured burn optimizer at the step's learning rate.
-//! Under CELGC, [`DataParallel::average_model`] comes first. Parameters
+//! Per worker and step (`worker`): [`DataParallel::begin_step`] (CELGC's
+//! round, the epoch's density) → forward/backward on its minibatch →
+//! [`DataParallel::step`] (non-finite check, stop agreement, the strategy's
+//! exchange, the configured burn optimizer at the step's learning rate). Parameters
 //! never travel after the initial broadcast; the handle compares checksums
 //! every `train.checksum_every` steps.
 //!
-//! Modules by job: [`launch`] (in-process threads or this MPI rank),
-//! [`worker`] (the step loop), [`recorder`] (step and epoch records),
-//! [`checkpoint`] (write and resume), [`eval`] (the one evaluation routine).
+//! Modules by job: `run` (what a run takes and gives), `launch` (in-process
+//! threads or this MPI rank), `worker` (the step loop), `recorder` (step and
+//! epoch records), `checkpoint` (write and resume), `eval` (the one
+//! evaluation routine).
 //!
 //! [`DataParallel`]: gradcomp_dp::DataParallel
-//! [`DataParallel::sync`]: gradcomp_dp::DataParallel::sync
-//! [`DataParallel::average_model`]: gradcomp_dp::DataParallel::average_model
+//! [`DataParallel::begin_step`]: gradcomp_dp::DataParallel::begin_step
+//! [`DataParallel::step`]: gradcomp_dp::DataParallel::step
 
 mod checkpoint;
 mod eval;
 mod launch;
 mod recorder;
+mod run;
 mod worker;
 
 pub use checkpoint::Counters;
@@ -29,119 +31,17 @@ pub mod checkpoint_bytes {
     pub use super::checkpoint::{parse_file_bytes, sample_file_bytes};
 }
 pub use eval::EvalSet;
+pub use run::{Observer, Progress, RunOptions, RunSummary, Silent, TrainError};
 
-use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex};
+use std::path::Path;
+use std::sync::Mutex;
 
 use burn::tensor::Device;
-use serde::Serialize;
 
-use gradcomp_dp::SyncError;
-use crate::config::{ConfigError, TrainConfig};
-use crate::data::{DataError, TrainData};
+use crate::config::TrainConfig;
+use crate::data::TrainData;
 use crate::models::{EvalStats, ModelChoice, Net, WithModel};
-use crate::records::EpochRecord;
-
-/// Why a run stopped with an error.
-#[derive(Debug, thiserror::Error)]
-pub enum TrainError {
-    #[error(transparent)]
-    Config(#[from] ConfigError),
-    #[error(transparent)]
-    Data(#[from] DataError),
-    #[error(transparent)]
-    Sync(#[from] SyncError),
-    #[error("checkpoint: {0}")]
-    Checkpoint(String),
-    #[error("records: {0}")]
-    Records(String),
-    #[error("{path}: {source}")]
-    Io { path: PathBuf, source: std::io::Error },
-    #[error("worker {rank} panicked: {message}")]
-    Panic { rank: usize, message: String },
-}
-
-impl TrainError {
-    /// Whether this error only reports another worker's failure.
-    fn is_secondary(&self) -> bool {
-        matches!(self, TrainError::Sync(e) if e.is_secondary())
-    }
-}
-
-fn io(path: &Path) -> impl FnOnce(std::io::Error) -> TrainError + '_ {
-    move |source| TrainError::Io { path: path.to_path_buf(), source }
-}
-
-/// Progress as the run goes, for a progress bar.
-#[derive(Clone, Debug, Default)]
-pub struct Progress {
-    pub epoch: u32,
-    pub epochs: u32,
-    pub step_in_epoch: u64,
-    pub steps_per_epoch: u64,
-    /// Mean loss of the workers this step.
-    pub loss: f64,
-    /// Bytes all workers sent through the strategy so far.
-    pub bytes_sent: u64,
-    pub last_accuracy: Option<f64>,
-    pub last_perplexity: Option<f64>,
-    /// Where rank 0 compresses (the GPU, or the host and why).
-    pub location: gradcomp_dp::CompressionLocation,
-}
-
-/// Receives progress on rank 0.
-pub trait Observer: Send {
-    fn step(&mut self, _p: &Progress) {}
-    fn epoch(&mut self, _r: &EpochRecord) {}
-}
-
-/// An observer that ignores everything.
-pub struct Silent;
-impl Observer for Silent {}
-
-/// How to run.
-#[derive(Clone, Debug, Default)]
-pub struct RunOptions {
-    /// Continue from the run directory's latest checkpoint.
-    pub resume: bool,
-    /// Replace a run already in the run directory (without it, or
-    /// `resume`, an existing run is an error, never silently overwritten).
-    pub overwrite: bool,
-    /// On resume, accept changes of the keys in
-    /// [`RESUME_SAFE_KEYS`](crate::config::RESUME_SAFE_KEYS) (more epochs, another device).
-    pub allow_changes: bool,
-    /// Set (e.g. by Ctrl-C) to checkpoint and stop after the current step.
-    pub stop: Arc<AtomicBool>,
-}
-
-/// What a finished (or stopped) run produced.
-#[derive(Clone, Debug, Serialize)]
-pub struct RunSummary {
-    pub run_dir: PathBuf,
-    pub epochs: Vec<EpochRecord>,
-    pub steps: u64,
-    /// Checksum of the final parameters (identical on every worker; CELGC:
-    /// of the averaged model).
-    pub params_checksum: u64,
-    /// Stopped by the stop flag (a checkpoint was written).
-    pub interrupted: bool,
-    /// The step whose evaluation first reached `train.target_accuracy`
-    /// (the run stopped there).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reached_target: Option<u64>,
-    #[serde(skip)]
-    pub final_params: Vec<f32>,
-}
-
-/// Everything the workers share.
-pub(crate) struct Shared<'a> {
-    cfg: &'a TrainConfig,
-    data: &'a TrainData,
-    run_dir: PathBuf,
-    opts: RunOptions,
-    observer: Mutex<Box<dyn Observer>>,
-}
+use run::{build_model, io, Shared, INIT_LOCK};
 
 /// Trains the configured built-in model on the configured data with N
 /// in-process workers (or this process's MPI rank, when `backend = "mpi"`),
@@ -231,25 +131,6 @@ fn prepare_run_dir(run_dir: &Path, opts: &RunOptions) -> Result<(), TrainError> 
         }
     }
     Ok(())
-}
-
-/// Serializes model construction. burn draws initial weights from a
-/// process-global generator, so two trainers (or a trainer's workers)
-/// building models at once would interleave their draws and a seeded run
-/// would not be reproducible when another runs beside it.
-static INIT_LOCK: Mutex<()> = Mutex::new(());
-
-/// Builds a model; with `seed`, from a freshly seeded generator. burn
-/// initializes parameters lazily, on first use, so they are materialized
-/// (read once) while the lock is held.
-pub(crate) fn build_model<M: Net>(make: &impl Fn(&Device) -> M, device: &Device, seed: Option<u64>) -> M {
-    let _guard = INIT_LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(s) = seed {
-        device.seed(s);
-    }
-    let model = make(device);
-    gradcomp_dp::params::read_params(&model, &mut Vec::new());
-    model
 }
 
 /// Evaluates the parameters of a run directory's latest checkpoint on the

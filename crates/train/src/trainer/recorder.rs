@@ -11,7 +11,7 @@ use gradcomp_compress::stats::ContractionBounds;
 use serde::{Deserialize, Serialize};
 
 use super::checkpoint::Counters;
-use super::{io, Shared, TrainError};
+use super::run::{io, Shared, TrainError};
 use gradcomp_dp::{DataParallel, StepStats, SyncError};
 use crate::config::TrainConfig;
 use crate::records::{link_key, EpochRecord, JsonLines, StepRecord};

@@ -12,7 +12,8 @@ use gradcomp_comm::Collective;
 
 use super::checkpoint::{self, Checkpoint};
 use super::recorder::{LoopTimes, Recorder, WorkerStep};
-use super::{build_model, eval, io, Progress, RunSummary, Shared, TrainError};
+use super::eval;
+use super::run::{build_model, io, Progress, RunSummary, Shared, TrainError};
 use gradcomp_dp::{Cuts, DataParallel, SyncError};
 use crate::config::Backend;
 use crate::data::Loader;

@@ -1,0 +1,96 @@
+//! Defaults keep their promise: for every compressor, the default
+//! configuration (`DataParallelConfig::new(compressor)`, the topology and
+//! granularity the compressor needs) sends fewer bytes per step than dense,
+//! at N = 2, 4 and 16 workers, and at most the fraction of dense's bytes that
+//! docs/ALGORITHMS.md's table "Default bytes" states for it. The table is
+//! read from the document, so the document cannot drift from the code.
+
+use burn::module::Module;
+use burn::nn::{Linear, LinearConfig};
+use burn::optim::SgdConfig;
+use burn::tensor::Device;
+use gradcomp_comm::InProcessGroup;
+use gradcomp_compress::{CompressorConfig, UnitRng};
+use gradcomp_dp::{params, DataParallelConfig};
+
+/// The reference model: an MLP of 784×256, 256, 256×10 and 10 parameters.
+#[derive(Module, Debug)]
+struct Reference {
+    hidden: Linear,
+    out: Linear,
+}
+
+fn reference(device: &Device) -> Reference {
+    Reference { hidden: LinearConfig::new(784, 256).init(device), out: LinearConfig::new(256, 10).init(device) }
+}
+
+/// Bytes worker 0 sends in each of two steps with `cfg` among `n` workers,
+/// each worker's gradient drawn from N(0, 10⁻⁶) (a typical gradient's scale).
+fn bytes_per_step(cfg: &DataParallelConfig, n: usize) -> Vec<u64> {
+    let device = gradcomp_dp::default_device();
+    device.seed(1);
+    let model = reference(&device);
+    let per_worker = InProcessGroup::new(n)
+        .run(|c| {
+            let rank = gradcomp_comm::Collective::rank(&c);
+            let (mut dp, mut model) = cfg.clone().with_checksum_every(0).init(c, model.clone()).unwrap();
+            let mut optim = SgdConfig::new().init();
+            let mut rng = UnitRng::from_parts(&[rank as u64, 7]);
+            let mut sent = Vec::new();
+            for _ in 0..2 {
+                let flat: Vec<f32> =
+                    (0..dp.layout().total()).map(|_| rng.next_gaussian() as f32 * 1e-3).collect();
+                let grads = params::grads_params(&model, &flat);
+                model = dp.step(model, (grads, 1.0), &mut optim, 0.01).unwrap();
+                sent.push(dp.last_step().bytes.sent());
+            }
+            sent
+        })
+        .unwrap();
+    per_worker.into_iter().next().unwrap().unwrap()
+}
+
+/// The stated ratios: the rows of the table under `<!-- default-bytes -->`
+/// in docs/ALGORITHMS.md, as (compressor, at most this × dense's bytes).
+fn stated() -> Vec<(String, f64)> {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/ALGORITHMS.md");
+    let text = std::fs::read_to_string(path).unwrap();
+    let table = text.split("<!-- default-bytes -->").nth(1).expect("the default-bytes table in ALGORITHMS.md");
+    table
+        .lines()
+        .skip_while(|l| !l.starts_with('|'))
+        .take_while(|l| l.starts_with('|'))
+        .filter_map(|l| {
+            let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+            let name = cells.get(1)?.strip_prefix('`')?.strip_suffix('`')?;
+            let ratio: f64 = cells.get(4)?.trim_start_matches("≤ ").parse().ok()?;
+            Some((name.to_string(), ratio))
+        })
+        .collect()
+}
+
+#[test]
+fn every_default_configuration_sends_less_than_dense_by_the_stated_ratio() {
+    let stated = stated();
+    let mut report = String::new();
+    let mut failures = Vec::new();
+    for n in [2, 4, 16] {
+        let dense = bytes_per_step(&DataParallelConfig::new(CompressorConfig::dense()), n);
+        for name in CompressorConfig::NAMES.iter().filter(|&&c| c != "dense") {
+            let cfg = DataParallelConfig::new(CompressorConfig::named(name).unwrap());
+            let bytes = bytes_per_step(&cfg, n);
+            let ratio = bytes.iter().max().copied().unwrap() as f64 / dense[0] as f64;
+            let bound = stated.iter().find(|(s, _)| s == name).map(|s| s.1);
+            report += &format!("N={n} {name}: {bytes:?} bytes against dense's {}: {ratio:.4}\n", dense[0]);
+            match bound {
+                None => failures.push(format!("{name}: no row in ALGORITHMS.md's default-bytes table")),
+                Some(b) if !(ratio <= b && ratio < 1.0) => {
+                    failures.push(format!("N={n} {name}: {ratio:.4} of dense's bytes, stated at most {b}"))
+                }
+                Some(_) => {}
+            }
+        }
+    }
+    println!("{report}");
+    assert!(failures.is_empty(), "{}\n{report}", failures.join("\n"));
+}

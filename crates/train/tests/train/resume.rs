@@ -1,0 +1,145 @@
+//! Checkpoints and resume: bit-exact continuation, refusals, pruning.
+
+use super::*;
+
+#[test]
+fn an_interrupted_run_resumes_bit_exactly() {
+    // Stop in the middle of the second epoch (25 steps per epoch).
+    let (full, rest) = interrupted_and_resumed(
+        "[compressor]\nname = \"gaussiank\"\ndensity = 0.05\n[comm]\ntopology = \"allgather\"\n[train]\ncheckpoint_every = 1",
+        37,
+    );
+    assert_eq!(rest.params_checksum, full.params_checksum, "resumed run differs from the uninterrupted one");
+    assert_eq!(rest.final_params, full.final_params);
+    // The interrupted epoch's loss is the mean over all its steps, not only those after the resume.
+    assert_eq!(rest.epochs.last().unwrap().train_loss, full.epochs.last().unwrap().train_loss);
+    assert_eq!(rest.epochs.last().unwrap().bytes_sent, full.epochs.last().unwrap().bytes_sent);
+}
+
+#[test]
+fn resuming_with_another_model_is_a_clear_error() {
+    let d = tempdir::Dir::new();
+    let cfg = config(
+        d.path(),
+        "[train]
+max_steps = 3",
+    );
+    trainer::train(&cfg, RunOptions::default(), Box::new(Silent)).unwrap();
+    let mut other = cfg.clone();
+    other.model.name = gradcomp_train::config::ModelName::Lenet5;
+    let e = trainer::train(&other, RunOptions { resume: true, ..Default::default() }, Box::new(Silent))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("another model"), "{e}");
+}
+
+#[test]
+fn a_run_directory_is_never_overwritten_silently() {
+    let d = tempdir::Dir::new();
+    let cfg = config(d.path(), "[train]\nmax_steps = 2");
+    trainer::train(&cfg, RunOptions::default(), Box::new(Silent)).unwrap();
+    let e = trainer::train(&cfg, RunOptions::default(), Box::new(Silent)).unwrap_err().to_string();
+    assert!(e.contains("already holds a run") && e.contains("--overwrite") && e.contains("--resume"), "{e}");
+    let again = RunOptions { overwrite: true, ..Default::default() };
+    let s = trainer::train(&cfg, again, Box::new(Silent)).unwrap();
+    assert_eq!(s.steps, 2);
+    // The old records are gone, not appended to.
+    let lines = std::fs::read_to_string(d.path().join("steps.jsonl")).unwrap().lines().count();
+    assert_eq!(lines, 2);
+}
+
+#[test]
+fn a_resume_refuses_changes_of_meaning_and_asks_before_safe_ones() {
+    let d = tempdir::Dir::new();
+    let cfg = config(d.path(), "[train]\nmax_steps = 2");
+    trainer::train(&cfg, RunOptions::default(), Box::new(Silent)).unwrap();
+    let resume = || RunOptions { resume: true, ..Default::default() };
+    for (key, change) in [
+        ("optimizer.lr", "[optimizer]\nlr = 0.5\n[train]\nmax_steps = 2"),
+        ("seed", "seed = 99\n[train]\nmax_steps = 2"),
+        ("compressor", "[compressor]\nname = \"fp16\"\n[train]\nmax_steps = 2"),
+        ("data.batch_size", "[data]\nbatch_size = 8\n[train]\nmax_steps = 2"),
+    ] {
+        let other = config(d.path(), change);
+        let allow = RunOptions { allow_changes: true, ..resume() };
+        let e = trainer::train(&other, allow, Box::new(Silent)).unwrap_err().to_string();
+        assert!(e.contains(key) && e.contains("change the run's meaning"), "{key}: {e}");
+    }
+    let longer = config(d.path(), "[train]\nmax_steps = 4");
+    let e = trainer::train(&longer, resume(), Box::new(Silent)).unwrap_err().to_string();
+    assert!(e.contains("train.max_steps") && e.contains("--allow-change"), "{e}");
+    let s =
+        trainer::train(&longer, RunOptions { allow_changes: true, ..resume() }, Box::new(Silent)).unwrap();
+    assert_eq!(s.steps, 4);
+}
+
+#[test]
+fn old_checkpoints_are_pruned_and_stale_temporaries_removed() {
+    let d = tempdir::Dir::new();
+    let cfg = config(d.path(), "[train]\nepochs = 3\nkeep_checkpoints = 2");
+    trainer::train(&cfg, RunOptions::default(), Box::new(Silent)).unwrap();
+    let step_dirs = || {
+        let mut v: Vec<String> = std::fs::read_dir(d.path().join("checkpoints"))
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|n| n.starts_with("step-"))
+            .collect();
+        v.sort();
+        v
+    };
+    let kept = step_dirs();
+    assert_eq!(kept.len(), 2, "{kept:?}");
+    let latest = std::fs::read_to_string(d.path().join("checkpoints/latest")).unwrap();
+    assert_eq!(kept.last().unwrap(), latest.trim());
+    // A writer that died left its temporary files; a resume clears them.
+    let stale = [
+        d.path().join("steps.jsonl.tmp4242"),
+        d.path().join("checkpoints").join(&kept[1]).join("state.tmp77"),
+    ];
+    for f in &stale {
+        std::fs::write(f, b"partial").unwrap();
+    }
+    let resume = RunOptions { resume: true, ..Default::default() };
+    trainer::train(&cfg, resume, Box::new(Silent)).unwrap();
+    for f in &stale {
+        assert!(!f.exists(), "{} was left", f.display());
+    }
+}
+
+#[test]
+fn a_damaged_or_diverged_checkpoint_is_refused() {
+    use gradcomp_train::sections::{Sections, Values};
+    let d = tempdir::Dir::new();
+    let cfg = config(d.path(), "[train]\nmax_steps = 2");
+    trainer::train(&cfg, RunOptions::default(), Box::new(Silent)).unwrap();
+    let path = latest_state(d.path());
+    let good = std::fs::read(&path).unwrap();
+    let resume = || trainer::train(&cfg, RunOptions { resume: true, ..Default::default() }, Box::new(Silent));
+    // A flipped bit in the parameters.
+    let mut bad = good.clone();
+    let at = bad.len() / 2;
+    bad[at] ^= 0x10;
+    std::fs::write(&path, &bad).unwrap();
+    let e = resume().unwrap_err().to_string();
+    assert!(e.contains("fails its checksum"), "{e}");
+    // Valid checksums over NaN parameters: a diverged model.
+    let mut s = Sections::decode(&good, "x").unwrap();
+    let Some(Values::F32(p)) = s.0.get_mut("params") else { panic!("params") };
+    p[3] = f32::NAN;
+    std::fs::write(&path, s.encode()).unwrap();
+    let e = resume().unwrap_err().to_string();
+    assert!(e.contains("parameter 3") && e.contains("NaN"), "{e}");
+    // A step counter that disagrees with the checkpoint it is in.
+    let mut s = Sections::decode(&good, "x").unwrap();
+    let Some(Values::Bytes(c)) = s.0.get_mut("counters") else { panic!("counters") };
+    let mut counters: serde_json::Value = serde_json::from_slice(c).unwrap();
+    counters["step"] = serde_json::json!(u64::MAX);
+    *c = serde_json::to_vec(&counters).unwrap();
+    std::fs::write(&path, s.encode()).unwrap();
+    let e = resume().unwrap_err().to_string();
+    assert!(e.contains(&u64::MAX.to_string()), "{e}");
+    // The intact file resumes.
+    std::fs::write(&path, &good).unwrap();
+    let longer = RunOptions { resume: true, ..Default::default() };
+    assert_eq!(trainer::train(&cfg, longer, Box::new(Silent)).unwrap().steps, 2);
+}
