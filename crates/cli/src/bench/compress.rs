@@ -52,9 +52,6 @@ pub struct Args {
     device: String,
 }
 
-
-}
-
 pub fn run(args: &Args) -> Result<()> {
     let sizes: Vec<usize> = match args.elements {
         Some(0) => bail!("--elements must be at least 1"),
@@ -185,7 +182,6 @@ fn measure(
     };
     vec![row("compress", t_compress), row("encode", t_encode), row("decode_aggregate", t_decode)]
 }
-
 
 /// The targets, read off the largest size measured.
 #[derive(Default)]

@@ -18,10 +18,10 @@ use anyhow::{bail, Result};
 use clap::Args as ClapArgs;
 use gradcomp_compress::codec::harness;
 use gradcomp_compress::UnitRng;
-use gradcomp_train::sections::{Sections, Values};
 use gradcomp_train::config::TrainConfig;
 use gradcomp_train::data::{images_file, labels_file, parse_file_bytes, FileKind};
 use gradcomp_train::records::{EpochRecord, Manifest, StepRecord};
+use gradcomp_train::sections::{Sections, Values};
 use gradcomp_train::trainer::checkpoint_bytes;
 
 #[derive(ClapArgs)]

@@ -171,7 +171,8 @@ fn measure_model<M: Net>(c: &mut dyn Collective, a: &Args, model: M, device: &De
             .with_context(|| format!("--compressors: `{name}` is not a compressor name"))?;
         // The topology the compressor needs, as the library picks it.
         let exchange = |pipeline| {
-            let cfg = DataParallelConfig::new(compressor.clone()).with_buckets(a.bucket_mb, pipeline).with_seed(1);
+            let cfg =
+                DataParallelConfig::new(compressor.clone()).with_buckets(a.bucket_mb, pipeline).with_seed(1);
             GradientExchange::new(&layout, &cfg, n, 1)
         };
         let mut modes = [exchange(false), exchange(true), exchange(true)];
