@@ -70,7 +70,9 @@ fn main() {
     )
     .with_seed(custom_model::SEED);
     let dense = DataParallelConfig::new(CompressorConfig::dense()).with_seed(custom_model::SEED);
-    for (name, config) in [("block top-k (1/8)", block_topk), ("TernGrad", custom_model::terngrad()), ("dense", dense)] {
+    for (name, config) in
+        [("block top-k (1/8)", block_topk), ("TernGrad", custom_model::terngrad()), ("dense", dense)]
+    {
         let (acc, sent) = custom_model::run(4, config);
         println!("{name}: test accuracy {:.2}%, bytes sent {:.3} MB", acc * 100.0, sent as f64 / 1e6);
     }

@@ -114,7 +114,8 @@ impl Glyphs {
     }
 
     pub fn batch(&self, ids: &[usize], device: &Device) -> Batch {
-        let pixels: Vec<f32> = ids.iter().flat_map(|&i| self.pixels[i * 64..(i + 1) * 64].iter().copied()).collect();
+        let pixels: Vec<f32> =
+            ids.iter().flat_map(|&i| self.pixels[i * 64..(i + 1) * 64].iter().copied()).collect();
         let labels: Vec<i64> = ids.iter().map(|&i| self.labels[i]).collect();
         Batch {
             images: Tensor::from_data(TensorData::new(pixels, [ids.len(), 1, 8, 8]), device),

@@ -120,7 +120,8 @@ pub fn run<O: Optimizer>(
 
 fn main() {
     let dir = std::env::temp_dir().join("gradcomp-learner-example");
-    let (acc, sent) = run(4, custom_model::terngrad(), AdamWConfig::new().build(), LR, &dir).expect("training");
+    let (acc, sent) =
+        run(4, custom_model::terngrad(), AdamWConfig::new().build(), LR, &dir).expect("training");
     println!(
         "burn-train Learner, 4 workers, TernGrad: test accuracy {:.2}%, bytes sent {:.2} MB",
         acc * 100.0,

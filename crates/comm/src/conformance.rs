@@ -63,7 +63,9 @@ pub fn check_all(c: &mut dyn Collective) -> Result<(), String> {
     let want = |i: usize| (0..n).map(|r| code(i, r)).sum::<i32>();
     let mut z8: Vec<i8> = (0..len).map(|i| code(i, rank) as i8).collect();
     c.allreduce_sum_i8(&mut z8).map_err(err)?;
-    ensure(z8.iter().enumerate().all(|(i, &v)| i32::from(v) == want(i)), || "allreduce_sum_i8 result".into())?;
+    ensure(z8.iter().enumerate().all(|(i, &v)| i32::from(v) == want(i)), || {
+        "allreduce_sum_i8 result".into()
+    })?;
     let mut z16: Vec<i16> = (0..len).map(|i| (code(i, rank) * 300) as i16).collect();
     c.allreduce_sum_i16(&mut z16).map_err(err)?;
     ensure(z16.iter().enumerate().all(|(i, &v)| i32::from(v) == 300 * want(i)), || {

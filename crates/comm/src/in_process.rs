@@ -25,8 +25,8 @@ use half::f16;
 use thiserror::Error;
 
 use crate::collective::{Aggregate, Collective, CommError, Gathered, ServerPlacement};
-use crate::op::OpKind;
 use crate::meter::ByteMeter;
+use crate::op::OpKind;
 
 /// Options of an in-process group; `build` makes the per-rank handles.
 #[derive(Clone, Debug)]
@@ -217,8 +217,7 @@ fn check_posts(posts: &[Post], max_message: usize) -> Result<(), CommError> {
         }
         let op = p.op.expect("arrived posts carry an op");
         match op {
-            _ if op.is_allreduce() && p.len != first.len =>
-            {
+            _ if op.is_allreduce() && p.len != first.len => {
                 return Err(CommError::Mismatch {
                     detail: format!(
                         "{}: rank 0 has {} elements, rank {r} has {}",

@@ -25,8 +25,8 @@ pub mod netmodel;
 mod op;
 
 pub use collective::{Aggregate, Collective, CommError, Gathered, ServerPlacement};
-pub use op::{CollectiveCall, OpKind};
 pub use half::f16;
 pub use in_process::{InProcessCollective, InProcessGroup, WorkerPanic};
 pub use meter::{ByteMeter, OpBytes, StepBytes};
 pub use netmodel::{AllgathervAlgorithm, AllreduceAlgorithm, Calibration, NetworkModel};
+pub use op::{CollectiveCall, OpKind};

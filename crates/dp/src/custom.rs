@@ -28,7 +28,10 @@ pub struct CustomCompressor {
 
 impl CustomCompressor {
     /// `make` builds one unit's compressor; it is called once per unit.
-    pub fn new(name: impl Into<String>, make: impl Fn() -> Box<dyn Compressor> + Send + Sync + 'static) -> Self {
+    pub fn new(
+        name: impl Into<String>,
+        make: impl Fn() -> Box<dyn Compressor> + Send + Sync + 'static,
+    ) -> Self {
         Self { name: name.into(), compressor: Arc::new(make), memory: None }
     }
 

@@ -15,8 +15,8 @@ use burn::tensor::{DType, Tensor};
 use burn_cubecl::{Cube, CubeBackend};
 use gradcomp_kernels::{Client, DeviceF32};
 
-use crate::params::{self, GradSource};
 use crate::exchange::Unit;
+use crate::params::{self, GradSource};
 
 /// One worker's gradient on its device: a buffer per compression unit, in
 /// unit order, each holding exactly the unit's elements in layout order.

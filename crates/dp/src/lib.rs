@@ -61,7 +61,7 @@ pub use layout::{GradientLayout, ParamSlot};
 /// Everything a burn user needs for compressed data-parallel training.
 pub mod prelude {
     pub use crate::{
-        Backward, CompressionLocation, Cuts, CustomCompressor, DataParallel, DataParallelConfig, OnNonFinite,
+        Backward, CompressionLocation, CustomCompressor, Cuts, DataParallel, DataParallelConfig, OnNonFinite,
         SyncError, Topology,
     };
     pub use gradcomp_comm::{Collective, InProcessGroup};

@@ -10,7 +10,9 @@ use burn::tensor::{Device, Tensor, TensorData};
 use gradcomp_comm::{InProcessCollective, InProcessGroup};
 use gradcomp_compress::CompressorConfig;
 use gradcomp_dp::config::Granularity;
-use gradcomp_dp::{Cuts, DataParallel, DataParallelConfig, DataParallelState, OnNonFinite, SyncError, Topology};
+use gradcomp_dp::{
+    Cuts, DataParallel, DataParallelConfig, DataParallelState, OnNonFinite, SyncError, Topology,
+};
 
 #[derive(Module, Debug)]
 struct Mlp {
@@ -143,10 +145,12 @@ fn misuse_is_an_error_that_says_what_to_do() {
     });
     workers(1, |_, c| {
         let d = device();
-        let cfg = DataParallelConfig::new(CompressorConfig::esgd(0.5)).with_topology(Topology::ParameterServer);
+        let cfg =
+            DataParallelConfig::new(CompressorConfig::esgd(0.5)).with_topology(Topology::ParameterServer);
         let (mut dp, model) = cfg.init(c, Mlp::new(&d, 4)).unwrap();
         // Gradients alone carry no loss, which eSGD's selection reads.
-        let e = dp.step(model.clone(), model.loss(0, &d).backward(), &mut sgd(), 0.1).unwrap_err().to_string();
+        let e =
+            dp.step(model.clone(), model.loss(0, &d).backward(), &mut sgd(), 0.1).unwrap_err().to_string();
         assert!(e.contains("pass the loss"), "{e}");
         dp.step(model.clone(), model.loss(0, &d), &mut sgd(), 0.1).unwrap();
     });
@@ -364,7 +368,8 @@ fn a_parameter_on_both_sides_of_a_cut_is_an_error_on_every_worker() {
                 // A healthy step first, so the location is decided and the next one streams.
                 dp.step(model.clone(), model.loss(0, &d), &mut sgd(), 0.1).unwrap();
             }
-            errors.push(dp.step(model.clone(), cuts.backward(loss), &mut sgd(), 0.1).unwrap_err().to_string());
+            errors
+                .push(dp.step(model.clone(), cuts.backward(loss), &mut sgd(), 0.1).unwrap_err().to_string());
         }
         errors
     });

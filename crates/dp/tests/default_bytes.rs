@@ -21,7 +21,10 @@ struct Reference {
 }
 
 fn reference(device: &Device) -> Reference {
-    Reference { hidden: LinearConfig::new(784, 256).init(device), out: LinearConfig::new(256, 10).init(device) }
+    Reference {
+        hidden: LinearConfig::new(784, 256).init(device),
+        out: LinearConfig::new(256, 10).init(device),
+    }
 }
 
 /// Bytes worker 0 sends in each of two steps with `cfg` among `n` workers,
@@ -55,7 +58,8 @@ fn bytes_per_step(cfg: &DataParallelConfig, n: usize) -> Vec<u64> {
 fn stated() -> Vec<(String, f64)> {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/ALGORITHMS.md");
     let text = std::fs::read_to_string(path).unwrap();
-    let table = text.split("<!-- default-bytes -->").nth(1).expect("the default-bytes table in ALGORITHMS.md");
+    let table =
+        text.split("<!-- default-bytes -->").nth(1).expect("the default-bytes table in ALGORITHMS.md");
     table
         .lines()
         .skip_while(|l| !l.starts_with('|'))

@@ -161,7 +161,8 @@ fn train_two(compressor: &CompressorConfig, on_device: bool) -> Vec<(Compression
             let rank = gradcomp_comm::Collective::rank(&c);
             let d = gpu();
             d.seed(11);
-            let cfg = DataParallelConfig::new(compressor.clone()).with_checksum_every(5).with_on_device(on_device);
+            let cfg =
+                DataParallelConfig::new(compressor.clone()).with_checksum_every(5).with_on_device(on_device);
             let (mut dp, mut model) = cfg.init(c, Mlp::new(&d)).unwrap();
             let mut optim = SgdConfig::new().init();
             let first: f32 = model.loss(rank, &d).into_scalar();
@@ -227,12 +228,20 @@ fn a_run_without_a_device_form_compresses_on_the_host_and_says_why() {
     let (mut dp, _) =
         DataParallelConfig::new(CompressorConfig::trimmedk(0.1)).init(single(), model.clone()).unwrap();
     dp.step(model.clone(), model.loss(0, &d), &mut SgdConfig::new().init(), 0.05).unwrap();
-    assert!(matches!(dp.compression_location(), CompressionLocation::Host(why) if why.contains("trimmedk")), "{:?}", dp.compression_location());
+    assert!(
+        matches!(dp.compression_location(), CompressionLocation::Host(why) if why.contains("trimmedk")),
+        "{:?}",
+        dp.compression_location()
+    );
     // Nothing to compress: one read-back on the host beats one per unit.
     let (mut dp, _) =
         DataParallelConfig::new(CompressorConfig::dense()).init(single(), model.clone()).unwrap();
     dp.step(model.clone(), model.loss(0, &d), &mut SgdConfig::new().init(), 0.05).unwrap();
-    assert!(matches!(dp.compression_location(), CompressionLocation::Host(why) if why.contains("uncompressed")), "{:?}", dp.compression_location());
+    assert!(
+        matches!(dp.compression_location(), CompressionLocation::Host(why) if why.contains("uncompressed")),
+        "{:?}",
+        dp.compression_location()
+    );
     // A CPU model with on_device left on: the host path, named.
     let cpu = gradcomp_dp::default_device();
     let model = Mlp::new(&cpu);
@@ -255,6 +264,7 @@ fn a_non_finite_gradient_on_the_device_names_its_tensor() {
     dp.step(model.clone(), model.loss(0, &d), &mut SgdConfig::new().init(), 0.05).unwrap();
     assert!(!dp.last_step().skipped);
     assert_eq!(dp.compression_location(), &CompressionLocation::Device);
-    let e = dp.step(model.clone(), model.loss(1, &d) * f32::NAN, &mut SgdConfig::new().init(), 0.05).unwrap_err();
+    let e =
+        dp.step(model.clone(), model.loss(1, &d) * f32::NAN, &mut SgdConfig::new().init(), 0.05).unwrap_err();
     assert!(matches!(&e, SyncError::NonFinite { tensor, .. } if tensor.starts_with("a.")), "{e}");
 }

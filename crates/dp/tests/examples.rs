@@ -17,8 +17,12 @@ fn the_user_model_example_learns_with_terngrad() {
 #[test]
 fn the_users_own_compressor_trains_and_sends_less_than_dense() {
     let text = run_example("custom_compressor", &[]);
-    let line = |name: &str| text.lines().find(|l| l.starts_with(name)).unwrap_or_else(|| panic!("no {name} in {text}"));
-    let mb = |l: &str| -> f64 { l.split("bytes sent ").nth(1).and_then(|t| t.split(' ').next()?.parse().ok()).unwrap() };
+    let line = |name: &str| {
+        text.lines().find(|l| l.starts_with(name)).unwrap_or_else(|| panic!("no {name} in {text}"))
+    };
+    let mb = |l: &str| -> f64 {
+        l.split("bytes sent ").nth(1).and_then(|t| t.split(' ').next()?.parse().ok()).unwrap()
+    };
     let own = line("block top-k");
     assert!(printed_accuracy(own, "test accuracy ") > 80.0, "{text}");
     // 1/8 of the blocks, as u32 indices and f32 values: about a quarter of dense's bytes.

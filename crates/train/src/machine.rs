@@ -35,7 +35,6 @@ pub fn proc_kb(file: &str, key: &str) -> Option<f64> {
         .ok()
 }
 
-
 /// The memory the machine has available (Linux `MemAvailable`), if known.
 pub fn available_memory_bytes() -> Option<f64> {
     proc_kb("/proc/meminfo", "MemAvailable").map(|kb| kb * 1024.0)

@@ -16,8 +16,8 @@ use gradcomp_compress::CompressorConfig;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-pub use crate::machine::Hardware;
 use crate::config::{Backend, Exclusions, Granularity, Topology};
+pub use crate::machine::Hardware;
 
 /// One step, as written to `steps.jsonl`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

@@ -6,6 +6,7 @@ use super::case::{error, Action, Case, Expect};
 use super::checkpoints::{checkpoint_cases, record_cases, signal_cases};
 use super::files::*;
 
+/// Every case, with its files written under `root`.
 pub fn catalog(root: &Path) -> Vec<Case> {
     let mut cases = Vec::new();
     let set = ImageSet::new();
@@ -336,4 +337,3 @@ pub fn catalog(root: &Path) -> Vec<Case> {
     signal_cases(root, &mut cases);
     cases
 }
-

@@ -245,6 +245,3 @@ pub fn signal_cases(root: &Path, cases: &mut Vec<Case>) {
         });
     }
 }
-
-/// Runs `args` (sending the signals `action` names) with a deadline; kills
-/// it and reports a hang past it.

@@ -152,5 +152,3 @@ pub fn idx_damage(good: &[u8], images: bool) -> Vec<(String, Vec<u8>)> {
     }
     v
 }
-
-/// Every case, with its files written under `root`.

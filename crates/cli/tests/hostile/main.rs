@@ -9,7 +9,6 @@
 //! `GRADCOMP_CATALOG_KEEP=1` keeps that directory to inspect or replay a case
 //! (each case prints its command line on failure).
 
-
 mod case;
 mod catalog;
 mod checkpoints;
@@ -30,7 +29,11 @@ fn the_hostile_catalog_ends_cleanly() {
     let root = std::env::temp_dir().join(format!("gradcomp-catalog-{}", std::process::id()));
     std::fs::remove_dir_all(&root).ok();
     let cases = catalog(&root);
-    assert!(cases.len() >= CATALOG_CASES, "the catalog holds {} cases, the docs {CATALOG_CASES}", cases.len());
+    assert!(
+        cases.len() >= CATALOG_CASES,
+        "the catalog holds {} cases, the docs {CATALOG_CASES}",
+        cases.len()
+    );
     let mut failures = Vec::new();
     let mut by_class = std::collections::BTreeMap::<&str, usize>::new();
     for case in &cases {
@@ -70,4 +73,3 @@ fn the_hostile_catalog_ends_cleanly() {
         failures.join("\n")
     );
 }
-

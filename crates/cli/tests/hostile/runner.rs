@@ -6,6 +6,8 @@ use std::time::{Duration, Instant};
 use super::case::{Action, Expect};
 use super::files::bin;
 
+/// Runs `args` (sending the signals `action` names) with a deadline; kills
+/// it and reports a hang past it.
 pub fn run_case(
     args: &[String],
     action: &Action,
@@ -98,4 +100,3 @@ pub fn judge(expect: &Expect, code: Option<i32>, stderr: &str) -> Option<String>
         Expect::Signal(want) => (code != Some(*want)).then(|| format!("exit {code:?}, want {want}")),
     }
 }
-

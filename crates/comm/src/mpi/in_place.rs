@@ -41,7 +41,14 @@ pub(super) fn allreduce<T>(
     // with calls serialized by the owning `MpiCollective` (see its
     // `Send` impl).
     unsafe {
-        mpi::ffi::MPI_Allreduce(gradcomp_mpi_in_place, buf.as_mut_ptr().cast(), count, datatype, op, comm.as_raw())
+        mpi::ffi::MPI_Allreduce(
+            gradcomp_mpi_in_place,
+            buf.as_mut_ptr().cast(),
+            count,
+            datatype,
+            op,
+            comm.as_raw(),
+        )
     }
 }
 

@@ -30,9 +30,9 @@ use mpi::traits::*;
 use mpi::Count;
 
 use crate::collective::{Aggregate, Collective, CommError, Gathered, ServerPlacement};
-use crate::op::OpKind;
 use crate::heartbeat::{self, Heartbeat};
 use crate::meter::ByteMeter;
+use crate::op::OpKind;
 
 /// Exit code of a rank whose collective timed out.
 pub const TIMEOUT_EXIT_CODE: i32 = 75;

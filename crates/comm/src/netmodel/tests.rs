@@ -49,8 +49,8 @@ fn open_mpi_rules_pick_by_size_and_ranks() {
 
 #[test]
 fn messages_beyond_the_eager_limit_pay_the_handshake() {
-    let mut m = NetworkModel::from_bits_per_second(1e9, 1e-4)
-        .with_allreduce(AllreduceAlgorithm::RecursiveDoubling);
+    let mut m =
+        NetworkModel::from_bits_per_second(1e9, 1e-4).with_allreduce(AllreduceAlgorithm::RecursiveDoubling);
     m.rendezvous = 1e-3;
     let below = m.allreduce(4, 64 << 10);
     let above = m.allreduce(4, (64 << 10) + 4);
@@ -60,13 +60,13 @@ fn messages_beyond_the_eager_limit_pay_the_handshake() {
 
 #[test]
 fn fit_recovers_the_model_that_made_the_times() {
-    let mut truth = NetworkModel::from_bits_per_second(1e8, 2e-4)
-        .with_allreduce(AllreduceAlgorithm::RecursiveDoubling);
+    let mut truth =
+        NetworkModel::from_bits_per_second(1e8, 2e-4).with_allreduce(AllreduceAlgorithm::RecursiveDoubling);
     truth.rendezvous = 3e-3;
     let sizes = [4u64 << 10, 32 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20];
     let samples: Vec<(u64, f64)> = sizes.iter().map(|&s| (s, truth.allreduce(4, s))).collect();
-    let start = NetworkModel::from_bits_per_second(1e9, 0.0)
-        .with_allreduce(AllreduceAlgorithm::RecursiveDoubling);
+    let start =
+        NetworkModel::from_bits_per_second(1e9, 0.0).with_allreduce(AllreduceAlgorithm::RecursiveDoubling);
     let fitted = start.fit(4, &samples).unwrap();
     assert!((fitted.alpha / truth.alpha - 1.0).abs() < 1e-6, "{fitted:?}");
     assert!((fitted.bandwidth / truth.bandwidth - 1.0).abs() < 1e-6);
@@ -78,8 +78,8 @@ fn fit_recovers_the_model_that_made_the_times() {
 
 #[test]
 fn calibrated_curves_price_rounds_by_what_was_measured() {
-    let m = NetworkModel::from_bits_per_second(1e9, 1e-4)
-        .with_allreduce(AllreduceAlgorithm::RecursiveDoubling);
+    let m =
+        NetworkModel::from_bits_per_second(1e9, 1e-4).with_allreduce(AllreduceAlgorithm::RecursiveDoubling);
     // 4 ranks: recursive doubling is two exchange rounds; the server's link
     // carries 3 uploads in and 3 downloads out.
     let allreduce = [(1000, 0.02), (3000, 0.04)];

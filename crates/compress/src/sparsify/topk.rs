@@ -45,9 +45,9 @@ impl Selector for TopK {
 
 #[cfg(test)]
 mod tests {
+    use super::{TopK, TopKConfig};
     use crate::memory::{ErrorFeedback, Memory, ResidualForm};
     use crate::message::{Message, SparseWire, ValueEncoding};
-    use super::{TopK, TopKConfig};
     use crate::{codec, Compressor, UnitContext};
 
     /// Past f16's range the wire saturates at 65504 (never ±inf) and error

@@ -87,7 +87,10 @@ impl DataParallelConfig {
             return Ok(());
         }
         if st.average == Average::Gradients && st.period != 1 {
-            return Err(err("strategy.average", "averaging gradients (naive parallel clipping) needs period = 1"));
+            return Err(err(
+                "strategy.average",
+                "averaging gradients (naive parallel clipping) needs period = 1",
+            ));
         }
         if st.average == Average::Gradients && st.compress_delta {
             return Err(err("strategy.compress_delta", "applies to model averaging only"));

@@ -5,7 +5,7 @@
 
 use std::time::Instant;
 
-use gradcomp_comm::{f16, CollectiveCall, Collective, CommError, Gathered, OpKind};
+use gradcomp_comm::{f16, Collective, CollectiveCall, CommError, Gathered, OpKind};
 use gradcomp_compress::codec::{self, CodecError};
 use gradcomp_compress::message::SparseMessage;
 use gradcomp_compress::Message;
@@ -50,7 +50,10 @@ impl CodeSums {
 
     /// Appends a ternary message's codes.
     fn push(&mut self, m: &gradcomp_compress::message::TernaryMessage) {
-        fn grow<T: From<i8> + Copy + Default>(v: &mut Vec<T>, m: &gradcomp_compress::message::TernaryMessage) {
+        fn grow<T: From<i8> + Copy + Default>(
+            v: &mut Vec<T>,
+            m: &gradcomp_compress::message::TernaryMessage,
+        ) {
             let start = v.len();
             v.resize(start + m.len, T::default());
             m.codes_into(&mut v[start..]);
@@ -263,7 +266,8 @@ pub(crate) fn aggregate(
         let mut bytes = &p.down[..];
         for unit in &plan.units[plan.buckets[b].clone()] {
             let (first, rest) = codec::split_first(bytes).map_err(codec_error)?;
-            codec::accumulate(first, 1.0, &mut out[unit.offset..unit.offset + unit.len]).map_err(codec_error)?;
+            codec::accumulate(first, 1.0, &mut out[unit.offset..unit.offset + unit.len])
+                .map_err(codec_error)?;
             bytes = rest;
         }
     }

@@ -69,7 +69,9 @@ impl DeviceUnits {
             let state = host.state();
             match dev {
                 DeviceMemory::None => {}
-                DeviceMemory::ErrorFeedback(ef) => ef.restore(&self.client, state.first().copied().unwrap_or(&[])),
+                DeviceMemory::ErrorFeedback(ef) => {
+                    ef.restore(&self.client, state.first().copied().unwrap_or(&[]))
+                }
                 DeviceMemory::DgcMomentum(dgc) => match state.as_slice() {
                     [u, v] => dgc.restore(&self.client, u, v)?,
                     _ => dgc.restore(&self.client, &[], &[])?,
@@ -111,7 +113,9 @@ impl DeviceUnits {
                 (true, MemoryKind::ErrorFeedback) => {
                     DeviceMemory::ErrorFeedback(DeviceErrorFeedback::new(recipe.residual))
                 }
-                (true, MemoryKind::DgcMomentum) => DeviceMemory::DgcMomentum(DeviceDgcMomentum::new(recipe.momentum)),
+                (true, MemoryKind::DgcMomentum) => {
+                    DeviceMemory::DgcMomentum(DeviceDgcMomentum::new(recipe.momentum))
+                }
                 _ => DeviceMemory::None,
             })
             .collect();
@@ -138,15 +142,25 @@ pub(crate) struct DeviceCompression<'a> {
 }
 
 impl<'a> DeviceCompression<'a> {
-    pub(crate) fn new(units: &'a mut DeviceUnits, plan: &Plan, grad: &'a DeviceGrad) -> Result<Self, ExchangeError> {
-        if grad.units.len() != plan.units.len() || grad.units.iter().zip(&plan.units).any(|(g, u)| g.len != u.len) {
-            return Err(ExchangeError::Device("the device gradient is not cut into this exchange's units".into()));
+    pub(crate) fn new(
+        units: &'a mut DeviceUnits,
+        plan: &Plan,
+        grad: &'a DeviceGrad,
+    ) -> Result<Self, ExchangeError> {
+        if grad.units.len() != plan.units.len()
+            || grad.units.iter().zip(&plan.units).any(|(g, u)| g.len != u.len)
+        {
+            return Err(ExchangeError::Device(
+                "the device gradient is not cut into this exchange's units".into(),
+            ));
         }
         Ok(DeviceCompression { units, grad, inputs: vec![None; plan.units.len()] })
     }
 
     fn input(&self, u: usize) -> Result<&DeviceF32, ExchangeError> {
-        self.inputs[u].as_ref().ok_or_else(|| ExchangeError::Device(format!("unit {u} compressed before compensation")))
+        self.inputs[u]
+            .as_ref()
+            .ok_or_else(|| ExchangeError::Device(format!("unit {u} compressed before compensation")))
     }
 }
 
@@ -184,7 +198,9 @@ impl LocalCompression for DeviceCompression<'_> {
         if round > 0 || plan.raw[u] {
             return Ok(None);
         }
-        let scalar = self.units.compressors[u].local_scalar(&self.units.client, self.input(u)?).map_err(device_error)?;
+        let scalar = self.units.compressors[u]
+            .local_scalar(&self.units.client, self.input(u)?)
+            .map_err(device_error)?;
         Ok(scalar.map(|s| {
             out.push(s);
             ReduceOp::Max

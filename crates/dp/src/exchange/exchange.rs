@@ -182,7 +182,13 @@ impl GradientExchange {
     /// exchange has no device form.
     #[cfg(feature = "device-kernels")]
     pub fn to_device(&mut self, client: &gradcomp_kernels::Client) -> Result<(), String> {
-        let units = super::device::DeviceUnits::new(client, &self.plan, &self.recipe, self.density, &self.host.memories)?;
+        let units = super::device::DeviceUnits::new(
+            client,
+            &self.plan,
+            &self.recipe,
+            self.density,
+            &self.host.memories,
+        )?;
         self.device = Some(units);
         Ok(())
     }
@@ -211,7 +217,12 @@ pub(super) struct Working {
 }
 
 impl Working {
-    fn step<'a>(&'a mut self, plan: &'a Plan, local: &'a mut dyn LocalCompression, args: StepArgs) -> ExchangeStep<'a> {
+    fn step<'a>(
+        &'a mut self,
+        plan: &'a Plan,
+        local: &'a mut dyn LocalCompression,
+        args: StepArgs,
+    ) -> ExchangeStep<'a> {
         ExchangeStep {
             plan,
             local,

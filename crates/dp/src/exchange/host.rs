@@ -115,7 +115,8 @@ impl LocalCompression for HostCompression {
     }
 
     fn residual_norm(&self) -> Result<f64, ExchangeError> {
-        let sq: f64 = self.memories.iter().map(|m| gradcomp_compress::reduce::sum_of_squares(m.residual())).sum();
+        let sq: f64 =
+            self.memories.iter().map(|m| gradcomp_compress::reduce::sum_of_squares(m.residual())).sum();
         Ok(sq.sqrt())
     }
 

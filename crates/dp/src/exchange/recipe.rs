@@ -56,7 +56,9 @@ impl Recipe {
     /// Whether memories hold lr-scaled residuals (gradcomp's error feedback
     /// in its `lr-scaled` form; a user's memory is taken to hold gradients).
     pub(crate) fn lr_scaled(&self) -> bool {
-        self.custom.is_none() && self.memory == MemoryKind::ErrorFeedback && self.residual == ResidualForm::LrScaled
+        self.custom.is_none()
+            && self.memory == MemoryKind::ErrorFeedback
+            && self.residual == ResidualForm::LrScaled
     }
 
     /// Whether every unit travels as it is (the dense compressor).

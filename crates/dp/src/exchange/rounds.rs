@@ -59,7 +59,13 @@ impl RoundValues {
 
     /// Gives each unit its part of the reduced `values` of `op`, and keeps
     /// the buffer for the next round.
-    pub(crate) fn hand_back(&mut self, op: ReduceOp, values: Vec<f32>, local: &mut dyn LocalCompression, round: usize) {
+    pub(crate) fn hand_back(
+        &mut self,
+        op: ReduceOp,
+        values: Vec<f32>,
+        local: &mut dyn LocalCompression,
+        round: usize,
+    ) {
         for (u, range) in &self.parts[slot(op)] {
             local.agreed(*u, round, &values[range.clone()]);
         }

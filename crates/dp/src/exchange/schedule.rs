@@ -186,7 +186,12 @@ impl ExchangeStep<'_> {
 
     /// Compresses bucket `b`'s units (`args.key` with the unit's id seeds
     /// its randomness) and packs their messages, timing it.
-    fn pack(&mut self, b: usize, grad: &[f32], st: &mut ExchangeStats) -> Result<BucketBuffers, ExchangeError> {
+    fn pack(
+        &mut self,
+        b: usize,
+        grad: &[f32],
+        st: &mut ExchangeStats,
+    ) -> Result<BucketBuffers, ExchangeError> {
         let (plan, args) = (self.plan, &self.args);
         let t = Instant::now();
         for u in plan.buckets[b].clone() {
@@ -215,7 +220,12 @@ impl ExchangeStep<'_> {
 
     /// Decodes and aggregates a bucket back from the wire, updates its
     /// memories, and keeps its buffers for the next step.
-    fn finish_bucket(&mut self, done: WireDone, out: &mut [f32], st: &mut ExchangeStats) -> Result<(), ExchangeError> {
+    fn finish_bucket(
+        &mut self,
+        done: WireDone,
+        out: &mut [f32],
+        st: &mut ExchangeStats,
+    ) -> Result<(), ExchangeError> {
         let WireDone::Bucket(b, p, moved) = done else {
             return Err(ExchangeError::Comm(CommError::Invalid(
                 "an agreement round came back while none was pending".into(),

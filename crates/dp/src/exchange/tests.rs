@@ -1,6 +1,9 @@
 use std::ops::Range;
 
-use gradcomp_comm::{Aggregate, ByteMeter, Collective, CommError, Gathered, InProcessCollective, InProcessGroup, ServerPlacement};
+use gradcomp_comm::{
+    Aggregate, ByteMeter, Collective, CommError, Gathered, InProcessCollective, InProcessGroup,
+    ServerPlacement,
+};
 use gradcomp_compress::{codec, CompressorConfig};
 
 use super::*;
@@ -123,7 +126,12 @@ fn trace(
                 .collect();
             let mut out = vec![f32::NAN; grad.len()];
             let st = match staged {
-                None => x.exchange(Gradient::Host(&mut CompleteGrad(&grad)), &input(step, step == 3), &mut out, &mut c),
+                None => x.exchange(
+                    Gradient::Host(&mut CompleteGrad(&grad)),
+                    &input(step, step == 3),
+                    &mut out,
+                    &mut c,
+                ),
                 Some(chunk) => {
                     let (end, zeros) = (grad.len(), vec![0.0; grad.len()]);
                     let mut stages = Revealed { full: grad.clone(), grad: zeros, end, chunk };
@@ -232,11 +240,7 @@ impl Collective for Truncating {
     fn allreduce_max_f32(&mut self, buf: &mut [f32]) -> Result<(), CommError> {
         self.0.allreduce_max_f32(buf)
     }
-    fn allgatherv(
-        &mut self,
-        send: &[u8],
-        recv: &mut Gathered,
-    ) -> Result<(), CommError> {
+    fn allgatherv(&mut self, send: &[u8], recv: &mut Gathered) -> Result<(), CommError> {
         self.0.allgatherv(&send[..send.len() / 2], recv)
     }
     fn broadcast(&mut self, buf: &mut Vec<u8>, root: usize) -> Result<(), CommError> {

@@ -65,11 +65,16 @@ impl DataParallel {
                 .map(Some);
         }
         if self.strategy.units().is_empty() {
-            self.location = CompressionLocation::Host(format!("strategy `{}` compresses on the host", self.strategy.name()));
+            self.location = CompressionLocation::Host(format!(
+                "strategy `{}` compresses on the host",
+                self.strategy.name()
+            ));
             return Ok(None);
         }
         let Some(g) = DeviceGrad::from_burn(model, grads, self.strategy.units()) else {
-            self.location = CompressionLocation::Host("the gradients are not f32 tensors on a GPU (cuda, wgpu) device".into());
+            self.location = CompressionLocation::Host(
+                "the gradients are not f32 tensors on a GPU (cuda, wgpu) device".into(),
+            );
             return Ok(None);
         };
         match self.strategy.to_device(&g.client) {

@@ -86,7 +86,12 @@ impl DataParallel {
     /// The combined gradient of a step, and the step size to apply it at:
     /// [`step`](Self::step) without the optimizer, for callers that apply
     /// it themselves (burn-train's `Learner`).
-    pub(crate) fn sync<M: Module, B: Backward>(&mut self, model: &M, backward: B, lr: f64) -> Result<Synced, SyncError> {
+    pub(crate) fn sync<M: Module, B: Backward>(
+        &mut self,
+        model: &M,
+        backward: B,
+        lr: f64,
+    ) -> Result<Synced, SyncError> {
         let pass = backward.into_pass();
         self.begin_sync(model, lr, pass.loss)?;
         match pass.grads {
@@ -146,7 +151,9 @@ impl DataParallel {
                 self.strategy.combine(&input, g, &mut self.out, &mut *self.c)
             }
             #[cfg(feature = "device-kernels")]
-            StepGrad::Device(g) => self.strategy.combine(&input, Gradient::Device(g), &mut self.out, &mut *self.c),
+            StepGrad::Device(g) => {
+                self.strategy.combine(&input, Gradient::Device(g), &mut self.out, &mut *self.c)
+            }
         }
         .map_err(|e| SyncError::from_exchange(rank, e))?;
         drop(grad);
@@ -182,7 +189,8 @@ impl DataParallel {
         // Skipping must undo the memories' update, which has happened by the agreement.
         let before = (self.cfg.on_nonfinite == OnNonFinite::Skip).then(|| self.strategy.state());
         let mut source = BurnStages::new(model, stages, &self.layout, &mut self.grad);
-        let combined = self.strategy.combine(&input, Gradient::Host(&mut source), &mut self.out, &mut *self.c);
+        let combined =
+            self.strategy.combine(&input, Gradient::Host(&mut source), &mut self.out, &mut *self.c);
         let (nonfinite, backward_seconds, read_seconds) =
             (source.nonfinite.take(), source.backward_seconds, source.read_seconds);
         let combined = combined.map_err(|e| SyncError::from_exchange(rank, e))?;
@@ -234,7 +242,10 @@ impl DataParallel {
                 self.step
             )));
         }
-        if self.cfg.custom.is_none() && matches!(self.cfg.compressor, CompressorConfig::Esgd(_)) && loss.is_none() {
+        if self.cfg.custom.is_none()
+            && matches!(self.cfg.compressor, CompressorConfig::Esgd(_))
+            && loss.is_none()
+        {
             return Err(SyncError::Usage(
                 "eSGD selects by the loss: pass the loss tensor (or (gradients, loss)) to step".into(),
             ));

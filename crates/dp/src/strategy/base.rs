@@ -57,8 +57,12 @@ pub trait Strategy: Send {
     /// Averages the workers' parameters `params` in place (every worker ends
     /// with the same values). Called only at a step where
     /// [`Strategy::averages_models`] is true, or at an epoch end.
-    fn average_models(&mut self, step: u64, params: &mut [f32], c: &mut dyn Collective)
-        -> Result<(), ExchangeError>;
+    fn average_models(
+        &mut self,
+        step: u64,
+        params: &mut [f32],
+        c: &mut dyn Collective,
+    ) -> Result<(), ExchangeError>;
 
     /// Combines this worker's gradient into `out`, the gradient (in
     /// gradient units) to apply at [`Combined::lr`]. A host gradient may

@@ -85,7 +85,12 @@ impl Strategy for Celgc {
         self.cfg.average == Average::Models && step.is_multiple_of(self.cfg.period)
     }
 
-    fn average_models(&mut self, step: u64, params: &mut [f32], c: &mut dyn Collective) -> Result<(), ExchangeError> {
+    fn average_models(
+        &mut self,
+        step: u64,
+        params: &mut [f32],
+        c: &mut dyn Collective,
+    ) -> Result<(), ExchangeError> {
         let n = c.world_size() as f32;
         let Some(d) = &mut self.delta else {
             c.allreduce_sum_f32(params)?;

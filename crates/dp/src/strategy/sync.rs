@@ -71,7 +71,12 @@ impl Strategy for Synchronous {
         false
     }
 
-    fn average_models(&mut self, _step: u64, _params: &mut [f32], _c: &mut dyn Collective) -> Result<(), ExchangeError> {
+    fn average_models(
+        &mut self,
+        _step: u64,
+        _params: &mut [f32],
+        _c: &mut dyn Collective,
+    ) -> Result<(), ExchangeError> {
         Ok(())
     }
 

@@ -153,7 +153,6 @@ impl DataConfig {
     }
 }
 
-
 /// How a 4-D IDX image file orders an image's values.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -207,4 +206,3 @@ impl Default for TextFiles {
         Self { train: "train.txt".into(), valid: "valid.txt".into(), test: "test.txt".into() }
     }
 }
-

@@ -103,7 +103,6 @@ pub enum Backend {
     Mpi,
 }
 
-
 impl TrainConfig {
     pub fn to_toml(&self) -> String {
         toml::to_string_pretty(self).expect("configs serialize")
@@ -133,5 +132,4 @@ impl TrainConfig {
     pub fn is_language_model(&self) -> bool {
         self.model.name == model::ModelName::Lstm
     }
-
 }

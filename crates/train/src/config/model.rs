@@ -26,7 +26,6 @@ impl Default for ModelConfig {
     }
 }
 
-
 /// Sizes of the language model.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -45,4 +44,3 @@ impl Default for LstmLmConfig {
         Self { vocab: 10_000, embed: 200, hidden: 200, dropout: 0.0 }
     }
 }
-

@@ -72,4 +72,3 @@ impl Default for ScheduleConfig {
         Self { kind: ScheduleKind::Constant, step_epochs: 1, gamma: 0.1, power: 0.5, warmup_epochs: 0.0 }
     }
 }
-

@@ -60,4 +60,3 @@ impl TrainConfig {
         keys.into_iter().filter(|k| a.get(*k) != b.get(*k)).cloned().collect()
     }
 }
-

@@ -3,8 +3,7 @@ use super::*;
 #[test]
 fn sizes_past_the_machine_and_bad_schedule_powers_are_refused() {
     let bad = |sets: &[(&str, &str)]| {
-        let ov: Vec<(String, String)> =
-            sets.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let ov: Vec<(String, String)> = sets.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         TrainConfig::from_toml("", &ov).and_then(|c| c.validate()).unwrap_err()
     };
     let e = bad(&[("data.dataset", "\"synthetic-images\""), ("data.synthetic_size", "1000000000000")]);
@@ -33,8 +32,7 @@ fn defaults_validate_and_round_trip() {
 
 #[test]
 fn overrides_and_errors_name_the_key() {
-    let text =
-        "name = \"t\"\nworkers = 4\n[compressor]\nname = \"topk\"\n[comm]\ntopology = \"allgather\"\n";
+    let text = "name = \"t\"\nworkers = 4\n[compressor]\nname = \"topk\"\n[comm]\ntopology = \"allgather\"\n";
     let c = TrainConfig::from_toml(text, &[("compressor.density".into(), "0.01".into())]).unwrap();
     assert_eq!(c.compressor.density(), Some(0.01));
     assert_eq!(c.workers, 4);

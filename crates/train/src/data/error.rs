@@ -23,4 +23,3 @@ impl DataError {
         DataError::Corrupt { path: path.to_path_buf(), problem: problem.into() }
     }
 }
-

@@ -4,9 +4,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use super::error::DataError;
 use super::idx;
 use crate::config::{ImageFiles, ImageLayout};
-use super::error::DataError;
 
 /// Images as u8 (scaled to [0, 1] when batched), `channels × rows × cols`
 /// each, and their labels.

@@ -5,9 +5,9 @@
 
 use gradcomp_compress::UnitRng;
 
+use super::batch::Batch;
 use super::images::ImageDataset;
 use crate::config::Augment;
-use super::batch::Batch;
 
 fn shuffle(v: &mut [u32], rng: &mut UnitRng) {
     for i in (1..v.len()).rev() {

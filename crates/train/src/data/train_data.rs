@@ -4,14 +4,13 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-
-use crate::config::{Dataset, TrainConfig};
 use super::batch::Batch;
 use super::error::DataError;
 use super::images::{ImageDataset, ImageSplits};
 use super::loader::{ImageLoader, TokenLoader};
 use super::text::Corpus;
 use super::{idx, synthetic, text};
+use crate::config::{Dataset, TrainConfig};
 use crate::config::{ImageFiles, ImageLayout, TextFiles};
 use crate::records::DataSummary;
 

@@ -8,7 +8,6 @@ use burn::nn::{Embedding, EmbeddingConfig, Linear, LinearConfig, Lstm, LstmConfi
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use gradcomp_compress::UnitRng;
 
-
 use super::{classification_stats, cross_entropy, Batch, EvalStats, Net};
 use crate::config::LstmLmConfig;
 

@@ -45,20 +45,19 @@ mod lenet;
 mod lstm;
 mod resnet;
 
+pub use crate::config::LstmLmConfig;
 pub use cnn::FashionCnn;
 pub use fcn::Fcn5;
 pub use lenet::LeNet5;
-pub use crate::config::LstmLmConfig;
 pub use lstm::LstmLm;
 pub use resnet::ResNet18;
 
 use burn::module::Module;
 use burn::tensor::{Device, Int, Tensor};
 
-pub use crate::data::Batch;
 use crate::config::{ConfigError, ModelName, TrainConfig};
+pub use crate::data::Batch;
 use crate::data::TrainData;
-
 
 /// What an image classifier is built for: the data's image shape and classes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -19,11 +19,11 @@ use burn::tensor::Bytes;
 use serde::{Deserialize, Serialize};
 
 use super::run::{io, Shared, TrainError};
-use gradcomp_dp::{DataParallel, DataParallelState, SyncError};
-use crate::sections::{Sections, Values};
 use crate::config::{TrainConfig, RESUME_SAFE_KEYS};
-use gradcomp_dp::params;
 use crate::records::write_atomic;
+use crate::sections::{Sections, Values};
+use gradcomp_dp::params;
+use gradcomp_dp::{DataParallel, DataParallelState, SyncError};
 
 /// The run's counters a resume continues from (rank 0's `state.bin`).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

@@ -6,10 +6,10 @@ use gradcomp_comm::Collective;
 
 use super::checkpoint::Checkpoint;
 use super::run::{Shared, TrainError};
-use gradcomp_dp::{DataParallel, SyncError};
 use crate::config::TrainConfig;
 use crate::data::{eval_batches, ImageDataset, TokenLoader, TrainData};
 use crate::models::{EvalStats, Net};
+use gradcomp_dp::{DataParallel, SyncError};
 
 /// Images per evaluation batch.
 const IMAGE_BATCH: usize = 500;
@@ -37,7 +37,8 @@ pub(super) struct Evaluation {
 /// `model`'s statistics on the batches of `set` that fall to worker `rank`
 /// of `workers` (every `workers`-th batch).
 pub fn share<M: Net>(model: &M, set: EvalSet<'_>, rank: usize, workers: usize) -> EvalStats {
-    let device = gradcomp_dp::params::grad_device(model).unwrap_or_else(|| gradcomp_dp::default_device().inner());
+    let device =
+        gradcomp_dp::params::grad_device(model).unwrap_or_else(|| gradcomp_dp::default_device().inner());
     let model = model.valid();
     let mut stats = EvalStats::default();
     match set {

@@ -8,9 +8,9 @@ use gradcomp_comm::InProcessGroup;
 
 use super::run::{RunSummary, Shared, TrainError};
 use super::worker;
-use gradcomp_dp::SyncError;
 use crate::config::Backend;
 use crate::models::Net;
+use gradcomp_dp::SyncError;
 
 pub(super) fn run<M: Net>(
     sh: &Shared<'_>,
@@ -26,7 +26,8 @@ fn in_process<M: Net>(
     sh: &Shared<'_>,
     make: impl Fn(&Device) -> M + Send + Sync + Clone,
 ) -> Result<RunSummary, TrainError> {
-    let group = InProcessGroup::new(sh.cfg.workers).timeout(Duration::from_secs_f64(sh.cfg.comm.timeout_seconds));
+    let group =
+        InProcessGroup::new(sh.cfg.workers).timeout(Duration::from_secs_f64(sh.cfg.comm.timeout_seconds));
     let results = group
         .run(|c| worker::run(gradcomp_comm::Collective::rank(&c), c, sh, make.clone()))
         .map_err(|source| SyncError::Comm { rank: 0, source })?;

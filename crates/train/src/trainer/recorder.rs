@@ -12,11 +12,11 @@ use serde::{Deserialize, Serialize};
 
 use super::checkpoint::Counters;
 use super::run::{io, Shared, TrainError};
-use gradcomp_dp::{DataParallel, StepStats, SyncError};
 use crate::config::TrainConfig;
 use crate::records::{link_key, EpochRecord, JsonLines, StepRecord};
 use gradcomp_comm::CollectiveCall;
 use gradcomp_dp::exchange::BucketTimes;
+use gradcomp_dp::{DataParallel, StepStats, SyncError};
 
 const OPS: usize = OpKind::ALL.len();
 

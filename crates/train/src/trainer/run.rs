@@ -9,11 +9,11 @@ use std::sync::{Arc, Mutex};
 use burn::tensor::Device;
 use serde::Serialize;
 
-use gradcomp_dp::SyncError;
 use crate::config::{ConfigError, TrainConfig};
 use crate::data::{DataError, TrainData};
 use crate::models::Net;
 use crate::records::EpochRecord;
+use gradcomp_dp::SyncError;
 
 /// Why a run stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -133,4 +133,3 @@ pub(crate) fn build_model<M: Net>(make: &impl Fn(&Device) -> M, device: &Device,
     gradcomp_dp::params::read_params(&model, &mut Vec::new());
     model
 }
-

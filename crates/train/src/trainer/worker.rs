@@ -11,15 +11,15 @@ use burn::tensor::Device;
 use gradcomp_comm::Collective;
 
 use super::checkpoint::{self, Checkpoint};
-use super::recorder::{LoopTimes, Recorder, WorkerStep};
 use super::eval;
+use super::recorder::{LoopTimes, Recorder, WorkerStep};
 use super::run::{build_model, io, Progress, RunSummary, Shared, TrainError};
-use gradcomp_dp::{Cuts, DataParallel, SyncError};
 use crate::config::Backend;
 use crate::data::Loader;
 use crate::models::Net;
 use crate::records::{git_revision, write_atomic, EpochRecord, Hardware, Manifest, UnitRecord};
 use crate::schedule::Schedule;
+use gradcomp_dp::{Cuts, DataParallel, SyncError};
 
 /// Runs worker `rank` to the end; rank 0 returns the run's summary.
 pub(super) fn run<M: Net>(
