@@ -264,7 +264,8 @@ fn a_non_finite_gradient_on_the_device_names_its_tensor() {
     dp.step(model.clone(), model.loss(0, &d), &mut SgdConfig::new().init(), 0.05).unwrap();
     assert!(!dp.last_step().skipped);
     assert_eq!(dp.compression_location(), &CompressionLocation::Device);
-    let e =
-        dp.step(model.clone(), model.loss(1, &d) * f32::NAN, &mut SgdConfig::new().init(), 0.05).unwrap_err();
+    // The gradients alone: a NaN loss would be named before any tensor.
+    let grads = (model.loss(1, &d) * f32::NAN).backward();
+    let e = dp.step(model.clone(), grads, &mut SgdConfig::new().init(), 0.05).unwrap_err();
     assert!(matches!(&e, SyncError::NonFinite { tensor, .. } if tensor.starts_with("a.")), "{e}");
 }

@@ -128,20 +128,10 @@ pub fn run(args: &Args) -> Result<()> {
             if n == 0 {
                 bail!("--workers must be at least 1");
             }
-            let handles = InProcessGroup::new(n).build()?;
-            let results: Vec<Result<Vec<Row>>> = std::thread::scope(|s| {
-                let threads: Vec<_> = handles
-                    .into_iter()
-                    .map(|mut c| {
-                        let args = args.clone();
-                        s.spawn(move || measure(&mut c, &args, "in-process"))
-                    })
-                    .collect();
-                threads.into_iter().map(|t| t.join().expect("bench worker panicked")).collect()
-            });
-            for r in results.into_iter().take(1) {
-                print_rows(&r?, args.json);
-            }
+            let results = InProcessGroup::new(n).run(|mut c| measure(&mut c, args, "in-process"))?;
+            let first =
+                results.into_iter().next().expect("one worker").map_err(|p| anyhow::anyhow!("{p}"))?;
+            print_rows(&first?, args.json);
             Ok(())
         }
         Backend::Mpi => run_mpi(args),

@@ -117,14 +117,9 @@ pub fn run(a: &Args) -> Result<()> {
     match a.backend {
         Backend::InProcess => {
             let n = a.workers.unwrap_or(4);
-            let group = InProcessGroup::new(n).build()?;
-            let rows = std::thread::scope(|s| {
-                let ranks: Vec<_> =
-                    group.into_iter().map(|mut c| s.spawn(move || measure(&mut c, a))).collect();
-                ranks.into_iter().map(|r| r.join().expect("a worker panicked")).collect::<Vec<_>>()
-            });
-            let mut rows = rows.into_iter();
-            print_rows(&rows.next().expect("one worker")?, a.json);
+            let rows = InProcessGroup::new(n).run(|mut c| measure(&mut c, a))?;
+            let first = rows.into_iter().next().expect("one worker").map_err(|p| anyhow::anyhow!("{p}"))?;
+            print_rows(&first?, a.json);
             Ok(())
         }
         Backend::Mpi => run_mpi(a),

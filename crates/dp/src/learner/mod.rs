@@ -26,7 +26,7 @@
 //! returned model are the workers' average.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use burn::data::dataloader::split::split_dataloader;
 use burn::data::dataloader::Progress;
@@ -120,33 +120,27 @@ impl<M: LearnerModel> SupervisedLearningStrategy<M> for GradcompStrategy {
             components.interrupter.fail(TrainingError::Workers(failures));
             (fallback.clone(), components.event_processor)
         };
-        let group =
-            self.check().and_then(|()| InProcessGroup::new(self.workers).build().map_err(|e| e.to_string()));
-        let group = match group {
-            Ok(g) => g,
-            Err(message) => {
-                return failed(components, vec![burn::train::train::WorkerFailure { device_id: 0, message }])
-            }
-        };
+        if let Err(message) = self.check() {
+            return failed(components, vec![burn::train::train::WorkerFailure { device_id: 0, message }]);
+        }
         let train_items = train.num_items();
         let shares = split_dataloader(train, &vec![self.device.clone(); self.workers]);
         let valid = valid.to_device(&self.device.clone().inner());
         let plan = Plan { strategy: self, first_epoch, interrupter };
+        // Each worker takes its own learner, share and (the first) burn-train's parts.
         let mut main = Some(Main { components, valid, train_items });
-        let results: Vec<WorkerResult<M>> = std::thread::scope(|s| {
-            let threads: Vec<_> = group
-                .into_iter()
-                .zip(shares)
-                .map(|(c, share)| {
-                    let (learner, main, plan) = (learner.clone(), main.take(), &plan);
-                    s.spawn(move || run_worker(c, learner, share, main, plan))
-                })
-                .collect();
-            threads
-                .into_iter()
-                .map(|t| t.join().unwrap_or_else(|_| Err("the worker panicked".into())))
-                .collect()
+        let parts: Vec<Mutex<Option<_>>> =
+            shares.into_iter().map(|share| Mutex::new(Some((learner.clone(), share, main.take())))).collect();
+        let ran = InProcessGroup::new(self.workers).run(|c| {
+            let rank = gradcomp_comm::Collective::rank(&c);
+            let taken = parts[rank].lock().unwrap_or_else(|e| e.into_inner()).take();
+            let (learner, share, main) = taken.ok_or("a worker's share was taken twice")?;
+            run_worker(c, learner, share, main, &plan)
         });
+        let results: Vec<WorkerResult<M>> = match ran {
+            Ok(results) => results.into_iter().map(|r| r.unwrap_or_else(|p| Err(p.to_string()))).collect(),
+            Err(e) => vec![Err(e.to_string())],
+        };
         let mut failures = Vec::new();
         let mut out = None;
         for (rank, r) in results.into_iter().enumerate() {

@@ -12,7 +12,6 @@ use serde::{Deserialize, Serialize};
 #[serde(default, deny_unknown_fields)]
 pub struct CommConfig {
     /// The collective pattern; unset: the one the compressor's messages need.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub topology: Option<Topology>,
     pub server: ServerPlace,
     /// Seconds a collective waits for a peer before failing.
