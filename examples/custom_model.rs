@@ -83,7 +83,7 @@ fn xorshift(state: &mut u64) -> u64 {
 pub fn make_data(seed: u64) -> (Glyphs, Glyphs) {
     let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     let glyphs: Vec<Vec<bool>> =
-        (0..10).map(|_| (0..64).map(|_| xorshift(&mut state) % 3 == 0).collect()).collect();
+        (0..10).map(|_| (0..64).map(|_| xorshift(&mut state).is_multiple_of(3)).collect()).collect();
     let mut split = |n: usize| {
         let mut g = Glyphs { pixels: Vec::with_capacity(n * 64), labels: Vec::with_capacity(n) };
         for _ in 0..n {
@@ -98,14 +98,14 @@ pub fn make_data(seed: u64) -> (Glyphs, Glyphs) {
 }
 
 impl Glyphs {
-    pub fn len(&self) -> usize {
+    pub fn count(&self) -> usize {
         self.labels.len()
     }
 
     /// Worker `rank`'s minibatches of `epoch`: its share (every `workers`-th
     /// example), shuffled by epoch; the last partial batch is dropped.
     pub fn shard_batches(&self, rank: usize, workers: usize, epoch: u32, device: &Device) -> Vec<Batch> {
-        let mut mine: Vec<usize> = (rank..self.len()).step_by(workers).collect();
+        let mut mine: Vec<usize> = (rank..self.count()).step_by(workers).collect();
         let mut state = (SEED ^ (u64::from(epoch) << 32)).wrapping_mul(0x2545_F491_4F6C_DD1D) | 1;
         for i in (1..mine.len()).rev() {
             mine.swap(i, (xorshift(&mut state) % (i as u64 + 1)) as usize);
@@ -128,11 +128,11 @@ impl Glyphs {
 pub fn accuracy(model: &GlyphNet, test: &Glyphs, device: &Device) -> f64 {
     let model = model.valid();
     let device = device.clone().inner();
-    let ids: Vec<usize> = (0..test.len()).collect();
+    let ids: Vec<usize> = (0..test.count()).collect();
     let batch = test.batch(&ids, &device);
-    let predicted = model.forward(batch.images).argmax(1).reshape([test.len()]);
+    let predicted = model.forward(batch.images).argmax(1).reshape([test.count()]);
     let right: i64 = predicted.equal(batch.labels).int().sum().into_scalar();
-    right as f64 / test.len() as f64
+    right as f64 / test.count() as f64
 }
 
 /// One worker's training loop with `config`; returns its model and the bytes it sent.

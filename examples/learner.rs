@@ -83,7 +83,7 @@ impl InferenceStep for GlyphNet {
 }
 
 fn loader(data: &Glyphs, shuffle: bool) -> Arc<dyn DataLoader<GlyphBatch>> {
-    let items: Vec<Glyph> = (0..data.len())
+    let items: Vec<Glyph> = (0..data.count())
         .map(|i| Glyph { pixels: data.pixels[i * 64..(i + 1) * 64].to_vec(), label: data.labels[i] })
         .collect();
     let builder = DataLoaderBuilder::new(GlyphBatcher).batch_size(BATCH);

@@ -59,7 +59,7 @@ pub fn check_all(c: &mut dyn Collective) -> Result<(), String> {
         || "allreduce_sum_i32 result".into(),
     )?;
     // The narrow sums TernGrad's codes travel in.
-    let code = |i: usize, r: usize| if (i + r) % 3 == 0 { 1i32 } else { -1 };
+    let code = |i: usize, r: usize| if (i + r).is_multiple_of(3) { 1i32 } else { -1 };
     let want = |i: usize| (0..n).map(|r| code(i, r)).sum::<i32>();
     let mut z8: Vec<i8> = (0..len).map(|i| code(i, rank) as i8).collect();
     c.allreduce_sum_i8(&mut z8).map_err(err)?;

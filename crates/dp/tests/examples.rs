@@ -62,9 +62,10 @@ fn printed_accuracy(text: &str, prefix: &str) -> f64 {
         .unwrap_or_else(|| panic!("no `{prefix}` in {text}"))
 }
 
+// The learner example includes custom_model.rs as a module of its own too.
 #[cfg(feature = "learner")]
 #[path = "../../../examples/learner.rs"]
-#[allow(dead_code)]
+#[allow(dead_code, clippy::duplicate_mod)]
 mod learner_example;
 
 #[cfg(feature = "learner")]

@@ -10,9 +10,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Result};
 use clap::Args as ClapArgs;
-use gradcomp_compress::sparsify::gaussiank::normal_quantile;
 use gradcomp_compress::{codec, reduce, CompressorConfig, Message, RngKey, UnitContext, UnitRng};
-use serde::{Deserialize, Serialize};
 
 use super::compress_cases::{config_for, density_cases, emit, Row};
 use super::timing::median_seconds;

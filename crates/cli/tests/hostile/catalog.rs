@@ -2,7 +2,9 @@
 
 use std::path::Path;
 
-use super::case::{error, Action, Case, Expect};
+use gradcomp_train::data::{images_file, labels_file, synthetic};
+
+use super::case::{error, Action, Case};
 use super::checkpoints::{checkpoint_cases, record_cases, signal_cases};
 use super::files::*;
 

@@ -1,9 +1,11 @@
 //! Cases on a real run: damaged checkpoints and records, resumes, signals.
 
 use std::path::Path;
+use std::time::Duration;
 
 use super::case::{error, Action, Case, Expect};
 use super::files::*;
+use super::runner::run;
 
 fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();

@@ -72,7 +72,7 @@ pub fn run_case(
 }
 
 /// [`run_case`] without signals.
-fn run(args: &[String], deadline: Duration) -> Result<(Option<i32>, String, String), String> {
+pub fn run(args: &[String], deadline: Duration) -> Result<(Option<i32>, String, String), String> {
     run_case(args, &Action::Run, deadline)
 }
 

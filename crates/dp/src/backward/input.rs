@@ -17,7 +17,7 @@ pub struct BackwardPass<G> {
 /// The gradients of one backward pass: whole, or stage by stage.
 pub enum Pass<G> {
     Whole(G),
-    Staged(StagedBackward),
+    Staged(Box<StagedBackward>),
 }
 
 /// What [`DataParallel::step`](crate::DataParallel::step) takes as a step's
@@ -48,7 +48,7 @@ impl Backward for Tensor<1> {
 impl Backward for StagedBackward {
     type Grads = Gradients;
     fn into_pass(self) -> BackwardPass<Gradients> {
-        BackwardPass { loss: self.loss(), grads: Pass::Staged(self) }
+        BackwardPass { loss: self.loss(), grads: Pass::Staged(Box::new(self)) }
     }
 }
 

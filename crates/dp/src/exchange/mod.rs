@@ -56,7 +56,7 @@
 mod bucket;
 #[cfg(feature = "device-kernels")]
 mod device;
-mod exchange;
+mod gradient_exchange;
 mod host;
 mod local;
 mod plan;
@@ -70,6 +70,6 @@ mod stats;
 mod tests;
 mod wire;
 
-pub use exchange::{Gradient, GradientExchange, StateBuffers, StepInput};
+pub use gradient_exchange::{Gradient, GradientExchange, StateBuffers, StepInput};
 pub use plan::{bucket_bytes, cut_buckets, Unit};
 pub use stats::{BucketTimes, ExchangeStats};

@@ -2,7 +2,7 @@
 //! `{prefix}memory.{unit}.{i}`, the same whether the memories live on the
 //! host or on the device (so a run can move between the two).
 
-use super::exchange::{GradientExchange, StateBuffers};
+use super::gradient_exchange::{GradientExchange, StateBuffers};
 
 impl GradientExchange {
     /// The memories' state as named buffers, read from the device when they

@@ -98,10 +98,10 @@ impl DataParallel {
             Pass::Whole(grads) => self.sync_whole(model, grads, pass.loss, lr),
             // Streaming needs to know, before the first stage, that the host compresses.
             Pass::Staged(stages) if matches!(self.location, CompressionLocation::Host(_)) => {
-                self.sync_staged(model, stages, pass.loss, lr)
+                self.sync_staged(model, *stages, pass.loss, lr)
             }
             Pass::Staged(stages) => {
-                let merged = params::merge_stages(model, stages).map_err(SyncError::Usage)?;
+                let merged = params::merge_stages(model, *stages).map_err(SyncError::Usage)?;
                 self.sync_whole(model, merged, pass.loss, lr)
             }
         }
@@ -156,7 +156,6 @@ impl DataParallel {
             }
         }
         .map_err(|e| SyncError::from_exchange(rank, e))?;
-        drop(grad);
         let t = Instant::now();
         let grads = params::grads_params(model, &self.out);
         stats.write_seconds = t.elapsed().as_secs_f64();
