@@ -218,6 +218,17 @@ fn allreduce_bytes(combine: Combine, d: usize, encoded: &[u8]) -> u64 {
     }
 }
 
+/// How many times its one-byte codes TernGrad's allreduce sends with `n`
+/// workers (i8 sums up to 127 workers, i16 up to 32767, i32 beyond); 1 for
+/// every other compressor.
+fn code_width(compressor: &CompressorConfig, n: usize) -> u64 {
+    match compressor {
+        CompressorConfig::Terngrad(_) if n > i16::MAX as usize => 4,
+        CompressorConfig::Terngrad(_) if n > i8::MAX as usize => 2,
+        _ => 1,
+    }
+}
+
 /// Bytes the parameter server downloads for TernGrad with N workers.
 fn ternary_download(units: &[usize], n: usize) -> u64 {
     units
@@ -237,7 +248,7 @@ fn step_seconds(p: &Profile, m: &Method, n: usize, net: &NetworkModel) -> f64 {
         return local;
     }
     let comm = match m.route {
-        Route::Allreduce => net.allreduce(n, m.upload) + m.decode_s,
+        Route::Allreduce => net.allreduce(n, m.upload * code_width(&m.compressor, n)) + m.decode_s,
         Route::Allgather => net.allgatherv_uniform(n, m.upload) + n as f64 * m.decode_s,
         Route::ParameterServer => {
             // TernGrad downloads integer code sums; everything else the averaged
@@ -430,7 +441,7 @@ fn timeline(cfg: &TrainConfig, p: &Profile) -> Result<()> {
                 let us = &m.units[r.clone()];
                 let upload: u64 = us.iter().map(|u| u.upload).sum();
                 let (wire, decoders) = match route {
-                    Route::Allreduce => (net.allreduce(n, upload), 1.0),
+                    Route::Allreduce => (net.allreduce(n, upload * code_width(&m.compressor, n)), 1.0),
                     Route::Allgather => (net.allgatherv_uniform(n, upload), n as f64),
                     Route::ParameterServer => {
                         let down = if matches!(m.compressor, CompressorConfig::Terngrad(_)) {

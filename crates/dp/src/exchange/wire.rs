@@ -110,9 +110,13 @@ fn ended() -> ExchangeError {
 }
 
 /// Runs `schedule` with a wire: this thread, or (`threaded`) a
-/// communication thread. On an error the communication thread finishes the
-/// collective it is in (every worker reaches it, or the collective fails by
-/// its timeout) and ends, so nothing hangs.
+/// communication thread. When the schedule stops on an error of its own (a
+/// misuse every worker meets at the same point, a corrupt message), the
+/// communication thread still runs the collectives already handed over:
+/// every worker handed over the same ones, so its peers are not left waiting
+/// and each returns its own error rather than this worker's departure. It
+/// stops at its first failed collective (a peer that left), so nothing
+/// hangs.
 pub(crate) fn with_wire<R>(
     threaded: bool,
     plan: &Plan,
@@ -130,7 +134,9 @@ pub(crate) fn with_wire<R>(
             for task in inbox {
                 let done = run(plan, task, server, c);
                 let failed = done.failed();
-                if outbox.send(done).is_err() || failed {
+                // The schedule may have stopped listening (an error of its own).
+                let _ = outbox.send(done);
+                if failed {
                     break;
                 }
             }
