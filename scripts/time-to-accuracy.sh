@@ -25,6 +25,9 @@ method_sets() {
         dense) sets=('compressor.name="dense"' 'comm.topology="allreduce"') ;;
         terngrad) sets=('compressor={ name = "terngrad", clipping = true, c = 2.5, share_scaler = true }'
                         'comm.topology="parameter-server"') ;;
+        # The library's default for TernGrad (issue #23): codes summed by an i8 allreduce.
+        terngrad-allreduce) sets=('compressor={ name = "terngrad", clipping = true, c = 2.5, share_scaler = true }'
+                                  'comm.topology="allreduce"') ;;
         topk) sets=('compressor={ name = "topk", density = 0.01 }' 'compression.memory="error-feedback"'
                     'comm.topology="allgather"') ;;
         dgc) sets=('compressor={ name = "dgck", density = 0.001 }' 'compression.memory="dgc-momentum"'

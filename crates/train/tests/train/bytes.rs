@@ -57,7 +57,8 @@ fn exclusions_keep_the_chosen_tensors_dense() {
 #[test]
 fn esgd_sends_exactly_k_coordinates_per_worker_per_step() {
     let (s, d) = run(
-        "[compressor]\nname = \"esgd\"\ndensity = 0.25\n[compression]\ngranularity = \"global\"\n[comm]\ntopology = \"parameter-server\"",
+        // u32 indices (the default is varints), so the bytes count the coordinates.
+        "[compressor]\nname = \"esgd\"\ndensity = 0.25\nwire = { indices = \"u32\" }\n[compression]\ngranularity = \"global\"\n[comm]\ntopology = \"parameter-server\"",
     );
     assert!(s.epochs[1].test_accuracy.unwrap() > 0.5);
     let total: u64 = FCN5.iter().sum::<usize>() as u64;
