@@ -5,6 +5,7 @@
 # with error feedback, DGC and QSGD; each run stops at its config's
 # train.target_accuracy and predicts its wall-clock with the link's
 # calibration. Dense and Top-k also run without pipelining at 100 Mbit/s.
+# TTA_MODELS, TTA_METHODS and TTA_NOPIPE_METHODS (empty: none) choose a subset.
 #
 #   scripts/time-to-accuracy.sh BIN [OUT]        (root, Open MPI, the datasets)
 #
@@ -62,7 +63,7 @@ for model in ${TTA_MODELS:-mnist-lenet fashion-cnn}; do
             run "$model" "$rate" "$method" true
         done
     done
-    for method in dense topk; do
+    for method in ${TTA_NOPIPE_METHODS-dense topk}; do
         run "$model" 100mbit "$method" false
     done
 done

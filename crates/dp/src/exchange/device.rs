@@ -10,7 +10,7 @@ use gradcomp_compress::{Message, UnitContext};
 use gradcomp_kernels::memory::{DeviceDgcMomentum, DeviceErrorFeedback};
 use gradcomp_kernels::{Client, DeviceCompressor, DeviceF32, KernelError};
 
-use super::local::{LocalCompression, ReduceOp};
+use super::local::{scalar_round, LocalCompression, ReduceOp};
 use super::plan::Plan;
 use super::recipe::Recipe;
 use super::stats::measure;
@@ -201,10 +201,7 @@ impl LocalCompression for DeviceCompression<'_> {
         let scalar = self.units.compressors[u]
             .local_scalar(&self.units.client, self.input(u)?)
             .map_err(device_error)?;
-        Ok(scalar.map(|s| {
-            out.push(s);
-            ReduceOp::Max
-        }))
+        Ok(scalar_round(scalar, out))
     }
 
     fn agreed(&mut self, u: usize, _round: usize, values: &[f32]) {

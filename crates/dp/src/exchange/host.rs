@@ -4,7 +4,7 @@
 use gradcomp_compress::memory::Memory;
 use gradcomp_compress::{Compressor, Message, UnitContext};
 
-use super::local::{LocalCompression, ReduceOp};
+use super::local::{scalar_round, LocalCompression, ReduceOp};
 use super::plan::Plan;
 use super::recipe::Recipe;
 use super::stats::measure;
@@ -74,10 +74,7 @@ impl LocalCompression for HostCompression {
             return Ok(None);
         }
         let scalar = self.compressors[u].local_scalar(self.input(plan, u, grad));
-        Ok(scalar.map(|s| {
-            out.push(s);
-            ReduceOp::Max
-        }))
+        Ok(scalar_round(scalar, out))
     }
 
     fn agreed(&mut self, u: usize, _round: usize, values: &[f32]) {
