@@ -168,6 +168,10 @@ def imports(mods, key, text):
     code = re.sub(r"\buse\s+[^;]*;", "", text)
     for m in re.finditer(r"\b((?:crate|super)(?:::\w+)+)", code):
         found.add(resolve(mods, key, m.group(1)))
+    # `child::item` in code, for a child module of this file's (not after `::`).
+    for m in re.finditer(r"(?<![:\w])(\w+)::\w+", code):
+        if key + (m.group(1),) in mods:
+            found.add(key + (m.group(1),))
     found.discard(None)
     found.discard(key)
     return found

@@ -10,7 +10,7 @@ use gradcomp_train::config::TrainConfig;
 use gradcomp_train::data::{images_file, labels_file, synthetic, TrainData};
 use gradcomp_train::models::ModelChoice;
 
-use crate::UserError;
+use crate::user_error::UserError;
 
 #[derive(Subcommand)]
 pub enum DataCommand {

@@ -5,10 +5,12 @@ mod data;
 mod model;
 mod report;
 mod train;
+mod user_error;
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use user_error::UserError;
 
 #[derive(Parser)]
 #[command(
@@ -38,18 +40,6 @@ enum Command {
     #[command(subcommand)]
     Data(data::DataCommand),
 }
-
-/// A mistake of the user's (bad config, missing data): one line, exit code 2.
-#[derive(Debug)]
-pub struct UserError(pub String);
-
-impl std::fmt::Display for UserError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for UserError {}
 
 fn main() -> ExitCode {
     let cli = Cli::parse();

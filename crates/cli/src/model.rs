@@ -278,7 +278,7 @@ fn link_name(b: f64) -> String {
 
 pub fn run(a: &Args) -> Result<()> {
     let ov = crate::train::parse_sets(&a.set)?;
-    let cfg = TrainConfig::load(&a.config, &ov).map_err(|e| crate::UserError(e.to_string()))?;
+    let cfg = TrainConfig::load(&a.config, &ov).map_err(|e| crate::user_error::UserError(e.to_string()))?;
     let p = profile(&cfg, a.steps)?;
     let total: usize = p.units.iter().sum();
     eprintln!(
@@ -433,7 +433,7 @@ fn timeline(cfg: &TrainConfig, p: &Profile) -> Result<()> {
         &p.units,
         gradcomp_dp::exchange::bucket_bytes(cfg.compression.bucket_mb),
     );
-    let links = cfg.network.models().map_err(|e| crate::UserError(e.to_string()))?;
+    let links = cfg.network.models().map_err(|e| crate::user_error::UserError(e.to_string()))?;
     for (bps, net) in links {
         let stages: Vec<[f64; 3]> = buckets
             .iter()

@@ -13,7 +13,7 @@ use gradcomp_train::config::{parse_override, ConfigError, TrainConfig};
 use gradcomp_train::records::EpochRecord;
 use gradcomp_train::trainer::{self, Observer, Progress, RunOptions, TrainError};
 
-use crate::UserError;
+use crate::user_error::UserError;
 
 #[derive(ClapArgs)]
 pub struct TrainArgs {

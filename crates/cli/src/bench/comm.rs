@@ -405,7 +405,7 @@ fn measure(c: &mut dyn Collective, args: &Args, backend: &'static str) -> Result
 
 fn print_rows(rows: &[Row], json: bool) {
     if json {
-        return super::print_json_lines(rows);
+        return super::output::print_json_lines(rows);
     }
     println!(
         "{:<18} {:<10} {:>7} {:>11} {:>11} {:>9} {:>12} {:>8}",

@@ -6,6 +6,7 @@ pub(crate) mod compress_cases;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod compress_device;
 mod fuzz;
+mod output;
 mod pipeline;
 pub(crate) mod timing;
 mod train;
@@ -26,20 +27,6 @@ pub enum BenchCommand {
     /// Every parser of outside input (wire, data files, checkpoints, configs,
     /// records) fed mutated and arbitrary bytes; fails on any panic.
     Fuzz(fuzz::Args),
-}
-
-/// The synthetic image task a bench's `--model` trains on: ResNet-18 in
-/// its CIFAR form (3×32×32), the MNIST-sized models (1×28×28); 10 classes.
-fn image_task(model: &str) -> gradcomp_train::models::ImageTask {
-    let shape = if model == "resnet18" { [3, 32, 32] } else { [1, 28, 28] };
-    gradcomp_train::models::ImageTask { shape, classes: 10 }
-}
-
-/// Prints `rows` as JSON, one object per line (`--json`).
-fn print_json_lines<T: serde::Serialize>(rows: &[T]) {
-    for r in rows {
-        println!("{}", serde_json::to_string(r).expect("rows serialize"));
-    }
 }
 
 pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {

@@ -145,15 +145,15 @@ fn measure(c: &mut dyn Collective, a: &Args) -> Result<Vec<Row>> {
     let device = gradcomp_train::default_device();
     device.seed(1);
     match a.model.as_str() {
-        "lenet5" => measure_model(c, a, LeNet5::new(&super::image_task(&a.model), &device), &device),
-        "cnn" => measure_model(c, a, FashionCnn::new(&super::image_task(&a.model), &device), &device),
-        _ => measure_model(c, a, ResNet18::new(&super::image_task(&a.model), &device), &device),
+        "lenet5" => measure_model(c, a, LeNet5::new(&super::output::image_task(&a.model), &device), &device),
+        "cnn" => measure_model(c, a, FashionCnn::new(&super::output::image_task(&a.model), &device), &device),
+        _ => measure_model(c, a, ResNet18::new(&super::output::image_task(&a.model), &device), &device),
     }
 }
 
 fn measure_model<M: Net>(c: &mut dyn Collective, a: &Args, model: M, device: &Device) -> Result<Vec<Row>> {
     let (rank, n) = (c.rank(), c.world_size());
-    let t = super::image_task(&a.model);
+    let t = super::output::image_task(&a.model);
     let data = synthetic::images(a.batch, 1 + rank as u64, 0, t.shape, t.classes);
     let batch = ImageLoader::shard(data, 0, 1, a.batch, 1).batch(0, 0);
     let layout = gradcomp_dp::params::layout(&model);
@@ -252,7 +252,7 @@ fn measure_model<M: Net>(c: &mut dyn Collective, a: &Args, model: M, device: &De
 
 fn print_rows(rows: &[Row], json: bool) {
     if json {
-        return super::print_json_lines(rows);
+        return super::output::print_json_lines(rows);
     }
     println!(
         "{:<10} {:>3} {:>4} {:>10} {:>8} {:>8} {:>8} {:>8} {:>10} {:>10} {:>8} {:>10} {:>10} {:>6}",

@@ -65,7 +65,7 @@ pub struct Args {
 impl Args {
     /// The image shape the model takes.
     fn task(&self) -> ImageTask {
-        super::image_task(&self.model)
+        super::output::image_task(&self.model)
     }
 
     fn model_label(&self) -> &'static str {

@@ -2,7 +2,7 @@
 //! varints. Used for the parameter server's integer sums, QSGD levels and
 //! delta-coded sparse indices.
 
-use super::CodecError;
+use super::error::CodecError;
 
 /// Bits needed to hold every value in `0..=max`: `ceil(log2(max + 1))`, at least 1.
 pub fn width_for(max: u32) -> u32 {

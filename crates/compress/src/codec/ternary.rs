@@ -1,7 +1,7 @@
 //! Ternary code layouts on the wire: 2-bit (4 per byte) and base-3 (5 trits
 //! per byte, `Σ t_i·3^i` with trit 0 = 0, 1 = +1, 2 = −1).
 
-use super::CodecError;
+use super::error::CodecError;
 use crate::message::{zip_ternary_codes, TernaryPacking};
 
 pub(super) fn wire_len(len: usize, packing: TernaryPacking) -> usize {

@@ -1,0 +1,166 @@
+//! Reading a message's elements: [`decode`] into a [`Message`], and
+//! [`accumulate`], the aggregation fast path that adds a message into a
+//! buffer without one.
+
+use super::error::{CodecError, Header};
+use super::parse::{exactly_one, f32s, for_each_index, sparse_values, u16s, View};
+use super::{bits, ternary};
+use crate::message::{Message, TernaryPacking};
+
+/// Decodes one message (all of `bytes`) into `msg`, reusing its buffers.
+pub fn decode(bytes: &[u8], msg: &mut Message) -> Result<Header, CodecError> {
+    let (h, view) = exactly_one(bytes)?;
+    let n = h.len as usize;
+    match view {
+        View::Dense(b) => {
+            let m = msg.dense_mut();
+            m.values.clear();
+            m.values.extend(f32s(b));
+        }
+        View::Half(b) => {
+            let m = msg.half_mut();
+            m.values.clear();
+            m.values.extend(u16s(b));
+        }
+        View::Ternary { scale, packing, codes } => {
+            let m = msg.ternary_mut();
+            m.len = n;
+            m.scale = scale;
+            m.packing = packing;
+            m.packed.clear();
+            match packing {
+                TernaryPacking::TwoBit => {
+                    ternary::check_two_bit(codes, n)?;
+                    m.packed.extend_from_slice(codes);
+                }
+                TernaryPacking::Base3 => ternary::from_base3(codes, n, &mut m.packed)?,
+            }
+        }
+        View::TernarySum { scale, workers, packed } => {
+            let m = msg.ternary_sum_mut();
+            m.scale = scale;
+            m.workers = workers;
+            m.sums.clear();
+            m.sums.resize(n, 0);
+            let sums = &mut m.sums;
+            bits::unpack(packed, bits::width_for(2 * workers), n, |i, v| {
+                sums[i] = centered(v, workers, "integer sum exceeds ±workers")?;
+                Ok(())
+            })?;
+        }
+        View::Sparse { wire, count, indices, values } => {
+            let m = msg.sparse_mut();
+            m.len = n;
+            m.wire = wire;
+            m.indices.clear();
+            m.indices.reserve(count);
+            let out = &mut m.indices;
+            for_each_index(wire, count, indices, h.len, |i| out.push(i))?;
+            m.values.clear();
+            m.values.extend(sparse_values(wire, values));
+        }
+        View::Qsgd { levels, bucket, norms, packed } => {
+            let m = msg.qsgd_mut();
+            m.levels = levels;
+            m.bucket = bucket;
+            m.norms.clear();
+            m.norms.extend(f32s(norms));
+            if m.norms.iter().any(|v| !v.is_finite() || *v < 0.0) {
+                return Err(CodecError::Invalid("qsgd norm is negative or not finite"));
+            }
+            m.codes.clear();
+            m.codes.resize(n, 0);
+            let codes = &mut m.codes;
+            bits::unpack(packed, bits::width_for(2 * levels), n, |i, v| {
+                codes[i] = centered(v, levels, "qsgd level exceeds ±levels")?;
+                Ok(())
+            })?;
+        }
+        View::Sign { positive, negative, bits } => {
+            let m = msg.sign_mut();
+            m.len = n;
+            m.positive = positive;
+            m.negative = negative;
+            m.bits.clear();
+            m.bits.extend_from_slice(bits);
+        }
+    }
+    Ok(h)
+}
+
+/// `v − center` for an offset-coded integer, checked to lie in `−center..=center`.
+fn centered(v: u32, center: u32, err: &'static str) -> Result<i16, CodecError> {
+    if v > 2 * center {
+        return Err(CodecError::Invalid(err));
+    }
+    Ok((v as i32 - center as i32) as i16)
+}
+
+/// Decodes one message and adds `weight ×` its value into `out` without an
+/// intermediate buffer (the aggregation fast path). `out.len()` must equal
+/// the message length. The whole message is validated before `out` changes.
+pub fn accumulate(bytes: &[u8], weight: f32, out: &mut [f32]) -> Result<Header, CodecError> {
+    let (h, view) = exactly_one(bytes)?;
+    if h.len as usize != out.len() {
+        return Err(CodecError::LenMismatch { expected: out.len(), got: h.len as usize });
+    }
+    match view {
+        View::Dense(b) => out.iter_mut().zip(f32s(b)).for_each(|(o, v)| *o += weight * v),
+        View::Half(b) => {
+            out.iter_mut().zip(u16s(b)).for_each(|(o, v)| *o += weight * half::f16::from_bits(v).to_f32())
+        }
+        View::Ternary { scale, packing, codes } => match packing {
+            TernaryPacking::TwoBit => {
+                ternary::check_two_bit(codes, out.len())?;
+                crate::message::add_ternary(codes, weight * scale, out);
+            }
+            TernaryPacking::Base3 => ternary::add_base3(codes, weight * scale, out)?,
+        },
+        View::TernarySum { scale, workers, packed } => {
+            let width = bits::width_for(2 * workers);
+            bits::unpack(packed, width, out.len(), |_, v| {
+                centered(v, workers, "integer sum exceeds ±workers").map(drop)
+            })?;
+            let w = weight * scale / workers as f32;
+            bits::unpack(packed, width, out.len(), |i, v| {
+                out[i] += w * (v as i32 - workers as i32) as f32;
+                Ok(())
+            })?;
+        }
+        View::Sparse { wire, count, indices, values } => {
+            for_each_index(wire, count, indices, h.len, drop)?;
+            let mut vals = sparse_values(wire, values);
+            for_each_index(wire, count, indices, h.len, |i| {
+                out[i as usize] += weight * vals.next().expect("count checked by parse");
+            })?;
+        }
+        View::Qsgd { levels, bucket, norms, packed } => {
+            if f32s(norms).any(|v| !v.is_finite() || v < 0.0) {
+                return Err(CodecError::Invalid("qsgd norm is negative or not finite"));
+            }
+            let width = bits::width_for(2 * levels);
+            bits::unpack(packed, width, out.len(), |_, v| {
+                centered(v, levels, "qsgd level exceeds ±levels").map(drop)
+            })?;
+            let b = bucket as usize;
+            let inv = weight / levels as f32;
+            let norm_at = |i: usize| {
+                let o = i / b * 4;
+                f32::from_le_bytes([norms[o], norms[o + 1], norms[o + 2], norms[o + 3]])
+            };
+            bits::unpack(packed, width, out.len(), |i, v| {
+                out[i] += norm_at(i) * inv * (v as i32 - levels as i32) as f32;
+                Ok(())
+            })?;
+        }
+        View::Sign { positive, negative, bits } => {
+            let (p, n) = (weight * positive, weight * negative);
+            for (o, &byte) in out.chunks_mut(8).zip(bits) {
+                for (bit, o) in o.iter_mut().enumerate() {
+                    *o += if byte >> bit & 1 == 1 { p } else { n };
+                }
+            }
+        }
+    }
+    Ok(h)
+}

@@ -1,0 +1,238 @@
+//! Reading a message's structure: the header, the kind's sizes, flags and
+//! scalars, checked before any element is read ([`View`]); splitting
+//! concatenated messages.
+
+use super::error::{CodecError, Header, FLAG_BASE3, FLAG_F16, FLAG_VARINT, MAGIC, MAX_WORKERS, VERSION};
+use super::{bits, ternary};
+use crate::message::{IndexEncoding, MessageKind, SparseWire, TernaryPacking, ValueEncoding};
+
+/// A bounds-checked cursor over received bytes.
+struct Reader<'a> {
+    bytes: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize, what: &'static str) -> Result<&'a [u8], CodecError> {
+        if n > self.bytes.len() {
+            return Err(CodecError::Truncated { what, needed: n, available: self.bytes.len() });
+        }
+        let (head, rest) = self.bytes.split_at(n);
+        self.bytes = rest;
+        Ok(head)
+    }
+
+    fn u32(&mut self, what: &'static str) -> Result<u32, CodecError> {
+        let b = self.take(4, what)?;
+        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+
+    /// A scalar that must be finite (scales, norms, reconstruction means).
+    fn finite_f32(&mut self, what: &'static str) -> Result<f32, CodecError> {
+        let v = f32::from_bits(self.u32(what)?);
+        if v.is_finite() {
+            Ok(v)
+        } else {
+            Err(CodecError::Invalid("non-finite scalar"))
+        }
+    }
+}
+
+/// A parsed message whose structure (sizes, flags, scalars) has been checked
+/// but whose element data has not yet been read.
+pub(super) enum View<'a> {
+    Dense(&'a [u8]),
+    Half(&'a [u8]),
+    Ternary { scale: f32, packing: TernaryPacking, codes: &'a [u8] },
+    TernarySum { scale: f32, workers: u32, packed: &'a [u8] },
+    Sparse { wire: SparseWire, count: usize, indices: &'a [u8], values: &'a [u8] },
+    Qsgd { levels: u32, bucket: u32, norms: &'a [u8], packed: &'a [u8] },
+    Sign { positive: f32, negative: f32, bits: &'a [u8] },
+}
+
+pub(super) fn parse(bytes: &[u8]) -> Result<(Header, View<'_>, &[u8]), CodecError> {
+    let mut r = Reader { bytes };
+    let h = r.take(4, "header")?;
+    if h[0] != MAGIC {
+        return Err(CodecError::BadMagic(h[0]));
+    }
+    if h[1] != VERSION {
+        return Err(CodecError::Version(h[1]));
+    }
+    let kind = MessageKind::from_u8(h[2]).ok_or(CodecError::UnknownKind(h[2]))?;
+    let flags = h[3];
+    let len = r.u32("header")?;
+    let unit = r.u32("header")?;
+    let header = Header { kind, flags, len, unit };
+    let allowed = match kind {
+        MessageKind::Ternary => FLAG_BASE3,
+        MessageKind::Sparse => FLAG_VARINT | FLAG_F16,
+        _ => 0,
+    };
+    if flags & !allowed != 0 {
+        return Err(CodecError::Flags { kind, flags });
+    }
+    let n = len as usize;
+    let view = match kind {
+        MessageKind::Dense => View::Dense(r.take(n * 4, "dense values")?),
+        MessageKind::Half => View::Half(r.take(n * 2, "half values")?),
+        MessageKind::Ternary => {
+            let scale = r.finite_f32("ternary scale")?;
+            if scale < 0.0 {
+                return Err(CodecError::Invalid("negative ternary scale"));
+            }
+            let packing =
+                if flags & FLAG_BASE3 != 0 { TernaryPacking::Base3 } else { TernaryPacking::TwoBit };
+            let codes = r.take(ternary::wire_len(n, packing), "ternary codes")?;
+            View::Ternary { scale, packing, codes }
+        }
+        MessageKind::TernarySum => {
+            let scale = r.finite_f32("ternary-sum scale")?;
+            let workers = r.u32("worker count")?;
+            if workers == 0 || workers > MAX_WORKERS {
+                return Err(CodecError::Invalid("worker count outside 1..=32767"));
+            }
+            let packed = r.take(bits::packed_len(n, bits::width_for(2 * workers)), "integer sums")?;
+            View::TernarySum { scale, workers, packed }
+        }
+        MessageKind::Sparse => {
+            let count = r.u32("sparse count")? as usize;
+            if count > n {
+                return Err(CodecError::Invalid("sparse count exceeds the unit length"));
+            }
+            let wire = SparseWire {
+                indices: if flags & FLAG_VARINT != 0 { IndexEncoding::Varint } else { IndexEncoding::U32 },
+                values: if flags & FLAG_F16 != 0 { ValueEncoding::F16 } else { ValueEncoding::F32 },
+            };
+            let indices = match wire.indices {
+                IndexEncoding::U32 => r.take(count * 4, "sparse indices")?,
+                IndexEncoding::Varint => {
+                    let nbytes = r.u32("varint length")? as usize;
+                    // Each varint is 1..=5 bytes.
+                    if nbytes < count || nbytes > count * 5 {
+                        return Err(CodecError::Invalid("varint byte length inconsistent with count"));
+                    }
+                    r.take(nbytes, "sparse varint indices")?
+                }
+            };
+            let vsize = match wire.values {
+                ValueEncoding::F32 => 4,
+                ValueEncoding::F16 => 2,
+            };
+            let values = r.take(count * vsize, "sparse values")?;
+            View::Sparse { wire, count, indices, values }
+        }
+        MessageKind::Qsgd => {
+            let levels = r.u32("qsgd levels")?;
+            let bucket = r.u32("qsgd bucket")?;
+            if levels == 0 || levels > crate::quantize::qsgd::MAX_LEVELS {
+                return Err(CodecError::Invalid("qsgd levels outside 1..=32767"));
+            }
+            if bucket == 0 {
+                return Err(CodecError::Invalid("qsgd bucket size 0"));
+            }
+            let nb = n.div_ceil(bucket as usize);
+            let norms = r.take(nb * 4, "qsgd norms")?;
+            let packed = r.take(bits::packed_len(n, bits::width_for(2 * levels)), "qsgd levels")?;
+            View::Qsgd { levels, bucket, norms, packed }
+        }
+        MessageKind::Sign => {
+            let positive = r.finite_f32("sign mean")?;
+            let negative = r.finite_f32("sign mean")?;
+            let bits = r.take(n.div_ceil(8), "sign bits")?;
+            if !n.is_multiple_of(8) && bits.last().is_some_and(|&b| b >> (n % 8) != 0) {
+                return Err(CodecError::Invalid("nonzero padding bits"));
+            }
+            View::Sign { positive, negative, bits }
+        }
+    };
+    Ok((header, view, r.bytes))
+}
+
+pub(super) fn f32s(bytes: &[u8]) -> impl Iterator<Item = f32> + '_ {
+    bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+}
+
+pub(super) fn u16s(bytes: &[u8]) -> impl Iterator<Item = u16> + '_ {
+    bytes.chunks_exact(2).map(|b| u16::from_le_bytes([b[0], b[1]]))
+}
+
+/// Calls `f` with each sparse index, checking that they ascend strictly and
+/// stay below `len`.
+pub(super) fn for_each_index(
+    wire: SparseWire,
+    count: usize,
+    bytes: &[u8],
+    len: u32,
+    mut f: impl FnMut(u32),
+) -> Result<(), CodecError> {
+    // `next_min` is the smallest index the next entry may take.
+    let mut next_min = 0u64;
+    let mut emit = |i: u64, f: &mut dyn FnMut(u32)| -> Result<u64, CodecError> {
+        if i >= u64::from(len) {
+            return Err(CodecError::IndexOutOfRange { index: i, len });
+        }
+        if i < next_min {
+            return Err(CodecError::Invalid("sparse indices are not strictly ascending"));
+        }
+        next_min = i + 1;
+        f(i as u32);
+        Ok(i + 1)
+    };
+    match wire.indices {
+        IndexEncoding::U32 => {
+            for b in bytes.chunks_exact(4) {
+                emit(u64::from(u32::from_le_bytes([b[0], b[1], b[2], b[3]])), &mut f)?;
+            }
+        }
+        IndexEncoding::Varint => {
+            // idx[0] = v0, idx[i] = idx[i-1] + 1 + v_i: ascending by construction.
+            let mut pos = 0;
+            let mut base = 0u64;
+            for _ in 0..count {
+                let (v, used) = bits::get_varint(&bytes[pos..])?;
+                pos += used;
+                base = emit(base + u64::from(v), &mut f)?;
+            }
+            if pos != bytes.len() {
+                return Err(CodecError::Invalid("varint indices do not fill their byte length"));
+            }
+        }
+    }
+    Ok(())
+}
+
+pub(super) fn sparse_values(wire: SparseWire, bytes: &[u8]) -> impl Iterator<Item = f32> + '_ {
+    let (a, b) = match wire.values {
+        ValueEncoding::F32 => (Some(f32s(bytes)), None),
+        ValueEncoding::F16 => (None, Some(u16s(bytes).map(|h| half::f16::from_bits(h).to_f32()))),
+    };
+    a.into_iter().flatten().chain(b.into_iter().flatten())
+}
+
+/// Reads and checks the header only.
+pub fn read_header(bytes: &[u8]) -> Result<Header, CodecError> {
+    parse(bytes).map(|(h, _, _)| h)
+}
+
+/// The scaler of a ternary message (`None` for every other kind), read
+/// through the same checks as a full decode of the header and scalar.
+pub fn ternary_scale(bytes: &[u8]) -> Result<Option<f32>, CodecError> {
+    Ok(match parse(bytes)?.1 {
+        View::Ternary { scale, .. } => Some(scale),
+        _ => None,
+    })
+}
+
+/// Splits a buffer of concatenated messages into the first message and the rest.
+pub fn split_first(bytes: &[u8]) -> Result<(&[u8], &[u8]), CodecError> {
+    let (_, _, rest) = parse(bytes)?;
+    Ok(bytes.split_at(bytes.len() - rest.len()))
+}
+
+pub(super) fn exactly_one(bytes: &[u8]) -> Result<(Header, View<'_>), CodecError> {
+    let (h, view, rest) = parse(bytes)?;
+    if !rest.is_empty() {
+        return Err(CodecError::TrailingBytes(rest.len()));
+    }
+    Ok((h, view))
+}
