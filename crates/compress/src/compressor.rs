@@ -5,10 +5,16 @@
 //! granularity), every step, on every worker:
 //!
 //! 1. `memory.compensate(grad)` gives the buffer to compress (see [`crate::memory`]).
-//! 2. If [`Compressor::local_scalar`] returns `Some(s_i)`, the caller reduces it
-//!    across workers with a max (TernGrad's scalar sharing, ALGORITHMS.md §1.2)
-//!    and passes the result as [`UnitContext::shared_scalar`]. A caller that
-//!    does not share passes `None` and the compressor uses its local value.
+//! 2. Agreement rounds, if the compressor has any ([`Compressor::rounds`]):
+//!    for each round in order, [`Compressor::round_contribution`] appends the
+//!    values this worker contributes, the caller combines them across workers
+//!    (a sum or a max, [`ReduceOp`]) and hands the result back through
+//!    [`Compressor::round_result`]; a round may read the previous one's
+//!    result (PowerSGD: P = MQ is summed, orthogonalized, then Q = MᵀP is
+//!    summed). TernGrad's shared scaler is the one-value form of this, kept as
+//!    [`Compressor::local_scalar`] and [`UnitContext::shared_scalar`] (the
+//!    device kernels speak it): the caller max-reduces the local scalar and
+//!    passes the result; a caller that does not share passes `None`.
 //! 3. [`Compressor::compress`] writes a [`Message`] into a caller-owned buffer.
 //!    It never allocates once that buffer has grown to its steady-state size,
 //!    never fails, and never panics on any finite or non-finite input (NaN
@@ -36,6 +42,13 @@ pub struct UnitContext {
     pub loss: Option<f64>,
 }
 
+/// How an agreement round combines the workers' values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReduceOp {
+    Sum,
+    Max,
+}
+
 /// How the messages of N workers combine, which decides the collective.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Combine {
@@ -55,6 +68,10 @@ pub enum Combine {
     /// Per-worker messages that do not add in compressed form: allgatherv, or a
     /// parameter server that decodes and sums them.
     Gather,
+    /// The agreement rounds are the exchange: every worker's message is
+    /// already the aggregate (PowerSGD's P Qᵀ after two allreduces), and
+    /// nothing more travels.
+    Agreed,
 }
 
 /// Compresses one unit's gradient into a [`Message`]. See the module docs for
@@ -72,8 +89,42 @@ pub trait Compressor: Send {
         None
     }
 
+    /// Agreement rounds before [`Compressor::compress`] (0: none).
+    fn rounds(&self) -> usize {
+        0
+    }
+
+    /// Round `round`'s contribution for `input` (the compensated gradient):
+    /// values appended to `out`, combined across workers with the returned
+    /// operation; `None` when this step's round has nothing (and `out` is
+    /// left as it was). Every worker contributes the same number of values.
+    fn round_contribution(
+        &mut self,
+        _round: usize,
+        _input: &[f32],
+        _ctx: &UnitContext,
+        _out: &mut Vec<f32>,
+    ) -> Option<ReduceOp> {
+        None
+    }
+
+    /// The combined values of round `round` over `workers` workers.
+    fn round_result(&mut self, _round: usize, _combined: &[f32], _workers: usize) {}
+
     /// Compresses `input` into `out`, reusing `out`'s buffers.
     fn compress(&mut self, input: &[f32], ctx: &UnitContext, out: &mut Message);
+
+    /// State carried from step to step that an exact resume needs (PowerSGD's
+    /// warm-start Q), as flat buffers; empty for most compressors.
+    fn state(&self) -> Vec<&[f32]> {
+        Vec::new()
+    }
+
+    /// Restores [`Compressor::state`] (as many buffers as it returns; an
+    /// empty buffer is a compressor that has not run yet).
+    fn restore(&mut self, _state: &[Vec<f32>]) -> Result<(), String> {
+        Ok(())
+    }
 
     /// Sets the target density ρ for this step (density warm-up); ignored by
     /// compressors that have none.
@@ -101,8 +152,29 @@ impl<C: Compressor + ?Sized> Compressor for Box<C> {
     fn local_scalar(&self, input: &[f32]) -> Option<f32> {
         (**self).local_scalar(input)
     }
+    fn rounds(&self) -> usize {
+        (**self).rounds()
+    }
+    fn round_contribution(
+        &mut self,
+        round: usize,
+        input: &[f32],
+        ctx: &UnitContext,
+        out: &mut Vec<f32>,
+    ) -> Option<ReduceOp> {
+        (**self).round_contribution(round, input, ctx, out)
+    }
+    fn round_result(&mut self, round: usize, combined: &[f32], workers: usize) {
+        (**self).round_result(round, combined, workers)
+    }
     fn compress(&mut self, input: &[f32], ctx: &UnitContext, out: &mut Message) {
         (**self).compress(input, ctx, out)
+    }
+    fn state(&self) -> Vec<&[f32]> {
+        (**self).state()
+    }
+    fn restore(&mut self, state: &[Vec<f32>]) -> Result<(), String> {
+        (**self).restore(state)
     }
     fn set_density(&mut self, density: f64) {
         (**self).set_density(density)
@@ -113,6 +185,20 @@ impl<C: Compressor + ?Sized> Compressor for Box<C> {
     fn stats(&self) -> Vec<(&'static str, f64)> {
         (**self).stats()
     }
+}
+
+/// Compresses `input` as the only worker would: each agreement round's
+/// combined values are this worker's own contribution. For tests,
+/// benchmarks and single-worker tools; the exchange runs the rounds itself.
+pub fn compress_as_sole_worker(c: &mut dyn Compressor, input: &[f32], ctx: &UnitContext, out: &mut Message) {
+    let mut values = Vec::new();
+    for round in 0..c.rounds() {
+        values.clear();
+        if c.round_contribution(round, input, ctx, &mut values).is_some() {
+            c.round_result(round, &values, 1);
+        }
+    }
+    c.compress(input, ctx, out);
 }
 
 /// `k = max(1, floor(ρ·d))`, capped at `d` (ALGORITHMS.md, notation).

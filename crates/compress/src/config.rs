@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::compressor::{Compressor, Dense};
+use crate::lowrank::{PowerSgd, PowerSgdConfig};
 use crate::memory::MemoryKind;
 use crate::quantize::{qsgd, Fp16, OneBit, OneBitConfig, Qsgd, QsgdConfig, TernGrad, TernGradConfig};
 use crate::sparsify::{
@@ -37,6 +38,8 @@ pub enum CompressorConfig {
     /// eSGD's importance-driven selection with momentum residuals (global
     /// granularity, parameter server; reads each worker's loss).
     Esgd(EsgdConfig),
+    /// PowerSGD's rank-r approximation, its two factors summed by allreduces.
+    Powersgd(PowerSgdConfig),
 }
 
 impl Default for CompressorConfig {
@@ -109,11 +112,16 @@ impl CompressorConfig {
     pub fn esgd(density: f64) -> Self {
         Self::Esgd(EsgdConfig { density, ..Default::default() })
     }
+    /// PowerSGD at `rank`, every other option at PyTorch's default (plain
+    /// allreduce for the first 1000 steps).
+    pub fn powersgd(rank: u32) -> Self {
+        Self::Powersgd(PowerSgdConfig { rank, ..Default::default() })
+    }
 }
 
 impl CompressorConfig {
     /// All configuration names, in the benchmark's order.
-    pub const NAMES: [&'static str; 13] = [
+    pub const NAMES: [&'static str; 14] = [
         "dense",
         "fp16",
         "terngrad",
@@ -127,6 +135,7 @@ impl CompressorConfig {
         "randk",
         "threshold",
         "esgd",
+        "powersgd",
     ];
 
     /// The default configuration of the compressor called `name`.
@@ -145,6 +154,7 @@ impl CompressorConfig {
             "randk" => Self::Randk(Default::default()),
             "threshold" => Self::Threshold(Default::default()),
             "esgd" => Self::Esgd(Default::default()),
+            "powersgd" => Self::Powersgd(Default::default()),
             _ => return None,
         })
     }
@@ -164,6 +174,7 @@ impl CompressorConfig {
             Self::Randk(_) => "randk",
             Self::Threshold(_) => "threshold",
             Self::Esgd(_) => "esgd",
+            Self::Powersgd(_) => "powersgd",
         }
     }
 
@@ -211,6 +222,8 @@ impl CompressorConfig {
             Self::Dense {} | Self::Fp16 {} | Self::Terngrad(_) | Self::Qsgd(_) | Self::Esgd(_) => {
                 MemoryKind::None
             }
+            Self::Powersgd(c) if c.error_feedback => MemoryKind::ErrorFeedback,
+            Self::Powersgd(_) => MemoryKind::None,
         }
     }
 
@@ -253,7 +266,25 @@ impl CompressorConfig {
                     format!("{} must be positive", c.epsilon)
                 })
             }
+            Self::Powersgd(c) => validate_powersgd(c),
             _ => Ok(()),
+        }
+    }
+
+    /// Whether a unit of `shape` is compressed at all; PowerSGD leaves
+    /// vectors and the matrices it would not shrink enough to travel dense.
+    pub fn compresses(&self, shape: &[usize]) -> bool {
+        match self {
+            Self::Powersgd(c) => c.compresses(shape),
+            _ => true,
+        }
+    }
+
+    /// Builds the compressor of a unit of `shape` (PowerSGD sees its matrix).
+    pub fn build_for(&self, shape: &[usize]) -> Box<dyn Compressor> {
+        match self {
+            Self::Powersgd(c) => Box::new(PowerSgd::new(c, shape)),
+            _ => self.build(),
         }
     }
 
@@ -272,8 +303,30 @@ impl CompressorConfig {
             Self::Randk(c) => Box::new(RandK::compressor(c)),
             Self::Threshold(c) => Box::new(Threshold::compressor(c)),
             Self::Esgd(c) => Box::new(Esgd::new(c.clone())),
+            // A shape-less PowerSGD sees a vector: build_for gives it its matrix.
+            Self::Powersgd(c) => Box::new(PowerSgd::new(c, &[])),
         }
     }
+}
+
+fn validate_powersgd(c: &PowerSgdConfig) -> Result<(), InvalidOption> {
+    check(c.rank >= 1, "rank", || "must be at least 1".into())?;
+    check(!(c.error_feedback || c.warm_start) || c.start_iter >= 2, "start_iter", || {
+        format!(
+            "{} is too early: with error feedback or warm start PowerSGD starts at step 2 at the earliest (as PyTorch's hook)",
+            c.start_iter
+        )
+    })?;
+    check(
+        c.min_compression_rate > 0.0 && c.min_compression_rate.is_finite(),
+        "min_compression_rate",
+        || format!("{} must be a positive number (PyTorch's default is 2)", c.min_compression_rate),
+    )?;
+    check(
+        c.orthogonalization_epsilon >= 0.0 && c.orthogonalization_epsilon.is_finite(),
+        "orthogonalization_epsilon",
+        || format!("{} must be a finite number ≥ 0", c.orthogonalization_epsilon),
+    )
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 //!
 //! - [`quantize`]: TernGrad, QSGD, 1-bit sign, fp16.
 //! - [`sparsify`]: exact Top-k, Gaussian-k, DGC-k, trimmed top-k, Rand-k, threshold.
+//! - [`lowrank`]: PowerSGD.
 //! - [`memory`]: error feedback (raw and lr-scaled), DGC momentum correction, density warm-up.
 //! - [`codec`]: the versioned wire format; [`aggregate`]: sums of N workers' messages.
 //! - [`stats`]: contraction ratio and bounds, TernGrad's bound ratio, histograms.
@@ -22,6 +23,7 @@ pub mod aggregate;
 pub mod codec;
 pub mod compressor;
 pub mod config;
+pub mod lowrank;
 pub mod memory;
 pub mod message;
 pub mod quantize;
@@ -30,7 +32,7 @@ pub mod rng;
 pub mod sparsify;
 pub mod stats;
 
-pub use compressor::{k_for, Combine, Compressor, Dense, UnitContext};
+pub use compressor::{compress_as_sole_worker, k_for, Combine, Compressor, Dense, ReduceOp, UnitContext};
 pub use config::CompressorConfig;
 pub use message::Message;
 pub use rng::{RngKey, UnitRng};

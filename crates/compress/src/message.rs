@@ -132,6 +132,18 @@ pub struct SignMessage {
     pub bits: Vec<u8>,
 }
 
+/// A rank-r approximation P Qᵀ of a `rows × cols` matrix (PowerSGD's
+/// aggregate): P is `rows × rank`, Q is `cols × rank`, both row-major. It
+/// decodes to the matrix row-major, `rows · cols` elements.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LowRankMessage {
+    pub rows: u32,
+    pub cols: u32,
+    pub rank: u32,
+    pub p: Vec<f32>,
+    pub q: Vec<f32>,
+}
+
 /// One compressed unit (a tensor, or the whole flattened model).
 #[derive(Clone, Debug, PartialEq)]
 pub enum Message {
@@ -142,6 +154,7 @@ pub enum Message {
     Sparse(SparseMessage),
     Qsgd(QsgdMessage),
     Sign(SignMessage),
+    LowRank(LowRankMessage),
 }
 
 /// The kind of a message, as written in the wire header.
@@ -155,6 +168,7 @@ pub enum MessageKind {
     Sparse = 5,
     Qsgd = 6,
     Sign = 7,
+    LowRank = 8,
 }
 
 impl MessageKind {
@@ -167,6 +181,7 @@ impl MessageKind {
             5 => Self::Sparse,
             6 => Self::Qsgd,
             7 => Self::Sign,
+            8 => Self::LowRank,
             _ => return None,
         })
     }
@@ -202,6 +217,7 @@ impl Message {
     variant_mut!(sparse_mut, Sparse, SparseMessage);
     variant_mut!(qsgd_mut, Qsgd, QsgdMessage);
     variant_mut!(sign_mut, Sign, SignMessage);
+    variant_mut!(low_rank_mut, LowRank, LowRankMessage);
 
     pub fn kind(&self) -> MessageKind {
         match self {
@@ -212,6 +228,7 @@ impl Message {
             Message::Sparse(_) => MessageKind::Sparse,
             Message::Qsgd(_) => MessageKind::Qsgd,
             Message::Sign(_) => MessageKind::Sign,
+            Message::LowRank(_) => MessageKind::LowRank,
         }
     }
 
@@ -225,6 +242,7 @@ impl Message {
             Message::Sparse(m) => m.len,
             Message::Qsgd(m) => m.codes.len(),
             Message::Sign(m) => m.len,
+            Message::LowRank(m) => m.rows as usize * m.cols as usize,
         }
     }
 
@@ -245,6 +263,7 @@ impl Message {
             Message::Sparse(m) => m.indices.len(),
             Message::Qsgd(m) => m.codes.iter().filter(|&&c| c != 0).count(),
             Message::Sign(m) => m.len,
+            Message::LowRank(m) => m.rows as usize * m.cols as usize,
         }
     }
 
@@ -296,6 +315,7 @@ impl Message {
                     }
                 }
             }
+            Message::LowRank(m) => add_low_rank(&m.p, &m.q, m.rank as usize, weight, out),
         }
     }
 
@@ -303,6 +323,25 @@ impl Message {
     pub fn decompress_into(&self, out: &mut [f32]) {
         out.fill(0.0);
         self.add_to(1.0, out);
+    }
+}
+
+/// `out += weight · P Qᵀ` for P (`rows × rank`) and Q (`cols × rank`),
+/// row-major, `out` holding the `rows × cols` matrix row-major. Each element
+/// sums its `rank` products in order, as a matrix product does.
+pub fn add_low_rank(p: &[f32], q: &[f32], rank: usize, weight: f32, out: &mut [f32]) {
+    if rank == 0 {
+        return;
+    }
+    let cols = q.len() / rank;
+    for (row, p) in out.chunks_mut(cols.max(1)).zip(p.chunks_exact(rank)) {
+        for (o, q) in row.iter_mut().zip(q.chunks_exact(rank)) {
+            let mut v = 0.0f32;
+            for (a, b) in p.iter().zip(q) {
+                v += a * b;
+            }
+            *o += weight * v;
+        }
     }
 }
 

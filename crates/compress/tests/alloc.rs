@@ -45,7 +45,12 @@ fn steady_state_calls_do_not_allocate() {
     for name in CompressorConfig::NAMES {
         let mut cfg = CompressorConfig::named(name).unwrap();
         cfg.set_density(0.01);
-        let mut c = cfg.build();
+        if let CompressorConfig::Powersgd(p) = &mut cfg {
+            p.start_iter = 0; // compress from the first step
+        }
+        // PowerSGD sees the buffer as a one-column matrix.
+        let mut c = cfg.build_for(&[x.len(), 1]);
+        let mut contribution = Vec::new();
         let mut ef = ErrorFeedback::new(ResidualForm::Raw);
         let mut dgc = DgcMomentum::new(0.9);
         let mut msg = Message::default();
@@ -59,7 +64,14 @@ fn steady_state_calls_do_not_allocate() {
                 shared_scalar: c.local_scalar(&x),
                 ..Default::default()
             };
-            // Same input each step, so data-dependent counts repeat.
+            // Same input each step, so data-dependent counts repeat. One
+            // worker's rounds: the combined values are its own.
+            for round in 0..c.rounds() {
+                contribution.clear();
+                if c.round_contribution(round, &x, &ctx, &mut contribution).is_some() {
+                    c.round_result(round, &contribution, 1);
+                }
+            }
             c.compress(&x, &ctx, &mut msg);
             bytes.clear();
             codec::encode(&msg, 0, &mut bytes);

@@ -84,6 +84,14 @@ pub fn decode(bytes: &[u8], msg: &mut Message) -> Result<Header, CodecError> {
             m.bits.clear();
             m.bits.extend_from_slice(bits);
         }
+        View::LowRank { rows, cols, rank, p, q } => {
+            let m = msg.low_rank_mut();
+            (m.rows, m.cols, m.rank) = (rows, cols, rank);
+            m.p.clear();
+            m.p.extend(f32s(p));
+            m.q.clear();
+            m.q.extend(f32s(q));
+        }
     }
     Ok(h)
 }
@@ -158,6 +166,22 @@ pub fn accumulate(bytes: &[u8], weight: f32, out: &mut [f32]) -> Result<Header, 
             for (o, &byte) in out.chunks_mut(8).zip(bits) {
                 for (bit, o) in o.iter_mut().enumerate() {
                     *o += if byte >> bit & 1 == 1 { p } else { n };
+                }
+            }
+        }
+        View::LowRank { cols, rank, p, q, .. } => {
+            // P Qᵀ straight from the bytes, each element's products summed in
+            // order as `add_low_rank` sums them.
+            let (cols, rank) = (cols as usize, rank as usize);
+            let at =
+                |b: &[u8], i: usize| f32::from_le_bytes([b[4 * i], b[4 * i + 1], b[4 * i + 2], b[4 * i + 3]]);
+            for (i, row) in out.chunks_mut(cols.max(1)).enumerate() {
+                for (j, o) in row.iter_mut().enumerate() {
+                    let mut v = 0.0f32;
+                    for k in 0..rank {
+                        v += at(p, i * rank + k) * at(q, j * rank + k);
+                    }
+                    *o += weight * v;
                 }
             }
         }

@@ -27,6 +27,7 @@ pub fn encoded_len(msg: &Message) -> usize {
                 8 + 4 * m.norms.len() + bits::packed_len(m.codes.len(), bits::width_for(2 * m.levels))
             }
             Message::Sign(m) => 8 + m.bits.len(),
+            Message::LowRank(m) => 12 + 4 * (m.p.len() + m.q.len()),
         }
 }
 
@@ -114,6 +115,12 @@ pub fn encode(msg: &Message, unit: u32, out: &mut Vec<u8>) -> usize {
             put_f32(out, m.positive);
             put_f32(out, m.negative);
             out.extend_from_slice(&m.bits);
+        }
+        Message::LowRank(m) => {
+            for v in [m.rows, m.cols, m.rank] {
+                out.extend_from_slice(&v.to_le_bytes());
+            }
+            m.p.iter().chain(&m.q).for_each(|&v| put_f32(out, v));
         }
     }
     debug_assert_eq!(out.len() - start, encoded_len(msg));

@@ -14,6 +14,8 @@
 //! Qsgd        levels u32 | bucket u32 | ceil(len/bucket) × f32 norms |
 //!             (level + levels) in ceil(log2(2·levels+1)) bits each
 //! Sign        positive f32 | negative f32 | ceil(len/8) bytes of sign bits
+//! LowRank     rows u32 | cols u32 | rank u32 | rows·rank f32 (P) | cols·rank f32 (Q);
+//!             len = rows·cols, 1 ≤ rank ≤ min(rows, cols), every value finite
 //! ```
 //! All integers and floats are little-endian; padding bits are zero.
 //!

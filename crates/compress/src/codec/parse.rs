@@ -47,6 +47,7 @@ pub(super) enum View<'a> {
     Sparse { wire: SparseWire, count: usize, indices: &'a [u8], values: &'a [u8] },
     Qsgd { levels: u32, bucket: u32, norms: &'a [u8], packed: &'a [u8] },
     Sign { positive: f32, negative: f32, bits: &'a [u8] },
+    LowRank { rows: u32, cols: u32, rank: u32, p: &'a [u8], q: &'a [u8] },
 }
 
 pub(super) fn parse(bytes: &[u8]) -> Result<(Header, View<'_>, &[u8]), CodecError> {
@@ -144,8 +145,27 @@ pub(super) fn parse(bytes: &[u8]) -> Result<(Header, View<'_>, &[u8]), CodecErro
             }
             View::Sign { positive, negative, bits }
         }
+        MessageKind::LowRank => low_rank(&mut r, len)?,
     };
     Ok((header, view, r.bytes))
+}
+
+/// A low-rank message's factors, checked: the shape covers `len` exactly,
+/// the rank fits it, and every value is finite.
+fn low_rank<'a>(r: &mut Reader<'a>, len: u32) -> Result<View<'a>, CodecError> {
+    let (rows, cols, rank) = (r.u32("low-rank rows")?, r.u32("low-rank cols")?, r.u32("low-rank rank")?);
+    if u64::from(rows) * u64::from(cols) != u64::from(len) {
+        return Err(CodecError::Invalid("low-rank shape does not cover the unit"));
+    }
+    if rank == 0 || rank > rows.min(cols) {
+        return Err(CodecError::Invalid("low-rank rank outside 1..=min(rows, cols)"));
+    }
+    let p = r.take(rows as usize * rank as usize * 4, "low-rank P")?;
+    let q = r.take(cols as usize * rank as usize * 4, "low-rank Q")?;
+    if f32s(p).chain(f32s(q)).any(|v| !v.is_finite()) {
+        return Err(CodecError::Invalid("non-finite low-rank factor"));
+    }
+    Ok(View::LowRank { rows, cols, rank, p, q })
 }
 
 pub(super) fn f32s(bytes: &[u8]) -> impl Iterator<Item = f32> + '_ {

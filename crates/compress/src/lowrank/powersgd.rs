@@ -1,0 +1,262 @@
+//! PowerSGD (ALGORITHMS.md §8), as PyTorch's `powerSGD_hook` runs it.
+//!
+//! A unit's compensated gradient M (`rows × cols`: a tensor's first
+//! dimension by the rest) is approximated through two agreement rounds:
+//!
+//! 1. Q is orthogonalized (a random start, or last step's Q: warm start);
+//!    round 0 sums P = M Q over the workers, and P is orthogonalized;
+//! 2. round 1 sums Q = Mᵀ P, and Q is divided by N.
+//!
+//! The message is P Qᵀ, the same on every worker: the rounds were the
+//! exchange ([`Combine::Agreed`]), and error feedback keeps M − P Qᵀ. Before
+//! step `start_iter` round 0 sums M itself and the message is the plain
+//! average (PyTorch's vanilla allreduce warm-up). Tensors that would not
+//! shrink by `min_compression_rate` (vectors, small matrices) are not given
+//! to PowerSGD at all ([`PowerSgdConfig::compresses`]): they travel dense.
+
+use serde::{Deserialize, Serialize};
+
+use super::orthogonalize::orthogonalize;
+use crate::compressor::{Combine, Compressor, ReduceOp, UnitContext};
+use crate::message::Message;
+use crate::rng::UnitRng;
+
+/// PowerSGD's options, with the defaults of PyTorch's `PowerSGDState`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PowerSgdConfig {
+    /// The approximation's rank r (`matrix_approximation_rank`), capped at
+    /// min(rows, cols) per tensor.
+    pub rank: u32,
+    /// Steps of plain allreduce before compression starts
+    /// (`start_powerSGD_iter`). At PyTorch's default of 1000 a run shorter
+    /// than that never compresses.
+    pub start_iter: u64,
+    /// A tensor is compressed only if (rows + cols)·r·this < rows·cols.
+    pub min_compression_rate: f64,
+    /// Error feedback (the unit's memory keeps M − P Qᵀ).
+    pub error_feedback: bool,
+    /// Start each step's Q from the last step's instead of a fresh random one.
+    pub warm_start: bool,
+    /// Added to each column's norm in orthogonalization (0: none).
+    pub orthogonalization_epsilon: f32,
+    /// Seeds the random starting Q, the same on every worker.
+    pub random_seed: u64,
+}
+
+impl Default for PowerSgdConfig {
+    fn default() -> Self {
+        Self {
+            rank: 1,
+            start_iter: 1000,
+            min_compression_rate: 2.0,
+            error_feedback: true,
+            warm_start: true,
+            orthogonalization_epsilon: 0.0,
+            random_seed: 0,
+        }
+    }
+}
+
+impl PowerSgdConfig {
+    /// A tensor of `shape` as the matrix PowerSGD sees: its first dimension
+    /// by the product of the rest.
+    pub fn matrix(shape: &[usize]) -> (usize, usize) {
+        let rows = shape.first().copied().unwrap_or(0);
+        let cols = shape.iter().skip(1).product::<usize>();
+        (rows, cols)
+    }
+
+    /// Whether a tensor of `shape` is compressed (PyTorch's `_should_compress`):
+    /// a matrix that the approximation shrinks by more than
+    /// `min_compression_rate`. Vectors are never compressed.
+    pub fn compresses(&self, shape: &[usize]) -> bool {
+        if shape.len() < 2 {
+            return false;
+        }
+        let (rows, cols) = Self::matrix(shape);
+        let rank = rows.min(cols).min(self.rank as usize);
+        ((rows + cols) * rank) as f64 * self.min_compression_rate < (rows * cols) as f64
+    }
+}
+
+/// One unit's PowerSGD state: its factors, kept between steps for warm start.
+#[derive(Clone, Debug)]
+pub struct PowerSgd {
+    cfg: PowerSgdConfig,
+    rows: usize,
+    cols: usize,
+    rank: usize,
+    /// `rows × rank`, row-major: M Q, then the orthogonalized sum.
+    p: Vec<f32>,
+    /// `cols × rank`, row-major: the starting Q, then the average of Mᵀ P.
+    q: Vec<f32>,
+    /// This step is before `start_iter`: the rounds sum M itself.
+    warming: bool,
+    /// The warm-up step's average.
+    average: Vec<f32>,
+}
+
+impl PowerSgd {
+    /// PowerSGD for a tensor of `shape`.
+    pub fn new(cfg: &PowerSgdConfig, shape: &[usize]) -> Self {
+        let (rows, cols) = PowerSgdConfig::matrix(shape);
+        let rank = rows.min(cols).min(cfg.rank as usize).max(1);
+        Self {
+            cfg: cfg.clone(),
+            rows,
+            cols,
+            rank,
+            p: Vec::new(),
+            q: Vec::new(),
+            warming: false,
+            average: Vec::new(),
+        }
+    }
+
+    /// Sets the starting Q (`cols × rank`, before orthogonalization), as a
+    /// test sets the one PyTorch drew.
+    pub fn set_q(&mut self, q: &[f32]) {
+        self.q = q.to_vec();
+    }
+
+    /// The factors of the last step: P (`rows × rank`) and Q (`cols × rank`).
+    pub fn factors(&self) -> (&[f32], &[f32]) {
+        (&self.p, &self.q)
+    }
+
+    /// A fresh starting Q: standard normal draws from the stream of
+    /// (`random_seed`, step, unit), the same on every worker.
+    fn draw_q(&mut self, ctx: &UnitContext) {
+        let mut rng = UnitRng::from_parts(&[self.cfg.random_seed, ctx.key.step, u64::from(ctx.key.unit)]);
+        self.q.clear();
+        self.q.extend((0..self.cols * self.rank).map(|_| rng.next_gaussian() as f32));
+    }
+
+    /// `p = m q` for M (`rows × cols`) and Q (`cols × rank`).
+    fn project(&mut self, m: &[f32]) {
+        let (rank, cols) = (self.rank, self.cols);
+        self.p.clear();
+        self.p.resize(self.rows * rank, 0.0);
+        for (p, row) in self.p.chunks_exact_mut(rank).zip(m.chunks_exact(cols)) {
+            for (&x, q) in row.iter().zip(self.q.chunks_exact(rank)) {
+                for (p, &q) in p.iter_mut().zip(q) {
+                    *p += x * q;
+                }
+            }
+        }
+    }
+
+    /// `q = mᵀ p`.
+    fn back_project(&mut self, m: &[f32]) {
+        let rank = self.rank;
+        self.q.clear();
+        self.q.resize(self.cols * rank, 0.0);
+        for (row, p) in m.chunks_exact(self.cols).zip(self.p.chunks_exact(rank)) {
+            for (&x, q) in row.iter().zip(self.q.chunks_exact_mut(rank)) {
+                for (q, &p) in q.iter_mut().zip(p) {
+                    *q += x * p;
+                }
+            }
+        }
+    }
+}
+
+impl Compressor for PowerSgd {
+    fn name(&self) -> &'static str {
+        "powersgd"
+    }
+
+    fn combine(&self) -> Combine {
+        Combine::Agreed
+    }
+
+    fn rounds(&self) -> usize {
+        2
+    }
+
+    fn round_contribution(
+        &mut self,
+        round: usize,
+        input: &[f32],
+        ctx: &UnitContext,
+        out: &mut Vec<f32>,
+    ) -> Option<ReduceOp> {
+        match round {
+            0 if ctx.key.step < self.cfg.start_iter => {
+                self.warming = true;
+                out.extend_from_slice(input);
+            }
+            0 => {
+                self.warming = false;
+                if self.q.len() != self.cols * self.rank || !self.cfg.warm_start {
+                    self.draw_q(ctx);
+                }
+                orthogonalize(&mut self.q, self.cols, self.rank, self.cfg.orthogonalization_epsilon);
+                self.project(input);
+                out.extend_from_slice(&self.p);
+            }
+            1 if !self.warming => {
+                self.back_project(input);
+                out.extend_from_slice(&self.q);
+            }
+            _ => return None,
+        }
+        Some(ReduceOp::Sum)
+    }
+
+    fn round_result(&mut self, round: usize, combined: &[f32], workers: usize) {
+        let inv = 1.0 / workers.max(1) as f32;
+        match round {
+            0 if self.warming => {
+                self.average.clear();
+                self.average.extend(combined.iter().map(|v| v * inv));
+            }
+            0 => {
+                self.p.copy_from_slice(combined);
+                orthogonalize(&mut self.p, self.rows, self.rank, self.cfg.orthogonalization_epsilon);
+            }
+            _ => {
+                self.q.clear();
+                self.q.extend(combined.iter().map(|v| v * inv));
+            }
+        }
+    }
+
+    /// The aggregate of the rounds: P Qᵀ, or the warm-up's average.
+    fn compress(&mut self, _input: &[f32], _ctx: &UnitContext, out: &mut Message) {
+        if self.warming {
+            let m = out.dense_mut();
+            m.values.clear();
+            m.values.extend_from_slice(&self.average);
+            return;
+        }
+        let m = out.low_rank_mut();
+        (m.rows, m.cols, m.rank) = (self.rows as u32, self.cols as u32, self.rank as u32);
+        m.p.clone_from(&self.p);
+        m.q.clone_from(&self.q);
+    }
+
+    /// The warm-start Q (empty before the first compressed step).
+    fn state(&self) -> Vec<&[f32]> {
+        vec![&self.q]
+    }
+
+    fn restore(&mut self, state: &[Vec<f32>]) -> Result<(), String> {
+        match state {
+            [q] if q.is_empty() || q.len() == self.cols * self.rank => {
+                self.q.clone_from(q);
+                Ok(())
+            }
+            [q] => Err(format!(
+                "PowerSGD's Q holds {} values, its {}×{} unit at rank {} needs {}",
+                q.len(),
+                self.rows,
+                self.cols,
+                self.rank,
+                self.cols * self.rank
+            )),
+            _ => Err("PowerSGD's state is its Q alone".into()),
+        }
+    }
+}
