@@ -18,6 +18,15 @@ impl DataParallelConfig {
         }
         self.validate_compression()?;
         self.validate_strategy()?;
+        if self.topology() != Topology::Allreduce && self.combine() == Combine::Agreed {
+            return Err(err(
+                "comm.topology",
+                format!(
+                    "compressor {} exchanges in allreduce rounds; use topology = \"allreduce\" (the default)",
+                    self.compressor_name()
+                ),
+            ));
+        }
         if self.topology() == Topology::Allreduce && self.combine() == Combine::Gather {
             return Err(err(
                 "comm.topology",

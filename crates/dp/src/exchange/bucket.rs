@@ -164,9 +164,10 @@ pub(crate) fn pack(
             (Route::Gather | Route::Server, m) => {
                 codec::encode(m, plan.units[u].id, &mut p.wire);
             }
-            // A message of another kind on a summing route cannot be built
-            // from a valid configuration; the plan's routes follow `combine`.
-            (Route::HalfSum | Route::CodeSum, _) => {}
+            // The rounds were the exchange: nothing to pack. (A message of
+            // another kind on a summing route cannot be built from a valid
+            // configuration; the plan's routes follow `combine`.)
+            (Route::Agreed | Route::HalfSum | Route::CodeSum, _) => {}
         }
     }
 }
@@ -203,11 +204,10 @@ pub(crate) fn run_collectives(
         p.calls.push(CollectiveCall { op: OpKind::Allgatherv, sizes, download: 0, bucket });
     }
     if plan.has(b, Route::Server) {
-        let units = &plan.units[plan.buckets[b].clone()];
         let mut sizes = Vec::new();
         let mut aggregate = |ups: &Gathered, down: &mut Vec<u8>| -> Result<(), String> {
             sizes = ups.iter().map(|m| m.len() as u64).collect();
-            server::aggregate(units, ups, down, server).map_err(|e| e.to_string())
+            server::aggregate(plan, b, ups, down, server).map_err(|e| e.to_string())
         };
         c.push_pull(plan.placement, &p.wire, &mut aggregate, &mut p.down)?;
         p.calls.push(CollectiveCall { op: OpKind::PsPush, sizes, download: p.down.len() as u64, bucket });
@@ -255,6 +255,8 @@ pub(crate) fn aggregate(
                 p.codes.scale_into(at_codes, m.scale * inv_n, dst);
                 at_codes += unit.len;
             }
+            // Every worker's message is already the aggregate.
+            (Route::Agreed, m) => m.add_to(1.0, dst),
             _ => {}
         }
     }
@@ -264,7 +266,7 @@ pub(crate) fn aggregate(
     if plan.has(b, Route::Server) {
         let codec_error = |source| ExchangeError::Codec { rank: 0, source };
         let mut bytes = &p.down[..];
-        for unit in &plan.units[plan.buckets[b].clone()] {
+        for unit in plan.on_route(b, Route::Server) {
             let (first, rest) = codec::split_first(bytes).map_err(codec_error)?;
             codec::accumulate(first, 1.0, &mut out[unit.offset..unit.offset + unit.len])
                 .map_err(codec_error)?;

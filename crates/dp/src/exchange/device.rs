@@ -193,6 +193,7 @@ impl LocalCompression for DeviceCompression<'_> {
         u: usize,
         round: usize,
         _grad: &[f32],
+        _ctx: &UnitContext,
         out: &mut Vec<f32>,
     ) -> Result<Option<ReduceOp>, ExchangeError> {
         if round > 0 || plan.raw[u] {
@@ -204,7 +205,7 @@ impl LocalCompression for DeviceCompression<'_> {
         Ok(scalar_round(scalar, out))
     }
 
-    fn agreed(&mut self, u: usize, _round: usize, values: &[f32]) {
+    fn agreed(&mut self, u: usize, _round: usize, values: &[f32], _workers: usize) {
         self.units.shared[u] = values.first().copied();
     }
 

@@ -144,6 +144,7 @@ impl GradientExchange {
             lr: input.lr as f32,
             measure: input.measure,
             inv_n: 1.0 / c.world_size() as f32,
+            workers: c.world_size(),
         };
         let mut st = ExchangeStats { elements: total as u64, ..Default::default() };
         st.pipelined = self.pipeline && self.plan.buckets.len() > 1;

@@ -27,7 +27,7 @@ impl HostCompression {
             .map(|&m| if m { recipe.memory() } else { Box::new(gradcomp_compress::memory::NoMemory) as _ })
             .collect();
         HostCompression {
-            compressors: plan.units.iter().map(|_| recipe.compressor()).collect(),
+            compressors: plan.units.iter().map(|u| recipe.compressor(u)).collect(),
             memories,
             shared: vec![None; plan.units.len()],
             scratch: Vec::new(),
@@ -47,8 +47,9 @@ impl HostCompression {
 }
 
 impl LocalCompression for HostCompression {
+    /// The compressors' own rounds (PowerSGD's two), or TernGrad's one.
     fn rounds(&self) -> usize {
-        1
+        self.compressors.iter().map(|c| c.rounds()).max().unwrap_or(0).max(1)
     }
 
     fn compensate(&mut self, plan: &Plan, u: usize, grad: &[f32], lr: f32) -> Result<(), ExchangeError> {
@@ -60,25 +61,42 @@ impl LocalCompression for HostCompression {
         Ok(())
     }
 
-    /// Round 0: a two-phase compressor's local scalar, max-reduced
-    /// (TernGrad's shared scaler, ALGORITHMS.md §1.2).
+    /// The compressor's own rounds; for one without, round 0 is its local
+    /// scalar, max-reduced (TernGrad's shared scaler, ALGORITHMS.md §1.2).
     fn contribute(
         &mut self,
         plan: &Plan,
         u: usize,
         round: usize,
         grad: &[f32],
+        ctx: &UnitContext,
         out: &mut Vec<f32>,
     ) -> Result<Option<ReduceOp>, ExchangeError> {
-        if round > 0 || plan.raw[u] {
+        if plan.raw[u] {
+            return Ok(None);
+        }
+        if self.compressors[u].rounds() > 0 {
+            let x = if plan.has_memory[u] {
+                self.memories[u].residual()
+            } else {
+                let unit = &plan.units[u];
+                &grad[unit.offset..unit.offset + unit.len]
+            };
+            return Ok(self.compressors[u].round_contribution(round, x, ctx, out));
+        }
+        if round > 0 {
             return Ok(None);
         }
         let scalar = self.compressors[u].local_scalar(self.input(plan, u, grad));
         Ok(scalar_round(scalar, out))
     }
 
-    fn agreed(&mut self, u: usize, _round: usize, values: &[f32]) {
-        self.shared[u] = values.first().copied();
+    fn agreed(&mut self, u: usize, round: usize, values: &[f32], workers: usize) {
+        if self.compressors[u].rounds() > 0 {
+            self.compressors[u].round_result(round, values, workers);
+        } else {
+            self.shared[u] = values.first().copied();
+        }
     }
 
     fn compress(

@@ -3,22 +3,14 @@
 //! ([`HostCompression`](super::host::HostCompression)) and on a GPU
 //! (`DeviceCompression`); only messages and a few values cross to the host.
 
+pub(crate) use gradcomp_compress::ReduceOp;
 use gradcomp_compress::{Message, UnitContext};
 
 use super::plan::Plan;
 use crate::error::ExchangeError;
 
-/// How an agreement round combines the workers' values.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum ReduceOp {
-    Sum,
-    Max,
-}
-
-impl ReduceOp {
-    /// Both, in the order a round runs their collectives.
-    pub(crate) const ALL: [ReduceOp; 2] = [ReduceOp::Max, ReduceOp::Sum];
-}
+/// Both reduce operations, in the order a round runs their collectives.
+pub(crate) const REDUCE_OPS: [ReduceOp; 2] = [ReduceOp::Max, ReduceOp::Sum];
 
 /// A two-phase compressor's contribution to round 0: its local scalar,
 /// max-reduced (TernGrad's shared scaler, ALGORITHMS.md §1.2).
@@ -47,20 +39,23 @@ pub(crate) trait LocalCompression {
     /// gradient itself for a unit without a memory.
     fn compensate(&mut self, plan: &Plan, u: usize, grad: &[f32], lr: f32) -> Result<(), ExchangeError>;
 
-    /// Unit `u`'s contribution to agreement round `round`: values appended
-    /// to `out`, combined across workers with the returned operation; `None`
-    /// when the unit takes no part (and appends nothing).
+    /// Unit `u`'s contribution to agreement round `round` (`ctx` is the
+    /// unit's, as for compressing): values appended to `out`, combined
+    /// across workers with the returned operation; `None` when the unit
+    /// takes no part (and appends nothing).
     fn contribute(
         &mut self,
         plan: &Plan,
         u: usize,
         round: usize,
         grad: &[f32],
+        ctx: &UnitContext,
         out: &mut Vec<f32>,
     ) -> Result<Option<ReduceOp>, ExchangeError>;
 
-    /// The combined values of unit `u`'s contribution to round `round`.
-    fn agreed(&mut self, u: usize, round: usize, values: &[f32]);
+    /// The combined values (over `workers` workers) of unit `u`'s
+    /// contribution to round `round`.
+    fn agreed(&mut self, u: usize, round: usize, values: &[f32], workers: usize);
 
     /// Compresses unit `u`'s input into `msg` (`ctx` seeds its randomness;
     /// the rounds' results are the unit's own). On a measured step, returns

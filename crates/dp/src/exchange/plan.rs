@@ -17,6 +17,8 @@ pub struct Unit {
     pub name: String,
     pub offset: usize,
     pub len: usize,
+    /// The tensor's shape (`[len]` for the global unit).
+    pub shape: Vec<usize>,
     /// Sent uncompressed (excluded by policy).
     pub dense: bool,
 }
@@ -36,13 +38,19 @@ pub(crate) enum Route {
     Gather,
     /// Uploaded to the parameter server, which aggregates and sends one download.
     Server,
+    /// The agreement rounds were the exchange (PowerSGD): every worker's
+    /// message is already the aggregate, and nothing more travels.
+    Agreed,
 }
 
 impl Route {
-    fn of(unit: &Unit, topology: Topology, combine: Combine) -> Route {
+    /// `raw`: the unit travels uncompressed (excluded, or a tensor the
+    /// compressor leaves alone).
+    fn of(unit: &Unit, raw: bool, topology: Topology, combine: Combine) -> Route {
         match topology {
+            _ if combine == Combine::Agreed && !raw => Route::Agreed,
             Topology::ParameterServer => Route::Server,
-            _ if unit.dense || matches!(combine, Combine::DenseSum | Combine::SharedIndexSum) => {
+            _ if raw || unit.dense || matches!(combine, Combine::DenseSum | Combine::SharedIndexSum) => {
                 Route::DenseSum
             }
             _ if combine == Combine::HalfSum => Route::HalfSum,
@@ -107,11 +115,11 @@ impl Plan {
     ) -> Plan {
         let units = units(layout, c, granularity);
         let identity = recipe.passes_through();
-        let raw: Vec<bool> = units.iter().map(|u| u.dense || identity).collect();
+        let raw: Vec<bool> = units.iter().map(|u| u.dense || identity || !recipe.compresses(u)).collect();
         let has_memory: Vec<bool> = raw.iter().map(|&r| !r && recipe.has_memory()).collect();
         let lr_scaled = has_memory.iter().map(|&m| m && recipe.lr_scaled()).collect();
         let combine = recipe.combine();
-        let route = units.iter().map(|u| Route::of(u, topology, combine)).collect();
+        let route = units.iter().zip(&raw).map(|(u, &r)| Route::of(u, r, topology, combine)).collect();
         let lens: Vec<usize> = units.iter().map(|u| u.len).collect();
         let buckets = cut_buckets(&lens, bucket_bytes(c.bucket_mb));
         Plan {
@@ -145,6 +153,11 @@ impl Plan {
         self.route[self.buckets[b].clone()].contains(&route)
     }
 
+    /// Bucket `b`'s units on `route`, in order.
+    pub(crate) fn on_route(&self, b: usize, route: Route) -> impl Iterator<Item = &Unit> {
+        self.buckets[b].clone().filter(move |&u| self.route[u] == route).map(|u| &self.units[u])
+    }
+
     /// Adds the values of `ranges` (flat gradient ranges a stage filled) to
     /// the units' counts of filled values.
     pub(crate) fn count_filled(&self, ranges: &[Range<usize>], filled: &mut [usize]) {
@@ -174,7 +187,8 @@ impl Plan {
 /// excluded ones marked dense.
 fn units(layout: &GradientLayout, c: &CompressionConfig, granularity: Granularity) -> Vec<Unit> {
     if granularity == Granularity::Global {
-        return vec![Unit { id: 0, name: "global".into(), offset: 0, len: layout.total(), dense: false }];
+        let len = layout.total();
+        return vec![Unit { id: 0, name: "global".into(), offset: 0, len, shape: vec![len], dense: false }];
     }
     let output_start = layout.output_layer_start();
     layout
@@ -186,6 +200,7 @@ fn units(layout: &GradientLayout, c: &CompressionConfig, granularity: Granularit
             name: s.name.clone(),
             offset: s.offset,
             len: s.len,
+            shape: s.shape.clone(),
             dense: s.len < c.exclude.min_size
                 || (c.exclude.last_layer && i >= output_start)
                 || (c.exclude.biases && s.shape.len() <= 1),

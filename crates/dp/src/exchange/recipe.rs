@@ -4,6 +4,7 @@
 use gradcomp_compress::memory::{Memory, MemoryKind, NoMemory, ResidualForm};
 use gradcomp_compress::{Combine, Compressor, CompressorConfig};
 
+use super::plan::Unit;
 use crate::config::DataParallelConfig;
 use crate::custom::CustomCompressor;
 
@@ -31,11 +32,18 @@ impl Recipe {
         }
     }
 
-    pub(crate) fn compressor(&self) -> Box<dyn Compressor> {
+    /// The compressor of `unit` (PowerSGD sees the unit's matrix).
+    pub(crate) fn compressor(&self, unit: &Unit) -> Box<dyn Compressor> {
         match &self.custom {
             Some(c) => c.compressor(),
-            None => self.compressor.build(),
+            None => self.compressor.build_for(&unit.shape),
         }
+    }
+
+    /// Whether `unit` is compressed at all (PowerSGD leaves vectors and the
+    /// matrices it would not shrink to travel dense).
+    pub(crate) fn compresses(&self, unit: &Unit) -> bool {
+        self.custom.is_some() || self.compressor.compresses(&unit.shape)
     }
 
     /// A compressed unit's memory (none: the identity).
@@ -67,6 +75,9 @@ impl Recipe {
     }
 
     pub(crate) fn combine(&self) -> Combine {
-        self.compressor().combine()
+        match &self.custom {
+            Some(c) => c.compressor().combine(),
+            None => self.compressor.build().combine(),
+        }
     }
 }

@@ -4,15 +4,17 @@
 
 use std::ops::Range;
 
+use gradcomp_compress::UnitContext;
+
 use super::local::{LocalCompression, ReduceOp};
-use super::plan::Plan;
+use super::plan::{Plan, Route};
 use crate::error::ExchangeError;
 
 /// One round's values by operation, and where each unit's lie. Reused every
 /// round and step.
 #[derive(Default)]
 pub(crate) struct RoundValues {
-    /// Per operation ([`ReduceOp::ALL`] order): the values to reduce.
+    /// Per operation (`REDUCE_OPS` order): the values to reduce.
     values: [Vec<f32>; 2],
     /// Per operation: (unit, its values' range).
     parts: [Vec<(usize, Range<usize>)>; 2],
@@ -28,7 +30,10 @@ fn slot(op: ReduceOp) -> usize {
 }
 
 impl RoundValues {
-    /// Asks units `units` for their contributions to round `round`.
+    /// Asks units `units` for their contributions to round `round`
+    /// (`ctx(u)` is unit u's context); returns how many values came from
+    /// units whose rounds are their whole exchange (they count as the
+    /// unit's wire bytes).
     pub(crate) fn gather(
         &mut self,
         local: &mut dyn LocalCompression,
@@ -36,18 +41,23 @@ impl RoundValues {
         units: Range<usize>,
         round: usize,
         grad: &[f32],
-    ) -> Result<(), ExchangeError> {
+        ctx: &dyn Fn(usize) -> UnitContext,
+    ) -> Result<usize, ExchangeError> {
         self.values.iter_mut().for_each(Vec::clear);
         self.parts.iter_mut().for_each(Vec::clear);
+        let mut agreed = 0;
         for u in units {
             self.unit.clear();
-            if let Some(op) = local.contribute(plan, u, round, grad, &mut self.unit)? {
+            if let Some(op) = local.contribute(plan, u, round, grad, &ctx(u), &mut self.unit)? {
                 let values = &mut self.values[slot(op)];
                 self.parts[slot(op)].push((u, values.len()..values.len() + self.unit.len()));
                 values.extend_from_slice(&self.unit);
+                if plan.route[u] == Route::Agreed {
+                    agreed += self.unit.len();
+                }
             }
         }
-        Ok(())
+        Ok(agreed)
     }
 
     /// The values of operation `op` to reduce (none: no collective), taken
@@ -65,9 +75,10 @@ impl RoundValues {
         values: Vec<f32>,
         local: &mut dyn LocalCompression,
         round: usize,
+        workers: usize,
     ) {
         for (u, range) in &self.parts[slot(op)] {
-            local.agreed(*u, round, &values[range.clone()]);
+            local.agreed(*u, round, &values[range.clone()], workers);
         }
         self.values[slot(op)] = values;
     }

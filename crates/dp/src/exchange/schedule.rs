@@ -23,8 +23,8 @@ use gradcomp_comm::{CollectiveCall, CommError, OpKind};
 use gradcomp_compress::{Message, RngKey, UnitContext};
 
 use super::bucket::{self, BucketBuffers};
-use super::local::{LocalCompression, ReduceOp};
-use super::plan::Plan;
+use super::local::{LocalCompression, ReduceOp, REDUCE_OPS};
+use super::plan::{Plan, Route};
 use super::rounds::RoundValues;
 use super::stats::ExchangeStats;
 use super::wire::{Wire, WireDone, WireTask};
@@ -41,6 +41,16 @@ pub(crate) struct StepArgs {
     pub measure: bool,
     /// 1/N, the weight of each worker's message in the average.
     pub inv_n: f32,
+    /// N.
+    pub workers: usize,
+}
+
+impl StepArgs {
+    /// The context of the unit with id `unit`: its random stream (`key`
+    /// with the unit's id), and the loss.
+    fn unit_context(key: RngKey, loss: Option<f64>, unit: u32) -> UnitContext {
+        UnitContext { key: RngKey { unit, ..key }, shared_scalar: None, loss }
+    }
 }
 
 /// One exchange's working state while the schedule runs.
@@ -139,11 +149,15 @@ impl ExchangeStep<'_> {
             self.local.compensate(plan, u, grad, self.args.lr)?;
         }
         st.compress_seconds += t.elapsed().as_secs_f64();
+        let (key, loss) = (self.args.key, self.args.loss);
+        let ctx = |u: usize| StepArgs::unit_context(key, loss, plan.units[u].id);
         for round in 0..self.local.rounds() {
             let t = Instant::now();
-            self.rounds.gather(self.local, plan, units.clone(), round, grad)?;
+            let agreed = self.rounds.gather(self.local, plan, units.clone(), round, grad, &ctx)?;
+            // For PowerSGD the rounds are what travels.
+            st.wire_bytes += 4 * agreed as u64;
             st.compress_seconds += t.elapsed().as_secs_f64();
-            for op in ReduceOp::ALL {
+            for op in REDUCE_OPS {
                 if let Some(values) = self.rounds.take(op) {
                     self.run_round(round, op, values, wire, out, st)?;
                 }
@@ -176,7 +190,7 @@ impl ExchangeStep<'_> {
                 WireDone::Round(op, values, seconds, done) => {
                     done?;
                     st.communicate_seconds += seconds;
-                    self.rounds.hand_back(op, values, self.local, round);
+                    self.rounds.hand_back(op, values, self.local, round, self.args.workers);
                     return Ok(());
                 }
                 bucket => self.finish_bucket(bucket, out, st)?,
@@ -204,13 +218,9 @@ impl ExchangeStep<'_> {
                 }
                 continue;
             }
-            let ctx = UnitContext {
-                key: RngKey { unit: plan.units[u].id, ..args.key },
-                shared_scalar: None,
-                loss: args.loss,
-            };
+            let ctx = StepArgs::unit_context(args.key, args.loss, plan.units[u].id);
             self.measured[u] = self.local.compress(plan, u, grad, &ctx, &mut self.msgs[u], args.measure)?;
-            st.count(&self.msgs[u]);
+            st.count(&self.msgs[u], plan.route[u] != Route::Agreed);
         }
         let mut p = self.buffers[b].take().ok_or_else(|| usage("a bucket was packed twice in one step"))?;
         bucket::pack(plan, b, self.msgs, &*self.local, grad, args.inv_n, &mut p);

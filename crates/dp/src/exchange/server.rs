@@ -7,7 +7,7 @@ use gradcomp_compress::codec::{self, CodecError};
 use gradcomp_compress::message::DenseMessage;
 use gradcomp_compress::Message;
 
-use super::plan::Unit;
+use super::plan::{Plan, Route};
 
 /// The co-located server's reused buffers.
 #[derive(Default)]
@@ -21,14 +21,15 @@ pub(crate) struct ServerBuffers {
 /// (compact download), or the average of the decoded messages, downloaded as
 /// a sparse message when that is smaller than dense f32.
 pub(crate) fn aggregate(
-    units: &[Unit],
+    plan: &Plan,
+    b: usize,
     ups: &Gathered,
     down: &mut Vec<u8>,
     s: &mut ServerBuffers,
 ) -> Result<(), CodecError> {
     let n = ups.len();
     let mut cursors: Vec<&[u8]> = ups.iter().collect();
-    for unit in units {
+    for unit in plan.on_route(b, Route::Server) {
         let firsts: Vec<&[u8]> = cursors
             .iter_mut()
             .map(|cur| {

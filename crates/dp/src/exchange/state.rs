@@ -1,6 +1,7 @@
 //! The exchange's state for checkpoints: each unit's memory buffers, named
 //! `{prefix}memory.{unit}.{i}`, the same whether the memories live on the
-//! host or on the device (so a run can move between the two).
+//! host or on the device (so a run can move between the two), and the state
+//! a compressor carries between steps (PowerSGD's Q), `{prefix}compressor.{unit}.{i}`.
 
 use super::gradient_exchange::{GradientExchange, StateBuffers};
 
@@ -21,6 +22,17 @@ impl GradientExchange {
         for (u, mem) in self.host.memories.iter().enumerate() {
             for (i, b) in mem.state().into_iter().enumerate() {
                 out.insert(format!("{prefix}memory.{u}.{i}"), b.to_vec());
+            }
+        }
+        self.compressor_state(prefix, out);
+    }
+
+    /// The compressors' own state (host compressors: the device path has
+    /// none with state).
+    fn compressor_state(&self, prefix: &str, out: &mut StateBuffers) {
+        for (u, c) in self.host.compressors.iter().enumerate() {
+            for (i, b) in c.state().into_iter().enumerate() {
+                out.insert(format!("{prefix}compressor.{u}.{i}"), b.to_vec());
             }
         }
     }
@@ -47,6 +59,18 @@ impl GradientExchange {
                 bufs.push(b.clone());
             }
             mem.restore(&bufs)?;
+        }
+        for (u, c) in self.host.compressors.iter_mut().enumerate() {
+            let unit = &self.plan.units[u];
+            let bufs = (0..c.state().len())
+                .map(|i| {
+                    let name = format!("{prefix}compressor.{u}.{i}");
+                    state.get(&name).cloned().ok_or_else(|| {
+                        format!("the compressor state of unit {} ({name}) is missing", unit.name)
+                    })
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            c.restore(&bufs).map_err(|e| format!("unit {}: {e}", unit.name))?;
         }
         // A device form takes the restored state from the host memories.
         #[cfg(feature = "device-kernels")]

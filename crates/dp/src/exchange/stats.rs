@@ -8,7 +8,8 @@ use serde::{Deserialize, Serialize};
 /// What one exchange did, for the step record.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ExchangeStats {
-    /// Encoded bytes of this worker's compressed messages.
+    /// Encoded bytes of this worker's compressed messages; for a compressor
+    /// whose agreement rounds are its exchange (PowerSGD), the rounds' values.
     pub wire_bytes: u64,
     /// Elements this worker sent a value for.
     pub selected: u64,
@@ -58,10 +59,13 @@ pub struct BucketTimes {
 }
 
 impl ExchangeStats {
-    /// Counts a compressed unit's message: what it selected and its encoded bytes.
-    pub(crate) fn count(&mut self, msg: &Message) {
+    /// Counts a compressed unit's message: what it selected and, when the
+    /// message travels (`travels`), its encoded bytes.
+    pub(crate) fn count(&mut self, msg: &Message, travels: bool) {
         self.selected += msg.selected() as u64;
-        self.wire_bytes += gradcomp_compress::codec::encoded_len(msg) as u64;
+        if travels {
+            self.wire_bytes += gradcomp_compress::codec::encoded_len(msg) as u64;
+        }
     }
 
     /// A measured step's contraction ratio Σ‖acc − C(acc)‖² / Σ‖acc‖² (0 for

@@ -156,7 +156,10 @@ fn trace(
 #[test]
 fn buckets_pipelining_and_stages_leave_every_message_and_result_bit_identical() {
     for name in CompressorConfig::NAMES {
-        let compressor = CompressorConfig::named(name).unwrap();
+        let mut compressor = CompressorConfig::named(name).unwrap();
+        if let CompressorConfig::Powersgd(p) = &mut compressor {
+            p.start_iter = 2; // steps 2 and 3 compress (the others are its warm-up)
+        }
         let gathers = compressor.build().combine() == gradcomp_compress::Combine::Gather;
         let topologies: &[Topology] = if gathers {
             &[Topology::Allgather, Topology::ParameterServer]
