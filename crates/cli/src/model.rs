@@ -208,13 +208,14 @@ fn methods(units: &[usize], density: f64) -> Vec<Method> {
 
 /// What one rank's allreduce carries for a unit of `d` values: f32 values,
 /// f16 values (fp16), TernGrad's codes in i8 (up to 127 workers, as the
-/// exchange sums them), or the encoded message's values otherwise.
+/// exchange sums them), or the encoded message otherwise (PowerSGD's
+/// factors P and Q are what its two rounds carry).
 fn allreduce_bytes(combine: Combine, d: usize, encoded: &[u8]) -> u64 {
     match combine {
         Combine::HalfSum => 2 * d as u64,
         Combine::TernarySum => d as u64,
         Combine::DenseSum => 4 * d as u64,
-        Combine::SharedIndexSum | Combine::Gather => encoded.len() as u64,
+        Combine::SharedIndexSum | Combine::Gather | Combine::Agreed => encoded.len() as u64,
     }
 }
 

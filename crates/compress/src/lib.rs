@@ -3,7 +3,7 @@
 //!
 //! - [`quantize`]: TernGrad, QSGD, 1-bit sign, fp16.
 //! - [`sparsify`]: exact Top-k, Gaussian-k, DGC-k, trimmed top-k, Rand-k, threshold.
-//! - [`lowrank`]: PowerSGD.
+//! - [`lowrank`]: low-rank approximation, PowerSGD.
 //! - [`memory`]: error feedback (raw and lr-scaled), DGC momentum correction, density warm-up.
 //! - [`codec`]: the versioned wire format; [`aggregate`]: sums of N workers' messages.
 //! - [`stats`]: contraction ratio and bounds, TernGrad's bound ratio, histograms.

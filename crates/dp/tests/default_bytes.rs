@@ -28,7 +28,8 @@ fn reference(device: &Device) -> Reference {
 }
 
 /// Bytes worker 0 sends in each of two steps with `cfg` among `n` workers,
-/// each worker's gradient drawn from N(0, 10⁻⁶) (a typical gradient's scale).
+/// each worker's gradient drawn from N(0, 10⁻⁶) (a typical gradient's scale),
+/// from the first step the compressor compresses.
 fn bytes_per_step(cfg: &DataParallelConfig, n: usize) -> Vec<u64> {
     let device = gradcomp_dp::default_device();
     device.seed(1);
@@ -37,6 +38,9 @@ fn bytes_per_step(cfg: &DataParallelConfig, n: usize) -> Vec<u64> {
         .run(|c| {
             let rank = gradcomp_comm::Collective::rank(&c);
             let (mut dp, mut model) = cfg.clone().with_checksum_every(0).init(c, model.clone()).unwrap();
+            let mut state = dp.state();
+            state.step = warm_up(&cfg.compressor);
+            dp.restore(&state).unwrap();
             let mut optim = SgdConfig::new().init();
             let mut rng = UnitRng::from_parts(&[rank as u64, 7]);
             let mut sent = Vec::new();
@@ -51,6 +55,14 @@ fn bytes_per_step(cfg: &DataParallelConfig, n: usize) -> Vec<u64> {
         })
         .unwrap();
     per_worker.into_iter().next().unwrap().unwrap()
+}
+
+/// Steps before `compressor` compresses.
+fn warm_up(compressor: &CompressorConfig) -> u64 {
+    match compressor {
+        CompressorConfig::Powersgd(c) => c.start_iter,
+        _ => 0,
+    }
 }
 
 /// The stated ratios: the rows of the table under `<!-- default-bytes -->`

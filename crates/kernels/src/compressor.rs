@@ -23,6 +23,7 @@ impl DeviceCompressor {
         match config {
             CompressorConfig::Trimmedk(_) => Err(KernelError::Unsupported("trimmedk".into())),
             CompressorConfig::Esgd(_) => Err(KernelError::Unsupported("esgd".into())),
+            CompressorConfig::Powersgd(_) => Err(KernelError::Unsupported("powersgd".into())),
             CompressorConfig::Gaussiank(c) if c.refine => {
                 Err(KernelError::Unsupported("gaussiank-refined".into()))
             }
@@ -67,7 +68,7 @@ impl DeviceCompressor {
             CompressorConfig::Dgck(c) => select::dgc_k(client, g, c, ctx, out),
             CompressorConfig::Randk(c) => select::rand_k(client, g, c, ctx, out),
             CompressorConfig::Threshold(c) => select::threshold(client, g, c.threshold, c.wire, out),
-            CompressorConfig::Trimmedk(_) | CompressorConfig::Esgd(_) => {
+            CompressorConfig::Trimmedk(_) | CompressorConfig::Esgd(_) | CompressorConfig::Powersgd(_) => {
                 unreachable!("DeviceCompressor::new refuses methods without a device form")
             }
         }
