@@ -27,7 +27,7 @@ impl HostCompression {
             .map(|&m| if m { recipe.memory() } else { Box::new(gradcomp_compress::memory::NoMemory) as _ })
             .collect();
         HostCompression {
-            compressors: plan.units.iter().map(|u| recipe.compressor(u)).collect(),
+            compressors: plan.units.iter().map(|u| recipe.compressor(&u.shape)).collect(),
             memories,
             shared: vec![None; plan.units.len()],
             scratch: Vec::new(),

@@ -115,7 +115,8 @@ impl Plan {
     ) -> Plan {
         let units = units(layout, c, granularity);
         let identity = recipe.passes_through();
-        let raw: Vec<bool> = units.iter().map(|u| u.dense || identity || !recipe.compresses(u)).collect();
+        let raw: Vec<bool> =
+            units.iter().map(|u| u.dense || identity || !recipe.compresses(&u.shape)).collect();
         let has_memory: Vec<bool> = raw.iter().map(|&r| !r && recipe.has_memory()).collect();
         let lr_scaled = has_memory.iter().map(|&m| m && recipe.lr_scaled()).collect();
         let combine = recipe.combine();

@@ -4,7 +4,6 @@
 use gradcomp_compress::memory::{Memory, MemoryKind, NoMemory, ResidualForm};
 use gradcomp_compress::{Combine, Compressor, CompressorConfig};
 
-use super::plan::Unit;
 use crate::config::DataParallelConfig;
 use crate::custom::CustomCompressor;
 
@@ -32,18 +31,18 @@ impl Recipe {
         }
     }
 
-    /// The compressor of `unit` (PowerSGD sees the unit's matrix).
-    pub(crate) fn compressor(&self, unit: &Unit) -> Box<dyn Compressor> {
+    /// The compressor of a unit of `shape` (PowerSGD sees its matrix).
+    pub(crate) fn compressor(&self, shape: &[usize]) -> Box<dyn Compressor> {
         match &self.custom {
             Some(c) => c.compressor(),
-            None => self.compressor.build_for(&unit.shape),
+            None => self.compressor.build_for(shape),
         }
     }
 
-    /// Whether `unit` is compressed at all (PowerSGD leaves vectors and the
+    /// Whether a unit of `shape` is compressed at all (PowerSGD leaves vectors and the
     /// matrices it would not shrink to travel dense).
-    pub(crate) fn compresses(&self, unit: &Unit) -> bool {
-        self.custom.is_some() || self.compressor.compresses(&unit.shape)
+    pub(crate) fn compresses(&self, shape: &[usize]) -> bool {
+        self.custom.is_some() || self.compressor.compresses(shape)
     }
 
     /// A compressed unit's memory (none: the identity).
