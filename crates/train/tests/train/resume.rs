@@ -16,6 +16,21 @@ fn an_interrupted_run_resumes_bit_exactly() {
     assert_eq!(rest.epochs.last().unwrap().bytes_sent, full.epochs.last().unwrap().bytes_sent);
 }
 
+/// The compressors that carry state of their own across steps resume
+/// bit-exactly too: PowerSGD's warm-start Q beside its residuals (compressing
+/// from step 5 so the interruption falls after it starts).
+#[test]
+fn stateful_compressors_resume_bit_exactly() {
+    for compressor in ["name = \"powersgd\"\nrank = 2\nstart_iter = 5"] {
+        let (full, rest) = interrupted_and_resumed(
+            &format!("[compressor]\n{compressor}\n[train]\ncheckpoint_every = 1"),
+            37,
+        );
+        assert_eq!(rest.final_params, full.final_params, "{compressor}: the resumed run differs");
+        assert_eq!(rest.epochs.last().unwrap().bytes_sent, full.epochs.last().unwrap().bytes_sent);
+    }
+}
+
 #[test]
 fn resuming_with_another_model_is_a_clear_error() {
     let d = tempdir::Dir::new();
