@@ -11,6 +11,7 @@ use burn::nn::{Linear, LinearConfig, Relu};
 use burn::optim::{GradientsParams, SgdConfig};
 use burn::tensor::{Device, DeviceKind, Tensor, TensorData};
 use gradcomp_comm::{InProcessCollective, InProcessGroup};
+use gradcomp_compress::lowrank::PowerSgdConfig;
 use gradcomp_compress::sparsify::dgck::DgcKConfig;
 use gradcomp_compress::sparsify::randk::RandKConfig;
 use gradcomp_compress::CompressorConfig;
@@ -126,6 +127,14 @@ fn the_device_exchange_gives_the_host_exchanges_result_bit_for_bit() {
         ),
         ("threshold", DataParallelConfig::new(CompressorConfig::threshold(0.01))),
         (
+            "powersgd rank 2, compressing from step 2",
+            DataParallelConfig::new(CompressorConfig::Powersgd(PowerSgdConfig {
+                rank: 2,
+                start_iter: 2,
+                ..Default::default()
+            })),
+        ),
+        (
             "topk, small tensors dense, parameter server",
             DataParallelConfig::new(CompressorConfig::topk(0.1))
                 .with_exclusions(Exclusions { min_size: 64, ..Default::default() })
@@ -156,14 +165,18 @@ fn the_device_exchange_gives_the_host_exchanges_result_bit_for_bit() {
 /// host; returns each worker's site, first and last loss.
 fn train_two(compressor: &CompressorConfig, on_device: bool) -> Vec<(CompressionLocation, f32, f32)> {
     let group = InProcessGroup::new(2).timeout(std::time::Duration::from_secs(120));
+    // One model, made before the workers start: seeding the device's one
+    // generator from two threads would race, and each run would start elsewhere.
+    let d = gpu();
+    d.seed(11);
+    let init = Mlp::new(&d);
     let results = group
         .run(|c| {
             let rank = gradcomp_comm::Collective::rank(&c);
             let d = gpu();
-            d.seed(11);
             let cfg =
                 DataParallelConfig::new(compressor.clone()).with_checksum_every(5).with_on_device(on_device);
-            let (mut dp, mut model) = cfg.init(c, Mlp::new(&d)).unwrap();
+            let (mut dp, mut model) = cfg.init(c, init.clone()).unwrap();
             let mut optim = SgdConfig::new().init();
             let first: f32 = model.loss(rank, &d).into_scalar();
             for step in 0..60 {
@@ -201,24 +214,34 @@ fn stochastic_methods_train_on_the_device_as_well_as_on_the_host() {
 
 #[test]
 fn checkpoints_move_between_the_device_and_the_host() {
-    let cfg =
-        DataParallelConfig::new(CompressorConfig::Dgck(DgcKConfig { density: 0.1, ..Default::default() }));
-    let (dev, host, _) = run_both(&cfg, 3);
-    let saved = dev.state();
-    assert!(saved.buffers.values().any(|b| b.iter().any(|&v| v != 0.0)), "no memory state was read back");
-    // Restored into fresh handles, both paths continue alike from the device's state.
-    let d = gpu();
-    d.seed(7);
-    let model = Mlp::new(&d);
-    let (mut dev2, mut host2) = pair(&cfg, &model);
-    dev2.restore(&saved).unwrap();
-    host2.restore(&saved).unwrap();
-    let grads = GradientsParams::from_grads(model.loss(9, &d).backward(), &model);
-    let a = combined(&mut dev2, &model, &grads);
-    let b = combined(&mut host2, &model, &grads);
-    assert!(same_bits(&a, &b));
-    assert_eq!(dev2.state().buffers, host2.state().buffers);
-    drop((dev, host));
+    let dgc = CompressorConfig::Dgck(DgcKConfig { density: 0.1, ..Default::default() });
+    let powersgd =
+        CompressorConfig::Powersgd(PowerSgdConfig { rank: 2, start_iter: 2, ..Default::default() });
+    // DGC's momentum and velocity; PowerSGD's residuals and warm-start Q.
+    for compressor in [dgc, powersgd] {
+        let name = compressor.name();
+        let cfg = DataParallelConfig::new(compressor);
+        let (dev, host, _) = run_both(&cfg, 3);
+        let saved = dev.state();
+        assert!(
+            saved.buffers.values().any(|b| b.iter().any(|&v| v != 0.0)),
+            "{name}: no state was read back"
+        );
+        // Restored into fresh handles, both paths continue alike from the device's state.
+        let d = gpu();
+        d.seed(7);
+        let model = Mlp::new(&d);
+        let (mut dev2, mut host2) = pair(&cfg, &model);
+        dev2.restore(&saved).unwrap();
+        host2.restore(&saved).unwrap();
+        assert_eq!(dev2.state().buffers, saved.buffers, "{name}: the device did not take the state");
+        let grads = GradientsParams::from_grads(model.loss(9, &d).backward(), &model);
+        let a = combined(&mut dev2, &model, &grads);
+        let b = combined(&mut host2, &model, &grads);
+        assert!(same_bits(&a, &b), "{name}");
+        assert_eq!(dev2.state().buffers, host2.state().buffers, "{name}");
+        drop((dev, host));
+    }
 }
 
 #[test]

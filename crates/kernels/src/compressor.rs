@@ -3,48 +3,102 @@
 //! benchmark holds a [`DeviceCompressor`] per unit and calls `compress` on a
 //! gradient in device memory, whatever the method.
 
-use gradcomp_compress::{CompressorConfig, Message, UnitContext};
+use gradcomp_compress::{CompressorConfig, Message, ReduceOp, UnitContext};
 
 use crate::buffer::{DeviceF32, KernelError};
+use crate::lowrank::DevicePowerSgd;
 use crate::qsgd::DeviceQsgd;
 use crate::terngrad::DeviceTernGrad;
 use crate::{fp16, onebit, select, Client};
 
-/// A compressor whose every pass runs on the device.
+/// A compressor whose every pass runs on the device: one per unit, as the
+/// CPU's `Compressor`, since some keep state of their own across steps.
 #[derive(Clone, Debug)]
 pub struct DeviceCompressor {
     config: CompressorConfig,
+    /// PowerSGD's factors and schedule.
+    lowrank: Option<Box<DevicePowerSgd>>,
+    /// The agreed scalar of the last round (TernGrad's shared scaler).
+    shared: Option<f32>,
 }
 
 impl DeviceCompressor {
-    /// The device form of `config`, or [`KernelError::Unsupported`] for the
-    /// methods that have none (trimmed top-k and eSGD run on the CPU path).
-    pub fn new(config: &CompressorConfig) -> Result<Self, KernelError> {
-        match config {
-            CompressorConfig::Trimmedk(_) => Err(KernelError::Unsupported("trimmedk".into())),
-            CompressorConfig::Esgd(_) => Err(KernelError::Unsupported("esgd".into())),
-            CompressorConfig::Powersgd(_) => Err(KernelError::Unsupported("powersgd".into())),
+    /// The device form of `config` for a unit of `shape`, or
+    /// [`KernelError::Unsupported`] for the methods that have none (trimmed
+    /// top-k and eSGD run on the CPU path).
+    pub fn new(config: &CompressorConfig, shape: &[usize]) -> Result<Self, KernelError> {
+        let lowrank = match config {
+            CompressorConfig::Trimmedk(_) => return Err(KernelError::Unsupported("trimmedk".into())),
+            CompressorConfig::Esgd(_) => return Err(KernelError::Unsupported("esgd".into())),
             CompressorConfig::Gaussiank(c) if c.refine => {
-                Err(KernelError::Unsupported("gaussiank-refined".into()))
+                return Err(KernelError::Unsupported("gaussiank-refined".into()))
             }
-            _ => Ok(Self { config: config.clone() }),
+            CompressorConfig::Powersgd(c) => Some(Box::new(DevicePowerSgd::new(c, shape))),
+            _ => None,
+        };
+        Ok(Self { config: config.clone(), lowrank, shared: None })
+    }
+
+    /// Agreement rounds before `compress` (the CPU compressor's `rounds`,
+    /// with TernGrad's scaler round counted): PowerSGD's two, TernGrad's one.
+    pub fn rounds(&self) -> usize {
+        match &self.config {
+            CompressorConfig::Powersgd(_) => 2,
+            CompressorConfig::Terngrad(c) if c.share_scaler => 1,
+            _ => 0,
         }
     }
 
-    /// This worker's scalar for scalar sharing (TernGrad's scaler), if the
-    /// method shares one: the device form of `Compressor::local_scalar`.
-    pub fn local_scalar(&self, client: &Client, g: &DeviceF32) -> Result<Option<f32>, KernelError> {
+    /// This worker's contribution to agreement round `round`, appended to
+    /// `out`, and how the workers' contributions combine (`None`: no part in
+    /// this round): PowerSGD's factors, or TernGrad's local scaler.
+    pub fn round_contribution(
+        &mut self,
+        client: &Client,
+        round: usize,
+        g: &DeviceF32,
+        ctx: &UnitContext,
+        out: &mut Vec<f32>,
+    ) -> Result<Option<ReduceOp>, KernelError> {
+        if let Some(p) = &mut self.lowrank {
+            return p.round_contribution(client, round, g, ctx, out);
+        }
         match &self.config {
-            CompressorConfig::Terngrad(c) if c.share_scaler => {
-                Ok(Some(DeviceTernGrad::new(c.clone()).scaler(client, g)?))
+            CompressorConfig::Terngrad(c) if c.share_scaler && round == 0 => {
+                self.shared = None;
+                out.push(DeviceTernGrad::new(c.clone()).scaler(client, g)?);
+                Ok(Some(ReduceOp::Max))
             }
             _ => Ok(None),
         }
     }
 
+    /// Takes the combined contributions of `workers` workers to `round`.
+    pub fn round_result(&mut self, round: usize, combined: &[f32], workers: usize) {
+        match &mut self.lowrank {
+            Some(p) => p.round_result(round, combined, workers),
+            None => self.shared = combined.first().copied(),
+        }
+    }
+
+    /// The state this compressor keeps across steps, for checkpoints (the
+    /// CPU compressor's `state`, so a checkpoint moves between the two).
+    pub fn state(&self) -> Vec<&[f32]> {
+        self.lowrank.as_ref().map(|p| p.state()).unwrap_or_default()
+    }
+
+    /// Restores [`DeviceCompressor::state`].
+    pub fn restore(&mut self, state: &[Vec<f32>]) -> Result<(), String> {
+        match &mut self.lowrank {
+            Some(p) => p.restore(state),
+            None => Ok(()),
+        }
+    }
+
     /// `g`'s message, the one `config.build().compress(g, ctx, out)` produces
     /// from a host copy of `g`: bit for bit for the deterministic methods, in
-    /// distribution for TernGrad and QSGD.
+    /// distribution for TernGrad and QSGD. After the rounds: a compressor
+    /// with rounds uses their results (the shared scaler, PowerSGD's factors).
     pub fn compress(
         &mut self,
         client: &Client,
@@ -52,6 +106,11 @@ impl DeviceCompressor {
         ctx: &UnitContext,
         out: &mut Message,
     ) -> Result<(), KernelError> {
+        let ctx = &UnitContext { shared_scalar: self.shared.or(ctx.shared_scalar), ..*ctx };
+        if let Some(p) = &mut self.lowrank {
+            p.message(ctx, out);
+            return Ok(());
+        }
         match &self.config {
             CompressorConfig::Dense {} => {
                 out.dense_mut().values = g.read(client)?;
@@ -69,7 +128,7 @@ impl DeviceCompressor {
             CompressorConfig::Randk(c) => select::rand_k(client, g, c, ctx, out),
             CompressorConfig::Threshold(c) => select::threshold(client, g, c.threshold, c.wire, out),
             CompressorConfig::Trimmedk(_) | CompressorConfig::Esgd(_) | CompressorConfig::Powersgd(_) => {
-                unreachable!("DeviceCompressor::new refuses methods without a device form")
+                unreachable!("PowerSGD returned above; DeviceCompressor::new refuses the others")
             }
         }
     }

@@ -18,6 +18,7 @@
 //! - [`select`]: exact Top-k by radix select and the ordered compaction that
 //!   every threshold sparsifier shares (Gaussian-k, DGC-k, threshold), and
 //!   Rand-k's gather.
+//! - [`lowrank`]: PowerSGD's matrix products, the factors alone crossing to the host.
 //! - [`aggregate`]: decoding and summing N workers' ternary codes on the device.
 //! - [`memory`]: error feedback and DGC momentum with their state on the device.
 //! - [`elementwise`]: scaling (DGC's local clipping).
@@ -39,6 +40,7 @@ pub mod device;
 pub mod elementwise;
 pub mod fp16;
 mod hash;
+pub mod lowrank;
 pub mod memory;
 pub mod onebit;
 pub mod qsgd;

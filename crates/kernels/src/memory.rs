@@ -105,6 +105,7 @@ fn remove_sent(
         other => {
             match other {
                 Message::Ternary(t) => TernaryCodes::upload(client, &[t])?.add_to(client, -1.0, buf)?,
+                Message::LowRank(m) => crate::lowrank::add_low_rank(client, m, -1.0, buf)?,
                 _ => {
                     let mut host = buf.read(client)?;
                     other.add_to(-1.0, &mut host);

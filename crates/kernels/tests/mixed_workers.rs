@@ -10,7 +10,9 @@ use std::thread;
 
 use gradcomp_comm::{Collective, Gathered, InProcessGroup};
 use gradcomp_compress::memory::{ErrorFeedback, Memory, ResidualForm};
-use gradcomp_compress::{codec, Compressor, CompressorConfig, Message, RngKey, UnitContext, UnitRng};
+use gradcomp_compress::{
+    codec, Compressor, CompressorConfig, Message, ReduceOp, RngKey, UnitContext, UnitRng,
+};
 use gradcomp_kernels::memory::DeviceErrorFeedback;
 use gradcomp_kernels::{DeviceCompressor, DeviceF32};
 
@@ -67,7 +69,7 @@ enum Path {
     },
     Device {
         client: gradcomp_kernels::Client,
-        compressor: DeviceCompressor,
+        compressor: Box<DeviceCompressor>,
         memory: Option<DeviceErrorFeedback>,
     },
 }
@@ -77,7 +79,7 @@ impl Path {
         if on_device {
             Path::Device {
                 client: gradcomp_kernels::device::client("wgpu").expect("a wgpu adapter (lavapipe in CI)"),
-                compressor: DeviceCompressor::new(config).expect("a device form"),
+                compressor: Box::new(DeviceCompressor::new(config, &[D]).expect("a device form")),
                 memory: error_feedback.then(|| DeviceErrorFeedback::new(ResidualForm::Raw)),
             }
         } else {
@@ -109,10 +111,15 @@ impl Path {
                     Some(m) => m.compensate(client, &g, LR).clone(),
                     None => g,
                 };
-                let shared_scalar = share(comm, compressor.local_scalar(client, &acc).unwrap());
-                compressor
-                    .compress(client, &acc, &UnitContext { key, shared_scalar, loss: None }, out)
-                    .unwrap();
+                let ctx = UnitContext { key, shared_scalar: None, loss: None };
+                for round in 0..compressor.rounds() {
+                    let mut part = Vec::new();
+                    let op = compressor.round_contribution(client, round, &acc, &ctx, &mut part).unwrap();
+                    assert_eq!(op, Some(ReduceOp::Max), "TernGrad's one round is its scaler's max");
+                    let shared = share(comm, part.first().copied());
+                    compressor.round_result(round, &[shared.unwrap()], 2);
+                }
+                compressor.compress(client, &acc, &ctx, out).unwrap();
                 if let Some(m) = memory {
                     m.update(client, out).unwrap();
                 }

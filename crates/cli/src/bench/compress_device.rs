@@ -36,7 +36,7 @@ pub fn run(
         );
     }
     let on_device: Vec<&str> =
-        names.iter().copied().filter(|n| DeviceCompressor::new(&config_for(n, None)).is_ok()).collect();
+        names.iter().copied().filter(|n| DeviceCompressor::new(&config_for(n, None), &[]).is_ok()).collect();
     let missing: Vec<&str> = names.iter().copied().filter(|n| !on_device.contains(n)).collect();
     for &n in sizes {
         let mut rng = UnitRng::from_parts(&[seed, n as u64]);
@@ -78,7 +78,7 @@ pub fn run(
         for &name in &on_device {
             for density in density_cases(name, densities) {
                 let config = config_for(name, density);
-                let mut compressor = DeviceCompressor::new(&config).map_err(|e| anyhow!("{e}"))?;
+                let mut compressor = DeviceCompressor::new(&config, &[n]).map_err(|e| anyhow!("{e}"))?;
                 let mut msg = Message::default();
                 let mut step = 0u64;
                 let secs = median_seconds(min_time, 5, || {

@@ -7,4 +7,4 @@ mod orthogonalize;
 mod powersgd;
 
 pub use orthogonalize::orthogonalize;
-pub use powersgd::{PowerSgd, PowerSgdConfig};
+pub use powersgd::{PowerSgd, PowerSgdConfig, Product};

@@ -133,29 +133,75 @@ impl PowerSgd {
         self.q.extend((0..self.cols * self.rank).map(|_| rng.next_gaussian() as f32));
     }
 
-    /// `p = m q` for M (`rows × cols`) and Q (`cols × rank`).
-    fn project(&mut self, m: &[f32]) {
-        let (rank, cols) = (self.rank, self.cols);
-        self.p.clear();
-        self.p.resize(self.rows * rank, 0.0);
-        for (p, row) in self.p.chunks_exact_mut(rank).zip(m.chunks_exact(cols)) {
-            for (&x, q) in row.iter().zip(self.q.chunks_exact(rank)) {
-                for (p, &q) in p.iter_mut().zip(q) {
-                    *p += x * q;
+    /// This worker's contribution to `round`, with the matrix products left
+    /// to `product` (the host's loops here, the device's kernels in
+    /// gradcomp-kernels): it appends M itself, M Q or Mᵀ P to `out`. The
+    /// orthogonalizations and the warm-start state stay here, so the host and
+    /// the device run one algorithm.
+    pub fn contribute_with<E>(
+        &mut self,
+        round: usize,
+        ctx: &UnitContext,
+        out: &mut Vec<f32>,
+        product: impl FnOnce(Product<'_>, &mut Vec<f32>) -> Result<(), E>,
+    ) -> Result<Option<ReduceOp>, E> {
+        match round {
+            0 if ctx.key.step < self.cfg.start_iter => {
+                self.warming = true;
+                product(Product::Whole, out)?;
+            }
+            0 => {
+                self.warming = false;
+                if self.q.len() != self.cols * self.rank || !self.cfg.warm_start {
+                    self.draw_q(ctx);
+                }
+                orthogonalize(&mut self.q, self.cols, self.rank, self.cfg.orthogonalization_epsilon);
+                product(Product::Project { q: &self.q, rank: self.rank }, out)?;
+            }
+            1 if !self.warming => product(Product::BackProject { p: &self.p, rank: self.rank }, out)?,
+            _ => return Ok(None),
+        }
+        Ok(Some(ReduceOp::Sum))
+    }
+}
+
+/// A matrix product a PowerSGD round needs of the unit's M (`rows × cols`,
+/// row-major); factors are row-major with `rank` columns.
+#[derive(Clone, Copy, Debug)]
+pub enum Product<'a> {
+    /// M itself (the warm-up's plain allreduce).
+    Whole,
+    /// M Q (`rows × rank`) for Q (`cols × rank`).
+    Project { q: &'a [f32], rank: usize },
+    /// Mᵀ P (`cols × rank`) for P (`rows × rank`).
+    BackProject { p: &'a [f32], rank: usize },
+}
+
+impl Product<'_> {
+    /// The product of the row-major `m` with `cols` columns, appended to `out`.
+    pub fn of(self, m: &[f32], cols: usize, out: &mut Vec<f32>) {
+        match self {
+            Product::Whole => out.extend_from_slice(m),
+            Product::Project { q, rank } => {
+                let start = out.len();
+                out.resize(start + m.len() / cols.max(1) * rank, 0.0);
+                for (p, row) in out[start..].chunks_exact_mut(rank).zip(m.chunks_exact(cols)) {
+                    for (&x, q) in row.iter().zip(q.chunks_exact(rank)) {
+                        for (p, &q) in p.iter_mut().zip(q) {
+                            *p += x * q;
+                        }
+                    }
                 }
             }
-        }
-    }
-
-    /// `q = mᵀ p`.
-    fn back_project(&mut self, m: &[f32]) {
-        let rank = self.rank;
-        self.q.clear();
-        self.q.resize(self.cols * rank, 0.0);
-        for (row, p) in m.chunks_exact(self.cols).zip(self.p.chunks_exact(rank)) {
-            for (&x, q) in row.iter().zip(self.q.chunks_exact_mut(rank)) {
-                for (q, &p) in q.iter_mut().zip(p) {
-                    *q += x * p;
+            Product::BackProject { p, rank } => {
+                let start = out.len();
+                out.resize(start + cols * rank, 0.0);
+                for (row, p) in m.chunks_exact(cols).zip(p.chunks_exact(rank)) {
+                    for (&x, q) in row.iter().zip(out[start..].chunks_exact_mut(rank)) {
+                        for (q, &p) in q.iter_mut().zip(p) {
+                            *q += x * p;
+                        }
+                    }
                 }
             }
         }
@@ -182,27 +228,14 @@ impl Compressor for PowerSgd {
         ctx: &UnitContext,
         out: &mut Vec<f32>,
     ) -> Option<ReduceOp> {
-        match round {
-            0 if ctx.key.step < self.cfg.start_iter => {
-                self.warming = true;
-                out.extend_from_slice(input);
-            }
-            0 => {
-                self.warming = false;
-                if self.q.len() != self.cols * self.rank || !self.cfg.warm_start {
-                    self.draw_q(ctx);
-                }
-                orthogonalize(&mut self.q, self.cols, self.rank, self.cfg.orthogonalization_epsilon);
-                self.project(input);
-                out.extend_from_slice(&self.p);
-            }
-            1 if !self.warming => {
-                self.back_project(input);
-                out.extend_from_slice(&self.q);
-            }
-            _ => return None,
-        }
-        Some(ReduceOp::Sum)
+        let cols = self.cols;
+        let done: Result<_, std::convert::Infallible> =
+            self.contribute_with(round, ctx, out, |product, out| {
+                product.of(input, cols, out);
+                Ok(())
+            });
+        let Ok(op) = done;
+        op
     }
 
     fn round_result(&mut self, round: usize, combined: &[f32], workers: usize) {
@@ -213,7 +246,8 @@ impl Compressor for PowerSgd {
                 self.average.extend(combined.iter().map(|v| v * inv));
             }
             0 => {
-                self.p.copy_from_slice(combined);
+                self.p.clear();
+                self.p.extend_from_slice(combined);
                 orthogonalize(&mut self.p, self.rows, self.rank, self.cfg.orthogonalization_epsilon);
             }
             _ => {

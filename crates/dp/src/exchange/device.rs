@@ -5,12 +5,13 @@
 //! the host exchange's own, so a device worker and a CPU worker exchange
 //! the same bytes.
 
-use gradcomp_compress::memory::{Memory, MemoryKind};
+use gradcomp_compress::memory::MemoryKind;
 use gradcomp_compress::{Message, UnitContext};
 use gradcomp_kernels::memory::{DeviceDgcMomentum, DeviceErrorFeedback};
 use gradcomp_kernels::{Client, DeviceCompressor, DeviceF32, KernelError};
 
-use super::local::{scalar_round, LocalCompression, ReduceOp};
+use super::host::HostCompression;
+use super::local::{LocalCompression, ReduceOp};
 use super::plan::Plan;
 use super::recipe::Recipe;
 use super::stats::measure;
@@ -32,8 +33,6 @@ pub(crate) struct DeviceUnits {
     /// The units that travel uncompressed, copied to the host at their
     /// layout offsets (the rest of the buffer is unused).
     raw_host: Vec<f32>,
-    /// Each unit's shared scalar from the last max round (TernGrad's).
-    shared: Vec<Option<f32>>,
     scratch: Vec<f32>,
 }
 
@@ -63,9 +62,20 @@ impl DeviceUnits {
             .collect()
     }
 
-    /// Uploads the host memories' state (a checkpoint restored into them).
-    pub(super) fn load_memories(&mut self, host: &[Box<dyn Memory>]) -> Result<(), KernelError> {
-        for (dev, host) in self.memories.iter_mut().zip(host) {
+    /// The compressors' own state (PowerSGD's Q), as the host compressors'
+    /// `Compressor::state`.
+    pub(super) fn compressor_state(&self) -> Vec<Vec<&[f32]>> {
+        self.compressors.iter().map(|c| c.state()).collect()
+    }
+
+    /// Uploads the host compressors' and memories' state (a checkpoint
+    /// restored into them), so that either path continues the other's run.
+    pub(super) fn load(&mut self, host: &HostCompression) -> Result<(), String> {
+        for (dev, host) in self.compressors.iter_mut().zip(&host.compressors) {
+            let state: Vec<Vec<f32>> = host.state().into_iter().map(<[f32]>::to_vec).collect();
+            dev.restore(&state)?;
+        }
+        for (dev, host) in self.memories.iter_mut().zip(&host.memories) {
             let state = host.state();
             match dev {
                 DeviceMemory::None => {}
@@ -73,8 +83,8 @@ impl DeviceUnits {
                     ef.restore(&self.client, state.first().copied().unwrap_or(&[]))
                 }
                 DeviceMemory::DgcMomentum(dgc) => match state.as_slice() {
-                    [u, v] => dgc.restore(&self.client, u, v)?,
-                    _ => dgc.restore(&self.client, &[], &[])?,
+                    [u, v] => dgc.restore(&self.client, u, v).map_err(|e| e.to_string())?,
+                    _ => dgc.restore(&self.client, &[], &[]).map_err(|e| e.to_string())?,
                 },
             }
         }
@@ -84,8 +94,7 @@ impl DeviceUnits {
 
 impl DeviceUnits {
     /// The units' compressors and memories on `client`'s device, built from
-    /// `recipe` at density `density`, with the host memories' state
-    /// uploaded. Errors when the compressor has no device form (trimmed
+    /// `recipe` at density `density`, with the host's state uploaded. Errors when the compressor has no device form (trimmed
     /// top-k, eSGD, a compressor of the user's own), and when every unit
     /// travels uncompressed (the dense compressor, or all units excluded):
     /// the host path reads such a gradient back in one transfer.
@@ -94,7 +103,7 @@ impl DeviceUnits {
         plan: &Plan,
         recipe: &Recipe,
         density: Option<f64>,
-        host: &[Box<dyn Memory>],
+        host: &HostCompression,
     ) -> Result<Self, String> {
         if plan.raw.iter().all(|&r| r) {
             return Err("every unit travels uncompressed: one read-back on the host is cheapest".into());
@@ -102,10 +111,17 @@ impl DeviceUnits {
         if let Some(c) = &recipe.custom {
             return Err(format!("compressor `{}` is the user's own and has no device form", c.name()));
         }
-        let mut compressor = DeviceCompressor::new(&recipe.compressor).map_err(|e| e.to_string())?;
-        if let Some(rho) = density {
-            compressor.set_density(rho);
-        }
+        let compressors = plan
+            .units
+            .iter()
+            .map(|u| {
+                let mut c = DeviceCompressor::new(&recipe.compressor, &u.shape).map_err(|e| e.to_string())?;
+                if let Some(rho) = density {
+                    c.set_density(rho);
+                }
+                Ok(c)
+            })
+            .collect::<Result<_, String>>()?;
         let memories = plan
             .has_memory
             .iter()
@@ -121,13 +137,12 @@ impl DeviceUnits {
             .collect();
         let mut units = DeviceUnits {
             client: client.clone(),
-            compressors: plan.units.iter().map(|_| compressor.clone()).collect(),
+            compressors,
             memories,
             raw_host: vec![0.0; plan.total()],
-            shared: vec![None; plan.units.len()],
             scratch: Vec::new(),
         };
-        units.load_memories(host).map_err(|e| e.to_string())?;
+        units.load(host)?;
         Ok(units)
     }
 }
@@ -165,14 +180,14 @@ impl<'a> DeviceCompression<'a> {
 }
 
 impl LocalCompression for DeviceCompression<'_> {
+    /// The compressors' rounds (PowerSGD's two), or TernGrad's one.
     fn rounds(&self) -> usize {
-        1
+        self.units.compressors.iter().map(|c| c.rounds()).max().unwrap_or(0).max(1)
     }
 
     fn compensate(&mut self, plan: &Plan, u: usize, _grad: &[f32], lr: f32) -> Result<(), ExchangeError> {
         let d = &mut *self.units;
         let g = &self.grad.units[u];
-        d.shared[u] = None;
         if plan.raw[u] {
             let unit = &plan.units[u];
             let host = g.read(&d.client).map_err(device_error)?;
@@ -186,27 +201,27 @@ impl LocalCompression for DeviceCompression<'_> {
         Ok(())
     }
 
-    /// Round 0: TernGrad's local scalar, max-reduced (ALGORITHMS.md §1.2).
+    /// The compressor's rounds: PowerSGD's factors, or TernGrad's local
+    /// scalar max-reduced (ALGORITHMS.md §1.2).
     fn contribute(
         &mut self,
         plan: &Plan,
         u: usize,
         round: usize,
         _grad: &[f32],
-        _ctx: &UnitContext,
+        ctx: &UnitContext,
         out: &mut Vec<f32>,
     ) -> Result<Option<ReduceOp>, ExchangeError> {
-        if round > 0 || plan.raw[u] {
+        if plan.raw[u] {
             return Ok(None);
         }
-        let scalar = self.units.compressors[u]
-            .local_scalar(&self.units.client, self.input(u)?)
-            .map_err(device_error)?;
-        Ok(scalar_round(scalar, out))
+        let input = self.input(u)?.clone();
+        let d = &mut *self.units;
+        d.compressors[u].round_contribution(&d.client, round, &input, ctx, out).map_err(device_error)
     }
 
-    fn agreed(&mut self, u: usize, _round: usize, values: &[f32], _workers: usize) {
-        self.units.shared[u] = values.first().copied();
+    fn agreed(&mut self, u: usize, round: usize, values: &[f32], workers: usize) {
+        self.units.compressors[u].round_result(round, values, workers);
     }
 
     fn compress(
@@ -220,8 +235,7 @@ impl LocalCompression for DeviceCompression<'_> {
     ) -> Result<Option<[f64; 3]>, ExchangeError> {
         let input = self.input(u)?.clone();
         let d = &mut *self.units;
-        let ctx = UnitContext { shared_scalar: d.shared[u], ..*ctx };
-        d.compressors[u].compress(&d.client, &input, &ctx, msg).map_err(device_error)?;
+        d.compressors[u].compress(&d.client, &input, ctx, msg).map_err(device_error)?;
         if !measured {
             return Ok(None);
         }

@@ -178,18 +178,13 @@ impl GradientExchange {
     }
 
     /// Moves the units' compressors and memories to `client`'s device (with
-    /// whatever state the host memories hold), so that a
+    /// whatever state the host's hold), so that a
     /// [`Gradient::Device`] can be exchanged; the error says why the
     /// exchange has no device form.
     #[cfg(feature = "device-kernels")]
     pub fn to_device(&mut self, client: &gradcomp_kernels::Client) -> Result<(), String> {
-        let units = super::device::DeviceUnits::new(
-            client,
-            &self.plan,
-            &self.recipe,
-            self.density,
-            &self.host.memories,
-        )?;
+        let units =
+            super::device::DeviceUnits::new(client, &self.plan, &self.recipe, self.density, &self.host)?;
         self.device = Some(units);
         Ok(())
     }

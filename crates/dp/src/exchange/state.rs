@@ -17,6 +17,7 @@ impl GradientExchange {
                     out.insert(format!("{prefix}memory.{u}.{i}"), b);
                 }
             }
+            insert_compressor_state(prefix, d.compressor_state(), out);
             return;
         }
         for (u, mem) in self.host.memories.iter().enumerate() {
@@ -27,14 +28,9 @@ impl GradientExchange {
         self.compressor_state(prefix, out);
     }
 
-    /// The compressors' own state (host compressors: the device path has
-    /// none with state).
+    /// The host compressors' own state.
     fn compressor_state(&self, prefix: &str, out: &mut StateBuffers) {
-        for (u, c) in self.host.compressors.iter().enumerate() {
-            for (i, b) in c.state().into_iter().enumerate() {
-                out.insert(format!("{prefix}compressor.{u}.{i}"), b.to_vec());
-            }
-        }
+        insert_compressor_state(prefix, self.host.compressors.iter().map(|c| c.state()).collect(), out);
     }
 
     /// Restores [`GradientExchange::state`]; every buffer must be present and
@@ -72,11 +68,20 @@ impl GradientExchange {
                 .collect::<Result<Vec<_>, _>>()?;
             c.restore(&bufs).map_err(|e| format!("unit {}: {e}", unit.name))?;
         }
-        // A device form takes the restored state from the host memories.
+        // A device form takes the restored state from the host.
         #[cfg(feature = "device-kernels")]
         if let Some(d) = &mut self.device {
-            d.load_memories(&self.host.memories).map_err(|e| e.to_string())?;
+            d.load(&self.host)?;
         }
         Ok(())
+    }
+}
+
+/// Each unit's compressor state, `{prefix}compressor.{unit}.{i}`.
+fn insert_compressor_state(prefix: &str, units: Vec<Vec<&[f32]>>, out: &mut StateBuffers) {
+    for (u, bufs) in units.into_iter().enumerate() {
+        for (i, b) in bufs.into_iter().enumerate() {
+            out.insert(format!("{prefix}compressor.{u}.{i}"), b.to_vec());
+        }
     }
 }

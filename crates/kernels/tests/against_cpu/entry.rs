@@ -85,12 +85,12 @@ fn device_compressor_matches_the_cpu_for_every_deterministic_method() {
     for config in configs {
         let cpu = cpu_message(&config, &g, &ctx);
         let mut dev = Message::default();
-        DeviceCompressor::new(&config).unwrap().compress(client(), &x, &ctx, &mut dev).unwrap();
+        DeviceCompressor::new(&config, &[g.len()]).unwrap().compress(client(), &x, &ctx, &mut dev).unwrap();
         assert_eq!(wire(&dev), wire(&cpu), "{config:?}");
     }
     for config in [CompressorConfig::Trimmedk(Default::default()), CompressorConfig::Esgd(Default::default())]
     {
-        let err = DeviceCompressor::new(&config).unwrap_err();
+        let err = DeviceCompressor::new(&config, &[g.len()]).unwrap_err();
         assert!(matches!(err, KernelError::Unsupported(_)), "{err}");
         assert!(err.to_string().contains("compresses on the host"), "{err}");
     }
