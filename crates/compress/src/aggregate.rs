@@ -25,6 +25,14 @@ pub fn average_encoded<'a>(
     Ok(())
 }
 
+/// signSGD's majority vote on the sum of N workers' signs, in place: +1
+/// where the sum is ≥ 0 (a tie goes to +1, as GRACE votes), −1 elsewhere.
+pub fn majority_vote(sum: &mut [f32]) {
+    for v in sum {
+        *v = if *v >= 0.0 { 1.0 } else { -1.0 };
+    }
+}
+
 /// The parameter server's integer sum of ternary codes.
 #[derive(Clone, Debug, Default)]
 pub struct TernarySum {

@@ -68,6 +68,10 @@ pub enum Combine {
     /// Per-worker messages that do not add in compressed form: allgatherv, or a
     /// parameter server that decodes and sums them.
     Gather,
+    /// Per-worker sign messages whose aggregate is the sign of their sum
+    /// (signSGD's majority vote, ties to +1): allgatherv, or a parameter
+    /// server that votes and sends the one-bit result down.
+    MajorityVote,
     /// The agreement rounds are the exchange: every worker's message is
     /// already the aggregate (PowerSGD's P Qᵀ after two allreduces), and
     /// nothing more travels.

@@ -13,7 +13,10 @@ use thiserror::Error;
 use crate::compressor::{Compressor, Dense};
 use crate::lowrank::{PowerSgd, PowerSgdConfig};
 use crate::memory::MemoryKind;
-use crate::quantize::{qsgd, Fp16, OneBit, OneBitConfig, Qsgd, QsgdConfig, TernGrad, TernGradConfig};
+use crate::quantize::{
+    qsgd, EfSignSgd, EfSignSgdConfig, EightBit, EightBitConfig, Fp16, Natural, NaturalConfig, OneBit,
+    OneBitConfig, Qsgd, QsgdConfig, SignSgd, SignSgdConfig, Signum, SignumConfig, TernGrad, TernGradConfig,
+};
 use crate::sparsify::{
     DgcK, DgcKConfig, Esgd, EsgdConfig, GaussianK, GaussianKConfig, RandK, RandKConfig, Threshold,
     ThresholdConfig, TopK, TopKConfig, TrimmedK, TrimmedKConfig,
@@ -40,6 +43,16 @@ pub enum CompressorConfig {
     Esgd(EsgdConfig),
     /// PowerSGD's rank-r approximation, its two factors summed by allreduces.
     Powersgd(PowerSgdConfig),
+    /// signSGD: one sign bit per element, the aggregate a majority vote.
+    Signsgd(SignSgdConfig),
+    /// Signum: the signs of each worker's momentum, majority vote.
+    Signum(SignumConfig),
+    /// EF-SignSGD: the scaled sign ‖x‖₁/d · sign(x), with error feedback.
+    Efsignsgd(EfSignSgdConfig),
+    /// Natural compression: stochastic rounding to powers of two, one byte each.
+    Natural(NaturalConfig),
+    /// 8-bit quantization: Dettmers' dynamic tree data type, one scale per block.
+    Eightbit(EightBitConfig),
 }
 
 impl Default for CompressorConfig {
@@ -117,11 +130,27 @@ impl CompressorConfig {
     pub fn powersgd(rank: u32) -> Self {
         Self::Powersgd(PowerSgdConfig { rank, ..Default::default() })
     }
+    pub fn signsgd() -> Self {
+        Self::Signsgd(Default::default())
+    }
+    /// Signum with momentum β.
+    pub fn signum(momentum: f32) -> Self {
+        Self::Signum(SignumConfig { momentum })
+    }
+    pub fn efsignsgd() -> Self {
+        Self::Efsignsgd(Default::default())
+    }
+    pub fn natural() -> Self {
+        Self::Natural(Default::default())
+    }
+    pub fn eightbit() -> Self {
+        Self::Eightbit(Default::default())
+    }
 }
 
 impl CompressorConfig {
     /// All configuration names, in the benchmark's order.
-    pub const NAMES: [&'static str; 14] = [
+    pub const NAMES: [&'static str; 19] = [
         "dense",
         "fp16",
         "terngrad",
@@ -136,6 +165,11 @@ impl CompressorConfig {
         "threshold",
         "esgd",
         "powersgd",
+        "signsgd",
+        "signum",
+        "efsignsgd",
+        "natural",
+        "eightbit",
     ];
 
     /// The default configuration of the compressor called `name`.
@@ -155,6 +189,11 @@ impl CompressorConfig {
             "threshold" => Self::Threshold(Default::default()),
             "esgd" => Self::Esgd(Default::default()),
             "powersgd" => Self::Powersgd(Default::default()),
+            "signsgd" => Self::Signsgd(Default::default()),
+            "signum" => Self::Signum(Default::default()),
+            "efsignsgd" => Self::Efsignsgd(Default::default()),
+            "natural" => Self::Natural(Default::default()),
+            "eightbit" => Self::Eightbit(Default::default()),
             _ => return None,
         })
     }
@@ -175,6 +214,11 @@ impl CompressorConfig {
             Self::Threshold(_) => "threshold",
             Self::Esgd(_) => "esgd",
             Self::Powersgd(_) => "powersgd",
+            Self::Signsgd(_) => "signsgd",
+            Self::Signum(_) => "signum",
+            Self::Efsignsgd(_) => "efsignsgd",
+            Self::Natural(_) => "natural",
+            Self::Eightbit(_) => "eightbit",
         }
     }
 
@@ -208,8 +252,10 @@ impl CompressorConfig {
 
     /// The memory `auto` means for this compressor: error feedback for the
     /// biased ones whose dropped mass must come back (sparsifiers, 1-bit
-    /// SGD), DGC's momentum correction for DGC-k, none for the unbiased
-    /// quantizers, fp16, dense and eSGD (which carries its own residual).
+    /// SGD, EF-SignSGD, 8-bit rounding), DGC's momentum correction for
+    /// DGC-k, none for the unbiased quantizers, fp16, dense, eSGD (which
+    /// carries its own residual) and the majority votes (signSGD and Signum
+    /// as their papers and GRACE run them).
     pub fn default_memory(&self) -> MemoryKind {
         match self {
             Self::Dgck(_) => MemoryKind::DgcMomentum,
@@ -218,10 +264,17 @@ impl CompressorConfig {
             | Self::Gaussiank(_)
             | Self::Trimmedk(_)
             | Self::Randk(_)
-            | Self::Threshold(_) => MemoryKind::ErrorFeedback,
-            Self::Dense {} | Self::Fp16 {} | Self::Terngrad(_) | Self::Qsgd(_) | Self::Esgd(_) => {
-                MemoryKind::None
-            }
+            | Self::Threshold(_)
+            | Self::Efsignsgd(_)
+            | Self::Eightbit(_) => MemoryKind::ErrorFeedback,
+            Self::Dense {}
+            | Self::Fp16 {}
+            | Self::Terngrad(_)
+            | Self::Qsgd(_)
+            | Self::Esgd(_)
+            | Self::Signsgd(_)
+            | Self::Signum(_)
+            | Self::Natural(_) => MemoryKind::None,
             Self::Powersgd(c) if c.error_feedback => MemoryKind::ErrorFeedback,
             Self::Powersgd(_) => MemoryKind::None,
         }
@@ -267,6 +320,12 @@ impl CompressorConfig {
                 })
             }
             Self::Powersgd(c) => validate_powersgd(c),
+            Self::Signum(c) => check((0.0..1.0).contains(&c.momentum), "momentum", || {
+                format!("{} is not in [0, 1) (GRACE's default is 0.9)", c.momentum)
+            }),
+            Self::Eightbit(c) => check(c.block >= 1 && c.block <= u32::MAX as usize, "block", || {
+                format!("{} must be at least 1 (bitsandbytes' default is 4096)", c.block)
+            }),
             _ => Ok(()),
         }
     }
@@ -305,6 +364,11 @@ impl CompressorConfig {
             Self::Esgd(c) => Box::new(Esgd::new(c.clone())),
             // A shape-less PowerSGD sees a vector: build_for gives it its matrix.
             Self::Powersgd(c) => Box::new(PowerSgd::new(c, &[])),
+            Self::Signsgd(_) => Box::new(SignSgd),
+            Self::Signum(c) => Box::new(Signum::new(c)),
+            Self::Efsignsgd(_) => Box::new(EfSignSgd),
+            Self::Natural(_) => Box::new(Natural),
+            Self::Eightbit(c) => Box::new(EightBit::new(c)),
         }
     }
 }
@@ -366,6 +430,11 @@ mod tests {
             ("topk", ErrorFeedback),
             ("randk", ErrorFeedback),
             ("dgck", DgcMomentum),
+            ("signsgd", None),
+            ("signum", None),
+            ("natural", None),
+            ("efsignsgd", ErrorFeedback),
+            ("eightbit", ErrorFeedback),
         ] {
             let c = CompressorConfig::named(name).unwrap();
             assert_eq!(c.resolve_memory(Auto), want, "{name}");

@@ -144,6 +144,25 @@ pub struct LowRankMessage {
     pub q: Vec<f32>,
 }
 
+/// Natural compression's message: one code per element, the sign in bit 7
+/// and 2^(k − 111) for k = the low 7 bits in 1..=127 (0: zero). See
+/// [`natural_value`](crate::quantize::natural::natural_value).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NaturalMessage {
+    pub codes: Vec<u8>,
+}
+
+/// 8-bit quantization's message: per block of `block` elements its largest
+/// magnitude, per element an index into the dynamic tree codebook
+/// ([`dynamic_codebook`](crate::quantize::eightbit::dynamic_codebook)); it
+/// decodes to `codebook[code] · absmax`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct EightBitMessage {
+    pub block: u32,
+    pub absmax: Vec<f32>,
+    pub codes: Vec<u8>,
+}
+
 /// One compressed unit (a tensor, or the whole flattened model).
 #[derive(Clone, Debug, PartialEq)]
 pub enum Message {
@@ -155,6 +174,8 @@ pub enum Message {
     Qsgd(QsgdMessage),
     Sign(SignMessage),
     LowRank(LowRankMessage),
+    Natural(NaturalMessage),
+    EightBit(EightBitMessage),
 }
 
 /// The kind of a message, as written in the wire header.
@@ -169,6 +190,8 @@ pub enum MessageKind {
     Qsgd = 6,
     Sign = 7,
     LowRank = 8,
+    Natural = 9,
+    EightBit = 10,
 }
 
 impl MessageKind {
@@ -182,6 +205,8 @@ impl MessageKind {
             6 => Self::Qsgd,
             7 => Self::Sign,
             8 => Self::LowRank,
+            9 => Self::Natural,
+            10 => Self::EightBit,
             _ => return None,
         })
     }
@@ -218,6 +243,8 @@ impl Message {
     variant_mut!(qsgd_mut, Qsgd, QsgdMessage);
     variant_mut!(sign_mut, Sign, SignMessage);
     variant_mut!(low_rank_mut, LowRank, LowRankMessage);
+    variant_mut!(natural_mut, Natural, NaturalMessage);
+    variant_mut!(eight_bit_mut, EightBit, EightBitMessage);
 
     pub fn kind(&self) -> MessageKind {
         match self {
@@ -229,6 +256,8 @@ impl Message {
             Message::Qsgd(_) => MessageKind::Qsgd,
             Message::Sign(_) => MessageKind::Sign,
             Message::LowRank(_) => MessageKind::LowRank,
+            Message::Natural(_) => MessageKind::Natural,
+            Message::EightBit(_) => MessageKind::EightBit,
         }
     }
 
@@ -243,6 +272,8 @@ impl Message {
             Message::Qsgd(m) => m.codes.len(),
             Message::Sign(m) => m.len,
             Message::LowRank(m) => m.rows as usize * m.cols as usize,
+            Message::Natural(m) => m.codes.len(),
+            Message::EightBit(m) => m.codes.len(),
         }
     }
 
@@ -264,6 +295,8 @@ impl Message {
             Message::Qsgd(m) => m.codes.iter().filter(|&&c| c != 0).count(),
             Message::Sign(m) => m.len,
             Message::LowRank(m) => m.rows as usize * m.cols as usize,
+            Message::Natural(m) => m.codes.iter().filter(|&&c| c != 0).count(),
+            Message::EightBit(m) => m.codes.len(),
         }
     }
 
@@ -316,6 +349,21 @@ impl Message {
                 }
             }
             Message::LowRank(m) => add_low_rank(&m.p, &m.q, m.rank as usize, weight, out),
+            Message::Natural(m) => {
+                for (o, &c) in out.iter_mut().zip(&m.codes) {
+                    *o += weight * crate::quantize::natural::natural_value(c);
+                }
+            }
+            Message::EightBit(m) => {
+                let codebook = crate::quantize::eightbit::dynamic_codebook();
+                let block = m.block.max(1) as usize;
+                for ((o, c), &absmax) in out.chunks_mut(block).zip(m.codes.chunks(block)).zip(&m.absmax) {
+                    let w = weight * absmax;
+                    for (o, &c) in o.iter_mut().zip(c) {
+                        *o += w * codebook[c as usize];
+                    }
+                }
+            }
         }
     }
 

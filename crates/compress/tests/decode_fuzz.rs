@@ -11,7 +11,7 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(100_000))]
 
     #[test]
-    fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..64), kind in 1u8..=8, flags in 0u8..4) {
+    fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..64), kind in 1u8..=10, flags in 0u8..4) {
         // Half the time give it a plausible header so the payload parsers run.
         let mut b = bytes;
         if b.len() >= HEADER_LEN && b[0] % 2 == 0 {

@@ -4,7 +4,10 @@ use gradcomp_compress::codec;
 use gradcomp_compress::lowrank::PowerSgdConfig;
 use gradcomp_compress::memory::{ErrorFeedback, Memory, ResidualForm};
 use gradcomp_compress::message::{IndexEncoding, Message, SparseWire, TernaryPacking, ValueEncoding};
-use gradcomp_compress::quantize::{Qsgd, QsgdConfig, TernGrad, TernGradConfig};
+use gradcomp_compress::quantize::eightbit::{dynamic_codebook, nearest_code};
+use gradcomp_compress::quantize::{
+    EfSignSgd, EightBitConfig, Natural, Qsgd, QsgdConfig, Signum, SignumConfig, TernGrad, TernGradConfig,
+};
 use gradcomp_compress::sparsify::{GaussianK, GaussianKConfig, RandK, RandKConfig, TopK, TopKConfig};
 use gradcomp_compress::{
     compress_as_sole_worker, k_for, Compressor, CompressorConfig, RngKey, UnitContext, UnitRng,
@@ -30,6 +33,7 @@ fn all_configs() -> Vec<CompressorConfig> {
         ..Default::default()
     }));
     v.push(CompressorConfig::Qsgd(QsgdConfig { levels: 3, bucket: 7 }));
+    v.push(CompressorConfig::Eightbit(EightBitConfig { block: 7 }));
     // PowerSGD past its warm-up, at a rank the one-column test matrices cap to 1.
     v.push(CompressorConfig::Powersgd(PowerSgdConfig { rank: 2, start_iter: 0, ..Default::default() }));
     for indices in [IndexEncoding::U32, IndexEncoding::Varint] {
@@ -202,6 +206,86 @@ fn qsgd_is_unbiased() {
     assert_unbiased("qsgd", &mean, &x, |j| norms[j / 64] / 4.0 / 2.0, draws);
 }
 
+/// Natural compression is unbiased, and its variance stays within the
+/// paper's ‖x‖²/8 (Horváth et al. 2019, Theorem 1), measured over the draws.
+#[test]
+fn natural_compression_is_unbiased_within_an_eighth_of_the_norm() {
+    let mut x = gaussian(300, 6);
+    x.extend([1e-35f32, -3e-34, 65535.0, 0.0, 2.0, -0.75]);
+    let draws = 4000;
+    let mean = mean_decompression(&mut Natural, &x, draws);
+    // Between 2^e and 2^(e+1) a draw deviates by at most 2^e ≤ |x|.
+    assert_unbiased("natural", &mean, &x, |j| f64::from(x[j].abs()), draws);
+    let (mut msg, mut out, mut sq) = (Message::default(), vec![0.0f32; x.len()], 0.0f64);
+    for step in 0..draws {
+        Natural.compress(&x, &ctx(0, step), &mut msg);
+        msg.decompress_into(&mut out);
+        sq += out.iter().zip(&x).map(|(o, v)| f64::from(o - v).powi(2)).sum::<f64>();
+    }
+    let norm: f64 = x.iter().map(|&v| f64::from(v).powi(2)).sum();
+    assert!(sq / draws as f64 <= norm / 8.0, "variance {} > ‖x‖²/8 = {}", sq / draws as f64, norm / 8.0);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    /// EF-SignSGD's scaled sign leaves exactly (1 − ‖x‖₁²/(d‖x‖₂²))·‖x‖²
+    /// (Karimireddy et al. 2019, Lemma 8: a δ-compressor with δ = ‖x‖₁²/(d‖x‖₂²)).
+    #[test]
+    fn the_scaled_sign_contracts_by_the_l1_ratio(x in values()) {
+        prop_assume!(x.iter().any(|&v| v != 0.0));
+        let mut msg = Message::default();
+        EfSignSgd.compress(&x, &ctx(0, 0), &mut msg);
+        let mut out = vec![0.0f32; x.len()];
+        msg.decompress_into(&mut out);
+        let l1: f64 = x.iter().map(|&v| f64::from(v.abs())).sum();
+        let l2: f64 = x.iter().map(|&v| f64::from(v).powi(2)).sum();
+        let err: f64 = out.iter().zip(&x).map(|(o, v)| f64::from(o - v).powi(2)).sum();
+        let want = (1.0 - l1 * l1 / (x.len() as f64 * l2)) * l2;
+        prop_assert!((err - want).abs() <= 1e-4 * l2, "{} vs {}", err, want);
+    }
+
+    /// 8-bit codes are the argmin over the codebook (ties to the lower
+    /// index), and each element is off by at most half the codebook's widest
+    /// gap (0.9/128) times its block's maximum.
+    #[test]
+    fn eightbit_rounds_to_the_nearest_codebook_value(x in values(), block in 1usize..64) {
+        let codebook = dynamic_codebook();
+        let mut msg = Message::default();
+        CompressorConfig::Eightbit(EightBitConfig { block }).build().compress(&x, &ctx(0, 0), &mut msg);
+        let Message::EightBit(m) = &msg else { panic!("an 8-bit message") };
+        for (b, chunk) in x.chunks(block).enumerate() {
+            let absmax = m.absmax[b];
+            for (j, &v) in chunk.iter().enumerate() {
+                let s = if absmax > 0.0 { (v * (1.0 / absmax)).clamp(-1.0, 1.0) } else { 0.0 };
+                let brute = (0..256).fold(0usize, |best, i| {
+                    if (codebook[i] - s).abs() < (codebook[best] - s).abs() { i } else { best }
+                });
+                prop_assert_eq!(nearest_code(codebook, s) as usize, brute);
+                prop_assert_eq!(m.codes[b * block + j] as usize, brute);
+                let back = codebook[brute] * absmax;
+                prop_assert!((back - v).abs() <= (0.9 / 128.0 + 1e-6) * absmax, "{} → {}", v, back);
+            }
+        }
+    }
+}
+
+#[test]
+fn signum_signs_follow_its_momentum_across_steps() {
+    let g1 = gaussian(64, 7);
+    let g2 = gaussian(64, 8);
+    let mut s = Signum::new(&SignumConfig { momentum: 0.9 });
+    let mut msg = Message::default();
+    s.compress(&g1, &ctx(0, 0), &mut msg);
+    s.compress(&g2, &ctx(0, 1), &mut msg);
+    let mut out = vec![0.0f32; 64];
+    msg.decompress_into(&mut out);
+    for j in 0..64 {
+        let m = 0.1 * g2[j] + 0.9 * g1[j];
+        assert_eq!(out[j], if m >= 0.0 { 1.0 } else { -1.0 }, "element {j}");
+    }
+}
+
 #[test]
 fn unbiased_randk_is_unbiased_and_plain_randk_shrinks_by_k_over_d() {
     let x = gaussian(100, 4);
@@ -282,6 +366,7 @@ fn quantizers() -> Vec<CompressorConfig> {
         CompressorConfig::Terngrad(TernGradConfig::default()),
         CompressorConfig::Terngrad(TernGradConfig { clipping: false, ..Default::default() }),
         CompressorConfig::Qsgd(QsgdConfig { levels: 15, bucket: 512 }),
+        CompressorConfig::Eightbit(EightBitConfig { block: 256 }),
     ]
 }
 

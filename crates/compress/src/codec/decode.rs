@@ -92,6 +92,19 @@ pub fn decode(bytes: &[u8], msg: &mut Message) -> Result<Header, CodecError> {
             m.q.clear();
             m.q.extend(f32s(q));
         }
+        View::Natural(codes) => {
+            let m = msg.natural_mut();
+            m.codes.clear();
+            m.codes.extend_from_slice(codes);
+        }
+        View::EightBit { block, absmax, codes } => {
+            let m = msg.eight_bit_mut();
+            m.block = block;
+            m.absmax.clear();
+            m.absmax.extend(f32s(absmax));
+            m.codes.clear();
+            m.codes.extend_from_slice(codes);
+        }
     }
     Ok(h)
 }
@@ -182,6 +195,21 @@ pub fn accumulate(bytes: &[u8], weight: f32, out: &mut [f32]) -> Result<Header, 
                         v += at(p, i * rank + k) * at(q, j * rank + k);
                     }
                     *o += weight * v;
+                }
+            }
+        }
+        View::Natural(codes) => {
+            for (o, &c) in out.iter_mut().zip(codes) {
+                *o += weight * crate::quantize::natural::natural_value(c);
+            }
+        }
+        View::EightBit { block, absmax, codes } => {
+            let codebook = crate::quantize::eightbit::dynamic_codebook();
+            let b = block as usize;
+            for ((o, c), scale) in out.chunks_mut(b).zip(codes.chunks(b)).zip(f32s(absmax)) {
+                let w = weight * scale;
+                for (o, &c) in o.iter_mut().zip(c) {
+                    *o += w * codebook[c as usize];
                 }
             }
         }

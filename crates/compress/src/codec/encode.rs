@@ -28,6 +28,8 @@ pub fn encoded_len(msg: &Message) -> usize {
             }
             Message::Sign(m) => 8 + m.bits.len(),
             Message::LowRank(m) => 12 + 4 * (m.p.len() + m.q.len()),
+            Message::Natural(m) => m.codes.len(),
+            Message::EightBit(m) => 4 + 4 * m.absmax.len() + m.codes.len(),
         }
 }
 
@@ -121,6 +123,17 @@ pub fn encode(msg: &Message, unit: u32, out: &mut Vec<u8>) -> usize {
                 out.extend_from_slice(&v.to_le_bytes());
             }
             m.p.iter().chain(&m.q).for_each(|&v| put_f32(out, v));
+        }
+        Message::Natural(m) => out.extend_from_slice(&m.codes),
+        Message::EightBit(m) => {
+            assert_eq!(
+                m.absmax.len(),
+                m.codes.len().div_ceil(m.block.max(1) as usize),
+                "one scale per block"
+            );
+            out.extend_from_slice(&m.block.to_le_bytes());
+            m.absmax.iter().for_each(|&v| put_f32(out, v));
+            out.extend_from_slice(&m.codes);
         }
     }
     debug_assert_eq!(out.len() - start, encoded_len(msg));

@@ -48,6 +48,8 @@ pub(super) enum View<'a> {
     Qsgd { levels: u32, bucket: u32, norms: &'a [u8], packed: &'a [u8] },
     Sign { positive: f32, negative: f32, bits: &'a [u8] },
     LowRank { rows: u32, cols: u32, rank: u32, p: &'a [u8], q: &'a [u8] },
+    Natural(&'a [u8]),
+    EightBit { block: u32, absmax: &'a [u8], codes: &'a [u8] },
 }
 
 pub(super) fn parse(bytes: &[u8]) -> Result<(Header, View<'_>, &[u8]), CodecError> {
@@ -146,6 +148,24 @@ pub(super) fn parse(bytes: &[u8]) -> Result<(Header, View<'_>, &[u8]), CodecErro
             View::Sign { positive, negative, bits }
         }
         MessageKind::LowRank => low_rank(&mut r, len)?,
+        MessageKind::Natural => {
+            let codes = r.take(n, "natural codes")?;
+            if codes.contains(&crate::quantize::natural::NEGATIVE) {
+                return Err(CodecError::Invalid("natural code of a negative zero"));
+            }
+            View::Natural(codes)
+        }
+        MessageKind::EightBit => {
+            let block = r.u32("8-bit block")?;
+            if block == 0 {
+                return Err(CodecError::Invalid("8-bit block size 0"));
+            }
+            let absmax = r.take(n.div_ceil(block as usize) * 4, "8-bit block scales")?;
+            if f32s(absmax).any(|v| !v.is_finite() || v < 0.0) {
+                return Err(CodecError::Invalid("8-bit block scale is negative or not finite"));
+            }
+            View::EightBit { block, absmax, codes: r.take(n, "8-bit codes")? }
+        }
     };
     Ok((header, view, r.bytes))
 }

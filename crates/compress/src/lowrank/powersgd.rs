@@ -101,7 +101,8 @@ impl PowerSgd {
     /// PowerSGD for a tensor of `shape`.
     pub fn new(cfg: &PowerSgdConfig, shape: &[usize]) -> Self {
         let (rows, cols) = PowerSgdConfig::matrix(shape);
-        let rank = rows.min(cols).min(cfg.rank as usize).max(1);
+        // 0 for an empty tensor, which then only ever travels whole.
+        let rank = rows.min(cols).min(cfg.rank as usize);
         Self {
             cfg: cfg.clone(),
             rows,
@@ -146,7 +147,7 @@ impl PowerSgd {
         product: impl FnOnce(Product<'_>, &mut Vec<f32>) -> Result<(), E>,
     ) -> Result<Option<ReduceOp>, E> {
         match round {
-            0 if ctx.key.step < self.cfg.start_iter => {
+            0 if ctx.key.step < self.cfg.start_iter || self.rank == 0 => {
                 self.warming = true;
                 product(Product::Whole, out)?;
             }

@@ -1,13 +1,24 @@
-//! Quantizers: every element is kept, in fewer bits.
+//! Quantizers: every element is kept, in fewer bits (signs alone, for the
+//! signSGD family).
 
+pub mod efsignsgd;
+pub mod eightbit;
 pub mod fp16;
+pub mod natural;
 pub mod onebit;
 pub mod qsgd;
+pub mod signsgd;
+pub mod signum;
 pub mod terngrad;
 
+pub use efsignsgd::{EfSignSgd, EfSignSgdConfig};
+pub use eightbit::{EightBit, EightBitConfig};
 pub use fp16::Fp16;
+pub use natural::{Natural, NaturalConfig};
 pub use onebit::{OneBit, OneBitConfig};
 pub use qsgd::{Qsgd, QsgdConfig};
+pub use signsgd::{SignSgd, SignSgdConfig};
+pub use signum::{Signum, SignumConfig};
 pub use terngrad::{TernGrad, TernGradConfig};
 
 /// Factors `(pre, factor)` with `(x·pre)·factor = x·num/den` to f32 rounding,

@@ -55,7 +55,7 @@ multiversion! {
 /// the pattern stays defined) and returns (Σ of non-negatives, their count,
 /// Σ of negatives). Sums are kept per 8-element group in f32 and folded into
 /// f64 per block of 1024.
-fn sign_bits(x: &[f32], bits: &mut [u8]) -> (f64, usize, f64) {
+pub(crate) fn sign_bits(x: &[f32], bits: &mut [u8]) -> (f64, usize, f64) {
     const BLOCK_BYTES: usize = 128;
     let (mut pos, mut neg, mut n_pos) = (0.0f64, 0.0f64, 0usize);
     for (xb, bb) in x.chunks(8 * BLOCK_BYTES).zip(bits.chunks_mut(BLOCK_BYTES)) {

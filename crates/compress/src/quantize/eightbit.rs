@@ -1,0 +1,145 @@
+//! 8-bit quantization (Dettmers, "8-Bit Approximations for Parallelism in
+//! Deep Learning", ICLR 2016; ALGORITHMS.md §9.5): every element divided by
+//! its block's largest magnitude and rounded to the nearest of the 256
+//! values of the dynamic tree data type (a sign, an exponent of ten in
+//! unary, and a linear fraction in the remaining bits), one byte each. The
+//! blockwise form and the codebook are those of the author's bitsandbytes
+//! (`quantize_blockwise` with `create_dynamic_map`); GRACE's TensorFlow
+//! `u8bit` is an approximation of the same data type with one scale per
+//! tensor. Rounding to nearest is biased: the default memory is error
+//! feedback.
+
+use std::sync::OnceLock;
+
+use serde::{Deserialize, Serialize};
+
+use crate::compressor::{Combine, Compressor, UnitContext};
+use crate::message::Message;
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EightBitConfig {
+    /// Elements per scale (bitsandbytes' default 4096).
+    pub block: usize,
+}
+
+impl Default for EightBitConfig {
+    fn default() -> Self {
+        Self { block: 4096 }
+    }
+}
+
+/// The dynamic tree data type's 256 values, ascending: for each exponent
+/// i in 0..7, the midpoints of 2^i + 1 points spaced evenly over [0.1, 1]
+/// scaled by 10^(i − 6), with both signs, then 0 and 1. The fraction points
+/// are computed in f32 as `torch.linspace` computes them (from the nearer
+/// end), so the values match bitsandbytes' `create_dynamic_map` exactly.
+pub fn dynamic_codebook() -> &'static [f32; 256] {
+    static CODEBOOK: OnceLock<[f32; 256]> = OnceLock::new();
+    CODEBOOK.get_or_init(|| {
+        let mut values = vec![0.0f32, 1.0];
+        for i in 0..7i32 {
+            let n = (1usize << i) + 1;
+            let step = (1.0f32 - 0.1f32) / (n - 1) as f32;
+            let point = |j: usize| {
+                if j < n / 2 {
+                    0.1f32 + step * j as f32
+                } else {
+                    1.0f32 - step * (n - 1 - j) as f32
+                }
+            };
+            for j in 0..n - 1 {
+                let mean = (point(j) + point(j + 1)) / 2.0;
+                let v = (10f64.powi(i - 6) * f64::from(mean)) as f32;
+                values.extend([v, -v]);
+            }
+        }
+        values.sort_by(f32::total_cmp);
+        values.try_into().expect("2·127 + 2 values")
+    })
+}
+
+/// The index of the codebook value nearest to `v` (in [−1, 1]); a tie goes
+/// to the lower index, as `argmin` does.
+pub fn nearest_code(codebook: &[f32; 256], v: f32) -> u8 {
+    let i = codebook.partition_point(|&c| c < v);
+    if i == 0 {
+        return 0;
+    }
+    if i == 256 {
+        return 255;
+    }
+    if v - codebook[i - 1] <= codebook[i] - v {
+        (i - 1) as u8
+    } else {
+        i as u8
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct EightBit {
+    block: usize,
+}
+
+impl EightBit {
+    pub fn new(cfg: &EightBitConfig) -> Self {
+        Self { block: cfg.block.max(1) }
+    }
+}
+
+impl Compressor for EightBit {
+    fn name(&self) -> &'static str {
+        "eightbit"
+    }
+
+    fn combine(&self) -> Combine {
+        Combine::Gather
+    }
+
+    fn compress(&mut self, input: &[f32], _ctx: &UnitContext, out: &mut Message) {
+        let codebook = dynamic_codebook();
+        let m = out.eight_bit_mut();
+        m.block = self.block as u32;
+        m.absmax.clear();
+        m.codes.clear();
+        m.codes.reserve(input.len());
+        for chunk in input.chunks(self.block) {
+            let absmax = chunk.iter().fold(0.0f32, |a, x| a.max(x.abs()));
+            m.absmax.push(absmax);
+            // x·(1/absmax), as bitsandbytes scales, kept finite for a subnormal
+            // block maximum; a zero block is all zeros (0's code).
+            let (pre, inv) = if absmax > 0.0 { super::ratio_factors(1.0, absmax) } else { (1.0, 0.0) };
+            m.codes.extend(chunk.iter().map(|&x| nearest_code(codebook, ((x * pre) * inv).clamp(-1.0, 1.0))));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_codebook_ascends_from_its_negative_end_to_one_with_one_zero() {
+        let c = dynamic_codebook();
+        assert!(c.windows(2).all(|w| w[0] < w[1]));
+        assert_eq!((c[127], c[255]), (0.0, 1.0));
+        assert!((c[0] + 0.992_968_75).abs() < 1e-7);
+        assert!((c[128] - 5.5e-7).abs() < 1e-12);
+    }
+
+    #[test]
+    fn each_element_decodes_to_its_nearest_value_times_the_block_max() {
+        let x = [4.0f32, -2.0, 0.0, 1.0, 1e-9];
+        let mut msg = Message::default();
+        EightBit::new(&EightBitConfig { block: 4 }).compress(&x, &UnitContext::default(), &mut msg);
+        let mut out = vec![0.0; x.len()];
+        msg.add_to(1.0, &mut out);
+        assert_eq!(out[0], 4.0);
+        assert_eq!(out[2], 0.0);
+        // The second block's max is its one element, 1e-9 → code 1.0.
+        assert_eq!(out[4], 1e-9);
+        for (&o, &v) in out.iter().zip(&x).take(4) {
+            assert!((o - v).abs() <= 0.0071 * 4.0, "{v} → {o}");
+        }
+    }
+}
