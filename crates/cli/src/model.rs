@@ -215,7 +215,9 @@ fn allreduce_bytes(combine: Combine, d: usize, encoded: &[u8]) -> u64 {
         Combine::HalfSum => 2 * d as u64,
         Combine::TernarySum => d as u64,
         Combine::DenseSum => 4 * d as u64,
-        Combine::SharedIndexSum | Combine::Gather | Combine::Agreed => encoded.len() as u64,
+        Combine::SharedIndexSum | Combine::Gather | Combine::MajorityVote | Combine::Agreed => {
+            encoded.len() as u64
+        }
     }
 }
 

@@ -20,6 +20,7 @@
 mod simd;
 
 pub mod aggregate;
+pub mod codebook;
 pub mod codec;
 pub mod compressor;
 pub mod config;

@@ -146,7 +146,7 @@ pub struct LowRankMessage {
 
 /// Natural compression's message: one code per element, the sign in bit 7
 /// and 2^(k − 111) for k = the low 7 bits in 1..=127 (0: zero). See
-/// [`natural_value`](crate::quantize::natural::natural_value).
+/// [`natural_value`](crate::codebook::natural_value).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct NaturalMessage {
     pub codes: Vec<u8>,
@@ -154,7 +154,7 @@ pub struct NaturalMessage {
 
 /// 8-bit quantization's message: per block of `block` elements its largest
 /// magnitude, per element an index into the dynamic tree codebook
-/// ([`dynamic_codebook`](crate::quantize::eightbit::dynamic_codebook)); it
+/// ([`dynamic_codebook`](crate::codebook::dynamic_codebook)); it
 /// decodes to `codebook[code] · absmax`.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct EightBitMessage {
@@ -351,11 +351,11 @@ impl Message {
             Message::LowRank(m) => add_low_rank(&m.p, &m.q, m.rank as usize, weight, out),
             Message::Natural(m) => {
                 for (o, &c) in out.iter_mut().zip(&m.codes) {
-                    *o += weight * crate::quantize::natural::natural_value(c);
+                    *o += weight * crate::codebook::natural_value(c);
                 }
             }
             Message::EightBit(m) => {
-                let codebook = crate::quantize::eightbit::dynamic_codebook();
+                let codebook = crate::codebook::dynamic_codebook();
                 let block = m.block.max(1) as usize;
                 for ((o, c), &absmax) in out.chunks_mut(block).zip(m.codes.chunks(block)).zip(&m.absmax) {
                     let w = weight * absmax;

@@ -1,10 +1,10 @@
 //! Property tests of the compressors, memories and codec (issue #2, item 3).
 
+use gradcomp_compress::codebook::{dynamic_codebook, nearest_code};
 use gradcomp_compress::codec;
 use gradcomp_compress::lowrank::PowerSgdConfig;
 use gradcomp_compress::memory::{ErrorFeedback, Memory, ResidualForm};
 use gradcomp_compress::message::{IndexEncoding, Message, SparseWire, TernaryPacking, ValueEncoding};
-use gradcomp_compress::quantize::eightbit::{dynamic_codebook, nearest_code};
 use gradcomp_compress::quantize::{
     EfSignSgd, EightBitConfig, Natural, Qsgd, QsgdConfig, Signum, SignumConfig, TernGrad, TernGradConfig,
 };

@@ -7,9 +7,11 @@ use gradcomp_compress::{CompressorConfig, Message, ReduceOp, UnitContext};
 
 use crate::buffer::{DeviceF32, KernelError};
 use crate::lowrank::DevicePowerSgd;
+use crate::onebit::SignValues;
 use crate::qsgd::DeviceQsgd;
+use crate::signum::DeviceSignum;
 use crate::terngrad::DeviceTernGrad;
-use crate::{fp16, onebit, select, Client};
+use crate::{eightbit, fp16, natural, onebit, select, Client};
 
 /// A compressor whose every pass runs on the device: one per unit, as the
 /// CPU's `Compressor`, since some keep state of their own across steps.
@@ -18,6 +20,8 @@ pub struct DeviceCompressor {
     config: CompressorConfig,
     /// PowerSGD's factors and schedule.
     lowrank: Option<Box<DevicePowerSgd>>,
+    /// Signum's momentum.
+    signum: Option<DeviceSignum>,
     /// The agreed scalar of the last round (TernGrad's shared scaler).
     shared: Option<f32>,
 }
@@ -36,7 +40,11 @@ impl DeviceCompressor {
             CompressorConfig::Powersgd(c) => Some(Box::new(DevicePowerSgd::new(c, shape))),
             _ => None,
         };
-        Ok(Self { config: config.clone(), lowrank, shared: None })
+        let signum = match config {
+            CompressorConfig::Signum(c) => Some(DeviceSignum::new(c)),
+            _ => None,
+        };
+        Ok(Self { config: config.clone(), lowrank, signum, shared: None })
     }
 
     /// Agreement rounds before `compress` (the CPU compressor's `rounds`,
@@ -82,16 +90,30 @@ impl DeviceCompressor {
     }
 
     /// The state this compressor keeps across steps, for checkpoints (the
-    /// CPU compressor's `state`, so a checkpoint moves between the two).
-    pub fn state(&self) -> Vec<&[f32]> {
-        self.lowrank.as_ref().map(|p| p.state()).unwrap_or_default()
+    /// CPU compressor's `state`, so a checkpoint moves between the two):
+    /// PowerSGD's Q, Signum's momentum (read back from the device).
+    pub fn state(&self, client: &Client) -> Result<Vec<Vec<f32>>, KernelError> {
+        if let Some(p) = &self.lowrank {
+            return Ok(p.state().into_iter().map(<[f32]>::to_vec).collect());
+        }
+        match &self.signum {
+            Some(s) => Ok(vec![s.state(client)?]),
+            None => Ok(Vec::new()),
+        }
     }
 
     /// Restores [`DeviceCompressor::state`].
-    pub fn restore(&mut self, state: &[Vec<f32>]) -> Result<(), String> {
-        match &mut self.lowrank {
-            Some(p) => p.restore(state),
-            None => Ok(()),
+    pub fn restore(&mut self, client: &Client, state: &[Vec<f32>]) -> Result<(), String> {
+        if let Some(p) = &mut self.lowrank {
+            return p.restore(state);
+        }
+        match (&mut self.signum, state) {
+            (Some(s), [m]) => {
+                s.restore(client, m);
+                Ok(())
+            }
+            (Some(_), _) => Err("Signum's state is its momentum alone".into()),
+            (None, _) => Ok(()),
         }
     }
 
@@ -121,7 +143,14 @@ impl DeviceCompressor {
                 DeviceTernGrad::new(c.clone()).compress(client, g, ctx.shared_scalar, &ctx.key, out)
             }
             CompressorConfig::Qsgd(c) => DeviceQsgd::new(c.clone()).compress(client, g, &ctx.key, out),
-            CompressorConfig::Onebit(_) => onebit::compress(client, g, out),
+            CompressorConfig::Onebit(_) => onebit::compress(client, g, SignValues::Means, out),
+            CompressorConfig::Signsgd(_) => onebit::compress(client, g, SignValues::Unit, out),
+            CompressorConfig::Efsignsgd(_) => onebit::compress(client, g, SignValues::Scaled, out),
+            CompressorConfig::Signum(_) => {
+                self.signum.as_mut().expect("built with its momentum").compress(client, g, out)
+            }
+            CompressorConfig::Natural(_) => natural::compress(client, g, &ctx.key, out),
+            CompressorConfig::Eightbit(c) => eightbit::compress(client, g, c, out),
             CompressorConfig::Topk(c) => select::top_k(client, g, c.density, c.wire, out),
             CompressorConfig::Gaussiank(c) => select::gaussian_k(client, g, c.density, c.wire, out),
             CompressorConfig::Dgck(c) => select::dgc_k(client, g, c, ctx, out),

@@ -14,7 +14,11 @@
 //! - [`terngrad`]: TernGrad's scaler, stochastic ternarization and 2-bit
 //!   packing in one pass.
 //! - [`qsgd`]: per-bucket norms, then stochastic levels two to a word.
-//! - [`onebit`]: sign bits and the two means, summed in the CPU's order.
+//! - [`onebit`]: sign messages: 1-bit SGD's bits and two means (summed in
+//!   the CPU's order), signSGD's ±1, EF-SignSGD's ±‖g‖₁/d.
+//! - [`signum`]: Signum's momentum in device memory, then its signs.
+//! - [`natural`]: natural compression's stochastic powers of two, a byte each.
+//! - [`eightbit`]: 8-bit dynamic quantization, block maxima then codes.
 //! - [`select`]: exact Top-k by radix select and the ordered compaction that
 //!   every threshold sparsifier shares (Gaussian-k, DGC-k, threshold), and
 //!   Rand-k's gather.
@@ -37,15 +41,18 @@ pub mod aggregate;
 pub mod buffer;
 pub mod compressor;
 pub mod device;
+pub mod eightbit;
 pub mod elementwise;
 pub mod fp16;
 mod hash;
 pub mod lowrank;
 pub mod memory;
+pub mod natural;
 pub mod onebit;
 pub mod qsgd;
 pub mod reduce;
 pub mod select;
+pub mod signum;
 pub mod terngrad;
 
 pub use buffer::{DeviceF32, KernelError};

@@ -1,5 +1,6 @@
-//! 1-bit SGD on the device (ALGORITHMS.md §5): a sign bit per element and
-//! the means of the non-negative and of the negative elements.
+//! Sign messages on the device: 1-bit SGD (ALGORITHMS.md §5: a sign bit per
+//! element and the means of the non-negative and of the negative elements),
+//! signSGD's and Signum's ±1, and EF-SignSGD's ±‖g‖₁/d (§9).
 //!
 //! The means are bit-identical to the CPU's, not just close: the CPU sums
 //! each block of 1024 elements in 8 f32 lanes (lane = index mod 8) and folds
@@ -9,6 +10,7 @@
 //! fully coalesced pass.
 
 use cubecl::prelude::*;
+use gradcomp_compress::quantize::efsignsgd::scaled_sign;
 use gradcomp_compress::quantize::onebit::sign_means;
 use gradcomp_compress::Message;
 
@@ -82,21 +84,24 @@ fn lane_sums(x: &[f32], pos: &mut [f32], neg: &mut [f32], n_pos: &mut [u32]) {
     }
 }
 
-/// The 1-bit compressor's message for `g`: [`Message::Sign`].
-pub fn compress(client: &Client, g: &DeviceF32, out: &mut Message) -> Result<(), KernelError> {
-    let m = out.sign_mut();
-    m.len = g.len;
-    m.bits.clear();
-    m.positive = 0.0;
-    m.negative = 0.0;
+/// `g`'s sign bits in the message's byte layout (a zero-length `g` has none).
+fn signs_of(client: &Client, g: &DeviceF32) -> Result<Vec<u8>, KernelError> {
     if g.len == 0 {
-        return Ok(());
+        return Ok(Vec::new());
     }
     let n_words = g.len.div_ceil(32);
     let words = client.empty(n_words * 4);
     let (cubes, dim) = grid(n_words, 1);
     pack_signs::launch(client, cubes, dim, g.arg(), u32_arg(&words, n_words));
+    read_prefix(client, &words, g.len.div_ceil(8))
+}
 
+/// The CPU's `sign_bits` sums: (Σ of the non-negatives, their count, Σ of
+/// the negatives), folded in the CPU's order.
+fn sums_of(client: &Client, g: &DeviceF32) -> Result<(f64, usize, f64), KernelError> {
+    if g.len == 0 {
+        return Ok((0.0, 0, 0.0));
+    }
     let units = g.len.div_ceil(BLOCK) * LANES;
     let (pos, neg, cnt) = (client.empty(units * 4), client.empty(units * 4), client.empty(units * 4));
     let (cubes, dim) = grid(units, 1);
@@ -109,7 +114,6 @@ pub fn compress(client: &Client, g: &DeviceF32, out: &mut Message) -> Result<(),
         f32_arg(&neg, units),
         u32_arg(&cnt, units),
     );
-    m.bits = read_prefix(client, &words, g.len.div_ceil(8))?;
     let (p, q, c) =
         (read_f32s(client, &pos, units)?, read_f32s(client, &neg, units)?, read_u32s(client, &cnt, units)?);
     // The CPU's fold: per block, the 8 lanes summed in f64, then added.
@@ -118,7 +122,44 @@ pub fn compress(client: &Client, g: &DeviceF32, out: &mut Message) -> Result<(),
         pos_sum += pb.iter().map(|&v| f64::from(v)).sum::<f64>();
         neg_sum += qb.iter().map(|&v| f64::from(v)).sum::<f64>();
     }
-    let pos_n: usize = c.iter().map(|&v| v as usize).sum();
-    (m.positive, m.negative) = sign_means(pos_sum, pos_n, neg_sum, g.len - pos_n);
+    Ok((pos_sum, c.iter().map(|&v| v as usize).sum(), neg_sum))
+}
+
+/// How a sign message's two values are made.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SignValues {
+    /// 1-bit SGD: the means of the non-negative and of the negative elements.
+    Means,
+    /// signSGD and Signum: ±1.
+    Unit,
+    /// EF-SignSGD: ±‖g‖₁/d.
+    Scaled,
+}
+
+/// The sign message of `g` ([`Message::Sign`]) with `values`, as the CPU's
+/// 1-bit, signSGD and EF-SignSGD compressors make it, bit for bit.
+pub fn compress(
+    client: &Client,
+    g: &DeviceF32,
+    values: SignValues,
+    out: &mut Message,
+) -> Result<(), KernelError> {
+    let bits = signs_of(client, g)?;
+    let (positive, negative) = match values {
+        SignValues::Unit => (1.0, -1.0),
+        SignValues::Means => {
+            let (pos, pos_n, neg) = sums_of(client, g)?;
+            sign_means(pos, pos_n, neg, g.len - pos_n)
+        }
+        SignValues::Scaled => {
+            let (pos, _, neg) = sums_of(client, g)?;
+            let s = scaled_sign(pos, neg, g.len);
+            (s, -s)
+        }
+    };
+    let m = out.sign_mut();
+    m.len = g.len;
+    m.bits = bits;
+    (m.positive, m.negative) = (positive, negative);
     Ok(())
 }

@@ -200,11 +200,11 @@ pub fn accumulate(bytes: &[u8], weight: f32, out: &mut [f32]) -> Result<Header, 
         }
         View::Natural(codes) => {
             for (o, &c) in out.iter_mut().zip(codes) {
-                *o += weight * crate::quantize::natural::natural_value(c);
+                *o += weight * crate::codebook::natural_value(c);
             }
         }
         View::EightBit { block, absmax, codes } => {
-            let codebook = crate::quantize::eightbit::dynamic_codebook();
+            let codebook = crate::codebook::dynamic_codebook();
             let b = block as usize;
             for ((o, c), scale) in out.chunks_mut(b).zip(codes.chunks(b)).zip(f32s(absmax)) {
                 let w = weight * scale;

@@ -150,7 +150,7 @@ pub(super) fn parse(bytes: &[u8]) -> Result<(Header, View<'_>, &[u8]), CodecErro
         MessageKind::LowRank => low_rank(&mut r, len)?,
         MessageKind::Natural => {
             let codes = r.take(n, "natural codes")?;
-            if codes.contains(&crate::quantize::natural::NEGATIVE) {
+            if codes.contains(&crate::codebook::NEGATIVE) {
                 return Err(CodecError::Invalid("natural code of a negative zero"));
             }
             View::Natural(codes)

@@ -9,10 +9,9 @@
 //! tensor. Rounding to nearest is biased: the default memory is error
 //! feedback.
 
-use std::sync::OnceLock;
-
 use serde::{Deserialize, Serialize};
 
+use crate::codebook::{dynamic_codebook, nearest_code};
 use crate::compressor::{Combine, Compressor, UnitContext};
 use crate::message::Message;
 
@@ -26,53 +25,6 @@ pub struct EightBitConfig {
 impl Default for EightBitConfig {
     fn default() -> Self {
         Self { block: 4096 }
-    }
-}
-
-/// The dynamic tree data type's 256 values, ascending: for each exponent
-/// i in 0..7, the midpoints of 2^i + 1 points spaced evenly over [0.1, 1]
-/// scaled by 10^(i − 6), with both signs, then 0 and 1. The fraction points
-/// are computed in f32 as `torch.linspace` computes them (from the nearer
-/// end), so the values match bitsandbytes' `create_dynamic_map` exactly.
-pub fn dynamic_codebook() -> &'static [f32; 256] {
-    static CODEBOOK: OnceLock<[f32; 256]> = OnceLock::new();
-    CODEBOOK.get_or_init(|| {
-        let mut values = vec![0.0f32, 1.0];
-        for i in 0..7i32 {
-            let n = (1usize << i) + 1;
-            let step = (1.0f32 - 0.1f32) / (n - 1) as f32;
-            let point = |j: usize| {
-                if j < n / 2 {
-                    0.1f32 + step * j as f32
-                } else {
-                    1.0f32 - step * (n - 1 - j) as f32
-                }
-            };
-            for j in 0..n - 1 {
-                let mean = (point(j) + point(j + 1)) / 2.0;
-                let v = (10f64.powi(i - 6) * f64::from(mean)) as f32;
-                values.extend([v, -v]);
-            }
-        }
-        values.sort_by(f32::total_cmp);
-        values.try_into().expect("2·127 + 2 values")
-    })
-}
-
-/// The index of the codebook value nearest to `v` (in [−1, 1]); a tie goes
-/// to the lower index, as `argmin` does.
-pub fn nearest_code(codebook: &[f32; 256], v: f32) -> u8 {
-    let i = codebook.partition_point(|&c| c < v);
-    if i == 0 {
-        return 0;
-    }
-    if i == 256 {
-        return 255;
-    }
-    if v - codebook[i - 1] <= codebook[i] - v {
-        (i - 1) as u8
-    } else {
-        i as u8
     }
 }
 

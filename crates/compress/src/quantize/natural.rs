@@ -10,6 +10,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::codebook::{EXPONENT_BIAS, MAX_EXPONENT, MIN_EXPONENT, NEGATIVE};
 use crate::compressor::{Combine, Compressor, UnitContext};
 use crate::message::Message;
 
@@ -19,30 +20,6 @@ pub struct NaturalConfig {}
 
 #[derive(Clone, Debug, Default)]
 pub struct Natural;
-
-/// The code of 2^e is `e + EXPONENT_BIAS`, in 1..=127 (0 is zero).
-pub const EXPONENT_BIAS: i32 = 111;
-/// The smallest and largest exponents a code holds.
-pub const MIN_EXPONENT: i32 = 1 - EXPONENT_BIAS;
-pub const MAX_EXPONENT: i32 = 127 - EXPONENT_BIAS;
-/// The sign bit of a code.
-pub const NEGATIVE: u8 = 0x80;
-
-/// The value of a natural code (`code & 0x7f == 0` is zero; the encoder
-/// never writes `0x80`, and decoders reject it).
-pub fn natural_value(code: u8) -> f32 {
-    let k = i32::from(code & 0x7f);
-    if k == 0 {
-        return 0.0;
-    }
-    // 2^(k − 111) as an f32 built from its exponent field (all normal).
-    let v = f32::from_bits(((k - EXPONENT_BIAS + 127) as u32) << 23);
-    if code & NEGATIVE != 0 {
-        -v
-    } else {
-        v
-    }
-}
 
 /// The code for |x| given 23 uniform random bits `r` (and a uniform
 /// `u ∈ [0, 1)` for the range below 2^−110).
@@ -100,6 +77,7 @@ impl Compressor for Natural {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::codebook::natural_value;
 
     #[test]
     fn powers_of_two_are_exact_and_neighbours_bracket_the_rest() {

@@ -213,7 +213,7 @@ impl DataParallelConfig {
     /// compressor's messages need.
     pub fn topology(&self) -> Topology {
         self.topology.unwrap_or(match self.combine() {
-            Combine::Gather => Topology::Allgather,
+            Combine::Gather | Combine::MajorityVote => Topology::Allgather,
             _ => Topology::Allreduce,
         })
     }

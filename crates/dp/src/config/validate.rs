@@ -27,7 +27,9 @@ impl DataParallelConfig {
                 ),
             ));
         }
-        if self.topology() == Topology::Allreduce && self.combine() == Combine::Gather {
+        if self.topology() == Topology::Allreduce
+            && matches!(self.combine(), Combine::Gather | Combine::MajorityVote)
+        {
             return Err(err(
                 "comm.topology",
                 format!(

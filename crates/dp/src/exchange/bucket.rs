@@ -6,6 +6,7 @@
 use std::time::Instant;
 
 use gradcomp_comm::{f16, Collective, CollectiveCall, CommError, Gathered, OpKind};
+use gradcomp_compress::aggregate::majority_vote;
 use gradcomp_compress::codec::{self, CodecError};
 use gradcomp_compress::message::SparseMessage;
 use gradcomp_compress::Message;
@@ -277,7 +278,8 @@ pub(crate) fn aggregate(
 }
 
 /// Decodes every worker's gathered messages of bucket `b` into `out`, in
-/// rank order, each weighted `inv_n`.
+/// rank order, each weighted `inv_n`; a voting unit's signs are summed
+/// unweighted (exact integers) and then voted on.
 fn aggregate_gathered(
     plan: &Plan,
     b: usize,
@@ -293,7 +295,8 @@ fn aggregate_gathered(
             }
             let unit = &plan.units[u];
             let (first, rest) = codec::split_first(bytes).map_err(codec_error)?;
-            let h = codec::accumulate(first, inv_n, &mut out[unit.offset..unit.offset + unit.len])
+            let weight = if plan.vote[u] { 1.0 } else { inv_n };
+            let h = codec::accumulate(first, weight, &mut out[unit.offset..unit.offset + unit.len])
                 .map_err(codec_error)?;
             if h.unit != unit.id {
                 return Err(codec_error(CodecError::Invalid("message for another unit")));
@@ -303,6 +306,10 @@ fn aggregate_gathered(
         if !bytes.is_empty() {
             return Err(codec_error(CodecError::TrailingBytes(bytes.len())));
         }
+    }
+    for u in plan.buckets[b].clone().filter(|&u| plan.route[u] == Route::Gather && plan.vote[u]) {
+        let unit = &plan.units[u];
+        majority_vote(&mut out[unit.offset..unit.offset + unit.len]);
     }
     Ok(())
 }

@@ -62,10 +62,10 @@ impl DeviceUnits {
             .collect()
     }
 
-    /// The compressors' own state (PowerSGD's Q), as the host compressors'
-    /// `Compressor::state`.
-    pub(super) fn compressor_state(&self) -> Vec<Vec<&[f32]>> {
-        self.compressors.iter().map(|c| c.state()).collect()
+    /// The compressors' own state (PowerSGD's Q, Signum's momentum), as the
+    /// host compressors' `Compressor::state`.
+    pub(super) fn compressor_state(&self) -> Result<Vec<Vec<Vec<f32>>>, KernelError> {
+        self.compressors.iter().map(|c| c.state(&self.client)).collect()
     }
 
     /// Uploads the host compressors' and memories' state (a checkpoint
@@ -73,7 +73,7 @@ impl DeviceUnits {
     pub(super) fn load(&mut self, host: &HostCompression) -> Result<(), String> {
         for (dev, host) in self.compressors.iter_mut().zip(&host.compressors) {
             let state: Vec<Vec<f32>> = host.state().into_iter().map(<[f32]>::to_vec).collect();
-            dev.restore(&state)?;
+            dev.restore(&self.client, &state)?;
         }
         for (dev, host) in self.memories.iter_mut().zip(&host.memories) {
             let state = host.state();

@@ -93,6 +93,9 @@ pub(crate) struct Plan {
     /// Units whose error feedback holds lr-scaled residuals: their aggregate
     /// is divided by the learning rate to come back to gradient units.
     pub lr_scaled: Vec<bool>,
+    /// Units whose aggregate is the majority vote of the workers' signs
+    /// (signSGD, Signum): summed unweighted, then signed.
+    pub vote: Vec<bool>,
     pub route: Vec<Route>,
     pub code_width: CodeWidth,
     pub topology: Topology,
@@ -120,6 +123,7 @@ impl Plan {
         let has_memory: Vec<bool> = raw.iter().map(|&r| !r && recipe.has_memory()).collect();
         let lr_scaled = has_memory.iter().map(|&m| m && recipe.lr_scaled()).collect();
         let combine = recipe.combine();
+        let vote = raw.iter().map(|&r| !r && combine == Combine::MajorityVote).collect();
         let route = units.iter().zip(&raw).map(|(u, &r)| Route::of(u, r, topology, combine)).collect();
         let lens: Vec<usize> = units.iter().map(|u| u.len).collect();
         let buckets = cut_buckets(&lens, bucket_bytes(c.bucket_mb));
@@ -128,6 +132,7 @@ impl Plan {
             raw,
             has_memory,
             lr_scaled,
+            vote,
             route,
             code_width: CodeWidth::for_workers(workers),
             topology,

@@ -2,7 +2,7 @@
 //! workers' uploads, and its reused buffers.
 
 use gradcomp_comm::Gathered;
-use gradcomp_compress::aggregate::TernarySum;
+use gradcomp_compress::aggregate::{majority_vote, TernarySum};
 use gradcomp_compress::codec::{self, CodecError};
 use gradcomp_compress::message::DenseMessage;
 use gradcomp_compress::Message;
@@ -18,8 +18,9 @@ pub(crate) struct ServerBuffers {
 }
 
 /// The server's aggregation: per unit, the integer sum of ternary codes
-/// (compact download), or the average of the decoded messages, downloaded as
-/// a sparse message when that is smaller than dense f32.
+/// (compact download), the majority vote of sign messages (a one-bit
+/// download), or the average of the decoded messages, downloaded as a
+/// sparse message when that is smaller than dense f32.
 pub(crate) fn aggregate(
     plan: &Plan,
     b: usize,
@@ -29,7 +30,8 @@ pub(crate) fn aggregate(
 ) -> Result<(), CodecError> {
     let n = ups.len();
     let mut cursors: Vec<&[u8]> = ups.iter().collect();
-    for unit in plan.on_route(b, Route::Server) {
+    for u in plan.buckets[b].clone().filter(|&u| plan.route[u] == Route::Server) {
+        let unit = &plan.units[u];
         let firsts: Vec<&[u8]> = cursors
             .iter_mut()
             .map(|cur| {
@@ -42,7 +44,22 @@ pub(crate) fn aggregate(
         let scales = firsts.iter().map(|b| codec::ternary_scale(b)).collect::<Result<Vec<_>, _>>()?;
         let same_scale = scales.iter().all(|s| s.is_some())
             && scales.windows(2).all(|w| w[0].map(f32::to_bits) == w[1].map(f32::to_bits));
-        if same_scale {
+        if plan.vote[u] {
+            s.avg.clear();
+            s.avg.resize(unit.len, 0.0);
+            for b in &firsts {
+                codec::accumulate(b, 1.0, &mut s.avg)?;
+            }
+            majority_vote(&mut s.avg);
+            let m = s.msg.sign_mut();
+            m.len = unit.len;
+            (m.positive, m.negative) = (1.0, -1.0);
+            m.bits.clear();
+            m.bits.resize(unit.len.div_ceil(8), 0);
+            for (j, &v) in s.avg.iter().enumerate() {
+                m.bits[j / 8] |= u8::from(v > 0.0) << (j % 8);
+            }
+        } else if same_scale {
             s.sum.reset(unit.len);
             for b in &firsts {
                 s.sum.add_encoded(b)?;

@@ -17,7 +17,8 @@ impl GradientExchange {
                     out.insert(format!("{prefix}memory.{u}.{i}"), b);
                 }
             }
-            insert_compressor_state(prefix, d.compressor_state(), out);
+            let compressors = d.compressor_state().expect("reading the device compressors for a checkpoint");
+            insert_compressor_state(prefix, compressors, out);
             return;
         }
         for (u, mem) in self.host.memories.iter().enumerate() {
@@ -78,10 +79,10 @@ impl GradientExchange {
 }
 
 /// Each unit's compressor state, `{prefix}compressor.{unit}.{i}`.
-fn insert_compressor_state(prefix: &str, units: Vec<Vec<&[f32]>>, out: &mut StateBuffers) {
+fn insert_compressor_state<B: Into<Vec<f32>>>(prefix: &str, units: Vec<Vec<B>>, out: &mut StateBuffers) {
     for (u, bufs) in units.into_iter().enumerate() {
         for (i, b) in bufs.into_iter().enumerate() {
-            out.insert(format!("{prefix}compressor.{u}.{i}"), b.to_vec());
+            out.insert(format!("{prefix}compressor.{u}.{i}"), b.into());
         }
     }
 }

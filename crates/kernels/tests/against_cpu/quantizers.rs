@@ -210,7 +210,8 @@ fn one_bit_is_bit_identical_to_the_cpu() {
         let g = awkward(n, seed);
         let cpu = cpu_message(&CompressorConfig::Onebit(Default::default()), &g, &UnitContext::default());
         let mut dev = Message::default();
-        onebit::compress(client(), &DeviceF32::upload(client(), &g), &mut dev).unwrap();
+        onebit::compress(client(), &DeviceF32::upload(client(), &g), onebit::SignValues::Means, &mut dev)
+            .unwrap();
         assert_eq!(dev, cpu, "n {n}");
         assert_eq!(wire(&dev), wire(&cpu), "n {n}");
     }
@@ -218,13 +219,15 @@ fn one_bit_is_bit_identical_to_the_cpu() {
     let g = [1.0, f32::NAN, -2.0, 3.0];
     let cpu = cpu_message(&CompressorConfig::Onebit(Default::default()), &g, &UnitContext::default());
     let mut dev = Message::default();
-    onebit::compress(client(), &DeviceF32::upload(client(), &g), &mut dev).unwrap();
+    onebit::compress(client(), &DeviceF32::upload(client(), &g), onebit::SignValues::Means, &mut dev)
+        .unwrap();
     assert_eq!(wire(&dev), wire(&cpu));
     // Near the largest float the partial sums overflow: both saturate alike.
     let g: Vec<f32> = (0..3000).map(|i| if i % 3 == 0 { -f32::MAX } else { f32::MAX * 0.9 }).collect();
     let cpu = cpu_message(&CompressorConfig::Onebit(Default::default()), &g, &UnitContext::default());
     let mut dev = Message::default();
-    onebit::compress(client(), &DeviceF32::upload(client(), &g), &mut dev).unwrap();
+    onebit::compress(client(), &DeviceF32::upload(client(), &g), onebit::SignValues::Means, &mut dev)
+        .unwrap();
     assert_eq!(wire(&dev), wire(&cpu));
     let Message::Sign(m) = &dev else { panic!("sign message") };
     assert_eq!((m.positive, m.negative), (f32::MAX, f32::MIN));

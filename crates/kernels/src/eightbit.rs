@@ -1,0 +1,150 @@
+//! 8-bit quantization on the device (ALGORITHMS.md §9.5): a cube per block
+//! finds its largest magnitude, the host turns each into the CPU's scale
+//! factors (`ratio_factors`, finite for a subnormal maximum), and one pass
+//! rounds every element to its nearest codebook value by binary search, four
+//! codes to a word. Every operation is the CPU's, so the messages are
+//! identical bit for bit.
+
+use cubecl::prelude::*;
+use gradcomp_compress::codebook::dynamic_codebook;
+use gradcomp_compress::quantize::eightbit::EightBitConfig;
+use gradcomp_compress::quantize::ratio_factors;
+use gradcomp_compress::Message;
+
+use crate::buffer::{f32_arg, read_f32s, read_prefix, u32_arg, DeviceF32, KernelError};
+use crate::reduce::fold_shared;
+use crate::{grid, CUBE_UNITS};
+
+/// `maxes[b]` = the largest |x| of block `b` (NaN ignored, as `f32::max`).
+#[cube(launch)]
+fn block_max(x: &[f32], maxes: &mut [f32], block: u32) {
+    let n = x.len();
+    let u = UNIT_POS as usize;
+    let mut sh = Shared::<[f32]>::new_slice(256usize);
+    let mut b = CUBE_POS;
+    while b < maxes.len() {
+        let start = b * block as usize;
+        let mut end = start + block as usize;
+        if end > n {
+            end = n;
+        }
+        let mut m = 0.0f32;
+        let mut i = start + u;
+        while i < end {
+            let a = f32::reinterpret(u32::reinterpret(x[i]) & 0x7fff_ffffu32);
+            if a > m {
+                m = a;
+            }
+            i += CUBE_DIM as usize;
+        }
+        sh[u] = m;
+        sync_cube();
+        fold_shared(&mut sh, u, true);
+        if u == 0 {
+            maxes[b] = sh[0];
+        }
+        sync_cube();
+        b += CUBE_COUNT;
+    }
+}
+
+/// The codebook index nearest to `v`, ties to the lower one (the CPU's
+/// `nearest_code`: a lower bound by binary search, then the nearer neighbour).
+#[cube]
+fn nearest(codebook: &[f32], v: f32) -> u32 {
+    let mut first = 0u32;
+    let mut count = 256u32;
+    while count > 0u32 {
+        let step = count / 2u32;
+        let it = first + step;
+        if codebook[it as usize] < v {
+            first = it + 1u32;
+            count -= step + 1u32;
+        } else {
+            count = step;
+        }
+    }
+    let mut code = first;
+    if first == 256u32 {
+        code = 255u32;
+    } else if first > 0u32 {
+        // Nested, not `&&`: the lower neighbour exists only past index 0.
+        let lower = first - 1u32;
+        if v - codebook[lower as usize] <= codebook[first as usize] - v {
+            code = lower;
+        }
+    }
+    code
+}
+
+/// Word `w` holds the codes of elements `4w..4w+4`, element `i` in byte `i mod 4`.
+#[cube(launch)]
+fn pack_codes(x: &[f32], pre: &[f32], inv: &[f32], codebook: &[f32], words: &mut [u32], block: u32) {
+    let n = x.len();
+    let stride = CUBE_COUNT * CUBE_DIM as usize;
+    let mut w = ABSOLUTE_POS;
+    while w < words.len() {
+        let mut word = 0u32;
+        #[unroll]
+        for j in 0..4u32 {
+            let i = w * 4 + j as usize;
+            if i < n {
+                let b = i / block as usize;
+                let v = f32::clamp((x[i] * pre[b]) * inv[b], -1.0f32, 1.0f32);
+                word |= nearest(codebook, v) << (8u32 * j);
+            }
+        }
+        words[w] = word;
+        w += stride;
+    }
+}
+
+/// [`Message::EightBit`] for `g` with the CPU compressor's options.
+pub fn compress(
+    client: &Client,
+    g: &DeviceF32,
+    cfg: &EightBitConfig,
+    out: &mut Message,
+) -> Result<(), KernelError> {
+    let block = cfg.block.clamp(1, u32::MAX as usize);
+    let m = out.eight_bit_mut();
+    m.block = block as u32;
+    m.absmax.clear();
+    m.codes.clear();
+    if g.len == 0 {
+        return Ok(());
+    }
+    let n_blocks = g.len.div_ceil(block);
+    let maxes = client.empty(n_blocks * 4);
+    // A cube per block; the loop inside covers blocks past the cap.
+    let cubes = n_blocks.clamp(1, 65_535) as u32;
+    block_max::launch(
+        client,
+        CubeCount::Static(cubes, 1, 1),
+        CubeDim::new_1d(CUBE_UNITS),
+        g.arg(),
+        f32_arg(&maxes, n_blocks),
+        block as u32,
+    );
+    m.absmax = read_f32s(client, &maxes, n_blocks)?;
+    let (pre, inv): (Vec<f32>, Vec<f32>) =
+        m.absmax.iter().map(|&a| if a > 0.0 { ratio_factors(1.0, a) } else { (1.0, 0.0) }).unzip();
+    let (pre, inv) = (DeviceF32::upload(client, &pre), DeviceF32::upload(client, &inv));
+    let codebook = DeviceF32::upload(client, dynamic_codebook());
+    let n_words = g.len.div_ceil(4);
+    let words = client.empty(n_words * 4);
+    let (cubes, dim) = grid(n_words, 1);
+    pack_codes::launch(
+        client,
+        cubes,
+        dim,
+        g.arg(),
+        pre.arg(),
+        inv.arg(),
+        codebook.arg(),
+        u32_arg(&words, n_words),
+        block as u32,
+    );
+    m.codes = read_prefix(client, &words, g.len)?;
+    Ok(())
+}
