@@ -18,6 +18,7 @@ use gradcomp_kernels::{aggregate, fp16, onebit, reduce as dreduce, select, Devic
 use proptest::prelude::*;
 
 mod entry;
+mod grace;
 mod memories;
 mod quantizers;
 mod sparsifiers;
