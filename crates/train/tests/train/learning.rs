@@ -21,6 +21,13 @@ fn every_strategy_learns_and_keeps_replicas_identical() {
         "[compressor]\nname = \"onebit\"\n[comm]\ntopology = \"allgather\"",
         "[compressor]\nname = \"topk\"\ndensity = 0.05\n[comm]\ntopology = \"allgather\"\n[compression]\nresidual = \"lr-scaled\"",
         "[compressor]\nname = \"dgck\"\ndensity = 0.05\n[comm]\ntopology = \"allgather\"\n[compression]\nmemory = \"dgc-momentum\"\nwarmup = { kind = \"exp\", epochs = 1 }",
+        "[compressor]\nname = \"powersgd\"\nrank = 2\nstart_iter = 10",
+        "[compressor]\nname = \"signsgd\"\n[optimizer]\nlr = 0.0005\nmomentum = 0.0",
+        "[compressor]\nname = \"signsgd\"\n[comm]\ntopology = \"parameter-server\"\n[optimizer]\nlr = 0.0005\nmomentum = 0.0",
+        "[compressor]\nname = \"signum\"\n[optimizer]\nlr = 0.0005\nmomentum = 0.0",
+        "[compressor]\nname = \"efsignsgd\"",
+        "[compressor]\nname = \"natural\"\n[comm]\ntopology = \"parameter-server\"",
+        "[compressor]\nname = \"eightbit\"",
         "[optimizer]\nweight_decay = 5e-4\nnesterov = true\nno_decay_on_biases = true\n[schedule]\nkind = \"poly\"\nwarmup_epochs = 0.5",
         "[optimizer]\nname = \"adam\"\nlr = 0.002\nmomentum = 0.0\n[schedule]\nkind = \"step\"\nstep_epochs = 1\ngamma = 0.5",
     ];
