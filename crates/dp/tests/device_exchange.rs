@@ -134,6 +134,14 @@ fn the_device_exchange_gives_the_host_exchanges_result_bit_for_bit() {
                 ..Default::default()
             })),
         ),
+        ("signsgd (majority vote)", DataParallelConfig::new(CompressorConfig::signsgd())),
+        (
+            "signsgd, parameter server",
+            DataParallelConfig::new(CompressorConfig::signsgd()).with_topology(Topology::ParameterServer),
+        ),
+        ("signum", DataParallelConfig::new(CompressorConfig::signum(0.9))),
+        ("efsignsgd", DataParallelConfig::new(CompressorConfig::efsignsgd())),
+        ("eightbit", DataParallelConfig::new(CompressorConfig::eightbit())),
         (
             "topk, small tensors dense, parameter server",
             DataParallelConfig::new(CompressorConfig::topk(0.1))
@@ -190,13 +198,13 @@ fn train_two(compressor: &CompressorConfig, on_device: bool) -> Vec<(Compression
     results.into_iter().map(|r| r.unwrap()).collect()
 }
 
-/// TernGrad and QSGD draw differently on the device (a counter-based hash,
+/// TernGrad, QSGD and natural compression draw differently on the device (a counter-based hash,
 /// not the CPU's stream), so their runs are compared in outcome: replicas
 /// stay identical (checksums every 5 steps), and the loss falls on the device
 /// as it does on the host.
 #[test]
 fn stochastic_methods_train_on_the_device_as_well_as_on_the_host() {
-    for compressor in [CompressorConfig::terngrad(), CompressorConfig::qsgd()] {
+    for compressor in [CompressorConfig::terngrad(), CompressorConfig::qsgd(), CompressorConfig::natural()] {
         let name = compressor.name();
         let dev = train_two(&compressor, true);
         let host = train_two(&compressor, false);
@@ -217,8 +225,8 @@ fn checkpoints_move_between_the_device_and_the_host() {
     let dgc = CompressorConfig::Dgck(DgcKConfig { density: 0.1, ..Default::default() });
     let powersgd =
         CompressorConfig::Powersgd(PowerSgdConfig { rank: 2, start_iter: 2, ..Default::default() });
-    // DGC's momentum and velocity; PowerSGD's residuals and warm-start Q.
-    for compressor in [dgc, powersgd] {
+    // DGC's momentum and velocity; PowerSGD's residuals and warm-start Q; Signum's momentum.
+    for compressor in [dgc, powersgd, CompressorConfig::signum(0.9)] {
         let name = compressor.name();
         let cfg = DataParallelConfig::new(compressor);
         let (dev, host, _) = run_both(&cfg, 3);
