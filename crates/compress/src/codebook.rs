@@ -8,7 +8,7 @@
 use std::sync::OnceLock;
 
 /// The code of 2^e is `e + EXPONENT_BIAS`, in 1..=127 (0 is zero).
-pub const EXPONENT_BIAS: i32 = 111;
+pub const EXPONENT_BIAS: i32 = 109;
 /// The smallest and largest exponents a code holds.
 pub const MIN_EXPONENT: i32 = 1 - EXPONENT_BIAS;
 pub const MAX_EXPONENT: i32 = 127 - EXPONENT_BIAS;
@@ -22,7 +22,7 @@ pub fn natural_value(code: u8) -> f32 {
     if k == 0 {
         return 0.0;
     }
-    // 2^(k − 111) as an f32 built from its exponent field (all normal).
+    // 2^(k − 109) as an f32 built from its exponent field (all normal).
     let v = f32::from_bits(((k - EXPONENT_BIAS + 127) as u32) << 23);
     if code & NEGATIVE != 0 {
         -v
@@ -43,16 +43,19 @@ pub fn dynamic_codebook() -> &'static [f32; 256] {
         for i in 0..7i32 {
             let n = (1usize << i) + 1;
             let step = (1.0f32 - 0.1f32) / (n - 1) as f32;
+            // torch's CPU linspace: fused multiply-adds from the nearer end.
             let point = |j: usize| {
                 if j < n / 2 {
-                    0.1f32 + step * j as f32
+                    step.mul_add(j as f32, 0.1)
                 } else {
-                    1.0f32 - step * (n - 1 - j) as f32
+                    (-step).mul_add((n - 1 - j) as f32, 1.0)
                 }
             };
             for j in 0..n - 1 {
                 let mean = (point(j) + point(j + 1)) / 2.0;
-                let v = (10f64.powi(i - 6) * f64::from(mean)) as f32;
+                // bitsandbytes multiplies the f32 means by the Python float
+                // 10^(i−6), which torch rounds to f32 first.
+                let v = [1e-6f64, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0][i as usize] as f32 * mean;
                 values.extend([v, -v]);
             }
         }
@@ -61,19 +64,21 @@ pub fn dynamic_codebook() -> &'static [f32; 256] {
     })
 }
 
-/// The index of the codebook value nearest to `v` (in [−1, 1]); a tie goes
-/// to the lower index, as `argmin` does.
-pub fn nearest_code(codebook: &[f32; 256], v: f32) -> u8 {
-    let i = codebook.partition_point(|&c| c < v);
-    if i == 0 {
-        return 0;
-    }
-    if i == 256 {
-        return 255;
-    }
-    if v - codebook[i - 1] <= codebook[i] - v {
-        (i - 1) as u8
-    } else {
-        i as u8
-    }
+/// The 255 midpoints between neighbouring codebook values, `(c[i] + c[i+1])/2`
+/// in f32: the decision boundaries of [`nearest_code`].
+pub fn dynamic_midpoints() -> &'static [f32; 255] {
+    static MIDPOINTS: OnceLock<[f32; 255]> = OnceLock::new();
+    MIDPOINTS.get_or_init(|| {
+        let c = dynamic_codebook();
+        std::array::from_fn(|i| (c[i] + c[i + 1]) / 2.0)
+    })
+}
+
+/// The code of the codebook value nearest to `v` (in [−1, 1]): the number
+/// of midpoints below `v`, so a value on a midpoint takes the lower code.
+/// This is bitsandbytes' reference rounding (`torch.bucketize` on the
+/// midpoints); it differs from comparing the two distances only within a
+/// rounding of a midpoint.
+pub fn nearest_code(v: f32) -> u8 {
+    dynamic_midpoints().partition_point(|&b| b < v) as u8
 }

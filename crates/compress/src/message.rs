@@ -145,7 +145,7 @@ pub struct LowRankMessage {
 }
 
 /// Natural compression's message: one code per element, the sign in bit 7
-/// and 2^(k − 111) for k = the low 7 bits in 1..=127 (0: zero). See
+/// and 2^(k − 109) for k = the low 7 bits in 1..=127 (0: zero). See
 /// [`natural_value`](crate::codebook::natural_value).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct NaturalMessage {

@@ -261,9 +261,11 @@ proptest! {
                 let brute = (0..256).fold(0usize, |best, i| {
                     if (codebook[i] - s).abs() < (codebook[best] - s).abs() { i } else { best }
                 });
-                prop_assert_eq!(nearest_code(codebook, s) as usize, brute);
-                prop_assert_eq!(m.codes[b * block + j] as usize, brute);
-                let back = codebook[brute] * absmax;
+                // Nearest up to the rounding of a midpoint (an f32 ulp at 1).
+                let q = nearest_code(s) as usize;
+                prop_assert!((codebook[q] - s).abs() <= (codebook[brute] - s).abs() + 6e-8, "{} → {} not {}", s, q, brute);
+                prop_assert_eq!(m.codes[b * block + j] as usize, q);
+                let back = codebook[q] * absmax;
                 prop_assert!((back - v).abs() <= (0.9 / 128.0 + 1e-6) * absmax, "{} → {}", v, back);
             }
         }

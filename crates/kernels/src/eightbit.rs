@@ -6,7 +6,7 @@
 //! identical bit for bit.
 
 use cubecl::prelude::*;
-use gradcomp_compress::codebook::dynamic_codebook;
+use gradcomp_compress::codebook::dynamic_midpoints;
 use gradcomp_compress::quantize::eightbit::EightBitConfig;
 use gradcomp_compress::quantize::ratio_factors;
 use gradcomp_compress::Message;
@@ -48,38 +48,28 @@ fn block_max(x: &[f32], maxes: &mut [f32], block: u32) {
     }
 }
 
-/// The codebook index nearest to `v`, ties to the lower one (the CPU's
-/// `nearest_code`: a lower bound by binary search, then the nearer neighbour).
+/// The code nearest to `v`: the number of codebook midpoints below it (the
+/// CPU's `nearest_code`, by binary search over the 255 midpoints).
 #[cube]
-fn nearest(codebook: &[f32], v: f32) -> u32 {
+fn nearest(midpoints: &[f32], v: f32) -> u32 {
     let mut first = 0u32;
-    let mut count = 256u32;
+    let mut count = 255u32;
     while count > 0u32 {
         let step = count / 2u32;
         let it = first + step;
-        if codebook[it as usize] < v {
+        if midpoints[it as usize] < v {
             first = it + 1u32;
             count -= step + 1u32;
         } else {
             count = step;
         }
     }
-    let mut code = first;
-    if first == 256u32 {
-        code = 255u32;
-    } else if first > 0u32 {
-        // Nested, not `&&`: the lower neighbour exists only past index 0.
-        let lower = first - 1u32;
-        if v - codebook[lower as usize] <= codebook[first as usize] - v {
-            code = lower;
-        }
-    }
-    code
+    first
 }
 
 /// Word `w` holds the codes of elements `4w..4w+4`, element `i` in byte `i mod 4`.
 #[cube(launch)]
-fn pack_codes(x: &[f32], pre: &[f32], inv: &[f32], codebook: &[f32], words: &mut [u32], block: u32) {
+fn pack_codes(x: &[f32], pre: &[f32], inv: &[f32], midpoints: &[f32], words: &mut [u32], block: u32) {
     let n = x.len();
     let stride = CUBE_COUNT * CUBE_DIM as usize;
     let mut w = ABSOLUTE_POS;
@@ -91,7 +81,7 @@ fn pack_codes(x: &[f32], pre: &[f32], inv: &[f32], codebook: &[f32], words: &mut
             if i < n {
                 let b = i / block as usize;
                 let v = f32::clamp((x[i] * pre[b]) * inv[b], -1.0f32, 1.0f32);
-                word |= nearest(codebook, v) << (8u32 * j);
+                word |= nearest(midpoints, v) << (8u32 * j);
             }
         }
         words[w] = word;
@@ -130,7 +120,7 @@ pub fn compress(
     let (pre, inv): (Vec<f32>, Vec<f32>) =
         m.absmax.iter().map(|&a| if a > 0.0 { ratio_factors(1.0, a) } else { (1.0, 0.0) }).unzip();
     let (pre, inv) = (DeviceF32::upload(client, &pre), DeviceF32::upload(client, &inv));
-    let codebook = DeviceF32::upload(client, dynamic_codebook());
+    let midpoints = DeviceF32::upload(client, dynamic_midpoints());
     let n_words = g.len.div_ceil(4);
     let words = client.empty(n_words * 4);
     let (cubes, dim) = grid(n_words, 1);
@@ -141,7 +131,7 @@ pub fn compress(
         g.arg(),
         pre.arg(),
         inv.arg(),
-        codebook.arg(),
+        midpoints.arg(),
         u32_arg(&words, n_words),
         block as u32,
     );

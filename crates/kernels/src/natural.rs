@@ -1,7 +1,7 @@
 //! Natural compression on the device (ALGORITHMS.md §9.4): each element's
 //! byte code in one pass, four to a word. The rounding rule is the CPU's
 //! (`quantize::natural`): up with probability mantissa/2^23, the range below
-//! 2^−110 rounded to 0 or 2^−110, saturation at 2^16; the draws come from
+//! 2^−108 rounded to 0 or 2^−108, saturation at 2^18; the draws come from
 //! the counter hash, so device and CPU messages agree in distribution.
 
 use cubecl::prelude::*;
@@ -12,7 +12,7 @@ use crate::grid;
 use crate::hash::{draw, stream_words};
 
 /// The code of `x` for the uniform word `d`: its low 23 bits decide the
-/// rounding, its high 24 bits the range below 2^−110.
+/// rounding, its high 24 bits the range below 2^−108.
 #[cube]
 fn natural_code(x: f32, d: u32) -> u32 {
     let bits = u32::reinterpret(x);
@@ -21,19 +21,19 @@ fn natural_code(x: f32, d: u32) -> u32 {
     if abits == 0u32 || abits > 0x7f80_0000u32 {
         // Zero and NaN.
         k = 0u32;
-    } else if abits >= 0x4780_0000u32 {
-        // |x| ≥ 2^16 saturates.
+    } else if abits >= 0x4880_0000u32 {
+        // |x| ≥ 2^18 saturates.
         k = 127u32;
-    } else if abits < 0x0880_0000u32 {
-        // |x| < 2^−110: 2^−110 with probability |x|·2^110.
-        let p = f32::reinterpret(abits) * f32::reinterpret(0x7680_0000u32);
+    } else if abits < 0x0980_0000u32 {
+        // |x| < 2^−108: 2^−108 with probability |x|·2^108.
+        let p = f32::reinterpret(abits) * f32::reinterpret(0x7580_0000u32);
         let u = f32::cast_from(d >> 8u32) * (1.0f32 / 16_777_216.0f32);
         if u < p {
             k = 1u32;
         }
     } else {
-        // 2^e ≤ |x| < 2^(e+1): code e + 111, plus one w.p. mantissa/2^23.
-        k = (abits >> 23u32) - 16u32;
+        // 2^e ≤ |x| < 2^(e+1): code e + 109, plus one w.p. mantissa/2^23.
+        k = (abits >> 23u32) - 18u32;
         if (d & 0x7f_ffffu32) < (abits & 0x7f_ffffu32) {
             k += 1u32;
         }

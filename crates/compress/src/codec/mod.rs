@@ -16,7 +16,7 @@
 //! Sign        positive f32 | negative f32 | ceil(len/8) bytes of sign bits
 //! LowRank     rows u32 | cols u32 | rank u32 | rows·rank f32 (P) | cols·rank f32 (Q);
 //!             len = rows·cols, 1 ≤ rank ≤ min(rows, cols), every value finite
-//! Natural     len bytes: sign bit 0x80 | k in 0..=127, the value ±2^(k − 111) (k = 0: zero;
+//! Natural     len bytes: sign bit 0x80 | k in 0..=127, the value ±2^(k − 109) (k = 0: zero;
 //!             0x80 is invalid)
 //! EightBit    block u32 | ceil(len/block) × f32 block maxima (finite, ≥ 0) |
 //!             len bytes, indices into the dynamic tree codebook

@@ -11,7 +11,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::codebook::{dynamic_codebook, nearest_code};
+use crate::codebook::nearest_code;
 use crate::compressor::{Combine, Compressor, UnitContext};
 use crate::message::Message;
 
@@ -49,7 +49,6 @@ impl Compressor for EightBit {
     }
 
     fn compress(&mut self, input: &[f32], _ctx: &UnitContext, out: &mut Message) {
-        let codebook = dynamic_codebook();
         let m = out.eight_bit_mut();
         m.block = self.block as u32;
         m.absmax.clear();
@@ -61,7 +60,7 @@ impl Compressor for EightBit {
             // x·(1/absmax), as bitsandbytes scales, kept finite for a subnormal
             // block maximum; a zero block is all zeros (0's code).
             let (pre, inv) = if absmax > 0.0 { super::ratio_factors(1.0, absmax) } else { (1.0, 0.0) };
-            m.codes.extend(chunk.iter().map(|&x| nearest_code(codebook, ((x * pre) * inv).clamp(-1.0, 1.0))));
+            m.codes.extend(chunk.iter().map(|&x| nearest_code(((x * pre) * inv).clamp(-1.0, 1.0))));
         }
     }
 }
@@ -69,6 +68,7 @@ impl Compressor for EightBit {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::codebook::dynamic_codebook;
 
     #[test]
     fn the_codebook_ascends_from_its_negative_end_to_one_with_one_zero() {

@@ -3,10 +3,11 @@
 //! it, `2^e` or `2^(e+1)` for `2^e ≤ |x| < 2^(e+1)`, up with probability
 //! `|x|/2^e − 1`, so `E[C(x)] = x` and `E‖C(x) − x‖² ≤ ‖x‖²/8`. One byte per
 //! element ([`NaturalMessage`](crate::message::NaturalMessage)): the sign
-//! and a 7-bit exponent covering 2^−110 … 2^16, as GRACE's `NaturalCompressor`
-//! covers 2^−110 … 2^17 in its int8 codes. Below 2^−110 an element rounds
-//! to 0 or 2^−110 (still unbiased); from 2^16 up it saturates at 2^16, the
-//! only biased case (a gradient element past 65536).
+//! and a 7-bit exponent covering 2^−108 … 2^18, the codes of GRACE's
+//! `NaturalCompressor` (code = e + 109). Below 2^−108 an element rounds to
+//! 0 or 2^−108, still unbiased (GRACE's rounds to 0 or 2^−108 by its
+//! mantissa, biased); from 2^18 up it saturates at 2^18, as GRACE's does, the
+//! only biased case (a gradient element past 262,144).
 
 use serde::{Deserialize, Serialize};
 
@@ -22,8 +23,8 @@ pub struct NaturalConfig {}
 pub struct Natural;
 
 /// The code for |x| given 23 uniform random bits `r` (and a uniform
-/// `u ∈ [0, 1)` for the range below 2^−110).
-fn natural_code(x: f32, r: u32, u: f32) -> u8 {
+/// `u ∈ [0, 1)` for the range below 2^−108).
+pub fn natural_code(x: f32, r: u32, u: f32) -> u8 {
     let a = x.abs();
     let sign = if x.is_sign_negative() { NEGATIVE } else { 0 };
     let bits = a.to_bits();
@@ -33,7 +34,7 @@ fn natural_code(x: f32, r: u32, u: f32) -> u8 {
     } else if e > MAX_EXPONENT || (e == MAX_EXPONENT && bits & 0x7f_ffff != 0) {
         127
     } else if e < MIN_EXPONENT {
-        // a < 2^−110: 2^−110 with probability a·2^110 (exact: a power-of-two scale).
+        // a < 2^−108: 2^−108 with probability a·2^108 (exact: a power-of-two scale).
         let p = a * f32::from_bits(((-MIN_EXPONENT + 127) as u32) << 23);
         if u < p {
             1
@@ -81,7 +82,7 @@ mod tests {
 
     #[test]
     fn powers_of_two_are_exact_and_neighbours_bracket_the_rest() {
-        for x in [1.0f32, -0.5, 2f32.powi(16), 2f32.powi(-110), 0.0] {
+        for x in [1.0f32, -0.5, 2f32.powi(18), 2f32.powi(-108), 0.0] {
             for r in [0, 0x7f_ffff] {
                 assert_eq!(natural_value(natural_code(x, r, 0.5)), x, "{x}");
             }
@@ -89,8 +90,8 @@ mod tests {
         // 3 = 2 + 1: down to 2 when r ≥ the mantissa (2^22), up to 4 below it.
         assert_eq!(natural_value(natural_code(3.0, 1 << 22, 0.0)), 2.0);
         assert_eq!(natural_value(natural_code(3.0, (1 << 22) - 1, 0.0)), 4.0);
-        assert_eq!(natural_value(natural_code(-1e30, 0, 0.0)), -(2f32.powi(16)));
-        assert_eq!(natural_value(natural_code(1e-40, 0, 0.0)), 2f32.powi(-110));
+        assert_eq!(natural_value(natural_code(-1e30, 0, 0.0)), -(2f32.powi(18)));
+        assert_eq!(natural_value(natural_code(1e-40, 0, 0.0)), 2f32.powi(-108));
         assert_eq!(natural_value(natural_code(1e-40, 0, 0.999)), 0.0);
     }
 }

@@ -78,7 +78,7 @@ fn eightbit_is_bit_identical_to_the_cpu() {
 }
 
 /// Every device code is one of the two powers of two around |x| with x's
-/// sign (from 2^16 up, 2^16: the one saturation), the same key draws the
+/// sign (from 2^18 up, 2^18: the one saturation), the same key draws the
 /// same codes, and the decoded mean over many keys is x (unbiased) within
 /// its measured spread.
 #[test]
@@ -99,8 +99,8 @@ fn natural_rounds_to_neighbouring_powers_without_bias() {
         let Message::Natural(m) = draw(step) else { panic!("not a natural message") };
         for ((acc, &c), &v) in mean.iter_mut().zip(&m.codes).zip(&g) {
             let q = natural_value(c);
-            if v == 0.0 || v.abs() >= 65536.0 {
-                assert_eq!(q, v.clamp(-65536.0, 65536.0), "{v}");
+            if v == 0.0 || v.abs() >= 262_144.0 {
+                assert_eq!(q, v.clamp(-262_144.0, 262_144.0), "{v}");
                 continue;
             }
             let low = 2f32.powi(v.abs().log2().floor() as i32);
@@ -110,7 +110,7 @@ fn natural_rounds_to_neighbouring_powers_without_bias() {
         }
     }
     // Per element the draw is low or 2·low: the mean's sd ≤ low/(2√steps).
-    for (&v, &m) in g.iter().zip(&mean).filter(|(v, _)| v.abs() < 65536.0) {
+    for (&v, &m) in g.iter().zip(&mean).filter(|(v, _)| v.abs() < 262_144.0) {
         let low = f64::from(2f32.powi(v.abs().log2().floor() as i32));
         let tol = 5.0 * low / (2.0 * (steps as f64).sqrt());
         assert!((m - f64::from(v)).abs() <= tol, "{v}: mean {m}, tolerance {tol}");
