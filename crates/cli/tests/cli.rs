@@ -378,3 +378,47 @@ fn a_signal_checkpoints_the_run_and_exits_with_its_code() {
         std::fs::remove_dir_all(&dir).ok();
     }
 }
+
+/// `bench compress` measures every compressor the library names (but dense
+/// and eSGD), PowerSGD through its rounds, and `--model` steps a model's layers.
+#[test]
+fn bench_compress_covers_every_compressor_and_a_models_layers() {
+    let (code, out, err) = gradcomp(&[
+        "bench",
+        "compress",
+        "--elements",
+        "4096",
+        "--density",
+        "0.01",
+        "--min-time",
+        "0",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let rows: Vec<serde_json::Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    for name in gradcomp_compress::CompressorConfig::NAMES.iter().filter(|n| !matches!(**n, "dense" | "esgd"))
+    {
+        let ops: Vec<&str> =
+            rows.iter().filter(|r| r["compressor"] == *name).map(|r| r["op"].as_str().unwrap()).collect();
+        assert_eq!(ops, ["compress", "encode", "decode_aggregate"], "{name}");
+    }
+    // PowerSGD at rank 2 on the 64 × 64 matrix: P and Q, (64 + 64)·2 floats and a header.
+    let psgd = rows.iter().find(|r| r["compressor"] == "powersgd").unwrap();
+    let wire = psgd["wire_bytes"].as_u64().unwrap();
+    assert!(wire > 1024 && wire < 1200, "{psgd}");
+    let (code, out, err) = gradcomp(&[
+        "bench",
+        "compress",
+        "--model",
+        "lenet5",
+        "--compressors",
+        "powersgd",
+        "--min-time",
+        "0",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let row: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(row["op"], "step_lenet5");
+    assert!(row["wire_bytes"].as_u64().unwrap() < row["elements"].as_u64().unwrap(), "{row}");
+}

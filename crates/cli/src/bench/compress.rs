@@ -10,9 +10,12 @@ use std::time::Duration;
 
 use anyhow::{bail, Result};
 use clap::Args as ClapArgs;
-use gradcomp_compress::{codec, reduce, CompressorConfig, Message, RngKey, UnitContext, UnitRng};
+use gradcomp_compress::{
+    codec, compress_as_sole_worker, reduce, CompressorConfig, Message, RngKey, UnitContext, UnitRng,
+};
 
 use super::compress_cases::{config_for, density_cases, emit, Row};
+use super::compress_model;
 use super::timing::median_seconds;
 
 /// The compressors measured: every configuration name but `dense` (nothing
@@ -48,6 +51,13 @@ pub struct Args {
     /// `cuda:N` for the device kernels (builds with `--features wgpu|cuda`).
     #[arg(long, default_value = "cpu")]
     device: String,
+    /// Instead of flat buffers, one step over this model's layers
+    /// (`lenet5`, `cnn`, `resnet18`): memory, every round, decode.
+    #[arg(long)]
+    model: Option<String>,
+    /// With --model: print its parameter shapes as JSON and exit.
+    #[arg(long, requires = "model")]
+    print_shapes: bool,
 }
 
 pub fn run(args: &Args) -> Result<()> {
@@ -72,6 +82,15 @@ pub fn run(args: &Args) -> Result<()> {
         .filter(|n| args.compressors.is_empty() || args.compressors.iter().any(|c| c == n))
         .collect();
     let min_time = Duration::from_secs_f64(args.min_time.max(0.0));
+    if let Some(model) = &args.model {
+        if args.device != "cpu" {
+            bail!("--model measures the CPU compressors; leave out --device {}", args.device);
+        }
+        if args.print_shapes {
+            return compress_model::print_shapes(model);
+        }
+        return compress_model::run(model, &names, args.seed, min_time, args.json);
+    }
     if args.device != "cpu" {
         return on_device(args, &sizes, &densities, &names, min_time);
     }
@@ -148,13 +167,15 @@ fn measure(
     read: f64,
     min_time: Duration,
 ) -> Vec<Row> {
-    let mut c = cfg.build();
+    // PowerSGD sees the buffer as the squarest matrix; every compressor runs
+    // its rounds (TernGrad's scaler, PowerSGD's two products) as the sole worker.
+    let mut c = cfg.build_for(&compress_model::matrix_shape(x.len()));
     let mut msg = Message::default();
     let mut step = 0u64;
     let mut compress = |msg: &mut Message| {
         let ctx = UnitContext { key: RngKey::new(7, 0, step, 0), shared_scalar: None, ..Default::default() };
         step += 1;
-        c.compress(black_box(x), &ctx, msg);
+        compress_as_sole_worker(c.as_mut(), black_box(x), &ctx, msg);
     };
     let t_compress = median_seconds(min_time, 3, || compress(&mut msg));
     let mut bytes = Vec::with_capacity(codec::encoded_len(&msg));

@@ -32,9 +32,14 @@ pub(super) fn density_cases(name: &str, densities: &[f64]) -> Vec<Option<f64>> {
 }
 
 /// The configuration measured for `name` at `density`: defaults, except the
-/// threshold compressor's τ, set to the N(0,1) quantile that keeps `density`.
+/// threshold compressor's τ, set to the N(0,1) quantile that keeps `density`,
+/// and PowerSGD at rank 2 (the paper's choice) compressing from the first step.
 pub(super) fn config_for(name: &str, density: Option<f64>) -> CompressorConfig {
     let mut cfg = CompressorConfig::named(name).expect("names come from CompressorConfig::NAMES");
+    if let CompressorConfig::Powersgd(p) = &mut cfg {
+        p.rank = 2;
+        p.start_iter = 0;
+    }
     if let (Some(rho), CompressorConfig::Threshold(t)) = (density, &mut cfg) {
         t.threshold = normal_quantile(1.0 - rho / 2.0) as f32;
     }

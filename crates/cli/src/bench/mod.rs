@@ -5,6 +5,7 @@ pub(crate) mod compress;
 pub(crate) mod compress_cases;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod compress_device;
+mod compress_model;
 mod fuzz;
 mod output;
 mod pipeline;
