@@ -14,7 +14,8 @@ use gradcomp_compress::{codec, Message, RngKey, UnitContext, UnitRng};
 use gradcomp_kernels::aggregate::TernaryCodes;
 use gradcomp_kernels::{reduce, DeviceCompressor, DeviceF32};
 
-use super::compress_cases::{config_for, density_cases, emit, Row};
+use super::compress_cases::{config_for, density_cases, emit, Row, FIRST_STEP};
+use super::compress_model::matrix_shape;
 use super::timing::median_seconds;
 
 pub fn run(
@@ -78,12 +79,23 @@ pub fn run(
         for &name in &on_device {
             for density in density_cases(name, densities) {
                 let config = config_for(name, density);
-                let mut compressor = DeviceCompressor::new(&config, &[n]).map_err(|e| anyhow!("{e}"))?;
+                // PowerSGD sees the squarest matrix, as on the CPU; every
+                // compressor runs its rounds as the sole worker.
+                let mut compressor =
+                    DeviceCompressor::new(&config, &matrix_shape(n)).map_err(|e| anyhow!("{e}"))?;
                 let mut msg = Message::default();
-                let mut step = 0u64;
+                let mut step = FIRST_STEP;
+                let mut values = Vec::new();
                 let secs = median_seconds(min_time, 5, || {
-                    step += 1;
                     let ctx = UnitContext { key: RngKey::new(7, 0, step, 0), ..UnitContext::default() };
+                    step += 1;
+                    for round in 0..compressor.rounds() {
+                        values.clear();
+                        let op = compressor.round_contribution(&client, round, &x, &ctx, &mut values);
+                        if op.expect("device round").is_some() {
+                            compressor.round_result(round, &values, 1);
+                        }
+                    }
                     compressor.compress(&client, &x, &ctx, &mut msg).expect("device compress");
                 });
                 print(&row(name, "compress", density, secs, &msg));
