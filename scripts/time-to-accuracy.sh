@@ -2,7 +2,8 @@
 # Time to accuracy (issue #14, point 4): LeNet-5 on MNIST and the Fashion CNN
 # on Fashion-MNIST, 4 MPI ranks in bandwidth-limited namespaces
 # (scripts/netsim.sh) at 100 Mbit/s and 1 Gbit/s, for dense, TernGrad, Top-k
-# with error feedback, DGC and QSGD; each run stops at its config's
+# with error feedback, DGC and QSGD (PowerSGD at rank 1, 2 or 4 when
+# TTA_METHODS names powersgd-r1, -r2, -r4); each run stops at its config's
 # train.target_accuracy and predicts its wall-clock with the link's
 # calibration. Dense and Top-k also run without pipelining at 100 Mbit/s.
 # TTA_MODELS, TTA_METHODS and TTA_NOPIPE_METHODS (empty: none) choose a subset.
@@ -35,6 +36,10 @@ method_sets() {
                    'compression.warmup={ kind = "exp", epochs = 1 }' 'compression.local_clip=5.0'
                    'compression.exclude={ biases = true }' 'optimizer.momentum=0.0' 'comm.topology="allgather"') ;;
         qsgd) sets=('compressor.name="qsgd"' 'comm.topology="allgather"') ;;
+        # PowerSGD (issue #24): rank r, compressing from step 10 (torch's
+        # default start of 1000 is past these runs' targets).
+        powersgd-r1|powersgd-r2|powersgd-r4)
+            sets=("compressor={ name = \"powersgd\", rank = ${1#powersgd-r}, start_iter = 10 }" 'comm.topology="allreduce"') ;;
         *) echo "unknown method $1" >&2; exit 2 ;;
     esac
 }
