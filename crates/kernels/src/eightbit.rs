@@ -12,7 +12,7 @@ use gradcomp_compress::quantize::ratio_factors;
 use gradcomp_compress::Message;
 
 use crate::buffer::{f32_arg, read_f32s, read_prefix, u32_arg, DeviceF32, KernelError};
-use crate::reduce::fold_shared;
+use crate::reduce::{fold_shared, strided_abs_max};
 use crate::{grid, CUBE_UNITS};
 
 /// `maxes[b]` = the largest |x| of block `b` (NaN ignored, as `f32::max`).
@@ -28,16 +28,7 @@ fn block_max(x: &[f32], maxes: &mut [f32], block: u32) {
         if end > n {
             end = n;
         }
-        let mut m = 0.0f32;
-        let mut i = start + u;
-        while i < end {
-            let a = f32::reinterpret(u32::reinterpret(x[i]) & 0x7fff_ffffu32);
-            if a > m {
-                m = a;
-            }
-            i += CUBE_DIM as usize;
-        }
-        sh[u] = m;
+        sh[u] = strided_abs_max(x, start, end, u);
         sync_cube();
         fold_shared(&mut sh, u, true);
         if u == 0 {

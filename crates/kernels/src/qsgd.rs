@@ -15,7 +15,7 @@ use gradcomp_compress::{Message, RngKey};
 
 use crate::buffer::{f32_arg, read_f32s, read_prefix, u32_arg, DeviceF32, KernelError};
 use crate::hash::{draw, stream_words};
-use crate::reduce::{fold_shared, pow2_scale};
+use crate::reduce::{fold_shared, pow2_scale, strided_abs_max};
 use crate::{grid, CUBE_UNITS};
 
 /// `norms[b] = ‖x[b·bucket .. (b+1)·bucket]‖₂`, or 0 when that is not finite.
@@ -33,22 +33,13 @@ fn bucket_norms(x: &[f32], norms: &mut [f32], bucket: u32) {
         }
         // max |v| first: squares of v·scale (scale = pow2_scale(max), as
         // the CPU's moments) neither overflow nor underflow f32.
-        let mut m = 0.0f32;
-        let mut i = start + u;
-        while i < end {
-            let a = f32::reinterpret(u32::reinterpret(x[i]) & 0x7fff_ffffu32);
-            if a > m {
-                m = a;
-            }
-            i += CUBE_DIM as usize;
-        }
-        sh[u] = m;
+        sh[u] = strided_abs_max(x, start, end, u);
         sync_cube();
         fold_shared(&mut sh, u, true);
         let scale = pow2_scale(sh[0]);
         sync_cube();
         let mut q = 0.0f32;
-        i = start + u;
+        let mut i = start + u;
         while i < end {
             let v = x[i] * scale;
             q += v * v;

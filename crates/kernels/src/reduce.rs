@@ -28,6 +28,22 @@ pub(crate) fn pow2_scale(max: f32) -> f32 {
     f32::reinterpret(biased << 23u32)
 }
 
+/// Unit `u`'s largest |x[i]| over `i = start + u, start + u + CUBE_DIM, …`
+/// below `end` (0 if none; NaN ignored): its share of a block's maximum.
+#[cube]
+pub(crate) fn strided_abs_max(x: &[f32], start: usize, end: usize, u: usize) -> f32 {
+    let mut m = 0.0f32;
+    let mut i = start + u;
+    while i < end {
+        let a = f32::reinterpret(u32::reinterpret(x[i]) & 0x7fff_ffffu32);
+        if a > m {
+            m = a;
+        }
+        i += CUBE_DIM as usize;
+    }
+    m
+}
+
 /// Folds `sh[0..256]` into `sh[0]` by sums (`max = false`) or maxima.
 #[cube]
 pub(crate) fn fold_shared(sh: &mut Shared<[f32]>, u: usize, #[comptime] max: bool) {

@@ -6,7 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::onebit::sign_bits;
+use super::onebit::sign_message;
 use crate::compressor::{Combine, Compressor, UnitContext};
 use crate::message::Message;
 
@@ -27,13 +27,10 @@ impl Compressor for EfSignSgd {
     }
 
     fn compress(&mut self, input: &[f32], _ctx: &UnitContext, out: &mut Message) {
-        let m = out.sign_mut();
-        m.len = input.len();
-        m.bits.clear();
-        m.bits.resize(input.len().div_ceil(8), 0);
-        let (pos, _, neg) = sign_bits(input, &mut m.bits);
-        let scale = scaled_sign(pos, neg, input.len());
-        (m.positive, m.negative) = (scale, -scale);
+        sign_message(input, out, |pos, _, neg| {
+            let scale = scaled_sign(pos, neg, input.len());
+            (scale, -scale)
+        });
     }
 }
 

@@ -25,13 +25,22 @@ impl Compressor for OneBit {
     }
 
     fn compress(&mut self, input: &[f32], _ctx: &UnitContext, out: &mut Message) {
-        let m = out.sign_mut();
-        m.len = input.len();
-        m.bits.clear();
-        m.bits.resize(input.len().div_ceil(8), 0);
-        let (pos_sum, pos_n, neg_sum) = sign_bits(input, &mut m.bits);
-        (m.positive, m.negative) = sign_means(pos_sum, pos_n, neg_sum, input.len() - pos_n);
+        sign_message(input, out, |pos_sum, pos_n, neg_sum| {
+            sign_means(pos_sum, pos_n, neg_sum, input.len() - pos_n)
+        });
     }
+}
+
+/// Makes `out` the sign message of `x`, the one form every sign compressor
+/// sends: its bits, and the values of a set and a clear bit that `values`
+/// computes from (Σ of the non-negatives, their count, Σ of the negatives).
+pub(crate) fn sign_message(x: &[f32], out: &mut Message, values: impl FnOnce(f64, usize, f64) -> (f32, f32)) {
+    let m = out.sign_mut();
+    m.len = x.len();
+    m.bits.clear();
+    m.bits.resize(x.len().div_ceil(8), 0);
+    let (pos_sum, pos_n, neg_sum) = sign_bits(x, &mut m.bits);
+    (m.positive, m.negative) = values(pos_sum, pos_n, neg_sum);
 }
 
 /// The two reconstruction values from the sums and counts of the
@@ -55,7 +64,7 @@ multiversion! {
 /// the pattern stays defined) and returns (Σ of non-negatives, their count,
 /// Σ of negatives). Sums are kept per 8-element group in f32 and folded into
 /// f64 per block of 1024.
-pub(crate) fn sign_bits(x: &[f32], bits: &mut [u8]) -> (f64, usize, f64) {
+fn sign_bits(x: &[f32], bits: &mut [u8]) -> (f64, usize, f64) {
     const BLOCK_BYTES: usize = 128;
     let (mut pos, mut neg, mut n_pos) = (0.0f64, 0.0f64, 0usize);
     for (xb, bb) in x.chunks(8 * BLOCK_BYTES).zip(bits.chunks_mut(BLOCK_BYTES)) {

@@ -7,7 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::onebit::sign_bits;
+use super::onebit::sign_message;
 use crate::compressor::{Combine, Compressor, UnitContext};
 use crate::message::Message;
 
@@ -35,12 +35,7 @@ impl Compressor for SignSgd {
 /// `x`'s signs as a sign message of ±1 (NaN counts as negative, as in the
 /// 1-bit quantizer, so the pattern stays defined).
 pub(crate) fn unit_signs(x: &[f32], out: &mut Message) {
-    let m = out.sign_mut();
-    m.len = x.len();
-    m.bits.clear();
-    m.bits.resize(x.len().div_ceil(8), 0);
-    sign_bits(x, &mut m.bits);
-    (m.positive, m.negative) = (1.0, -1.0);
+    sign_message(x, out, |_, _, _| (1.0, -1.0));
 }
 
 #[cfg(test)]
