@@ -122,3 +122,35 @@ impl DataParallelConfig {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every compressor's default topology validates; a topology its
+    /// messages cannot use is refused, naming `comm.topology` and the ones
+    /// that work.
+    #[test]
+    fn a_topology_the_messages_cannot_use_is_refused() {
+        for name in CompressorConfig::NAMES {
+            let cfg = DataParallelConfig::new(CompressorConfig::named(name).unwrap());
+            cfg.validate().unwrap_or_else(|e| panic!("{name}'s defaults: {e}"));
+            let gathers = matches!(cfg.combine(), Combine::Gather | Combine::MajorityVote);
+            let agrees = cfg.combine() == Combine::Agreed;
+            for topology in [Topology::Allreduce, Topology::Allgather, Topology::ParameterServer] {
+                let refused = (gathers && topology == Topology::Allreduce)
+                    || (agrees && topology != Topology::Allreduce);
+                match cfg.clone().with_topology(topology).validate() {
+                    Err(e) if refused => {
+                        let text = e.to_string();
+                        assert!(text.contains("comm.topology"), "{name} over {topology:?}: {text}");
+                        let hint = if agrees { "\"allreduce\"" } else { "\"allgather\"" };
+                        assert!(text.contains(hint), "{name} over {topology:?}: {text}");
+                    }
+                    Ok(()) if !refused => {}
+                    other => panic!("{name} over {topology:?}: {other:?}"),
+                }
+            }
+        }
+    }
+}
