@@ -73,8 +73,11 @@ struct Method {
     label: String,
     compressor: CompressorConfig,
     route: Route,
-    /// Per worker: bytes uploaded per step.
+    /// Per worker: bytes uploaded per step in the buckets' collectives.
     upload: u64,
+    /// Per worker: bytes of each agreement round, an allreduce each before
+    /// the buckets (TernGrad's scaler max, PowerSGD's P and Q sums).
+    rounds: Vec<u64>,
     /// Seconds to compress one step's gradient.
     compress_s: f64,
     /// Seconds to decode and aggregate one worker's message.
@@ -96,6 +99,8 @@ struct Profile {
     compute_s: f64,
     batch: usize,
     units: Vec<usize>,
+    /// Each unit's tensor shape (PowerSGD compresses by it).
+    shapes: Vec<Vec<usize>>,
 }
 
 /// A table header: `first`, then one column per worker count in [`WORKERS`].
@@ -131,20 +136,36 @@ fn profile(cfg: &TrainConfig, steps: u64) -> Result<Profile> {
     let compute: Vec<f64> = steps.iter().skip(3).filter_map(|s| s.compute_s.first().copied()).collect();
     let manifest: Manifest = read_json(&dir.join("manifest.json"))?;
     let units = manifest.units.iter().map(|u| u.len).collect();
+    let shapes = manifest.units.iter().map(|u| u.shape.clone()).collect();
     std::fs::remove_dir_all(&dir).ok();
     if compute.is_empty() {
         bail!("the profile run recorded no steps");
     }
-    Ok(Profile { compute_s: median(compute), batch: cfg.data.batch_size, units })
+    Ok(Profile { compute_s: median(compute), batch: cfg.data.batch_size, units, shapes })
 }
 
 /// Builds the method, measuring its message size and speed (per tensor,
-/// medians of 5 repetitions) on an N(0,1) gradient cut into the profile's tensors.
-fn measure(label: &str, compressor: CompressorConfig, route: Route, units: &[usize]) -> Method {
+/// medians of 5 repetitions, from the first step it compresses) on an
+/// N(0,1) gradient cut into the profile's tensors. A tensor the compressor
+/// leaves uncompressed (PowerSGD's vectors) travels dense, as in the exchange.
+fn measure(label: &str, compressor: CompressorConfig, route: Route, shapes: &[Vec<usize>]) -> Method {
+    let units: Vec<usize> = shapes.iter().map(|s| s.iter().product()).collect();
     let mut rng = UnitRng::from_parts(&[7]);
     let grads: Vec<Vec<f32>> =
         units.iter().map(|&n| (0..n).map(|_| rng.next_gaussian() as f32 * 1e-3).collect()).collect();
-    let mut comps: Vec<_> = units.iter().map(|_| compressor.build()).collect();
+    let mut comps: Vec<_> = shapes
+        .iter()
+        .map(|s| {
+            if compressor.compresses(s) {
+                compressor.build_for(s)
+            } else {
+                CompressorConfig::Dense {}.build()
+            }
+        })
+        .collect();
+    let mut rounds: Vec<u64> = Vec::new();
+    let mut values = Vec::new();
+    let first = compressor.first_compressed_step();
     let mut msgs: Vec<Message> = units.iter().map(|_| Message::default()).collect();
     let mut wires: Vec<Vec<u8>> = units.iter().map(|_| Vec::new()).collect();
     let mut out: Vec<Vec<f32>> = units.iter().map(|&n| vec![0.0; n]).collect();
@@ -153,8 +174,22 @@ fn measure(label: &str, compressor: CompressorConfig, route: Route, units: &[usi
     for rep in 0..REPS as u64 {
         for (u, g) in grads.iter().enumerate() {
             let t = Instant::now();
-            let ctx =
-                UnitContext { key: RngKey::new(1, 0, rep, u as u32), shared_scalar: None, loss: Some(1.0) };
+            let ctx = UnitContext {
+                key: RngKey::new(1, 0, first + rep, u as u32),
+                shared_scalar: None,
+                loss: Some(1.0),
+            };
+            // The agreement rounds as the sole worker, their bytes counted once.
+            for round in 0..comps[u].rounds() {
+                values.clear();
+                if comps[u].round_contribution(round, g, &ctx, &mut values).is_some() {
+                    comps[u].round_result(round, &values, 1);
+                    if rep == 0 {
+                        rounds.resize(rounds.len().max(round + 1), 0);
+                        rounds[round] += 4 * values.len() as u64;
+                    }
+                }
+            }
             comps[u].compress(g, &ctx, &mut msgs[u]);
             wires[u].clear();
             codec::encode(&msgs[u], u as u32, &mut wires[u]);
@@ -164,11 +199,12 @@ fn measure(label: &str, compressor: CompressorConfig, route: Route, units: &[usi
             dtimes[u].push(t.elapsed().as_secs_f64());
         }
     }
-    let combine = compressor.build().combine();
     let costs: Vec<UnitCost> = (0..units.len())
         .map(|u| UnitCost {
-            upload: match route {
-                Route::Allreduce => allreduce_bytes(combine, units[u], &wires[u]),
+            upload: match (comps[u].combine(), route) {
+                // The rounds carried it: each worker forms the result itself.
+                (Combine::Agreed, _) => 0,
+                (combine, Route::Allreduce) => allreduce_bytes(combine, units[u], &wires[u]),
                 _ => wires[u].len() as u64,
             },
             compress_s: median(std::mem::take(&mut ctimes[u])),
@@ -180,13 +216,14 @@ fn measure(label: &str, compressor: CompressorConfig, route: Route, units: &[usi
         compressor,
         route,
         upload: costs.iter().map(|c| c.upload).sum(),
+        rounds,
         compress_s: costs.iter().map(|c| c.compress_s).sum(),
         decode_s: costs.iter().map(|c| c.decode_s).sum(),
         units: costs,
     }
 }
 
-fn methods(units: &[usize], density: f64) -> Vec<Method> {
+fn methods(units: &[Vec<usize>], density: f64) -> Vec<Method> {
     let with = |name: &str| {
         let mut c = CompressorConfig::named(name).expect("known name");
         c.set_density(density);
@@ -203,13 +240,23 @@ fn methods(units: &[usize], density: f64) -> Vec<Method> {
         measure(&format!("topk ρ={density} (allgather)"), with("topk"), Route::Allgather, units),
         measure(&format!("gaussiank ρ={density} (allgather)"), with("gaussiank"), Route::Allgather, units),
         measure(&format!("dgck ρ={density} (allgather)"), with("dgck"), Route::Allgather, units),
+        measure("powersgd r=2 (allreduce, 2 rounds)", powersgd_rank(2), Route::Allreduce, units),
     ]
+}
+
+/// PowerSGD at `rank`, PyTorch's other defaults (the model prices the steps
+/// from `start_iter` on).
+fn powersgd_rank(rank: u32) -> CompressorConfig {
+    let mut c = CompressorConfig::named("powersgd").expect("known name");
+    if let CompressorConfig::Powersgd(p) = &mut c {
+        p.rank = rank;
+    }
+    c
 }
 
 /// What one rank's allreduce carries for a unit of `d` values: f32 values,
 /// f16 values (fp16), TernGrad's codes in i8 (up to 127 workers, as the
-/// exchange sums them), or the encoded message otherwise (PowerSGD's
-/// factors P and Q are what its two rounds carry).
+/// exchange sums them), or the encoded message otherwise.
 fn allreduce_bytes(combine: Combine, d: usize, encoded: &[u8]) -> u64 {
     match combine {
         Combine::HalfSum => 2 * d as u64,
@@ -250,22 +297,28 @@ fn step_seconds(p: &Profile, m: &Method, n: usize, net: &NetworkModel) -> f64 {
     if n == 1 {
         return local;
     }
-    let comm = match m.route {
-        Route::Allreduce => net.allreduce(n, m.upload * code_width(&m.compressor, n)) + m.decode_s,
-        Route::Allgather => net.allgatherv_uniform(n, m.upload) + n as f64 * m.decode_s,
-        Route::ParameterServer => {
-            // TernGrad downloads integer code sums; everything else the averaged
-            // values, as large as an upload.
-            let down = if matches!(m.compressor, CompressorConfig::Terngrad(_)) {
-                ternary_download(&p.units, n)
-            } else {
-                m.upload
-            };
-            // The co-located server decodes N uploads; every worker decodes the download.
-            net.push_pull(n, ServerPlacement::CoLocated, m.upload, down) + (n as f64 + 1.0) * m.decode_s
-        }
-    };
+    let comm = rounds_seconds(m, n, net)
+        + match m.route {
+            Route::Allreduce => net.allreduce(n, m.upload * code_width(&m.compressor, n)) + m.decode_s,
+            Route::Allgather => net.allgatherv_uniform(n, m.upload) + n as f64 * m.decode_s,
+            Route::ParameterServer => {
+                // TernGrad downloads integer code sums; everything else the averaged
+                // values, as large as an upload.
+                let down = if matches!(m.compressor, CompressorConfig::Terngrad(_)) {
+                    ternary_download(&p.units, n)
+                } else {
+                    m.upload
+                };
+                // The co-located server decodes N uploads; every worker decodes the download.
+                net.push_pull(n, ServerPlacement::CoLocated, m.upload, down) + (n as f64 + 1.0) * m.decode_s
+            }
+        };
     local + comm
+}
+
+/// The agreement rounds' allreduces, one after another before the buckets.
+fn rounds_seconds(m: &Method, n: usize, net: &NetworkModel) -> f64 {
+    m.rounds.iter().map(|&b| net.allreduce(n, b)).sum()
 }
 
 const WORKERS: [usize; 10] = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512];
@@ -297,7 +350,7 @@ pub fn run(a: &Args) -> Result<()> {
     if a.timeline {
         return timeline(&cfg, &p);
     }
-    let ms = methods(&p.units, a.density);
+    let ms = methods(&p.shapes, a.density);
     let mut md = String::new();
     let _ = writeln!(
         md,
@@ -430,7 +483,7 @@ fn serial_timeline(stages: &[[f64; 3]]) -> Vec<[[f64; 2]; 3]> {
 /// them; and how much of the stages' serial sum the pipeline hides.
 fn timeline(cfg: &TrainConfig, p: &Profile) -> Result<()> {
     let route = route_of(cfg);
-    let m = measure(cfg.compressor.name(), cfg.compressor.clone(), route, &p.units);
+    let m = measure(cfg.compressor.name(), cfg.compressor.clone(), route, &p.shapes);
     let n = cfg.workers;
     let buckets = gradcomp_dp::exchange::cut_buckets(
         &p.units,
@@ -464,7 +517,9 @@ fn timeline(cfg: &TrainConfig, p: &Profile) -> Result<()> {
             if pipelined { NetworkModel::pipelined_timeline(&stages) } else { serial_timeline(&stages) };
         let serial: f64 = stages.iter().flatten().sum();
         let span = times.last().map_or(0.0, |t| t[2][1]);
-        let c = p.compute_s;
+        // The agreement rounds run after the backward pass, before any bucket.
+        let rounds = if n > 1 { rounds_seconds(&m, n, &net) } else { 0.0 };
+        let c = p.compute_s + rounds;
         let ms = |x: f64| x * 1e3;
         println!(
             "{} with {n} workers at {}: {} bucket(s) of {} MiB, {} ({:?} allreduce, {:?} allgatherv; α {:.0} µs, {:.1} MB/s, ρ {:.0} µs)",
@@ -479,7 +534,10 @@ fn timeline(cfg: &TrainConfig, p: &Profile) -> Result<()> {
             net.bandwidth / 1e6,
             net.rendezvous * 1e6
         );
-        println!("  compute (forward, backward)      0.0 – {:>9.1} ms", ms(c));
+        println!("  compute (forward, backward)      0.0 – {:>9.1} ms", ms(p.compute_s));
+        if rounds > 0.0 {
+            println!("  agreement rounds ({})  {:>9.1} – {:>9.1} ms", m.rounds.len(), ms(p.compute_s), ms(c));
+        }
         println!("  bucket  tensors   compress (ms)          wire (ms)              decode (ms)");
         for (b, (r, t)) in buckets.iter().zip(&times).enumerate() {
             let span = |s: [f64; 2]| format!("{:>9.1} – {:>9.1}", ms(c + s[0]), ms(c + s[1]));
@@ -505,13 +563,17 @@ fn timeline(cfg: &TrainConfig, p: &Profile) -> Result<()> {
 
 fn dry_run(cfg: &TrainConfig, p: &Profile, a: &Args) -> Result<()> {
     let route = route_of(cfg);
-    let dense = measure("dense", CompressorConfig::Dense {}, Route::Allreduce, &p.units);
-    let mine = measure(cfg.compressor.name(), cfg.compressor.clone(), route, &p.units);
+    let dense = measure("dense", CompressorConfig::Dense {}, Route::Allreduce, &p.shapes);
+    let mine = measure(cfg.compressor.name(), cfg.compressor.clone(), route, &p.shapes);
     let n = cfg.workers;
     println!(
         "{} with {n} workers, {} ({} bytes up per worker per step vs {} dense):",
         cfg.compressor.name(),
-        format!("{:?}", cfg.comm.topology).to_lowercase(),
+        match route {
+            Route::Allreduce => "allreduce",
+            Route::Allgather => "allgather",
+            Route::ParameterServer => "parameter server",
+        },
         mine.upload,
         dense.upload
     );

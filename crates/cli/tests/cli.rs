@@ -119,8 +119,8 @@ fn the_model_predicts_and_dry_runs() {
     let (code, out, err) = gradcomp(&["model", "--config", &cfg, "--steps", "6", "--json"]);
     assert_eq!(code, 0, "{err}");
     let rows: Vec<serde_json::Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-    // 10 methods × 10 worker counts × 4 link speeds.
-    assert_eq!(rows.len(), 10 * 10 * 4);
+    // 11 methods × 10 worker counts × 4 link speeds.
+    assert_eq!(rows.len(), 11 * 10 * 4);
     let dense_1 = rows.iter().find(|r| r["compressor"] == "dense" && r["workers"] == 1).unwrap();
     assert!(dense_1["speedup_over_dense"].as_f64().unwrap() > 0.99);
     // The timeline: every bucket's three stages at each configured link, and what overlapped.
@@ -141,6 +141,21 @@ fn the_model_predicts_and_dry_runs() {
     assert!(out.contains("pipelined") && out.contains("compute (forward, backward)"), "{out}");
     let buckets = out.lines().filter(|l| l.trim_start().starts_with(char::is_numeric)).count();
     assert!(buckets >= 4, "at least two buckets per link: {out}");
+    // PowerSGD: its two allreduce rounds before the buckets, far fewer bytes than dense.
+    let psgd = [
+        "--set",
+        "compressor={ name = \"powersgd\", rank = 2, start_iter = 2 }",
+        "--set",
+        "comm.topology=\"allreduce\"",
+    ];
+    let (code, out, err) =
+        gradcomp(&[&["model", "--config", &cfg, "--steps", "6", "--timeline"][..], &psgd[..]].concat());
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("agreement rounds (2)"), "{out}");
+    let (code, out, err) =
+        gradcomp(&[&["model", "--config", &cfg, "--steps", "6", "--dry-run"][..], &psgd[..]].concat());
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("powersgd with") && out.contains("allreduce"), "{out}");
 }
 
 /// A fresh directory under the system's temp dir.

@@ -339,6 +339,15 @@ impl CompressorConfig {
         }
     }
 
+    /// The first step on which the compressor compresses: PowerSGD's
+    /// `start_iter` (plain allreduce before it), 0 for the rest.
+    pub fn first_compressed_step(&self) -> u64 {
+        match self {
+            Self::Powersgd(c) => c.start_iter,
+            _ => 0,
+        }
+    }
+
     /// Builds the compressor of a unit of `shape` (PowerSGD sees its matrix).
     pub fn build_for(&self, shape: &[usize]) -> Box<dyn Compressor> {
         match self {

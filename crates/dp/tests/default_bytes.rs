@@ -39,7 +39,7 @@ fn bytes_per_step(cfg: &DataParallelConfig, n: usize) -> Vec<u64> {
             let rank = gradcomp_comm::Collective::rank(&c);
             let (mut dp, mut model) = cfg.clone().with_checksum_every(0).init(c, model.clone()).unwrap();
             let mut state = dp.state();
-            state.step = warm_up(&cfg.compressor);
+            state.step = cfg.compressor.first_compressed_step();
             dp.restore(&state).unwrap();
             let mut optim = SgdConfig::new().init();
             let mut rng = UnitRng::from_parts(&[rank as u64, 7]);
@@ -55,14 +55,6 @@ fn bytes_per_step(cfg: &DataParallelConfig, n: usize) -> Vec<u64> {
         })
         .unwrap();
     per_worker.into_iter().next().unwrap().unwrap()
-}
-
-/// Steps before `compressor` compresses.
-fn warm_up(compressor: &CompressorConfig) -> u64 {
-    match compressor {
-        CompressorConfig::Powersgd(c) => c.start_iter,
-        _ => 0,
-    }
 }
 
 /// The stated ratios: the rows of the table under `<!-- default-bytes -->`

@@ -128,6 +128,10 @@ pub struct UnitRecord {
     pub id: u32,
     pub name: String,
     pub len: usize,
+    /// The tensor's shape (`[len]` for a global unit; empty in manifests
+    /// written before it was recorded).
+    #[serde(default)]
+    pub shape: Vec<usize>,
     /// Sent uncompressed (excluded by policy).
     pub dense: bool,
 }

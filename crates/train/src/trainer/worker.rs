@@ -341,7 +341,13 @@ fn write_manifest(sh: &Shared<'_>, dp: &DataParallel) -> Result<(), TrainError> 
         units: dp
             .units()
             .iter()
-            .map(|u| UnitRecord { id: u.id, name: u.name.clone(), len: u.len, dense: u.dense })
+            .map(|u| UnitRecord {
+                id: u.id,
+                name: u.name.clone(),
+                len: u.len,
+                shape: u.shape.clone(),
+                dense: u.dense,
+            })
             .collect(),
         data: sh.data.summary(),
         hardware: Hardware::this_machine(),
