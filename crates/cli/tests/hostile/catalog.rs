@@ -232,6 +232,18 @@ pub fn catalog(root: &Path) -> Vec<Case> {
         (vec!["compressor={ name = \"terngrad\", c = -1.0 }"], vec!["compressor.c"]),
         (vec!["compressor={ name = \"terngrad\", c = nan }"], vec!["compressor.c"]),
         (vec!["compressor={ name = \"threshold\", threshold = -1.0 }"], vec!["threshold"]),
+        (vec!["compressor={ name = \"signum\", momentum = 1.0 }"], vec!["compressor.momentum", "[0, 1)"]),
+        (vec!["compressor={ name = \"eightbit\", block = 0 }"], vec!["compressor.block"]),
+        (vec!["compressor={ name = \"powersgd\", rank = 0 }"], vec!["compressor.rank"]),
+        (vec!["compressor={ name = \"powersgd\", start_iter = 1 }"], vec!["compressor.start_iter"]),
+        (
+            vec!["compressor={ name = \"signsgd\" }", "comm.topology=\"allreduce\""],
+            vec!["comm.topology", "allgather"],
+        ),
+        (
+            vec!["compressor={ name = \"powersgd\" }", "comm.topology=\"allgather\""],
+            vec!["comm.topology", "allreduce"],
+        ),
         (vec!["data.batch_size=0"], vec!["data.batch_size"]),
         (vec!["data.batch_size=1000000000000"], vec!["data.batch_size"]),
         (vec!["data.synthetic_size=0"], vec!["data.synthetic_size"]),
