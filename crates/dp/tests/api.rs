@@ -294,8 +294,12 @@ fn a_staged_backward_pass_gives_the_whole_passes_gradients_bit_for_bit() {
 /// Trains 6 steps of Top-k with error feedback (or `compressor`) on 3
 /// workers, each bucket a tensor, stepping whole or in stages; returns per
 /// worker the final parameters' bits and, per step, the staged backward
-/// seconds spent inside the step.
-fn train_staged(compressor: CompressorConfig, topology: Topology, staged: bool) -> Vec<(Vec<u32>, Vec<f64>)> {
+/// seconds spent inside the step and the bytes the step sent.
+fn train_staged(
+    compressor: CompressorConfig,
+    topology: Topology,
+    staged: bool,
+) -> Vec<(Vec<u32>, Vec<f64>, Vec<u64>)> {
     // The same start in both runs (the workers share the device's generator).
     let d = device();
     d.seed(7);
@@ -307,7 +311,7 @@ fn train_staged(compressor: CompressorConfig, topology: Topology, staged: bool) 
             DataParallelConfig::new(compressor.clone()).with_topology(topology).with_buckets(0.00001, true);
         let (mut dp, mut model) = cfg.init(c, model).unwrap();
         let mut optim = sgd();
-        let mut inside = Vec::new();
+        let (mut inside, mut sent) = (Vec::new(), Vec::new());
         for step in 0..6 {
             model = if staged {
                 let mut cuts = Cuts::new();
@@ -319,8 +323,9 @@ fn train_staged(compressor: CompressorConfig, topology: Topology, staged: bool) 
             };
             assert!(!dp.last_step().skipped);
             inside.push(dp.last_step().backward_seconds);
+            sent.push(dp.last_step().bytes.sent());
         }
-        (flat(&model).iter().map(|v| v.to_bits()).collect(), inside)
+        (flat(&model).iter().map(|v| v.to_bits()).collect(), inside, sent)
     })
 }
 
@@ -336,15 +341,19 @@ fn stepping_in_stages_streams_the_buckets_and_changes_no_bit() {
         assert!(whole.iter().all(|w| w.0 == whole[0].0), "replicas diverged");
         for (w, s) in whole.iter().zip(&staged) {
             assert_eq!(w.0, s.0, "{compressor:?} over {topology:?}: a staged step changed the model");
+            // The same bytes, counted (the agreement round once dropped a
+            // staged step's exchange from the meter).
+            assert!(w.2.iter().all(|&b| b > 0), "{:?}", w.2);
+            assert_eq!(w.2, s.2, "{compressor:?} over {topology:?}: bytes per step");
         }
         // The first step decides where compression runs and gathers the
         // stages; from the second on, the second stage's backward pass runs
         // inside the step, while the first stage's buckets are on the wire.
-        for (_, inside) in &staged {
+        for (_, inside, _) in &staged {
             assert_eq!(inside[0], 0.0);
             assert!(inside[1..].iter().all(|&s| s > 0.0), "{inside:?}");
         }
-        assert!(whole.iter().all(|(_, inside)| inside.iter().all(|&s| s == 0.0)));
+        assert!(whole.iter().all(|(_, inside, _)| inside.iter().all(|&s| s == 0.0)));
     }
 }
 

@@ -39,8 +39,12 @@ impl DataParallel {
         }
         control[3] = self.last.bytes.sent() as f32;
         control[FLAGS + rank] = f32::from(u8::from(bad.is_some()));
+        // The round's own bytes are not the step's; a staged step's exchange,
+        // metered before it, is.
+        let exchanged = self.c.meter_mut().take_step();
         self.c.allreduce_sum_f32(&mut control).map_err(|source| SyncError::Comm { rank, source })?;
         self.c.meter_mut().take_step();
+        self.c.meter_mut().restore_step(exchanged);
         self.stop = false;
         self.stop_agreed = control[0] > 0.0;
         self.group_sent += control[3] as u64;
