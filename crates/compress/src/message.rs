@@ -381,14 +381,22 @@ pub fn add_low_rank(p: &[f32], q: &[f32], rank: usize, weight: f32, out: &mut [f
     if rank == 0 {
         return;
     }
+    // Each element's dot product is summed over k in order (the device's
+    // order, bit for bit), for a strip of columns at a time so the strip's
+    // sums run side by side instead of one short chain after another.
+    const STRIP: usize = 64;
     let cols = q.len() / rank;
     for (row, p) in out.chunks_mut(cols.max(1)).zip(p.chunks_exact(rank)) {
-        for (o, q) in row.iter_mut().zip(q.chunks_exact(rank)) {
-            let mut v = 0.0f32;
-            for (a, b) in p.iter().zip(q) {
-                v += a * b;
+        for (o, q) in row.chunks_mut(STRIP).zip(q.chunks(STRIP * rank)) {
+            let mut v = [0.0f32; STRIP];
+            for (k, &a) in p.iter().enumerate() {
+                for (v, q) in v.iter_mut().zip(q.chunks_exact(rank)) {
+                    *v += a * q[k];
+                }
             }
-            *o += weight * v;
+            for (o, &v) in o.iter_mut().zip(&v) {
+                *o += weight * v;
+            }
         }
     }
 }

@@ -184,12 +184,26 @@ impl Product<'_> {
         match self {
             Product::Whole => out.extend_from_slice(m),
             Product::Project { q, rank } => {
+                // Each P[i][k] = Σ_j M[i][j]·Q[j][k], added in the order of j
+                // (the device kernel's order: host and device agree bit for
+                // bit). One row at a time that is one serial chain of adds;
+                // ROWS rows side by side are ROWS independent chains.
+                const ROWS: usize = 8;
                 let start = out.len();
-                out.resize(start + m.len() / cols.max(1) * rank, 0.0);
-                for (p, row) in out[start..].chunks_exact_mut(rank).zip(m.chunks_exact(cols)) {
-                    for (&x, q) in row.iter().zip(q.chunks_exact(rank)) {
-                        for (p, &q) in p.iter_mut().zip(q) {
-                            *p += x * q;
+                let cols = cols.max(1);
+                out.resize(start + m.len() / cols * rank, 0.0);
+                for (block, p) in m.chunks(ROWS * cols).zip(out[start..].chunks_mut(ROWS * rank)) {
+                    let n = block.len() / cols;
+                    for k in 0..rank {
+                        let mut acc = [0.0f32; ROWS];
+                        for (j, q) in q.chunks_exact(rank).enumerate() {
+                            let q = q[k];
+                            for (r, acc) in acc.iter_mut().enumerate().take(n) {
+                                *acc += block[r * cols + j] * q;
+                            }
+                        }
+                        for (r, &acc) in acc.iter().enumerate().take(n) {
+                            p[r * rank + k] = acc;
                         }
                     }
                 }
