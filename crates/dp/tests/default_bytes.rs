@@ -102,3 +102,27 @@ fn every_default_configuration_sends_less_than_dense_by_the_stated_ratio() {
     println!("{report}");
     assert!(failures.is_empty(), "{}\n{report}", failures.join("\n"));
 }
+
+/// The compressors of issue #24 send exactly the bytes ALGORITHMS.md §7
+/// states, per unit of the reference model (784×256, 256, 256×10, 10), at
+/// N = 4: a 12-byte header per message, then their payload.
+#[test]
+fn the_newer_compressors_send_exactly_their_formula() {
+    let units: [usize; 4] = [784 * 256, 256, 256 * 10, 10];
+    let sign: usize = units.iter().map(|d| 12 + 8 + d.div_ceil(8)).sum();
+    let natural: usize = units.iter().map(|d| 12 + d).sum();
+    let eightbit: usize = units.iter().map(|d| 12 + 4 + 4 * d.div_ceil(4096) + d).sum();
+    // PowerSGD at rank 1: P and Q of both matrices, the biases dense.
+    let powersgd = 4 * ((784 + 256) + (256 + 10)) + 4 * (256 + 10);
+    for (name, want) in [
+        ("signsgd", sign),
+        ("signum", sign),
+        ("efsignsgd", sign),
+        ("natural", natural),
+        ("eightbit", eightbit),
+        ("powersgd", powersgd),
+    ] {
+        let cfg = DataParallelConfig::new(CompressorConfig::named(name).unwrap());
+        assert_eq!(bytes_per_step(&cfg, 4), [want as u64; 2], "{name}");
+    }
+}

@@ -19,13 +19,17 @@ fn an_interrupted_run_resumes_bit_exactly() {
 /// The compressors that carry state of their own across steps resume
 /// bit-exactly too: PowerSGD's warm-start Q beside its residuals (compressing
 /// from step 5 so the interruption falls after it starts), Signum's momentum,
-/// and EF-SignSGD's residuals (both over the allgather their messages need).
+/// EF-SignSGD's and 8-bit's residuals; signSGD and natural compression (whose
+/// random draws follow the step) resume alike.
 #[test]
 fn stateful_compressors_resume_bit_exactly() {
     for compressor in [
         "name = \"powersgd\"\nrank = 2\nstart_iter = 5",
         "name = \"signum\"\nmomentum = 0.9",
         "name = \"efsignsgd\"",
+        "name = \"signsgd\"",
+        "name = \"natural\"",
+        "name = \"eightbit\"",
     ] {
         let (full, rest) = interrupted_and_resumed(
             &format!("[compressor]\n{compressor}\n[train]\ncheckpoint_every = 1"),
