@@ -5,11 +5,23 @@
 use std::time::Instant;
 
 use burn::module::Module;
+use gradcomp_comm::Collective;
 
 use super::DataParallel;
 use crate::config::OnNonFinite;
 use crate::error::SyncError;
 use crate::params;
+
+/// Runs `op`, a control collective (agreement, checksums, a consensus
+/// model) whose bytes are not the step's, keeping what the meter counted
+/// before it: a staged step's exchange runs before its agreement round.
+fn unmetered<T>(c: &mut dyn Collective, op: impl FnOnce(&mut dyn Collective) -> T) -> T {
+    let counted = c.meter_mut().take_step();
+    let result = op(&mut *c);
+    c.meter_mut().take_step();
+    c.meter_mut().restore_step(counted);
+    result
+}
 
 /// What the agreement round decided.
 pub(super) struct Agreed {
@@ -39,12 +51,8 @@ impl DataParallel {
         }
         control[3] = self.last.bytes.sent() as f32;
         control[FLAGS + rank] = f32::from(u8::from(bad.is_some()));
-        // The round's own bytes are not the step's; a staged step's exchange,
-        // metered before it, is.
-        let exchanged = self.c.meter_mut().take_step();
-        self.c.allreduce_sum_f32(&mut control).map_err(|source| SyncError::Comm { rank, source })?;
-        self.c.meter_mut().take_step();
-        self.c.meter_mut().restore_step(exchanged);
+        unmetered(&mut *self.c, |c| c.allreduce_sum_f32(&mut control))
+            .map_err(|source| SyncError::Comm { rank, source })?;
         self.stop = false;
         self.stop_agreed = control[0] > 0.0;
         self.group_sent += control[3] as u64;
@@ -100,8 +108,8 @@ impl DataParallel {
         self.discard_foreign_bytes();
         params::read_params(model, &mut self.params);
         let rank = self.rank();
-        self.c.allreduce_sum_f32(&mut self.params).map_err(|source| SyncError::Comm { rank, source })?;
-        self.c.meter_mut().take_step();
+        unmetered(&mut *self.c, |c| c.allreduce_sum_f32(&mut self.params))
+            .map_err(|source| SyncError::Comm { rank, source })?;
         let n = self.world_size() as f32;
         self.params.iter_mut().for_each(|p| *p /= n);
         Ok(params::write_params(model.clone(), &self.params))
@@ -118,8 +126,8 @@ impl DataParallel {
     pub(super) fn compare_checksums(&mut self, step: u64) -> Result<(), SyncError> {
         let rank = self.rank();
         let sum = params::checksum(&self.params).to_le_bytes();
-        self.c.allgatherv(&sum, &mut self.gathered).map_err(|source| SyncError::Comm { rank, source })?;
-        self.c.meter_mut().take_step();
+        unmetered(&mut *self.c, |c| c.allgatherv(&sum, &mut self.gathered))
+            .map_err(|source| SyncError::Comm { rank, source })?;
         let first = self.gathered.get(0).to_vec();
         let ranks: Vec<usize> = (0..self.gathered.len()).filter(|&r| self.gathered.get(r) != first).collect();
         if ranks.is_empty() {
