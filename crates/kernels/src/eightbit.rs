@@ -13,7 +13,7 @@ use gradcomp_compress::Message;
 
 use crate::buffer::{f32_arg, read_f32s, read_prefix, u32_arg, DeviceF32, KernelError};
 use crate::reduce::{fold_shared, strided_abs_max};
-use crate::{grid, CUBE_UNITS};
+use crate::{block_grid, grid};
 
 /// `maxes[b]` = the largest |x| of block `b` (NaN ignored, as `f32::max`).
 #[cube(launch)]
@@ -97,16 +97,8 @@ pub fn compress(
     }
     let n_blocks = g.len.div_ceil(block);
     let maxes = client.empty(n_blocks * 4);
-    // A cube per block; the loop inside covers blocks past the cap.
-    let cubes = n_blocks.clamp(1, 65_535) as u32;
-    block_max::launch(
-        client,
-        CubeCount::Static(cubes, 1, 1),
-        CubeDim::new_1d(CUBE_UNITS),
-        g.arg(),
-        f32_arg(&maxes, n_blocks),
-        block as u32,
-    );
+    let (cubes, dim) = block_grid(n_blocks);
+    block_max::launch(client, cubes, dim, g.arg(), f32_arg(&maxes, n_blocks), block as u32);
     m.absmax = read_f32s(client, &maxes, n_blocks)?;
     let (pre, inv): (Vec<f32>, Vec<f32>) =
         m.absmax.iter().map(|&a| if a > 0.0 { ratio_factors(1.0, a) } else { (1.0, 0.0) }).unzip();

@@ -77,6 +77,13 @@ pub(crate) fn cubes_for(work: usize, per_unit: usize) -> u32 {
     units.div_ceil(CUBE_UNITS as usize).clamp(1, 4096) as u32
 }
 
+/// The launch geometry of a block-reduction kernel: a cube per block,
+/// capped at 65535 (the smallest per-dimension limit across backends), the
+/// kernel's loop over blocks covering the rest.
+pub(crate) fn block_grid(blocks: usize) -> (CubeCount, CubeDim) {
+    (CubeCount::Static(blocks.clamp(1, 65_535) as u32, 1, 1), CubeDim::new_1d(CUBE_UNITS))
+}
+
 /// The launch geometry of a grid-stride kernel over `work` items of
 /// `per_unit` each: [`cubes_for`] cubes of [`CUBE_UNITS`] units.
 pub(crate) fn grid(work: usize, per_unit: usize) -> (CubeCount, CubeDim) {

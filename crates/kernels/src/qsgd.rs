@@ -16,7 +16,7 @@ use gradcomp_compress::{Message, RngKey};
 use crate::buffer::{f32_arg, read_f32s, read_prefix, u32_arg, DeviceF32, KernelError};
 use crate::hash::{draw, stream_words};
 use crate::reduce::{fold_shared, pow2_scale, strided_abs_max};
-use crate::{grid, CUBE_UNITS};
+use crate::{block_grid, grid};
 
 /// `norms[b] = ‖x[b·bucket .. (b+1)·bucket]‖₂`, or 0 when that is not finite.
 #[cube(launch)]
@@ -147,16 +147,8 @@ impl DeviceQsgd {
         }
         let n_buckets = g.len.div_ceil(bucket);
         let norms = client.empty(n_buckets * 4);
-        // A cube per bucket; the loop inside covers buckets past the cap.
-        let cubes = n_buckets.clamp(1, 65_535) as u32;
-        bucket_norms::launch(
-            client,
-            CubeCount::Static(cubes, 1, 1),
-            CubeDim::new_1d(CUBE_UNITS),
-            g.arg(),
-            f32_arg(&norms, n_buckets),
-            bucket as u32,
-        );
+        let (cubes, dim) = block_grid(n_buckets);
+        bucket_norms::launch(client, cubes, dim, g.arg(), f32_arg(&norms, n_buckets), bucket as u32);
         let n_words = g.len.div_ceil(2);
         let words = client.empty(n_words * 4);
         let (k0, k1) = stream_words(key);
