@@ -14,7 +14,7 @@ use gradcomp_compress::{
     codec, compress_as_sole_worker, reduce, CompressorConfig, Message, RngKey, UnitContext, UnitRng,
 };
 
-use super::compress_cases::{config_for, density_cases, emit, Row, FIRST_STEP};
+use super::compress_cases::{config_for, density_cases, emit, Row};
 use super::compress_model;
 use super::timing::median_seconds;
 
@@ -171,7 +171,7 @@ fn measure(
     // its rounds (TernGrad's scaler, PowerSGD's two products) as the sole worker.
     let mut c = cfg.build_for(&compress_model::matrix_shape(x.len()));
     let mut msg = Message::default();
-    let mut step = FIRST_STEP;
+    let mut step = cfg.first_compressed_step();
     let mut compress = |msg: &mut Message| {
         let ctx = UnitContext { key: RngKey::new(7, 0, step, 0), shared_scalar: None, ..Default::default() };
         step += 1;

@@ -31,19 +31,16 @@ pub(super) fn density_cases(name: &str, densities: &[f64]) -> Vec<Option<f64>> {
     }
 }
 
-/// The step the benches' compressors start at: the earliest PowerSGD may
-/// compress with error feedback and warm start (as PyTorch's hook).
-pub(super) const FIRST_STEP: u64 = 2;
-
 /// The configuration measured for `name` at `density`: defaults, except the
 /// threshold compressor's τ, set to the N(0,1) quantile that keeps `density`,
-/// and PowerSGD at rank 2 (the paper's choice) compressing from
-/// [`FIRST_STEP`], the first step measured.
+/// and PowerSGD at rank 2 (the paper's choice) compressing from step 2, the
+/// earliest it may with error feedback and warm start (as PyTorch's hook).
+/// The benches measure from `first_compressed_step()` on.
 pub(super) fn config_for(name: &str, density: Option<f64>) -> CompressorConfig {
     let mut cfg = CompressorConfig::named(name).expect("names come from CompressorConfig::NAMES");
     if let CompressorConfig::Powersgd(p) = &mut cfg {
         p.rank = 2;
-        p.start_iter = FIRST_STEP;
+        p.start_iter = 2;
     }
     if let (Some(rho), CompressorConfig::Threshold(t)) = (density, &mut cfg) {
         t.threshold = normal_quantile(1.0 - rho / 2.0) as f32;

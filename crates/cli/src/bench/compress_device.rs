@@ -14,7 +14,7 @@ use gradcomp_compress::{codec, Message, RngKey, UnitContext, UnitRng};
 use gradcomp_kernels::aggregate::TernaryCodes;
 use gradcomp_kernels::{reduce, DeviceCompressor, DeviceF32};
 
-use super::compress_cases::{config_for, density_cases, emit, Row, FIRST_STEP};
+use super::compress_cases::{config_for, density_cases, emit, Row};
 use super::compress_model::matrix_shape;
 use super::timing::median_seconds;
 
@@ -84,7 +84,7 @@ pub fn run(
                 let mut compressor =
                     DeviceCompressor::new(&config, &matrix_shape(n)).map_err(|e| anyhow!("{e}"))?;
                 let mut msg = Message::default();
-                let mut step = FIRST_STEP;
+                let mut step = config.first_compressed_step();
                 let mut values = Vec::new();
                 let secs = median_seconds(min_time, 5, || {
                     let ctx = UnitContext { key: RngKey::new(7, 0, step, 0), ..UnitContext::default() };

@@ -16,7 +16,7 @@ use gradcomp_compress::memory::{Memory, ResidualForm};
 use gradcomp_compress::{compress_as_sole_worker, Compressor, Message, RngKey, UnitContext, UnitRng};
 use gradcomp_train::models::{FashionCnn, LeNet5, ResNet18};
 
-use super::compress_cases::{config_for, emit, Row, FIRST_STEP};
+use super::compress_cases::{config_for, emit, Row};
 use super::timing::median_seconds;
 
 /// The parameter shapes of `model` (a name `bench pipeline` knows).
@@ -70,7 +70,7 @@ pub fn run(model: &str, names: &[&str], seed: u64, min_time: Duration, json: boo
             })
             .collect();
         let mut msg = Message::default();
-        let mut step = FIRST_STEP;
+        let mut step = cfg.first_compressed_step();
         let (mut wire, mut selected) = (0usize, 0usize);
         let seconds = median_seconds(min_time, 3, || {
             (wire, selected) = (0, 0);
