@@ -5,22 +5,20 @@
 //! and speedup over dense for N = 1 … 512 workers and links of 100 Mbit/s …
 //! 100 Gbit/s, for every method and the topology it uses.
 //!
-//! Per step and worker: `t = t_compute + t_compress + t_comm(N, B)`, where
-//! `t_comm` prices the bytes the codec really produces (messages built from
-//! a synthetic N(0,1) gradient of the model's shape) with the α–β formulas of
-//! `gradcomp-comm`, and decoding N gathered messages costs N × the measured
-//! per-message decode time.
+//! The methods and their step times are [`gradcomp_dp::predict`]'s (the
+//! Python package prices with the same code); this command profiles the
+//! model's compute and renders the tables, the timeline and the figure.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
-use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use clap::Args as ClapArgs;
 use gradcomp_comm::{NetworkModel, ServerPlacement};
-use gradcomp_compress::codec;
-use gradcomp_compress::message::TernarySumMessage;
-use gradcomp_compress::{Combine, CompressorConfig, Message, RngKey, UnitContext, UnitRng};
+use gradcomp_compress::CompressorConfig;
+use gradcomp_dp::predict::{
+    code_width, measure, methods, rounds_seconds, step_seconds, ternary_download, Route, Workload,
+};
 use gradcomp_train::config::TrainConfig;
 use gradcomp_train::records::{read_json, read_jsonl, Manifest, StepRecord};
 use gradcomp_train::trainer::{self, RunOptions, Silent};
@@ -60,47 +58,10 @@ pub struct Args {
     json: bool,
 }
 
-/// How a method's messages travel.
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Route {
-    Allreduce,
-    Allgather,
-    ParameterServer,
-}
-
-/// One method: a compressor and the collective it uses.
-struct Method {
-    label: String,
-    compressor: CompressorConfig,
-    route: Route,
-    /// Per worker: bytes uploaded per step in the buckets' collectives.
-    upload: u64,
-    /// Per worker: bytes of each agreement round, an allreduce each before
-    /// the buckets (TernGrad's scaler max, PowerSGD's P and Q sums).
-    rounds: Vec<u64>,
-    /// Seconds to compress one step's gradient.
-    compress_s: f64,
-    /// Seconds to decode and aggregate one worker's message.
-    decode_s: f64,
-    /// The same three per tensor (the timeline's buckets add them up).
-    units: Vec<UnitCost>,
-}
-
-/// One tensor's message size and measured compress and decode seconds.
-#[derive(Clone, Copy, Default)]
-struct UnitCost {
-    upload: u64,
-    compress_s: f64,
-    decode_s: f64,
-}
-
 /// The measured profile of one step on one worker.
 struct Profile {
-    compute_s: f64,
+    work: Workload,
     batch: usize,
-    units: Vec<usize>,
-    /// Each unit's tensor shape (PowerSGD compresses by it).
-    shapes: Vec<Vec<usize>>,
 }
 
 /// A table header: `first`, then one column per worker count in [`WORKERS`].
@@ -135,190 +96,12 @@ fn profile(cfg: &TrainConfig, steps: u64) -> Result<Profile> {
     let steps: Vec<StepRecord> = read_jsonl(&dir.join("steps.jsonl"))?;
     let compute: Vec<f64> = steps.iter().skip(3).filter_map(|s| s.compute_s.first().copied()).collect();
     let manifest: Manifest = read_json(&dir.join("manifest.json"))?;
-    let units = manifest.units.iter().map(|u| u.len).collect();
     let shapes = manifest.units.iter().map(|u| u.shape.clone()).collect();
     std::fs::remove_dir_all(&dir).ok();
     if compute.is_empty() {
         bail!("the profile run recorded no steps");
     }
-    Ok(Profile { compute_s: median(compute), batch: cfg.data.batch_size, units, shapes })
-}
-
-/// Builds the method, measuring its message size and speed (per tensor,
-/// medians of 5 repetitions, from the first step it compresses) on an
-/// N(0,1) gradient cut into the profile's tensors. A tensor the compressor
-/// leaves uncompressed (PowerSGD's vectors) travels dense, as in the exchange.
-fn measure(label: &str, compressor: CompressorConfig, route: Route, shapes: &[Vec<usize>]) -> Method {
-    let units: Vec<usize> = shapes.iter().map(|s| s.iter().product()).collect();
-    let mut rng = UnitRng::from_parts(&[7]);
-    let grads: Vec<Vec<f32>> =
-        units.iter().map(|&n| (0..n).map(|_| rng.next_gaussian() as f32 * 1e-3).collect()).collect();
-    let mut comps: Vec<_> = shapes
-        .iter()
-        .map(|s| {
-            if compressor.compresses(s) {
-                compressor.build_for(s)
-            } else {
-                CompressorConfig::Dense {}.build()
-            }
-        })
-        .collect();
-    let mut rounds: Vec<u64> = Vec::new();
-    let mut values = Vec::new();
-    let first = compressor.first_compressed_step();
-    let mut msgs: Vec<Message> = units.iter().map(|_| Message::default()).collect();
-    let mut wires: Vec<Vec<u8>> = units.iter().map(|_| Vec::new()).collect();
-    let mut out: Vec<Vec<f32>> = units.iter().map(|&n| vec![0.0; n]).collect();
-    const REPS: usize = 5;
-    let (mut ctimes, mut dtimes) = (vec![Vec::new(); units.len()], vec![Vec::new(); units.len()]);
-    for rep in 0..REPS as u64 {
-        for (u, g) in grads.iter().enumerate() {
-            let t = Instant::now();
-            let ctx = UnitContext {
-                key: RngKey::new(1, 0, first + rep, u as u32),
-                shared_scalar: None,
-                loss: Some(1.0),
-            };
-            // The agreement rounds as the sole worker, their bytes counted once.
-            for round in 0..comps[u].rounds() {
-                values.clear();
-                if comps[u].round_contribution(round, g, &ctx, &mut values).is_some() {
-                    comps[u].round_result(round, &values, 1);
-                    if rep == 0 {
-                        rounds.resize(rounds.len().max(round + 1), 0);
-                        rounds[round] += 4 * values.len() as u64;
-                    }
-                }
-            }
-            comps[u].compress(g, &ctx, &mut msgs[u]);
-            wires[u].clear();
-            codec::encode(&msgs[u], u as u32, &mut wires[u]);
-            ctimes[u].push(t.elapsed().as_secs_f64());
-            let t = Instant::now();
-            codec::accumulate(&wires[u], 0.5, &mut out[u]).expect("own encoding");
-            dtimes[u].push(t.elapsed().as_secs_f64());
-        }
-    }
-    let costs: Vec<UnitCost> = (0..units.len())
-        .map(|u| UnitCost {
-            upload: match (comps[u].combine(), route) {
-                // The rounds carried it: each worker forms the result itself.
-                (Combine::Agreed, _) => 0,
-                (combine, Route::Allreduce) => allreduce_bytes(combine, units[u], &wires[u]),
-                _ => wires[u].len() as u64,
-            },
-            compress_s: median(std::mem::take(&mut ctimes[u])),
-            decode_s: median(std::mem::take(&mut dtimes[u])),
-        })
-        .collect();
-    Method {
-        label: label.into(),
-        compressor,
-        route,
-        upload: costs.iter().map(|c| c.upload).sum(),
-        rounds,
-        compress_s: costs.iter().map(|c| c.compress_s).sum(),
-        decode_s: costs.iter().map(|c| c.decode_s).sum(),
-        units: costs,
-    }
-}
-
-fn methods(units: &[Vec<usize>], density: f64) -> Vec<Method> {
-    let with = |name: &str| {
-        let mut c = CompressorConfig::named(name).expect("known name");
-        c.set_density(density);
-        c
-    };
-    vec![
-        measure("dense (allreduce)", with("dense"), Route::Allreduce, units),
-        measure("dense (parameter server)", with("dense"), Route::ParameterServer, units),
-        measure("fp16 (allreduce)", with("fp16"), Route::Allreduce, units),
-        measure("terngrad (allreduce)", with("terngrad"), Route::Allreduce, units),
-        measure("terngrad (parameter server)", with("terngrad"), Route::ParameterServer, units),
-        measure("qsgd (allgather)", with("qsgd"), Route::Allgather, units),
-        measure("onebit (allgather)", with("onebit"), Route::Allgather, units),
-        measure(&format!("topk ρ={density} (allgather)"), with("topk"), Route::Allgather, units),
-        measure(&format!("gaussiank ρ={density} (allgather)"), with("gaussiank"), Route::Allgather, units),
-        measure(&format!("dgck ρ={density} (allgather)"), with("dgck"), Route::Allgather, units),
-        measure("powersgd r=2 (allreduce, 2 rounds)", powersgd_rank(2), Route::Allreduce, units),
-    ]
-}
-
-/// PowerSGD at `rank`, PyTorch's other defaults (the model prices the steps
-/// from `start_iter` on).
-fn powersgd_rank(rank: u32) -> CompressorConfig {
-    let mut c = CompressorConfig::named("powersgd").expect("known name");
-    if let CompressorConfig::Powersgd(p) = &mut c {
-        p.rank = rank;
-    }
-    c
-}
-
-/// What one rank's allreduce carries for a unit of `d` values: f32 values,
-/// f16 values (fp16), TernGrad's codes in i8 (up to 127 workers, as the
-/// exchange sums them), or the encoded message otherwise.
-fn allreduce_bytes(combine: Combine, d: usize, encoded: &[u8]) -> u64 {
-    match combine {
-        Combine::HalfSum => 2 * d as u64,
-        Combine::TernarySum => d as u64,
-        Combine::DenseSum => 4 * d as u64,
-        Combine::SharedIndexSum | Combine::Gather | Combine::MajorityVote | Combine::Agreed => {
-            encoded.len() as u64
-        }
-    }
-}
-
-/// How many times its one-byte codes TernGrad's allreduce sends with `n`
-/// workers (i8 sums up to 127 workers, i16 up to 32767, i32 beyond); 1 for
-/// every other compressor.
-fn code_width(compressor: &CompressorConfig, n: usize) -> u64 {
-    match compressor {
-        CompressorConfig::Terngrad(_) if n > i16::MAX as usize => 4,
-        CompressorConfig::Terngrad(_) if n > i8::MAX as usize => 2,
-        _ => 1,
-    }
-}
-
-/// Bytes the parameter server downloads for TernGrad with N workers.
-fn ternary_download(units: &[usize], n: usize) -> u64 {
-    units
-        .iter()
-        .map(|&d| {
-            let m =
-                Message::TernarySum(TernarySumMessage { scale: 1.0, workers: n as u32, sums: vec![0; d] });
-            codec::encoded_len(&m) as u64
-        })
-        .sum()
-}
-
-/// Predicted seconds per step for `m` with `n` workers on `net`.
-fn step_seconds(p: &Profile, m: &Method, n: usize, net: &NetworkModel) -> f64 {
-    let local = p.compute_s + m.compress_s;
-    if n == 1 {
-        return local;
-    }
-    let comm = rounds_seconds(m, n, net)
-        + match m.route {
-            Route::Allreduce => net.allreduce(n, m.upload * code_width(&m.compressor, n)) + m.decode_s,
-            Route::Allgather => net.allgatherv_uniform(n, m.upload) + n as f64 * m.decode_s,
-            Route::ParameterServer => {
-                // TernGrad downloads integer code sums; everything else the averaged
-                // values, as large as an upload.
-                let down = if matches!(m.compressor, CompressorConfig::Terngrad(_)) {
-                    ternary_download(&p.units, n)
-                } else {
-                    m.upload
-                };
-                // The co-located server decodes N uploads; every worker decodes the download.
-                net.push_pull(n, ServerPlacement::CoLocated, m.upload, down) + (n as f64 + 1.0) * m.decode_s
-            }
-        };
-    local + comm
-}
-
-/// The agreement rounds' allreduces, one after another before the buckets.
-fn rounds_seconds(m: &Method, n: usize, net: &NetworkModel) -> f64 {
-    m.rounds.iter().map(|&b| net.allreduce(n, b)).sum()
+    Ok(Profile { work: Workload::new(median(compute), shapes), batch: cfg.data.batch_size })
 }
 
 const WORKERS: [usize; 10] = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512];
@@ -336,12 +119,12 @@ pub fn run(a: &Args) -> Result<()> {
     let ov = crate::train::parse_sets(&a.set)?;
     let cfg = TrainConfig::load(&a.config, &ov).map_err(|e| crate::user_error::UserError(e.to_string()))?;
     let p = profile(&cfg, a.steps)?;
-    let total: usize = p.units.iter().sum();
+    let total: usize = p.work.units.iter().sum();
     eprintln!(
         "profile: {} parameters in {} tensors, {:.2} ms compute per step (batch {} per worker)",
         total,
-        p.units.len(),
-        p.compute_s * 1e3,
+        p.work.units.len(),
+        p.work.compute_s * 1e3,
         p.batch
     );
     if a.dry_run {
@@ -350,12 +133,12 @@ pub fn run(a: &Args) -> Result<()> {
     if a.timeline {
         return timeline(&cfg, &p);
     }
-    let ms = methods(&p.shapes, a.density);
+    let ms = methods(&p.work.shapes, a.density);
     let mut md = String::new();
     let _ = writeln!(
         md,
         "Compute {:.2} ms per step (batch {} per worker); {} parameters. Speedup = dense step time / method step time at the same N and link.\n",
-        p.compute_s * 1e3,
+        p.work.compute_s * 1e3,
         p.batch,
         total
     );
@@ -386,8 +169,8 @@ pub fn run(a: &Args) -> Result<()> {
             let _ = write!(md, "| {} |", m.label);
             let mut pts = Vec::new();
             for n in WORKERS {
-                let dense = step_seconds(&p, &ms[0], n, &net);
-                let t = step_seconds(&p, m, n, &net);
+                let dense = step_seconds(&p.work, &ms[0], n, &net);
+                let t = step_seconds(&p.work, m, n, &net);
                 if m.label.starts_with("dense") {
                     let _ = write!(md, " {:.0}/s |", (n * p.batch) as f64 / t);
                 } else {
@@ -427,7 +210,7 @@ pub fn run(a: &Args) -> Result<()> {
                 let _ = write!(
                     md,
                     " {:.2}× |",
-                    step_seconds(&p, dense_ps, n, &net) / step_seconds(&p, tern, n, &net)
+                    step_seconds(&p.work, dense_ps, n, &net) / step_seconds(&p.work, tern, n, &net)
                 );
             }
             md.push('\n');
@@ -483,10 +266,10 @@ fn serial_timeline(stages: &[[f64; 3]]) -> Vec<[[f64; 2]; 3]> {
 /// them; and how much of the stages' serial sum the pipeline hides.
 fn timeline(cfg: &TrainConfig, p: &Profile) -> Result<()> {
     let route = route_of(cfg);
-    let m = measure(cfg.compressor.name(), cfg.compressor.clone(), route, &p.shapes);
+    let m = measure(cfg.compressor.name(), cfg.compressor.clone(), route, &p.work.shapes);
     let n = cfg.workers;
     let buckets = gradcomp_dp::exchange::cut_buckets(
-        &p.units,
+        &p.work.units,
         gradcomp_dp::exchange::bucket_bytes(cfg.compression.bucket_mb),
     );
     let links = cfg.network.models().map_err(|e| crate::user_error::UserError(e.to_string()))?;
@@ -501,7 +284,7 @@ fn timeline(cfg: &TrainConfig, p: &Profile) -> Result<()> {
                     Route::Allgather => (net.allgatherv_uniform(n, upload), n as f64),
                     Route::ParameterServer => {
                         let down = if matches!(m.compressor, CompressorConfig::Terngrad(_)) {
-                            ternary_download(&p.units[r.clone()], n)
+                            ternary_download(&p.work.units[r.clone()], n)
                         } else {
                             upload
                         };
@@ -519,7 +302,7 @@ fn timeline(cfg: &TrainConfig, p: &Profile) -> Result<()> {
         let span = times.last().map_or(0.0, |t| t[2][1]);
         // The agreement rounds run after the backward pass, before any bucket.
         let rounds = if n > 1 { rounds_seconds(&m, n, &net) } else { 0.0 };
-        let c = p.compute_s + rounds;
+        let c = p.work.compute_s + rounds;
         let ms = |x: f64| x * 1e3;
         println!(
             "{} with {n} workers at {}: {} bucket(s) of {} MiB, {} ({:?} allreduce, {:?} allgatherv; α {:.0} µs, {:.1} MB/s, ρ {:.0} µs)",
@@ -534,9 +317,9 @@ fn timeline(cfg: &TrainConfig, p: &Profile) -> Result<()> {
             net.bandwidth / 1e6,
             net.rendezvous * 1e6
         );
-        println!("  compute (forward, backward)      0.0 – {:>9.1} ms", ms(p.compute_s));
+        println!("  compute (forward, backward)      0.0 – {:>9.1} ms", ms(p.work.compute_s));
         if rounds > 0.0 {
-            println!("  agreement rounds ({})  {:>9.1} – {:>9.1} ms", m.rounds.len(), ms(p.compute_s), ms(c));
+            println!("  agreement rounds ({})  {:>9.1} – {:>9.1} ms", m.rounds.len(), ms(p.work.compute_s), ms(c));
         }
         println!("  bucket  tensors   compress (ms)          wire (ms)              decode (ms)");
         for (b, (r, t)) in buckets.iter().zip(&times).enumerate() {
@@ -563,8 +346,8 @@ fn timeline(cfg: &TrainConfig, p: &Profile) -> Result<()> {
 
 fn dry_run(cfg: &TrainConfig, p: &Profile, a: &Args) -> Result<()> {
     let route = route_of(cfg);
-    let dense = measure("dense", CompressorConfig::Dense {}, Route::Allreduce, &p.shapes);
-    let mine = measure(cfg.compressor.name(), cfg.compressor.clone(), route, &p.shapes);
+    let dense = measure("dense", CompressorConfig::Dense {}, Route::Allreduce, &p.work.shapes);
+    let mine = measure(cfg.compressor.name(), cfg.compressor.clone(), route, &p.work.shapes);
     let n = cfg.workers;
     println!(
         "{} with {n} workers, {} ({} bytes up per worker per step vs {} dense):",
@@ -579,7 +362,7 @@ fn dry_run(cfg: &TrainConfig, p: &Profile, a: &Args) -> Result<()> {
     );
     for &b in &cfg.network.links_bps {
         let net = NetworkModel::from_bits_per_second(b, a.alpha);
-        let (td, tm) = (step_seconds(p, &dense, n, &net), step_seconds(p, &mine, n, &net));
+        let (td, tm) = (step_seconds(&p.work, &dense, n, &net), step_seconds(&p.work, &mine, n, &net));
         let verdict = if tm < td { "pays off" } else { "does not pay off" };
         println!(
             "  {:>12}: dense {:8.2} ms/step, {} {:8.2} ms/step -> {:.2}x: compression {verdict}",

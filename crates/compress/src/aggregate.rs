@@ -8,19 +8,29 @@
 //! decodes to `s·m/N`.
 
 use crate::codec::{self, CodecError, MAX_WORKERS};
+use crate::compressor::Combine;
 use crate::message::{
     zip_ternary_codes, Message, MessageKind, TernaryMessage, TernarySumMessage, TERNARY_CODE_VALUES,
 };
 
-/// Averages encoded messages into `out` (zeroed first): `out = (1/N) Σ decode(m_i)`.
-pub fn average_encoded<'a>(
+/// Combines N workers' encoded messages into `out` (overwritten) as a
+/// compressor's exchange combines them: their average, or for
+/// [`Combine::MajorityVote`] the vote on the sum of their signs. For a
+/// caller with a transport of its own; the error names the message
+/// (its index) that did not decode.
+pub fn combine_encoded<'a>(
     messages: impl ExactSizeIterator<Item = &'a [u8]>,
+    combine: Combine,
     out: &mut [f32],
-) -> Result<(), CodecError> {
-    let w = 1.0 / messages.len().max(1) as f32;
+) -> Result<(), (usize, CodecError)> {
+    let vote = combine == Combine::MajorityVote;
+    let w = if vote { 1.0 } else { 1.0 / messages.len().max(1) as f32 };
     out.fill(0.0);
-    for m in messages {
-        codec::accumulate(m, w, out)?;
+    for (i, m) in messages.enumerate() {
+        codec::accumulate(m, w, out).map_err(|e| (i, e))?;
+    }
+    if vote {
+        majority_vote(out);
     }
     Ok(())
 }

@@ -33,6 +33,7 @@
 //!   the device; `strategy`: synchronous exchange and CELGC behind one trait.
 //! - [`params`], [`layout`]: burn parameters and gradients ↔ flat buffers.
 //! - [`custom`]: a compressor of the user's own.
+//! - [`predict`]: the performance model's methods and step times.
 //! - `learner` (feature `learner`): a burn-train training strategy.
 
 pub mod backward;
@@ -49,6 +50,7 @@ pub mod layout;
 #[cfg(feature = "learner")]
 pub mod learner;
 pub mod params;
+pub mod predict;
 mod strategy;
 
 pub use backward::{Backward, Cuts, StagedBackward};

@@ -111,6 +111,23 @@ impl GradientExchange {
         &self.work.msgs[u]
     }
 
+    /// Gives the units the ids that key their random streams (by default a
+    /// tensor's index in the layout). A caller that exchanges a model in
+    /// pieces (PyTorch DDP's buckets, which DDP may rebuild) gives each unit
+    /// its index in the whole model, so that a tensor's stream does not
+    /// depend on how the model was cut.
+    pub fn set_unit_ids(&mut self, ids: &[u32]) -> Result<(), ExchangeError> {
+        if ids.len() != self.plan.units.len() {
+            return Err(ExchangeError::Usage(format!(
+                "{} unit ids for {} units",
+                ids.len(),
+                self.plan.units.len()
+            )));
+        }
+        self.plan.units.iter_mut().zip(ids).for_each(|(u, &id)| u.id = id);
+        Ok(())
+    }
+
     pub fn set_density(&mut self, rho: f64) {
         self.host.compressors.iter_mut().for_each(|c| c.set_density(rho));
         self.density = Some(rho);

@@ -1,0 +1,258 @@
+//! The performance model's methods (TernGrad §5, ALGORITHMS.md §1.5
+//! generalized): what each compressor sends and how fast it compresses and
+//! decodes, measured on a model's tensor shapes, and the step time that
+//! follows for N workers on a link. `gradcomp model` and the Python
+//! package's `gradcomp.model` both price with it.
+//!
+//! Per step and worker: `t = t_compute + t_compress + t_comm(N, B)`, where
+//! `t_comm` prices the bytes the codec really produces (messages built from
+//! a synthetic N(0, 10⁻⁶) gradient of the model's shapes) with the α–β
+//! formulas of `gradcomp-comm`, and decoding N gathered messages costs N ×
+//! the measured per-message decode time.
+
+use std::time::Instant;
+
+use gradcomp_comm::{NetworkModel, ServerPlacement};
+use gradcomp_compress::codec;
+use gradcomp_compress::message::TernarySumMessage;
+use gradcomp_compress::{Combine, CompressorConfig, Message, RngKey, UnitContext, UnitRng};
+
+/// What a step computes and the tensors it exchanges.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Workload {
+    /// Seconds of forward and backward pass per step on one worker.
+    pub compute_s: f64,
+    /// Each tensor's element count.
+    pub units: Vec<usize>,
+    /// Each tensor's shape (PowerSGD compresses by it).
+    pub shapes: Vec<Vec<usize>>,
+}
+
+impl Workload {
+    pub fn new(compute_s: f64, shapes: Vec<Vec<usize>>) -> Self {
+        let units = shapes.iter().map(|s| s.iter().product()).collect();
+        Workload { compute_s, units, shapes }
+    }
+}
+
+/// The middle value (the upper one of an even count); NaN for none.
+fn median(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// How a method's messages travel.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Route {
+    Allreduce,
+    Allgather,
+    ParameterServer,
+}
+
+/// One method: a compressor and the collective it uses.
+pub struct Method {
+    pub label: String,
+    pub compressor: CompressorConfig,
+    pub route: Route,
+    /// Per worker: bytes uploaded per step in the buckets' collectives.
+    pub upload: u64,
+    /// Per worker: bytes of each agreement round, an allreduce each before
+    /// the buckets (TernGrad's scaler max, PowerSGD's P and Q sums).
+    pub rounds: Vec<u64>,
+    /// Seconds to compress one step's gradient.
+    pub compress_s: f64,
+    /// Seconds to decode and aggregate one worker's message.
+    pub decode_s: f64,
+    /// The same three per tensor (the timeline's buckets add them up).
+    pub units: Vec<UnitCost>,
+}
+
+/// One tensor's message size and measured compress and decode seconds.
+#[derive(Clone, Copy, Default)]
+pub struct UnitCost {
+    pub upload: u64,
+    pub compress_s: f64,
+    pub decode_s: f64,
+}
+
+
+/// Builds the method, measuring its message size and speed (per tensor,
+/// medians of 5 repetitions, from the first step it compresses) on an
+/// N(0,1) gradient cut into the profile's tensors. A tensor the compressor
+/// leaves uncompressed (PowerSGD's vectors) travels dense, as in the exchange.
+pub fn measure(label: &str, compressor: CompressorConfig, route: Route, shapes: &[Vec<usize>]) -> Method {
+    let units: Vec<usize> = shapes.iter().map(|s| s.iter().product()).collect();
+    let mut rng = UnitRng::from_parts(&[7]);
+    let grads: Vec<Vec<f32>> =
+        units.iter().map(|&n| (0..n).map(|_| rng.next_gaussian() as f32 * 1e-3).collect()).collect();
+    let mut comps: Vec<_> = shapes
+        .iter()
+        .map(|s| {
+            if compressor.compresses(s) {
+                compressor.build_for(s)
+            } else {
+                CompressorConfig::Dense {}.build()
+            }
+        })
+        .collect();
+    let mut rounds: Vec<u64> = Vec::new();
+    let mut values = Vec::new();
+    let first = compressor.first_compressed_step();
+    let mut msgs: Vec<Message> = units.iter().map(|_| Message::default()).collect();
+    let mut wires: Vec<Vec<u8>> = units.iter().map(|_| Vec::new()).collect();
+    let mut out: Vec<Vec<f32>> = units.iter().map(|&n| vec![0.0; n]).collect();
+    const REPS: usize = 5;
+    let (mut ctimes, mut dtimes) = (vec![Vec::new(); units.len()], vec![Vec::new(); units.len()]);
+    for rep in 0..REPS as u64 {
+        for (u, g) in grads.iter().enumerate() {
+            let t = Instant::now();
+            let ctx = UnitContext {
+                key: RngKey::new(1, 0, first + rep, u as u32),
+                shared_scalar: None,
+                loss: Some(1.0),
+            };
+            // The agreement rounds as the sole worker, their bytes counted once.
+            for round in 0..comps[u].rounds() {
+                values.clear();
+                if comps[u].round_contribution(round, g, &ctx, &mut values).is_some() {
+                    comps[u].round_result(round, &values, 1);
+                    if rep == 0 {
+                        rounds.resize(rounds.len().max(round + 1), 0);
+                        rounds[round] += 4 * values.len() as u64;
+                    }
+                }
+            }
+            comps[u].compress(g, &ctx, &mut msgs[u]);
+            wires[u].clear();
+            codec::encode(&msgs[u], u as u32, &mut wires[u]);
+            ctimes[u].push(t.elapsed().as_secs_f64());
+            let t = Instant::now();
+            codec::accumulate(&wires[u], 0.5, &mut out[u]).expect("own encoding");
+            dtimes[u].push(t.elapsed().as_secs_f64());
+        }
+    }
+    let costs: Vec<UnitCost> = (0..units.len())
+        .map(|u| UnitCost {
+            upload: match (comps[u].combine(), route) {
+                // The rounds carried it: each worker forms the result itself.
+                (Combine::Agreed, _) => 0,
+                (combine, Route::Allreduce) => allreduce_bytes(combine, units[u], &wires[u]),
+                _ => wires[u].len() as u64,
+            },
+            compress_s: median(std::mem::take(&mut ctimes[u])),
+            decode_s: median(std::mem::take(&mut dtimes[u])),
+        })
+        .collect();
+    Method {
+        label: label.into(),
+        compressor,
+        route,
+        upload: costs.iter().map(|c| c.upload).sum(),
+        rounds,
+        compress_s: costs.iter().map(|c| c.compress_s).sum(),
+        decode_s: costs.iter().map(|c| c.decode_s).sum(),
+        units: costs,
+    }
+}
+
+pub fn methods(units: &[Vec<usize>], density: f64) -> Vec<Method> {
+    let with = |name: &str| {
+        let mut c = CompressorConfig::named(name).expect("known name");
+        c.set_density(density);
+        c
+    };
+    vec![
+        measure("dense (allreduce)", with("dense"), Route::Allreduce, units),
+        measure("dense (parameter server)", with("dense"), Route::ParameterServer, units),
+        measure("fp16 (allreduce)", with("fp16"), Route::Allreduce, units),
+        measure("terngrad (allreduce)", with("terngrad"), Route::Allreduce, units),
+        measure("terngrad (parameter server)", with("terngrad"), Route::ParameterServer, units),
+        measure("qsgd (allgather)", with("qsgd"), Route::Allgather, units),
+        measure("onebit (allgather)", with("onebit"), Route::Allgather, units),
+        measure(&format!("topk ρ={density} (allgather)"), with("topk"), Route::Allgather, units),
+        measure(&format!("gaussiank ρ={density} (allgather)"), with("gaussiank"), Route::Allgather, units),
+        measure(&format!("dgck ρ={density} (allgather)"), with("dgck"), Route::Allgather, units),
+        measure("powersgd r=2 (allreduce, 2 rounds)", powersgd_rank(2), Route::Allreduce, units),
+    ]
+}
+
+/// PowerSGD at `rank`, PyTorch's other defaults (the model prices the steps
+/// from `start_iter` on).
+pub fn powersgd_rank(rank: u32) -> CompressorConfig {
+    let mut c = CompressorConfig::named("powersgd").expect("known name");
+    if let CompressorConfig::Powersgd(p) = &mut c {
+        p.rank = rank;
+    }
+    c
+}
+
+/// What one rank's allreduce carries for a unit of `d` values: f32 values,
+/// f16 values (fp16), TernGrad's codes in i8 (up to 127 workers, as the
+/// exchange sums them), or the encoded message otherwise.
+pub fn allreduce_bytes(combine: Combine, d: usize, encoded: &[u8]) -> u64 {
+    match combine {
+        Combine::HalfSum => 2 * d as u64,
+        Combine::TernarySum => d as u64,
+        Combine::DenseSum => 4 * d as u64,
+        Combine::SharedIndexSum | Combine::Gather | Combine::MajorityVote | Combine::Agreed => {
+            encoded.len() as u64
+        }
+    }
+}
+
+/// How many times its one-byte codes TernGrad's allreduce sends with `n`
+/// workers (i8 sums up to 127 workers, i16 up to 32767, i32 beyond); 1 for
+/// every other compressor.
+pub fn code_width(compressor: &CompressorConfig, n: usize) -> u64 {
+    match compressor {
+        CompressorConfig::Terngrad(_) if n > i16::MAX as usize => 4,
+        CompressorConfig::Terngrad(_) if n > i8::MAX as usize => 2,
+        _ => 1,
+    }
+}
+
+/// Bytes the parameter server downloads for TernGrad with N workers.
+pub fn ternary_download(units: &[usize], n: usize) -> u64 {
+    units
+        .iter()
+        .map(|&d| {
+            let m =
+                Message::TernarySum(TernarySumMessage { scale: 1.0, workers: n as u32, sums: vec![0; d] });
+            codec::encoded_len(&m) as u64
+        })
+        .sum()
+}
+
+/// Predicted seconds per step for `m` with `n` workers on `net`.
+pub fn step_seconds(p: &Workload, m: &Method, n: usize, net: &NetworkModel) -> f64 {
+    let local = p.compute_s + m.compress_s;
+    if n == 1 {
+        return local;
+    }
+    let comm = rounds_seconds(m, n, net)
+        + match m.route {
+            Route::Allreduce => net.allreduce(n, m.upload * code_width(&m.compressor, n)) + m.decode_s,
+            Route::Allgather => net.allgatherv_uniform(n, m.upload) + n as f64 * m.decode_s,
+            Route::ParameterServer => {
+                // TernGrad downloads integer code sums; everything else the averaged
+                // values, as large as an upload.
+                let down = if matches!(m.compressor, CompressorConfig::Terngrad(_)) {
+                    ternary_download(&p.units, n)
+                } else {
+                    m.upload
+                };
+                // The co-located server decodes N uploads; every worker decodes the download.
+                net.push_pull(n, ServerPlacement::CoLocated, m.upload, down) + (n as f64 + 1.0) * m.decode_s
+            }
+        };
+    local + comm
+}
+
+/// The agreement rounds' allreduces, one after another before the buckets.
+pub fn rounds_seconds(m: &Method, n: usize, net: &NetworkModel) -> f64 {
+    m.rounds.iter().map(|&b| net.allreduce(n, b)).sum()
+}
+

@@ -1,0 +1,60 @@
+"""gradcomp: gradient compression backed by gradcomp's Rust compressors.
+
+- `gradcomp.torch.hook(name, **options)`: a PyTorch DDP comm hook and its state.
+- `gradcomp.compressor(name, shape, **options)`: one tensor's compressor, to and
+  from gradcomp's wire bytes, for any transport.
+- `gradcomp.model(...)`: the network model: which compressor pays off, and the
+  predicted step time.
+
+Every algorithm runs in Rust (the crates gradcomp-compress and gradcomp-dp);
+this package is bindings.
+"""
+import json
+
+import numpy as np
+
+from . import _core
+from ._config import config_json
+from ._model import model
+
+
+__version__ = _core.__version__
+
+__all__ = ["Compressor", "compressor", "model", "__version__"]
+
+
+class Compressor:
+    """One tensor's compressor and its memory (error feedback, DGC momentum).
+
+    `compress(array, step)` returns this worker's message as bytes;
+    `aggregate(messages)` decodes every worker's and combines them as gradcomp's
+    exchange does (their average, or signSGD's majority vote). Bytes made here
+    decode in Rust and the reverse.
+    """
+
+    def __init__(self, name, shape, *, rank=0, seed=1, memory="auto", **options):
+        self.shape = tuple(int(d) for d in (shape if isinstance(shape, (tuple, list)) else (shape,)))
+        table = json.loads(config_json(name, options))["compressor"]
+        self._inner = _core.Compressor(json.dumps(table), list(self.shape), rank=rank, seed=seed, memory=memory)
+
+    @property
+    def name(self):
+        return self._inner.name
+
+    def compress(self, array, step):
+        flat = np.ascontiguousarray(np.asarray(array, dtype=np.float32).reshape(-1))
+        return self._inner.compress(flat, int(step))
+
+    def aggregate(self, messages):
+        return self._inner.aggregate([bytes(m) for m in messages]).reshape(self.shape)
+
+    def state_dict(self):
+        return {k: np.array(v) for k, v in self._inner.state_dict().items()}
+
+    def load_state_dict(self, state):
+        self._inner.load_state_dict({k: np.asarray(v, dtype=np.float32).reshape(-1) for k, v in state.items()})
+
+
+def compressor(name, shape, **options):
+    """`Compressor(name, shape, **options)`."""
+    return Compressor(name, shape, **options)

@@ -1,0 +1,34 @@
+"""A compressor name and keyword options, as the JSON of a gradcomp configuration.
+
+The keys are gradcomp's TOML keys (docs/CONFIG.md): the compressor's own options
+go to `[compressor]`; `memory`, `residual`, `granularity`, `exclude`, `warmup`,
+`dgc_momentum` and `local_clip` to `[compression]`; `topology` and `seed` stay
+at the top. The Rust side checks every key and raises ValueError naming one it
+does not know or whose value is out of range.
+"""
+import json
+
+COMPRESSION_KEYS = {"granularity", "memory", "residual", "dgc_momentum", "warmup", "exclude", "local_clip"}
+TOP_KEYS = {"topology", "seed"}
+
+
+def config_json(name, options):
+    """The configuration of compressor `name` with `options`, as JSON."""
+    if not isinstance(name, str):
+        raise TypeError(f"gradcomp: the compressor name must be a string, got {type(name).__name__}")
+    compressor = {"name": name}
+    compression = {}
+    top = {}
+    for key, value in options.items():
+        if key in COMPRESSION_KEYS:
+            compression[key] = value
+        elif key in TOP_KEYS:
+            top[key] = value
+        else:
+            compressor[key] = value
+    # No parameter checksums: DDP keeps the replicas, and gradcomp never sees them.
+    cfg = {"compressor": compressor, "compression": compression, "checksum_every": 0, **top}
+    try:
+        return json.dumps(cfg, allow_nan=False)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"gradcomp: options of {name}: {e}") from None

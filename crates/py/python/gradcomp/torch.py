@@ -1,0 +1,236 @@
+"""PyTorch DDP comm hooks backed by gradcomp's Rust compressors.
+
+    import gradcomp.torch
+    state, hook = gradcomp.torch.hook("topk", density=0.01)
+    ddp.register_comm_hook(state, hook)
+
+Each DDP bucket is exchanged by gradcomp-dp's exchange: compressed in Rust with
+the GIL released, its messages moved by `torch.distributed` (summable messages
+by `all_reduce`, per-worker ones by `all_gather`), decoded and averaged. The
+hook's result is the averaged gradient, as DDP's own allreduce hook gives it.
+
+State follows the tensor, not the bucket: a parameter's key is its order of
+first appearance (the same in every run of the same model), each tensor's
+residual, momentum and PowerSGD Q is stored under its key, and its random
+stream is keyed by it. When DDP rebuilds its buckets after the first step, the
+state moves to the new buckets; `state_dict()` and `load_state_dict()` carry it
+across a restart, and a resumed run continues bit-exactly.
+"""
+import json
+import time
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from . import _core
+from ._comm import Comm
+from ._config import config_json
+
+__all__ = ["GradcompState", "hook", "exchange_hook", "model"]
+
+_NONFINITE = ("stop", "skip")
+
+
+class GradcompState:
+    """The hook's state: the buckets' exchanges, the step, the statistics.
+
+    Build it with `gradcomp.torch.hook`, which also checks the options.
+    """
+
+    def __init__(self, name, process_group=None, on_nonfinite="stop", stats_every=0, lr=1.0, **options):
+        if on_nonfinite not in _NONFINITE:
+            raise ValueError(f"gradcomp: on_nonfinite: {on_nonfinite!r} is not 'stop' or 'skip'")
+        if not (isinstance(stats_every, int) and stats_every >= 0):
+            raise ValueError(f"gradcomp: stats_every: {stats_every!r} is not a whole number ≥ 0")
+        if not (isinstance(lr, (int, float)) and lr > 0):
+            raise ValueError(f"gradcomp: lr: {lr!r} is not a positive number")
+        self.config = config_json(name, options)
+        self.name = _core.check_config(self.config)
+        self.process_group = process_group
+        self.on_nonfinite = on_nonfinite
+        self.stats_every = stats_every
+        # The learning rate the optimizer applies (lr-scaled error feedback reads it).
+        self.lr = float(lr)
+        self.iteration = 0
+        self.skipped_steps = 0
+        self._comm = None
+        self._keys = {}
+        self._exchanges = {}
+        self._parked = {}
+        self._steps = []
+        self._current = []
+
+    # -- the buckets' exchanges ------------------------------------------------
+
+    def _key_of(self, params):
+        return [self._keys.setdefault(id(p), len(self._keys)) for p in params]
+
+    def _exchange_for(self, keys, params, world):
+        bucket = tuple(keys)
+        ex = self._exchanges.get(bucket)
+        if ex is not None:
+            return ex
+        # DDP rebuilt its buckets: park the state of every old bucket that
+        # shares a tensor with this one, for the new buckets to take.
+        for old in [b for b in self._exchanges if set(b) & set(bucket)]:
+            self._park(old, self._exchanges.pop(old))
+        names = [str(k) for k in keys]
+        shapes = [list(p.shape) if p.dim() else [1] for p in params]
+        ex = _core.Exchange(self.config, names, shapes, list(keys), world)
+        self._exchanges[bucket] = ex
+        mine = {u: self._parked.pop(self._storage_key(bucket, u)) for u in ex.unit_names()
+                if self._storage_key(bucket, u) in self._parked}
+        if mine:
+            ex.restore({self._unit_of(u): v for u, v in mine.items()})
+        return ex
+
+    @staticmethod
+    def _storage_key(bucket, unit):
+        # A unit is a tensor (named by its key) or, at global granularity,
+        # the whole bucket.
+        return unit if unit != "global" else "global:" + ",".join(str(k) for k in bucket)
+
+    @staticmethod
+    def _unit_of(storage_key):
+        return "global" if storage_key.startswith("global:") else storage_key
+
+    def _park(self, bucket, ex):
+        for unit, bufs in ex.state().items():
+            self._parked[self._storage_key(bucket, unit)] = {k: np.array(v) for k, v in bufs.items()}
+
+    # -- checkpoints -----------------------------------------------------------
+
+    def state_dict(self):
+        """Everything a resumed run needs: the step, and every tensor's state."""
+        units = dict(self._parked)
+        for bucket, ex in self._exchanges.items():
+            for unit, bufs in ex.state().items():
+                units[self._storage_key(bucket, unit)] = {k: np.array(v) for k, v in bufs.items()}
+        return {"config": self.config, "iteration": self.iteration, "skipped_steps": self.skipped_steps,
+                "units": units}
+
+    def load_state_dict(self, state):
+        if json.loads(state["config"]) != json.loads(self.config):
+            raise ValueError("gradcomp: this state was saved with another configuration:\n"
+                             f"  saved: {state['config']}\n  now:   {self.config}")
+        self.iteration = int(state["iteration"])
+        self.skipped_steps = int(state.get("skipped_steps", 0))
+        self._parked = {u: dict(b) for u, b in state["units"].items()}
+        for bucket in list(self._exchanges):
+            del self._exchanges[bucket]
+
+    # -- statistics ------------------------------------------------------------
+
+    def last_step(self):
+        """The last complete step's statistics, summed over its buckets
+        (`buckets` holds each bucket's own)."""
+        return _sum_buckets(self._steps[-1]) if self._steps else None
+
+    def _record(self, stats, is_last):
+        self._current.append(stats)
+        if is_last:
+            self._steps.append(self._current)
+            del self._steps[:-2]
+            self._current = []
+
+
+def _sum_buckets(buckets):
+    total = {"buckets": buckets}
+    for key in ("bytes_sent", "bytes_received", "padding_bytes_sent", "size_bytes_sent", "wire_bytes",
+                "selected", "elements", "compress_seconds", "communicate_seconds", "decode_seconds",
+                "wall_seconds", "device_copy_seconds", "nonfinite_check_bytes", "allreduce_calls",
+                "allgather_calls"):
+        total[key] = sum(b.get(key, 0) for b in buckets)
+    total["density"] = total["selected"] / max(total["elements"], 1)
+    total["residual_norm"] = float(np.sqrt(sum(b["residual_norm"] ** 2 for b in buckets)))
+    measured = [b for b in buckets if b.get("contraction") is not None]
+    total["contraction"] = (sum(b["contraction"] for b in measured) / len(measured)) if measured else None
+    total["skipped"] = any(b.get("skipped", False) for b in buckets)
+    return total
+
+
+def _agree_finite(buf, state, world):
+    """Every worker learns which workers hold a NaN or Inf (4 bytes each)."""
+    flags = torch.zeros(world, dtype=torch.int32)
+    flags[dist.get_rank(state.process_group)] = 0 if bool(torch.isfinite(buf).all()) else 1
+    dist.all_reduce(flags, group=state.process_group)
+    return [r for r in range(world) if flags[r]]
+
+
+def exchange_hook(state, bucket):
+    """The DDP comm hook: `ddp.register_comm_hook(state, exchange_hook)`."""
+    group = state.process_group
+    if state._comm is None:
+        if dist.get_backend(group) == "nccl":
+            raise ValueError("gradcomp's hooks move their messages with gloo: pass "
+                             "process_group=dist.new_group(backend='gloo') to gradcomp.torch.hook")
+        state._comm = Comm(group)
+    world, rank = state._comm.world, dist.get_rank(group)
+    buf = bucket.buffer()
+    if buf.dtype != torch.float32:
+        raise TypeError(f"gradcomp's hooks take float32 gradients; this bucket holds {buf.dtype}")
+    copy_seconds = 0.0
+    host = buf
+    if buf.device.type != "cpu":
+        # The compressors run on the host: the bucket crosses and comes back,
+        # and the time it takes is reported as device_copy_seconds.
+        t0 = time.perf_counter()
+        host = buf.detach().to("cpu")
+        copy_seconds += time.perf_counter() - t0
+    keys = state._key_of(bucket.parameters())
+    out = torch.empty_like(host)
+    bad = _agree_finite(host, state, world)
+    if bad:
+        if state.on_nonfinite == "stop":
+            raise FloatingPointError(f"gradcomp: step {state.iteration}: worker(s) {bad} have a NaN or Inf "
+                                     f"gradient in bucket {bucket.index()}; every worker stops (on_nonfinite='skip' "
+                                     "skips such steps instead)")
+        out.zero_()
+        stats = {"skipped": True, "elements": host.numel(), "residual_norm": 0.0}
+    else:
+        ex = state._exchange_for(keys, bucket.parameters(), world)
+        measure = state.stats_every > 0 and state.iteration % state.stats_every == 0
+        stats = ex.exchange(host.detach().numpy(), out.numpy(), state._comm, rank, world, state.iteration,
+                            state.lr, measure)
+    stats["nonfinite_check_bytes"] = 4 * world
+    if buf.device.type != "cpu":
+        t0 = time.perf_counter()
+        out = out.to(buf.device)
+        copy_seconds += time.perf_counter() - t0
+    stats["device_copy_seconds"] = copy_seconds
+    stats["bucket"] = bucket.index()
+    if bucket.is_last():
+        if bad:
+            state.skipped_steps += 1
+        state.iteration += 1
+    state._record(stats, bucket.is_last())
+    fut = torch.futures.Future()
+    fut.set_result(out)
+    return fut
+
+
+def hook(name, *, process_group=None, on_nonfinite="stop", stats_every=0, lr=1.0, **options):
+    """`(state, hook)` for `ddp.register_comm_hook(state, hook)`: compressor
+    `name` with gradcomp's options (docs/CONFIG.md), e.g.
+    `hook("topk", density=0.01)` or `hook("powersgd", rank=2, start_iter=10)`.
+
+    - `process_group`: a gloo group (None: the default group).
+    - `on_nonfinite`: a NaN or Inf on any worker stops every worker with an
+      error ('stop') or makes every worker skip the step ('skip': a zero update,
+      the compressors' state untouched).
+    - `stats_every`: measure the contraction and TernGrad's bound ratios every
+      this many steps (0: never).
+    - `lr`: the learning rate, for lr-scaled error feedback (`residual="lr-scaled"`).
+    """
+    state = GradcompState(name, process_group=process_group, on_nonfinite=on_nonfinite,
+                          stats_every=stats_every, lr=lr, **options)
+    return state, exchange_hook
+
+
+def model(module, compute_seconds, workers, link_gbps, **kwargs):
+    """The network model for a torch module's parameters: `gradcomp.model`
+    with the module's parameter shapes."""
+    from ._model import model as _model
+    shapes = [list(p.shape) for p in module.parameters() if p.requires_grad]
+    return _model(shapes, compute_seconds, workers, link_gbps, **kwargs)

@@ -1,0 +1,204 @@
+//! [`TorchCollective`]: gradcomp's [`Collective`] over `torch.distributed`.
+//!
+//! The exchange runs in Rust with the GIL released; each collective takes
+//! the GIL back and calls the Python object `comm` (`gradcomp._comm.Comm`),
+//! which runs the operation on the process group. Buffers cross as
+//! memoryviews of the Rust memory (no copy); the memoryview is released
+//! when the call returns, so Python cannot keep a pointer into it.
+//!
+//! torch.distributed's allgather moves equal sizes only: per-worker
+//! messages are padded to the longest, after a round that gathers the
+//! sizes. Those bytes are real traffic but not the codec's: the meter
+//! counts the messages' own bytes (as every backend does) and
+//! [`Overhead`] the padding and the size round apart.
+
+use std::os::raw::c_char;
+use std::time::Instant;
+
+use gradcomp_comm::{Aggregate, ByteMeter, Collective, CommError, Gathered, OpKind, ServerPlacement};
+use half::f16;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyList};
+
+/// Bytes an allgather moved beyond the messages themselves.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Overhead {
+    /// Padding up to the longest message, sent by this worker.
+    pub padding: u64,
+    /// The size round: 8 bytes per worker and allgather, sent by this worker.
+    pub sizes: u64,
+}
+
+/// A worker's view of a `torch.distributed` process group.
+pub struct TorchCollective {
+    comm: Py<PyAny>,
+    rank: usize,
+    world: usize,
+    meter: ByteMeter,
+    pub overhead: Overhead,
+}
+
+impl TorchCollective {
+    pub fn new(comm: Py<PyAny>, rank: usize, world: usize) -> Self {
+        TorchCollective { comm, rank, world, meter: ByteMeter::default(), overhead: Overhead::default() }
+    }
+
+    /// Calls `comm.all_reduce(view, dtype, op)` on `bytes` bytes at `ptr`, in place.
+    fn all_reduce(&mut self, op: OpKind, ptr: *mut u8, bytes: usize, dtype: &str) -> Result<(), CommError> {
+        let start = Instant::now();
+        let reduce = if op == OpKind::AllreduceMaxF32 { "max" } else { "sum" };
+        Python::attach(|py| {
+            let view = MemoryView::new(py, ptr, bytes)?;
+            let r = self.comm.call_method1(py, "all_reduce", (view.obj(), dtype, reduce));
+            view.release(py)?;
+            r.map(drop)
+        })
+        .map_err(comm_error)?;
+        self.meter.record(op, bytes, bytes, start.elapsed());
+        Ok(())
+    }
+}
+
+/// A writable memoryview over Rust memory, valid until released.
+struct MemoryView(Py<PyAny>);
+
+impl MemoryView {
+    fn new(py: Python<'_>, ptr: *mut u8, len: usize) -> PyResult<Self> {
+        const PYBUF_WRITE: i32 = 0x200;
+        // SAFETY: `ptr` is valid for `len` bytes for the whole call; the view
+        // is released before the call returns, which fails (and is reported)
+        // if Python still holds an export of it.
+        let obj = unsafe {
+            let raw = pyo3::ffi::PyMemoryView_FromMemory(ptr as *mut c_char, len as isize, PYBUF_WRITE);
+            Bound::from_owned_ptr_or_err(py, raw)?
+        };
+        Ok(MemoryView(obj.unbind()))
+    }
+
+    fn obj(&self) -> &Py<PyAny> {
+        &self.0
+    }
+
+    fn release(self, py: Python<'_>) -> PyResult<()> {
+        self.0.call_method0(py, "release").map(drop)
+    }
+}
+
+/// A Python exception in a collective, as the exchange reports it.
+fn comm_error(e: PyErr) -> CommError {
+    CommError::Invalid(format!("torch.distributed: {e}"))
+}
+
+/// The slice's bytes, for a memoryview.
+fn raw<T>(buf: &mut [T]) -> (*mut u8, usize) {
+    (buf.as_mut_ptr() as *mut u8, std::mem::size_of_val(buf))
+}
+
+impl Collective for TorchCollective {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn world_size(&self) -> usize {
+        self.world
+    }
+
+    fn allreduce_sum_f32(&mut self, buf: &mut [f32]) -> Result<(), CommError> {
+        let (p, n) = raw(buf);
+        self.all_reduce(OpKind::AllreduceSumF32, p, n, "float32")
+    }
+
+    fn allreduce_sum_i32(&mut self, buf: &mut [i32]) -> Result<(), CommError> {
+        let (p, n) = raw(buf);
+        self.all_reduce(OpKind::AllreduceSumI32, p, n, "int32")
+    }
+
+    fn allreduce_sum_i16(&mut self, buf: &mut [i16]) -> Result<(), CommError> {
+        let (p, n) = raw(buf);
+        self.all_reduce(OpKind::AllreduceSumI16, p, n, "int16")
+    }
+
+    fn allreduce_sum_i8(&mut self, buf: &mut [i8]) -> Result<(), CommError> {
+        let (p, n) = raw(buf);
+        self.all_reduce(OpKind::AllreduceSumI8, p, n, "int8")
+    }
+
+    fn allreduce_sum_f16(&mut self, buf: &mut [f16]) -> Result<(), CommError> {
+        let (p, n) = raw(buf);
+        self.all_reduce(OpKind::AllreduceSumF16, p, n, "float16")
+    }
+
+    fn allreduce_max_f32(&mut self, buf: &mut [f32]) -> Result<(), CommError> {
+        let (p, n) = raw(buf);
+        self.all_reduce(OpKind::AllreduceMaxF32, p, n, "float32")
+    }
+
+    fn allgatherv(&mut self, send: &[u8], recv: &mut Gathered) -> Result<(), CommError> {
+        let start = Instant::now();
+        let longest = Python::attach(|py| -> PyResult<usize> {
+            let out = self.comm.call_method1(py, "all_gather", (PyBytes::new(py, send),))?;
+            let parts = out.bind(py).cast::<PyList>()?;
+            recv.clear();
+            let mut longest = 0;
+            for part in parts.iter() {
+                let bytes = part.cast::<PyBytes>()?.as_bytes();
+                longest = longest.max(bytes.len());
+                recv.push(bytes);
+            }
+            Ok(longest)
+        })
+        .map_err(comm_error)?;
+        if recv.len() != self.world {
+            return Err(CommError::Mismatch {
+                detail: format!("allgather returned {} messages for {} workers", recv.len(), self.world),
+            });
+        }
+        let total = recv.total_bytes();
+        self.meter.record(OpKind::Allgatherv, send.len(), total - send.len(), start.elapsed());
+        self.overhead.padding += (longest - send.len()) as u64;
+        self.overhead.sizes += 8;
+        Ok(())
+    }
+
+    fn broadcast(&mut self, buf: &mut Vec<u8>, root: usize) -> Result<(), CommError> {
+        let start = Instant::now();
+        let got = Python::attach(|py| -> PyResult<Vec<u8>> {
+            let out = self.comm.call_method1(py, "broadcast", (PyBytes::new(py, buf), root))?;
+            Ok(out.bind(py).cast::<PyBytes>()?.as_bytes().to_vec())
+        })
+        .map_err(comm_error)?;
+        *buf = got;
+        let (sent, received) = if self.rank == root { (buf.len() * (self.world - 1), 0) } else { (0, buf.len()) };
+        self.meter.record(OpKind::Broadcast, sent, received, start.elapsed());
+        Ok(())
+    }
+
+    fn barrier(&mut self) -> Result<(), CommError> {
+        let start = Instant::now();
+        Python::attach(|py| self.comm.call_method0(py, "barrier").map(drop)).map_err(comm_error)?;
+        self.meter.record(OpKind::Barrier, 0, 0, start.elapsed());
+        Ok(())
+    }
+
+    fn push_pull(
+        &mut self,
+        _placement: ServerPlacement,
+        _upload: &[u8],
+        _aggregate: &mut Aggregate<'_>,
+        _download: &mut Vec<u8>,
+    ) -> Result<(), CommError> {
+        // Refused up front by the configuration check (config.rs); this is
+        // the backstop.
+        Err(CommError::Invalid(
+            "torch.distributed has no parameter server; use topology \"allreduce\" or \"allgather\"".into(),
+        ))
+    }
+
+    fn meter(&self) -> &ByteMeter {
+        &self.meter
+    }
+
+    fn meter_mut(&mut self) -> &mut ByteMeter {
+        &mut self.meter
+    }
+}

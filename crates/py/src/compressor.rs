@@ -1,0 +1,151 @@
+//! [`PyCompressor`]: one tensor's compressor and memory, for callers with a
+//! transport of their own (federated learning, Horovod, a custom
+//! allgather): `compress` makes gradcomp's wire bytes, `aggregate` decodes
+//! and combines every worker's. The bytes are the codec's
+//! (`gradcomp_compress::codec`), the same a Rust worker sends.
+//!
+//! Compressors whose exchange is a sequence of allreduce rounds (PowerSGD)
+//! have no single message to hand over and are refused: use the DDP hook.
+
+use std::sync::Mutex;
+
+use gradcomp_compress::aggregate::combine_encoded;
+use gradcomp_compress::memory::{Memory, ResidualForm};
+use gradcomp_compress::{codec, Combine, Compressor, Message, RngKey, UnitContext};
+use numpy::{PyArray1, PyReadonlyArray1};
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict};
+
+/// A tensor's compressor and its memory (error feedback, DGC momentum).
+#[pyclass(name = "Compressor", module = "gradcomp._core")]
+pub struct PyCompressor {
+    inner: Mutex<Inner>,
+    name: String,
+    len: usize,
+}
+
+struct Inner {
+    compressor: Box<dyn Compressor>,
+    memory: Box<dyn Memory>,
+    combine: Combine,
+    msg: Message,
+    /// The random streams' seed and this worker's rank.
+    seed: u64,
+    rank: u32,
+}
+
+fn value_error(e: impl std::fmt::Display) -> PyErr {
+    PyValueError::new_err(format!("gradcomp: {e}"))
+}
+
+#[pymethods]
+impl PyCompressor {
+    /// `config`: the JSON of a `[compressor]` table (`{"name": "topk",
+    /// "density": 0.01}`); `memory`: `auto`, `none`, `error-feedback` or
+    /// `dgc-momentum`.
+    #[new]
+    #[pyo3(signature = (config, shape, rank=0, seed=1, memory="auto"))]
+    fn new(config: &str, shape: Vec<usize>, rank: u32, seed: u64, memory: &str) -> PyResult<Self> {
+        let table = serde_json::from_str(config).map_err(value_error)?;
+        let cfg = crate::config::parse_compressor(&table)?;
+        let kind = serde_json::from_value(serde_json::Value::String(memory.into()))
+            .map_err(|_| value_error(format!("memory: {memory:?} is not auto, none, error-feedback or dgc-momentum")))?;
+        let compressor = cfg.build_for(&shape);
+        if compressor.rounds() > 0 || compressor.combine() == Combine::Agreed {
+            return Err(value_error(format!(
+                "compressor {} exchanges in allreduce rounds, not one message; use gradcomp.torch.hook",
+                cfg.name()
+            )));
+        }
+        let memory = cfg.resolve_memory(kind).build(ResidualForm::Raw, 0.9);
+        let combine = compressor.combine();
+        let inner = Inner { compressor, memory, combine, msg: Message::default(), seed, rank };
+        Ok(PyCompressor { inner: Mutex::new(inner), name: cfg.name().to_string(), len: shape.iter().product() })
+    }
+
+    #[getter]
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// `array`'s compressed message (after the memory's compensation), as
+    /// wire bytes; the memory records what was sent. `step` keys the random
+    /// stream with the seed and rank.
+    fn compress<'py>(&self, py: Python<'py>, array: PyReadonlyArray1<'py, f32>, step: u64) -> PyResult<Bound<'py, PyBytes>> {
+        let x = array.as_slice().map_err(value_error)?;
+        self.check_len(x.len())?;
+        let wire = py.detach(|| -> PyResult<Vec<u8>> {
+            let mut guard = self.lock()?;
+            let inner = &mut *guard;
+            let ctx = UnitContext { key: RngKey::new(inner.seed, inner.rank, step, 0), shared_scalar: None, loss: None };
+            let acc = inner.memory.compensate(x, 1.0);
+            inner.compressor.compress(acc, &ctx, &mut inner.msg);
+            inner.memory.update(&inner.msg);
+            let mut wire = Vec::new();
+            codec::encode(&inner.msg, 0, &mut wire);
+            Ok(wire)
+        })?;
+        Ok(PyBytes::new(py, &wire))
+    }
+
+    /// Every worker's messages combined as the compressor's exchange
+    /// combines them: their average, or signSGD's majority vote. A message
+    /// that does not decode raises ValueError naming it.
+    fn aggregate<'py>(&self, py: Python<'py>, messages: Vec<Vec<u8>>) -> PyResult<Bound<'py, PyArray1<f32>>> {
+        if messages.is_empty() {
+            return Err(value_error("aggregate needs at least one message"));
+        }
+        let combine = self.lock()?.combine;
+        let mut out = vec![0.0f32; self.len];
+        combine_encoded(messages.iter().map(|m| &m[..]), combine, &mut out)
+            .map_err(|(i, e)| value_error(format!("message {i}: {e}")))?;
+        Ok(PyArray1::from_vec(py, out))
+    }
+
+    /// The memory's and compressor's state, for checkpoints.
+    fn state_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let inner = self.lock()?;
+        let d = PyDict::new(py);
+        for (i, b) in inner.memory.state().into_iter().enumerate() {
+            d.set_item(format!("memory.{i}"), PyArray1::from_slice(py, b))?;
+        }
+        for (i, b) in inner.compressor.state().into_iter().enumerate() {
+            d.set_item(format!("compressor.{i}"), PyArray1::from_slice(py, b))?;
+        }
+        Ok(d)
+    }
+
+    fn load_state_dict(&self, state: std::collections::BTreeMap<String, Vec<f32>>) -> PyResult<()> {
+        let mut inner = self.lock()?;
+        let pick = |kind: &str, n: usize| -> PyResult<Vec<Vec<f32>>> {
+            (0..n)
+                .map(|i| {
+                    let k = format!("{kind}.{i}");
+                    state.get(&k).cloned().ok_or_else(|| value_error(format!("state: {k} is missing")))
+                })
+                .collect()
+        };
+        let mem = pick("memory", inner.memory.state().len())?;
+        if mem.iter().any(|b| !b.is_empty() && b.len() != self.len) {
+            return Err(value_error(format!("state: a memory buffer is not {} values long", self.len)));
+        }
+        inner.memory.restore(&mem).map_err(value_error)?;
+        let comp = pick("compressor", inner.compressor.state().len())?;
+        inner.compressor.restore(&comp).map_err(value_error)
+    }
+}
+
+impl PyCompressor {
+    fn lock(&self) -> PyResult<std::sync::MutexGuard<'_, Inner>> {
+        self.inner.lock().map_err(|_| PyRuntimeError::new_err("a previous call panicked"))
+    }
+
+    fn check_len(&self, got: usize) -> PyResult<()> {
+        if got == self.len {
+            Ok(())
+        } else {
+            Err(value_error(format!("the array has {got} values, the compressor's shape {}", self.len)))
+        }
+    }
+}

@@ -1,0 +1,40 @@
+//! gradcomp for Python: the extension module `gradcomp._core`.
+//!
+//! Bindings only: every algorithm is gradcomp-compress's and every exchange
+//! gradcomp-dp's. The Python package (`python/gradcomp`) builds PyTorch DDP
+//! comm hooks on [`Exchange`](exchange::Exchange), whose collectives call
+//! back into `torch.distributed` ([`collective`]).
+//!
+//! - [`exchange`]: one DDP bucket's compressed exchange, its state by tensor.
+//! - [`collective`]: gradcomp's `Collective` over `torch.distributed`.
+//! - [`compressor`]: one tensor's compressor to and from wire bytes.
+//! - [`replay`]: the same exchanges on the in-process collective (tests).
+//! - [`predict`]: the network model.
+//! - [`config`]: the JSON configuration Python hands over, checked.
+
+use pyo3::prelude::*;
+
+pub mod collective;
+pub mod compressor;
+pub mod config;
+pub mod exchange;
+pub mod predict;
+pub mod replay;
+
+#[pymodule]
+fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<exchange::Exchange>()?;
+    m.add_class::<compressor::PyCompressor>()?;
+    m.add_function(wrap_pyfunction!(replay::replay, m)?)?;
+    m.add_function(wrap_pyfunction!(predict::predict, m)?)?;
+    m.add_function(wrap_pyfunction!(check_config, m)?)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}
+
+/// Checks a configuration's JSON as the hook will use it; raises
+/// ValueError naming the key that is wrong.
+#[pyfunction]
+fn check_config(config: &str) -> PyResult<String> {
+    Ok(config::parse(config)?.compressor_name())
+}

@@ -1,0 +1,63 @@
+//! [`predict`]: the network model from Python, with gradcomp-dp's
+//! [`predict`](gradcomp_dp::predict) (the code `gradcomp model` runs).
+
+use gradcomp_comm::NetworkModel;
+use gradcomp_dp::predict::{methods, step_seconds, Workload};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+/// Every method's predicted step for a model of `shapes` whose step
+/// computes for `compute_seconds`, among `workers` workers on a link of
+/// `link_bps` bits per second with per-message latency `alpha` seconds;
+/// the sparsifiers at `density`. Each method's message sizes and codec
+/// speed are measured here, on this CPU, on the model's shapes.
+#[pyfunction]
+#[pyo3(signature = (shapes, compute_seconds, workers, link_bps, density=0.001, alpha=1e-4))]
+pub fn predict<'py>(
+    py: Python<'py>,
+    shapes: Vec<Vec<usize>>,
+    compute_seconds: f64,
+    workers: usize,
+    link_bps: f64,
+    density: f64,
+    alpha: f64,
+) -> PyResult<Vec<Bound<'py, PyDict>>> {
+    let bad = |key: &str, what: &str| Err(PyValueError::new_err(format!("gradcomp.model: {key}: {what}")));
+    if shapes.is_empty() || shapes.iter().any(|s| s.iter().product::<usize>() == 0) {
+        return bad("shapes", "needs at least one tensor, none of them empty");
+    }
+    if !(compute_seconds.is_finite() && compute_seconds >= 0.0) {
+        return bad("compute_seconds", "must be a time in seconds, ≥ 0");
+    }
+    if workers == 0 {
+        return bad("workers", "must be at least 1");
+    }
+    if !(link_bps.is_finite() && link_bps > 0.0) {
+        return bad("link", "must be a positive speed");
+    }
+    if !(density > 0.0 && density <= 1.0) {
+        return bad("density", "must be in (0, 1]");
+    }
+    if !(alpha.is_finite() && alpha >= 0.0) {
+        return bad("alpha", "must be a latency in seconds, ≥ 0");
+    }
+    let work = Workload::new(compute_seconds, shapes);
+    let ms = py.detach(|| methods(&work.shapes, density));
+    let net = NetworkModel::from_bits_per_second(link_bps, alpha);
+    let dense = step_seconds(&work, &ms[0], workers, &net);
+    ms.iter()
+        .map(|m| {
+            let t = step_seconds(&work, m, workers, &net);
+            let d = PyDict::new(py);
+            d.set_item("method", &m.label)?;
+            d.set_item("compressor", m.compressor.name())?;
+            d.set_item("step_seconds", t)?;
+            d.set_item("speedup_over_dense", dense / t)?;
+            d.set_item("bytes_per_worker", m.upload + m.rounds.iter().sum::<u64>())?;
+            d.set_item("compress_seconds", m.compress_s)?;
+            d.set_item("decode_seconds", m.decode_s)?;
+            Ok(d)
+        })
+        .collect()
+}

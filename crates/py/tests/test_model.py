@@ -1,0 +1,47 @@
+"""The network model from Python: gradcomp-dp's predict on a model's shapes."""
+import pytest
+import torch
+
+import gradcomp
+import gradcomp.torch as gt
+
+SHAPES = [[500, 800], [500], [10, 500], [10]]
+
+
+def test_slow_links_favour_compression_and_fast_ones_less():
+    slow = gradcomp.model(SHAPES, compute_seconds=0.01, workers=16, link_gbps=0.1)
+    fast = gradcomp.model(SHAPES, compute_seconds=0.01, workers=16, link_gbps=100)
+    assert slow["pays_off"]
+    times = [m["step_seconds"] for m in slow["methods"]]
+    assert times == sorted(times)
+    dense = {m["method"]: m for m in slow["methods"]}["dense (allreduce)"]
+    assert dense["speedup_over_dense"] == 1.0
+    assert dense["bytes_per_worker"] == 4 * (500 * 800 + 500 + 10 * 500 + 10)
+    best_slow = slow["best"]["speedup_over_dense"]
+    best_fast = fast["best"]["speedup_over_dense"]
+    assert best_slow > best_fast
+
+
+def test_one_worker_never_pays_for_compression():
+    one = gradcomp.model(SHAPES, compute_seconds=0.01, workers=1, link_gbps=1)
+    dense = {m["method"]: m for m in one["methods"]}["dense (allreduce)"]
+    assert dense["step_seconds"] == pytest.approx(0.01, rel=0.5)
+
+
+def test_from_a_torch_module():
+    net = torch.nn.Sequential(torch.nn.Linear(800, 500), torch.nn.Linear(500, 10))
+    r = gt.model(net, compute_seconds=0.01, workers=8, link_gbps=1)
+    assert {m["compressor"] for m in r["methods"]} >= {"dense", "topk", "powersgd", "terngrad"}
+
+
+@pytest.mark.parametrize("kwargs,needle", [
+    ({"workers": 0}, "workers"),
+    ({"link_gbps": 0}, "link"),
+    ({"compute_seconds": -1}, "compute_seconds"),
+    ({"density": 2}, "density"),
+])
+def test_bad_arguments_name_themselves(kwargs, needle):
+    args = dict(shapes=SHAPES, compute_seconds=0.01, workers=4, link_gbps=1)
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=needle):
+        gradcomp.model(**args)

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The Python package's tests: installs gradcomp (crates/py, built by maturin)
+# into a virtual environment, with PyTorch, numpy and pytest from PyPI on first
+# use, and runs pytest on crates/py/tests (DDP over gloo with 2 and 4
+# processes on 127.0.0.1). Arguments go to pytest.
+#
+# The environment lives outside the repository ($GRADCOMP_VENV, default
+# ~/.cache/gradcomp/py-venv), so it is reused and never committed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+venv="${GRADCOMP_VENV:-$HOME/.cache/gradcomp/py-venv}"
+if [ ! -x "$venv/bin/python" ]; then
+    echo "== creating $venv"
+    python3 -m venv "$venv"
+fi
+if ! "$venv/bin/python" -c "import torch, numpy, pytest" 2>/dev/null; then
+    echo "== installing torch, numpy and pytest into $venv (about 2 minutes)"
+    "$venv/bin/pip" install -q torch numpy pytest
+fi
+echo "== pip install ./crates/py"
+"$venv/bin/pip" install -q ./crates/py
+echo "== pytest crates/py/tests"
+"$venv/bin/python" -m pytest -q -p no:cacheprovider crates/py/tests "$@"
