@@ -17,7 +17,7 @@ use clap::Args as ClapArgs;
 use gradcomp_comm::{NetworkModel, ServerPlacement};
 use gradcomp_compress::CompressorConfig;
 use gradcomp_dp::predict::{
-    code_width, measure, methods, rounds_seconds, step_seconds, ternary_download, Route, Workload,
+    code_width, measure, methods, rounds_seconds, step_seconds, ternary_download, Route, UnitCost, Workload,
 };
 use gradcomp_train::config::TrainConfig;
 use gradcomp_train::records::{read_json, read_jsonl, Manifest, StepRecord};
@@ -319,7 +319,12 @@ fn timeline(cfg: &TrainConfig, p: &Profile) -> Result<()> {
         );
         println!("  compute (forward, backward)      0.0 – {:>9.1} ms", ms(p.work.compute_s));
         if rounds > 0.0 {
-            println!("  agreement rounds ({})  {:>9.1} – {:>9.1} ms", m.rounds.len(), ms(p.work.compute_s), ms(c));
+            println!(
+                "  agreement rounds ({})  {:>9.1} – {:>9.1} ms",
+                m.rounds.len(),
+                ms(p.work.compute_s),
+                ms(c)
+            );
         }
         println!("  bucket  tensors   compress (ms)          wire (ms)              decode (ms)");
         for (b, (r, t)) in buckets.iter().zip(&times).enumerate() {

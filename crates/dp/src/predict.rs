@@ -78,7 +78,6 @@ pub struct UnitCost {
     pub decode_s: f64,
 }
 
-
 /// Builds the method, measuring its message size and speed (per tensor,
 /// medians of 5 repetitions, from the first step it compresses) on an
 /// N(0,1) gradient cut into the profile's tensors. A tensor the compressor
@@ -255,4 +254,3 @@ pub fn step_seconds(p: &Workload, m: &Method, n: usize, net: &NetworkModel) -> f
 pub fn rounds_seconds(m: &Method, n: usize, net: &NetworkModel) -> f64 {
     m.rounds.iter().map(|&b| net.allreduce(n, b)).sum()
 }
-

@@ -168,7 +168,8 @@ impl Collective for TorchCollective {
         })
         .map_err(comm_error)?;
         *buf = got;
-        let (sent, received) = if self.rank == root { (buf.len() * (self.world - 1), 0) } else { (0, buf.len()) };
+        let (sent, received) =
+            if self.rank == root { (buf.len() * (self.world - 1), 0) } else { (0, buf.len()) };
         self.meter.record(OpKind::Broadcast, sent, received, start.elapsed());
         Ok(())
     }

@@ -49,8 +49,9 @@ impl PyCompressor {
     fn new(config: &str, shape: Vec<usize>, rank: u32, seed: u64, memory: &str) -> PyResult<Self> {
         let table = serde_json::from_str(config).map_err(value_error)?;
         let cfg = crate::config::parse_compressor(&table)?;
-        let kind = serde_json::from_value(serde_json::Value::String(memory.into()))
-            .map_err(|_| value_error(format!("memory: {memory:?} is not auto, none, error-feedback or dgc-momentum")))?;
+        let kind = serde_json::from_value(serde_json::Value::String(memory.into())).map_err(|_| {
+            value_error(format!("memory: {memory:?} is not auto, none, error-feedback or dgc-momentum"))
+        })?;
         let compressor = cfg.build_for(&shape);
         if compressor.rounds() > 0 || compressor.combine() == Combine::Agreed {
             return Err(value_error(format!(
@@ -61,7 +62,11 @@ impl PyCompressor {
         let memory = cfg.resolve_memory(kind).build(ResidualForm::Raw, 0.9);
         let combine = compressor.combine();
         let inner = Inner { compressor, memory, combine, msg: Message::default(), seed, rank };
-        Ok(PyCompressor { inner: Mutex::new(inner), name: cfg.name().to_string(), len: shape.iter().product() })
+        Ok(PyCompressor {
+            inner: Mutex::new(inner),
+            name: cfg.name().to_string(),
+            len: shape.iter().product(),
+        })
     }
 
     #[getter]
@@ -72,13 +77,22 @@ impl PyCompressor {
     /// `array`'s compressed message (after the memory's compensation), as
     /// wire bytes; the memory records what was sent. `step` keys the random
     /// stream with the seed and rank.
-    fn compress<'py>(&self, py: Python<'py>, array: PyReadonlyArray1<'py, f32>, step: u64) -> PyResult<Bound<'py, PyBytes>> {
+    fn compress<'py>(
+        &self,
+        py: Python<'py>,
+        array: PyReadonlyArray1<'py, f32>,
+        step: u64,
+    ) -> PyResult<Bound<'py, PyBytes>> {
         let x = array.as_slice().map_err(value_error)?;
         self.check_len(x.len())?;
         let wire = py.detach(|| -> PyResult<Vec<u8>> {
             let mut guard = self.lock()?;
             let inner = &mut *guard;
-            let ctx = UnitContext { key: RngKey::new(inner.seed, inner.rank, step, 0), shared_scalar: None, loss: None };
+            let ctx = UnitContext {
+                key: RngKey::new(inner.seed, inner.rank, step, 0),
+                shared_scalar: None,
+                loss: None,
+            };
             let acc = inner.memory.compensate(x, 1.0);
             inner.compressor.compress(acc, &ctx, &mut inner.msg);
             inner.memory.update(&inner.msg);

@@ -2,10 +2,11 @@
 //!
 //! Bindings only: every algorithm is gradcomp-compress's and every exchange
 //! gradcomp-dp's. The Python package (`python/gradcomp`) builds PyTorch DDP
-//! comm hooks on [`Exchange`](exchange::Exchange), whose collectives call
-//! back into `torch.distributed` ([`collective`]).
+//! comm hooks on [`Hook`](hook::Hook), whose collectives call back into
+//! `torch.distributed` ([`collective`]).
 //!
-//! - [`exchange`]: one DDP bucket's compressed exchange, its state by tensor.
+//! - [`exchange`]: the buckets' exchanges, their state following the tensor.
+//! - [`hook`]: the hook's Rust half and its statistics.
 //! - [`collective`]: gradcomp's `Collective` over `torch.distributed`.
 //! - [`compressor`]: one tensor's compressor to and from wire bytes.
 //! - [`replay`]: the same exchanges on the in-process collective (tests).
@@ -18,12 +19,13 @@ pub mod collective;
 pub mod compressor;
 pub mod config;
 pub mod exchange;
+pub mod hook;
 pub mod predict;
 pub mod replay;
 
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_class::<exchange::Exchange>()?;
+    m.add_class::<hook::Hook>()?;
     m.add_class::<compressor::PyCompressor>()?;
     m.add_function(wrap_pyfunction!(replay::replay, m)?)?;
     m.add_function(wrap_pyfunction!(predict::predict, m)?)?;

@@ -47,24 +47,22 @@ def digest(model):
     return h.hexdigest()
 
 
-class Recorder:
-    """Wraps the hook: keeps every bucket's input and output."""
+def recorder(hook, calls):
+    """Wraps the hook: keeps every bucket's input and output in `calls`."""
 
-    def __init__(self, hook):
-        self.hook, self.calls = hook, []
-
-    def __call__(self, state, bucket):
+    def recording_hook(state, bucket):
         grad = bucket.buffer().detach().clone().numpy().tolist()
         keys = state._key_of(bucket.parameters())
         shapes = [list(p.shape) for p in bucket.parameters()]
         step = state.iteration
-        fut = self.hook(state, bucket)
+        fut = hook(state, bucket)
 
         def keep(f):
-            self.calls.append({"keys": keys, "shapes": shapes, "step": step, "grad": grad,
-                               "out": f.value().numpy().tolist()})
+            calls.append({"keys": keys, "shapes": shapes, "step": step, "grad": grad,
+                          "out": f.value().numpy().tolist()})
             return f.value()
         return fut.then(keep)
+    return recording_hook
 
 
 def train(case, rank, world, out_dir):
@@ -74,12 +72,12 @@ def train(case, rank, world, out_dir):
     model = net()
     ddp = DDP(model, bucket_cap_mb=case.get("bucket_cap_mb", 25))
     state = None
-    recorder = None
+    calls = []
     if case["name"] != "ddp":
         state, hook = gt.hook(case["name"], stats_every=case.get("stats_every", 0),
                               on_nonfinite=case.get("on_nonfinite", "stop"), **case.get("options", {}))
         if case.get("record"):
-            recorder = hook = Recorder(hook)
+            hook = recorder(hook, calls)
         ddp.register_comm_hook(state, hook)
     opt = torch.optim.SGD(ddp.parameters(), lr=case.get("lr", 0.1), momentum=0.9)
     start = 0
@@ -112,7 +110,7 @@ def train(case, rank, world, out_dir):
     with torch.no_grad():
         acc = (model(xt).argmax(1) == yt).float().mean().item()
     return {"losses": losses, "bytes_per_step": bytes_per_step, "stats": stats, "accuracy": acc,
-            "digest": digest(model), "calls": recorder.calls if recorder else [],
+            "digest": digest(model), "calls": calls,
             "shapes": [list(p.shape) for p in model.parameters()],
             "skipped_steps": state.skipped_steps if state else 0}
 
@@ -122,12 +120,17 @@ def main():
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     dist.init_process_group("gloo", rank=rank, world_size=world)
     results = {}
+    failed = None
     for case in spec["cases"]:
+        if failed:
+            # The group may be out of step after a failure: run nothing more.
+            results[case["id"]] = {"error": f"not run: case {failed} failed before it"}
+            continue
         try:
             results[case["id"]] = train(case, rank, world, out_dir)
         except Exception as e:  # noqa: BLE001 - the test reads the message
             results[case["id"]] = {"error": f"{type(e).__name__}: {e}"}
-            break
+            failed = case["id"]
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
         json.dump(results, f)
     # gloo can abort at interpreter exit after DDP; leave once everyone is done.

@@ -7,6 +7,7 @@ at the top. The Rust side checks every key and raises ValueError naming one it
 does not know or whose value is out of range.
 """
 import json
+import math
 
 COMPRESSION_KEYS = {"granularity", "memory", "residual", "dgc_momentum", "warmup", "exclude", "local_clip"}
 TOP_KEYS = {"topology", "seed"}
@@ -16,6 +17,9 @@ def config_json(name, options):
     """The configuration of compressor `name` with `options`, as JSON."""
     if not isinstance(name, str):
         raise TypeError(f"gradcomp: the compressor name must be a string, got {type(name).__name__}")
+    for key, value in options.items():
+        if not _finite(value):
+            raise ValueError(f"gradcomp: {key}: {value!r} is not a finite number")
     compressor = {"name": name}
     compression = {}
     top = {}
@@ -32,3 +36,13 @@ def config_json(name, options):
         return json.dumps(cfg, allow_nan=False)
     except (TypeError, ValueError) as e:
         raise ValueError(f"gradcomp: options of {name}: {e}") from None
+
+
+def _finite(value):
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, dict):
+        return all(_finite(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return all(_finite(v) for v in value)
+    return True

@@ -56,8 +56,8 @@ class GradcompState:
         self.skipped_steps = 0
         self._comm = None
         self._keys = {}
-        self._exchanges = {}
-        self._parked = {}
+        self._rust = None
+        self._pending = None
         self._steps = []
         self._current = []
 
@@ -66,47 +66,22 @@ class GradcompState:
     def _key_of(self, params):
         return [self._keys.setdefault(id(p), len(self._keys)) for p in params]
 
-    def _exchange_for(self, keys, params, world):
-        bucket = tuple(keys)
-        ex = self._exchanges.get(bucket)
-        if ex is not None:
-            return ex
-        # DDP rebuilt its buckets: park the state of every old bucket that
-        # shares a tensor with this one, for the new buckets to take.
-        for old in [b for b in self._exchanges if set(b) & set(bucket)]:
-            self._park(old, self._exchanges.pop(old))
-        names = [str(k) for k in keys]
-        shapes = [list(p.shape) if p.dim() else [1] for p in params]
-        ex = _core.Exchange(self.config, names, shapes, list(keys), world)
-        self._exchanges[bucket] = ex
-        mine = {u: self._parked.pop(self._storage_key(bucket, u)) for u in ex.unit_names()
-                if self._storage_key(bucket, u) in self._parked}
-        if mine:
-            ex.restore({self._unit_of(u): v for u, v in mine.items()})
-        return ex
-
-    @staticmethod
-    def _storage_key(bucket, unit):
-        # A unit is a tensor (named by its key) or, at global granularity,
-        # the whole bucket.
-        return unit if unit != "global" else "global:" + ",".join(str(k) for k in bucket)
-
-    @staticmethod
-    def _unit_of(storage_key):
-        return "global" if storage_key.startswith("global:") else storage_key
-
-    def _park(self, bucket, ex):
-        for unit, bufs in ex.state().items():
-            self._parked[self._storage_key(bucket, unit)] = {k: np.array(v) for k, v in bufs.items()}
+    def _hook(self, rank, world):
+        if self._rust is None:
+            self._rust = _core.Hook(self.config, rank, world)
+            if self._pending is not None:
+                self._rust.load(self._pending)
+                self._pending = None
+        return self._rust
 
     # -- checkpoints -----------------------------------------------------------
 
     def state_dict(self):
         """Everything a resumed run needs: the step, and every tensor's state."""
-        units = dict(self._parked)
-        for bucket, ex in self._exchanges.items():
-            for unit, bufs in ex.state().items():
-                units[self._storage_key(bucket, unit)] = {k: np.array(v) for k, v in bufs.items()}
+        if self._rust is not None:
+            units = {u: {k: np.array(v) for k, v in b.items()} for u, b in self._rust.state().items()}
+        else:
+            units = dict(self._pending or {})
         return {"config": self.config, "iteration": self.iteration, "skipped_steps": self.skipped_steps,
                 "units": units}
 
@@ -116,9 +91,12 @@ class GradcompState:
                              f"  saved: {state['config']}\n  now:   {self.config}")
         self.iteration = int(state["iteration"])
         self.skipped_steps = int(state.get("skipped_steps", 0))
-        self._parked = {u: dict(b) for u, b in state["units"].items()}
-        for bucket in list(self._exchanges):
-            del self._exchanges[bucket]
+        units = {u: {k: np.asarray(v, dtype=np.float32).reshape(-1) for k, v in b.items()}
+                 for u, b in state["units"].items()}
+        if self._rust is not None:
+            self._rust.load(units)
+        else:
+            self._pending = units
 
     # -- statistics ------------------------------------------------------------
 
@@ -189,10 +167,10 @@ def exchange_hook(state, bucket):
         out.zero_()
         stats = {"skipped": True, "elements": host.numel(), "residual_norm": 0.0}
     else:
-        ex = state._exchange_for(keys, bucket.parameters(), world)
+        shapes = [list(p.shape) or [1] for p in bucket.parameters()]
         measure = state.stats_every > 0 and state.iteration % state.stats_every == 0
-        stats = ex.exchange(host.detach().numpy(), out.numpy(), state._comm, rank, world, state.iteration,
-                            state.lr, measure)
+        stats = state._hook(rank, world).exchange(keys, shapes, host.detach().numpy(), out.numpy(), state._comm,
+                                                  state.iteration, state.lr, measure)
     stats["nonfinite_check_bytes"] = 4 * world
     if buf.device.type != "cpu":
         t0 = time.perf_counter()
