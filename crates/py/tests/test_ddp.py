@@ -116,3 +116,21 @@ def test_bytes_per_step_equal_the_formula(runs, name):
                 assert 0 < b < sum(4 * math.prod(s) for s in SHAPES), (name, step, b)
         stats = r[name]["stats"][-1]
         assert stats["padding_bytes_sent"] >= 0 and stats["size_bytes_sent"] in (0, 8)
+
+
+def test_statistics_per_step(ddp):
+    """`last_step()` carries the contraction on measured steps (stats_every), with
+    Top-k's exact density and the phase times."""
+    case = {"id": "topk", "name": "topk", "options": {"density": DENSITY}, "steps": 10, "stats_every": 5}
+    ranks = ddp([case], 2)
+    stats = ranks[0]["topk"]["stats"]
+    # Top-k's contraction bound (1 − k/d), at its loosest over the tensors.
+    bound = 1 - min(k_of(math.prod(x)) / math.prod(x) for x in SHAPES)
+    for step, s in enumerate(stats):
+        if step % 5 == 0:
+            assert 0 < s["contraction"] <= bound, (step, s["contraction"])
+        else:
+            assert s["contraction"] is None
+        assert s["density"] == sum(k_of(math.prod(x)) for x in SHAPES) / sum(math.prod(x) for x in SHAPES)
+        assert s["compress_seconds"] > 0 and s["wall_seconds"] >= s["compress_seconds"]
+        assert s["residual_norm"] > 0
