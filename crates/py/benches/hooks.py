@@ -79,9 +79,9 @@ class GraceTopK:
         world = dist.get_world_size()
         out = torch.zeros_like(bucket.buffer())
         offset = 0
-        for g in bucket.gradients():
+        for p, g in zip(bucket.parameters(), bucket.gradients()):
             flat = g.reshape(-1)
-            key = (bucket.index(), offset)
+            key = id(p)  # by tensor: DDP rebuilds its buckets after the first step
             acc = flat + self.residuals.get(key, 0)
             k = max(1, int(flat.numel() * self.density))
             _, idx = acc.abs().topk(k, sorted=False)
@@ -100,6 +100,13 @@ class GraceTopK:
         fut = torch.futures.Future()
         fut.set_result(out)
         return fut
+
+
+def grace_topk_hook(impl):
+    """A plain function: DDP reads a hook's name."""
+    def grace_topk(state, bucket):
+        return impl(state, bucket)
+    return grace_topk
 
 
 def timed(hook, times):
@@ -121,7 +128,7 @@ def hooks():
                                                                   start_powerSGD_iter=2),
                                       powerSGD_hook.powerSGD_hook),
         "gradcomp powersgd r2": lambda: gt.hook("powersgd", rank=2, start_iter=2),
-        "GRACE-style topk (torch ops)": lambda: (None, GraceTopK(0.01)),
+        "GRACE-style topk (torch ops)": lambda: (None, grace_topk_hook(GraceTopK(0.01))),
         "gradcomp topk": lambda: gt.hook("topk", density=0.01),
     }
 

@@ -10,6 +10,7 @@ use gradcomp_compress::aggregate::majority_vote;
 use gradcomp_compress::codec::{self, CodecError};
 use gradcomp_compress::message::SparseMessage;
 use gradcomp_compress::Message;
+use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
 
 use super::local::LocalCompression;
 use super::plan::{CodeWidth, Plan, Route};
@@ -131,6 +132,17 @@ impl BucketBuffers {
     }
 }
 
+/// `out = f16(f32(h) · s)`, a block at a time on the stack.
+fn scale_halves(h: &[f16], s: f32, out: &mut [f16]) {
+    let mut wide = [0.0f32; 1024];
+    for (h, o) in h.chunks(wide.len()).zip(out.chunks_mut(wide.len())) {
+        let w = &mut wide[..h.len()];
+        h.convert_to_f32_slice(w);
+        w.iter_mut().for_each(|v| *v *= s);
+        o.convert_from_f32_slice(w);
+    }
+}
+
 /// Packs bucket `b`'s messages into `p`: the values that are summed (raw
 /// units as `local` holds them), the codes, and the encodings that are
 /// gathered or uploaded. `inv_n` pre-scales half-precision values, which
@@ -158,8 +170,13 @@ pub(crate) fn pack(
                 p.dense.resize(start + m.len(), 0.0);
                 m.add_to(1.0, &mut p.dense[start..]);
             }
+            // f16(f16(g) · 1/N), as torch's fp16_compress_hook divides the
+            // halves; whole slices, so the conversions run as F16C where the
+            // CPU has it (element by element they are software).
             (Route::HalfSum, Message::Half(m)) => {
-                p.halves.extend(m.values.iter().map(|&h| f16::from_f32(f16::from_bits(h).to_f32() * inv_n)));
+                let start = p.halves.len();
+                p.halves.resize(start + m.values.len(), f16::ZERO);
+                scale_halves(m.values.reinterpret_cast(), inv_n, &mut p.halves[start..]);
             }
             (Route::CodeSum, Message::Ternary(m)) => p.codes.push(m),
             (Route::Gather | Route::Server, m) => {
@@ -247,9 +264,7 @@ pub(crate) fn aggregate(
                 at_dense += unit.len;
             }
             (Route::HalfSum, _) => {
-                for (o, &s) in dst.iter_mut().zip(&p.halves[at_halves..at_halves + unit.len]) {
-                    *o = s.to_f32();
-                }
+                p.halves[at_halves..at_halves + unit.len].convert_to_f32_slice(dst);
                 at_halves += unit.len;
             }
             (Route::CodeSum, Message::Ternary(m)) => {

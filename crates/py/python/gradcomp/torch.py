@@ -131,7 +131,7 @@ def _sum_buckets(buckets):
 def _agree_finite(buf, state, world):
     """Every worker learns which workers hold a NaN or Inf (4 bytes each)."""
     flags = torch.zeros(world, dtype=torch.int32)
-    flags[dist.get_rank(state.process_group)] = 0 if bool(torch.isfinite(buf).all()) else 1
+    flags[dist.get_rank(state.process_group)] = 0 if _core.all_finite(buf.detach().numpy()) else 1
     dist.all_reduce(flags, group=state.process_group)
     return [r for r in range(world) if flags[r]]
 
