@@ -5,10 +5,14 @@
 # processes on 127.0.0.1). Arguments go to pytest.
 #
 # The environment lives outside the repository ($GRADCOMP_VENV, default
-# ~/.cache/gradcomp/py-venv), so it is reused and never committed.
+# ~/.cache/gradcomp/py-venv), so it is reused and never committed; so does
+# the wheel's build ($GRADCOMP_PY_TARGET, default ~/.cache/gradcomp/py-target).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv="${GRADCOMP_VENV:-$HOME/.cache/gradcomp/py-venv}"
+# The wheel is a release build: its own target directory keeps it apart from
+# the debug test build's (and warm between runs).
+export CARGO_TARGET_DIR="${GRADCOMP_PY_TARGET:-$HOME/.cache/gradcomp/py-target}"
 if [ ! -x "$venv/bin/python" ]; then
     echo "== creating $venv"
     python3 -m venv "$venv"
