@@ -6,6 +6,9 @@
 #   scripts/netsim.sh up   N RATE        create hosts PFX-h1..N at RATE (e.g. 100mbit, 1gbit, none)
 #   scripts/netsim.sh down N             remove them
 #   scripts/netsim.sh run  N RATE CMD... up, mpirun -np N CMD across the hosts, down (always)
+#   scripts/netsim.sh torch N RATE CMD... up, CMD once in each host as a torch.distributed rank
+#                                        (RANK, WORLD_SIZE, MASTER_ADDR = host 1, MASTER_PORT,
+#                                        GLOO_SOCKET_IFNAME=eth0), wait for all, down (always)
 #
 # Environment: NETSIM_PREFIX (default gcns; names are machine-wide, so give
 # parallel runs their own), NETSIM_SUBNET (default 10.77.0), NETSIM_TIMEOUT
@@ -19,7 +22,7 @@ PFX="${NETSIM_PREFIX:-gcns}"
 SUBNET="${NETSIM_SUBNET:-10.77.0}"
 HERE="$(cd "$(dirname "$0")" && pwd)"
 
-usage() { sed -n '2,14p' "$0" >&2; exit 2; }
+usage() { sed -n '2,18p' "$0" >&2; exit 2; }
 need_root() { [ "$(id -u)" = 0 ] || { echo "error: netsim needs root (network namespaces and tc)" >&2; exit 1; }; }
 
 shape() { # NS DEV RATE
@@ -90,11 +93,34 @@ run() {
         ${NETSIM_MPIRUN_ARGS:-} $(printf '%q ' "$@")"
 }
 
+# The same hosts and links as `run`, for PyTorch's gloo ranks: one process per
+# host, rank i−1 in host i, rendezvous at host 1. Every rank's exit status
+# counts; the first to fail, or the timeout, ends them all.
+torch_ranks() {
+    local n=$1 rate=$2; shift 2
+    [ $# -ge 1 ] || usage
+    trap 'kill $(jobs -p) 2>/dev/null; down '"$n" EXIT
+    up "$n" "$rate"
+    local pids=() i
+    for i in $(seq 1 "$n"); do
+        ip netns exec "$PFX-h$i" env RANK=$((i - 1)) WORLD_SIZE="$n" MASTER_ADDR="$SUBNET.1" \
+            MASTER_PORT="${NETSIM_TORCH_PORT:-29500}" GLOO_SOCKET_IFNAME=eth0 OMP_NUM_THREADS=1 \
+            timeout "${NETSIM_TIMEOUT:-1800}" "$@" &
+        pids+=($!)
+    done
+    local rc=0
+    for pid in "${pids[@]}"; do
+        wait "$pid" || { rc=$?; kill "${pids[@]}" 2>/dev/null || true; }
+    done
+    return $rc
+}
+
 [ $# -ge 2 ] || usage
 cmd=$1; shift
 case "$cmd" in
     up) [ $# -eq 2 ] || usage; up "$1" "$2" ;;
     down) down "$1" ;;
     run) run "$@" ;;
+    torch) torch_ranks "$@" ;;
     *) usage ;;
 esac

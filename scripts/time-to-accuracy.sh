@@ -6,7 +6,8 @@
 # TTA_METHODS names powersgd-r1, -r2, -r4); each run stops at its config's
 # train.target_accuracy and predicts its wall-clock with the link's
 # calibration. Dense and Top-k also run without pipelining at 100 Mbit/s.
-# TTA_MODELS, TTA_METHODS and TTA_NOPIPE_METHODS (empty: none) choose a subset.
+# TTA_MODELS, TTA_RATES, TTA_METHODS and TTA_NOPIPE_METHODS (empty: none)
+# choose a subset (bench/peer/matrix.sh runs one run at a time this way).
 #
 #   scripts/time-to-accuracy.sh BIN [OUT]        (root, Open MPI, the datasets)
 #
@@ -63,7 +64,7 @@ run() { # MODEL RATE METHOD PIPELINE
 }
 
 for model in ${TTA_MODELS:-mnist-lenet fashion-cnn}; do
-    for rate in 100mbit 1gbit; do
+    for rate in ${TTA_RATES:-100mbit 1gbit}; do
         for method in ${TTA_METHODS:-dense terngrad topk dgc qsgd}; do
             run "$model" "$rate" "$method" true
         done

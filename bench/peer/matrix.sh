@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# gradcomp against PyTorch DDP on the same shaped links: 4 workers in the
+# netsim hosts (scripts/netsim.sh), one recipe (experiments/tta-MODEL.toml),
+# every run to the config's target accuracy. The two frameworks' runs are
+# interleaved, one run at a time, so machine noise hits both alike:
+#
+#   burn       gradcomp's own trainer, MPI ranks (scripts/time-to-accuracy.sh's methods)
+#   peer       PyTorch DDP over gloo (bench/peer/train.py): DDP's allreduce, torch's hooks,
+#              gradcomp's hooks
+#
+#   bench/peer/matrix.sh BIN OUT     (root, Open MPI, MNIST, bench/peer/install.sh done)
+#
+# BIN is gradcomp built with --features mpi (release). PEER_PYTHON is the peer's
+# Python (default ~/.cache/gradcomp/py-venv/bin/python); MATRIX_MODELS,
+# MATRIX_RATES, MATRIX_BURN and MATRIX_PEER choose a subset. Both frameworks
+# run with one DDP bucket / gradcomp's config buckets as the config sets them;
+# torch's PowerSGD runs with a single DDP bucket (--buckets one): see
+# docs/RESULTS.md on the two-bucket pitfall. The table:
+# gradcomp report --time-to-accuracy OUT/*/
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+bin="${1:?usage: bench/peer/matrix.sh BIN OUT}"
+out="${2:?usage: bench/peer/matrix.sh BIN OUT}"
+py="${PEER_PYTHON:-$HOME/.cache/gradcomp/py-venv/bin/python}"
+mkdir -p "$out"
+out="$(cd "$out" && pwd)"
+burn=(${MATRIX_BURN:-dense topk terngrad powersgd-r2})
+peer=(${MATRIX_PEER:-none torch-fp16 torch-powersgd-r1 torch-powersgd-r2 torch-powersgd-r4 torch-batched-powersgd-r2 gradcomp:topk gradcomp:terngrad gradcomp:powersgd})
+
+# gradcomp's hooks at the settings of gradcomp's own time-to-accuracy runs.
+peer_options() {
+    case $1 in
+        gradcomp:topk) echo "--option density=0.01" ;;
+        gradcomp:powersgd) echo "--option rank=2 --option start_iter=10" ;;
+        *) echo "" ;;
+    esac
+}
+
+run_peer() { # MODEL RATE METHOD
+    local name="peer-$1-${3/:/-}-$2"
+    echo "== $name" >&2
+    # shellcheck disable=SC2046
+    NETSIM_TIMEOUT=1200 scripts/netsim.sh torch 4 "$2" "$py" bench/peer/train.py \
+        --config "experiments/tta-$1.toml" --method "$3" $(peer_options "$3") --out "$out/$name" \
+        > "$out/$name.log" 2>&1 || echo "   FAILED (see $out/$name.log)" >&2
+}
+
+run_burn() { # MODEL RATE METHOD
+    TTA_MODELS="$1" TTA_RATES="$2" TTA_METHODS="$3" TTA_NOPIPE_METHODS="" scripts/time-to-accuracy.sh "$bin" "$out"
+}
+
+for model in ${MATRIX_MODELS:-mnist-lenet}; do
+    for rate in ${MATRIX_RATES:-100mbit 1gbit}; do
+        n=$(( ${#burn[@]} > ${#peer[@]} ? ${#burn[@]} : ${#peer[@]} ))
+        for i in $(seq 0 $((n - 1))); do
+            if [ "$i" -lt "${#peer[@]}" ]; then run_peer "$model" "$rate" "${peer[$i]}"; fi
+            if [ "$i" -lt "${#burn[@]}" ]; then run_burn "$model" "$rate" "${burn[$i]}"; fi
+        done
+    done
+done
+echo "done: gradcomp report --time-to-accuracy $out/*/" >&2
