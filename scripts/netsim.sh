@@ -99,7 +99,7 @@ run() {
 torch_ranks() {
     local n=$1 rate=$2; shift 2
     [ $# -ge 1 ] || usage
-    trap 'kill $(jobs -p) 2>/dev/null; down '"$n" EXIT
+    trap 'kill $(jobs -p) 2>/dev/null || true; down '"$n" EXIT
     up "$n" "$rate"
     local pids=() i
     for i in $(seq 1 "$n"); do

@@ -25,6 +25,7 @@ import argparse
 import json
 import math
 import os
+import re
 import sys
 import time
 import tomllib
@@ -112,6 +113,20 @@ def hook_for(method, options):
     sys.exit(f"error: unknown method {method!r}")
 
 
+def write_run_dir(a, cfg_text):
+    """A gradcomp run directory that `gradcomp report` reads: the configuration
+    named after the run (the method in a comment), no step records (torch keeps
+    none), and epochs.jsonl, which the evaluations stand in for."""
+    os.makedirs(a.out, exist_ok=True)
+    name = os.path.basename(os.path.normpath(a.out))
+    text = re.sub(r'(?m)^name = ".*"$', f'name = "{name}"', cfg_text, count=1)
+    with open(os.path.join(a.out, "config.toml"), "w") as f:
+        f.write(text)
+        f.write(f"\n# peer: PyTorch {torch.__version__} DDP over gloo, method {a.method} {dict(a.option)}\n")
+    for records in ("epochs.jsonl", "steps.jsonl"):
+        open(os.path.join(a.out, records), "w").close()
+
+
 def option(text):
     key, _, value = text.partition("=")
     try:
@@ -155,10 +170,7 @@ def main():
     shard = torch.randperm(len(x), generator=torch.Generator().manual_seed(cfg.get("seed", 1)))[rank::world]
     per_epoch = len(shard) // batch
     if rank == 0:
-        os.makedirs(a.out, exist_ok=True)
-        with open(os.path.join(a.out, "config.toml"), "w") as f:
-            f.write(open(a.config).read())
-            f.write(f'\n# peer: PyTorch {torch.__version__} DDP over gloo, method {a.method} {dict(a.option)}\n')
+        write_run_dir(a, cfg_text=open(a.config).read())
         evals = open(os.path.join(a.out, "evals.jsonl"), "w")
     # As gradcomp records them: the wall-clock summed over training steps
     # (evaluation excluded), and the bytes summed over all workers.
