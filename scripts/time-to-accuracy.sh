@@ -50,6 +50,9 @@ run() { # MODEL RATE METHOD PIPELINE
     local bps burst name
     bps=$([ "$rate" = 100mbit ] && echo 1e8 || echo 1e9)
     burst=$([ "$rate" = 100mbit ] && echo 32kb || echo 256kb) # ~2.5 ms of traffic, as validate-model.sh
+    # Unshaped (rate none): no calibration; the prediction is for 1 Gbit/s, uncalibrated.
+    local calibrate=(--set "network.calibration=[\"$PWD/$cal/n4-$rate.json\"]")
+    [ "$rate" = none ] && calibrate=()
     name="tta-$model-$method-$rate$([ "$pipeline" = true ] || echo -nopipe)"
     method_sets "$method"
     local args=()
@@ -59,7 +62,7 @@ run() { # MODEL RATE METHOD PIPELINE
         --config "experiments/tta-$model.toml" --overwrite "${args[@]}" \
         --set "name=\"$name\"" --set "run_dir=\"$out/$name\"" \
         --set "compression.pipeline=$pipeline" --set "network.links_bps=[$bps]" \
-        --set "network.calibration=[\"$PWD/$cal/n4-$rate.json\"]" > "$out/$name.log" 2>&1 ||
+        "${calibrate[@]}" > "$out/$name.log" 2>&1 ||
         echo "   FAILED (see $out/$name.log)" >&2
 }
 
