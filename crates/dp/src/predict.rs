@@ -35,8 +35,8 @@ impl Workload {
     }
 }
 
-/// The middle value (the upper one of an even count); NaN for none.
-fn median(mut v: Vec<f64>) -> f64 {
+/// The median of `v` (the upper one for an even count); NaN when empty.
+pub fn median(mut v: Vec<f64>) -> f64 {
     if v.is_empty() {
         return f64::NAN;
     }

@@ -3,14 +3,9 @@
 
 use std::time::{Duration, Instant};
 
-/// The median of `v` (the upper one for an even count); NaN when empty.
-pub fn median(mut v: Vec<f64>) -> f64 {
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
+/// The median of a list (the upper one for an even count; NaN when empty):
+/// the library's, which the performance model measures with.
+pub use gradcomp_dp::predict::median;
 
 /// Runs `f` once to warm up, then until `min_time` has passed and at least
 /// `min_reps` runs were made; returns the median seconds per run.
