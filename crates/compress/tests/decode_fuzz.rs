@@ -4,7 +4,9 @@
 
 use gradcomp_compress::codec::harness::{exercise, valid_messages};
 use gradcomp_compress::codec::{self, HEADER_LEN};
-use gradcomp_compress::message::Message;
+use gradcomp_compress::message::{
+    DenseMessage, HalfMessage, IndexEncoding, Message, SparseMessage, SparseWire, ValueEncoding,
+};
 use proptest::prelude::*;
 
 proptest! {
@@ -71,4 +73,47 @@ fn specific_corruptions_are_named() {
     assert!(codec::decode(&bad, &mut msg).unwrap_err().to_string().contains("out of range"));
     let mut out = vec![0.0; 36];
     assert!(codec::accumulate(topk, 1.0, &mut out).unwrap_err().to_string().contains("36"));
+}
+
+/// Issue #27: element payloads are refused when a value is not finite, as
+/// scalars already were; before, a sparse f16 signalling NaN decoded and
+/// re-encoded to other bytes.
+#[test]
+fn non_finite_values_are_refused() {
+    let sparse = |values: ValueEncoding| {
+        Message::Sparse(SparseMessage {
+            len: 8,
+            wire: SparseWire { indices: IndexEncoding::U32, values },
+            indices: vec![1, 5],
+            values: vec![0.5, -2.0],
+        })
+    };
+    let f16_nans = [0x7c00u16, 0xfc00, 0x7e00, 0x7d00]; // +inf, -inf, quiet NaN, signalling NaN
+    let f32_nans = [f32::INFINITY, f32::NEG_INFINITY, f32::NAN, f32::from_bits(0x7fa0_0000)];
+    let mut cases: Vec<(Message, Vec<u8>)> = Vec::new();
+    for bits in f16_nans {
+        cases.push((
+            Message::Half(HalfMessage { values: vec![0x3c00, 0x3c00, 0x3c00] }),
+            bits.to_le_bytes().to_vec(),
+        ));
+        cases.push((sparse(ValueEncoding::F16), bits.to_le_bytes().to_vec()));
+    }
+    for v in f32_nans {
+        cases.push((Message::Dense(DenseMessage { values: vec![1.0, 2.0, 3.0] }), v.to_le_bytes().to_vec()));
+        cases.push((sparse(ValueEncoding::F32), v.to_le_bytes().to_vec()));
+    }
+    for (msg, last) in cases {
+        let mut bytes = Vec::new();
+        codec::encode(&msg, 0, &mut bytes);
+        assert!(exercise(&bytes), "the finite message decodes");
+        // The last value is the message's last bytes.
+        let at = bytes.len() - last.len();
+        bytes[at..].copy_from_slice(&last);
+        let mut out = Message::default();
+        let err = codec::decode(&bytes, &mut out).unwrap_err().to_string();
+        assert!(err.contains("non-finite"), "{err}");
+        let mut acc = vec![0.0f32; 8];
+        assert!(codec::accumulate(&bytes, 1.0, &mut acc[..msg.len()]).is_err());
+        assert!(!exercise(&bytes));
+    }
 }

@@ -57,6 +57,33 @@ pub fn catalog(root: &Path) -> Vec<Case> {
             action: Action::Run,
             expect: error(&["label", "200"]),
         });
+        // Issue #27: labels far past the labels present (one class, all 200)
+        // would train a 201-way classifier; refused unless data.classes says so.
+        let id = next("images");
+        let dir = root.join("data").join(&id);
+        set.write(&dir, IMAGE_NAMES, 1, Some(labels_file(&[200; 64])));
+        cases.push(Case {
+            class: "data",
+            name: "train labels all 200: 201 classes from 1 distinct label".into(),
+            args: images_case(root, &id, &dir, &[]),
+            action: Action::Run,
+            expect: error(&[IMAGE_NAMES[1], "1 distinct", "201 outputs", "data.classes"]),
+        });
+        let id = next("images");
+        let dir = root.join("data").join(&id);
+        set.write(
+            &dir,
+            IMAGE_NAMES,
+            1,
+            Some([vec![3; 10], vec![12], vec![3; 53]].concat()).map(|l| labels_file(&l)),
+        );
+        cases.push(Case {
+            class: "data",
+            name: "a train label past data.classes".into(),
+            args: images_case(root, &id, &dir, &["data.classes=10"]),
+            action: Action::Run,
+            expect: error(&[IMAGE_NAMES[1], "label 12 of example 10", "data.classes = 10"]),
+        });
         let id = next("images");
         let dir = root.join("data").join(&id);
         let tiny =
@@ -140,6 +167,24 @@ pub fn catalog(root: &Path) -> Vec<Case> {
             ),
             action: Action::Run,
             expect: error(&["mnist"]),
+        });
+    }
+    // Issue #27: MNIST's training labels all 200 used to train a 201-class
+    // model to 0.00% with no warning; MNIST has 10 classes.
+    {
+        let id = next("mnist");
+        let dir = root.join("data").join(&id);
+        set.write(&dir.join("mnist"), MNIST_NAMES, 1, Some(labels_file(&[200; 64])));
+        cases.push(Case {
+            class: "data",
+            name: "MNIST: every training label 200".into(),
+            args: train_args(
+                root,
+                &id,
+                &["data.dataset=\"mnist\"".into(), format!("data.dir=\"{}\"", dir.display())],
+            ),
+            action: Action::Run,
+            expect: error(&[MNIST_NAMES[1], "label 200 of example 0", "MNIST's 10 classes"]),
         });
     }
 

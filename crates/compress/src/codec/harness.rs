@@ -15,8 +15,9 @@ const MAX_OUT: usize = 1 << 16;
 /// Decodes `bytes` every way a receiver can (decode, header, split,
 /// accumulate into a dense buffer, ternary sum) and panics if an invariant
 /// breaks: a rejected message must leave the output untouched, accumulate
-/// must not accept what decode rejects, and whatever decodes re-encodes to
-/// the same bytes (the format is canonical). Returns whether it decoded.
+/// must not accept what decode rejects, whatever decodes holds finite values
+/// only, and it re-encodes to the same bytes (the format is canonical, values
+/// included: a NaN's payload would not survive). Returns whether it decoded.
 pub fn exercise(bytes: &[u8]) -> bool {
     let mut msg = Message::default();
     let decoded = codec::decode(bytes, &mut msg);
@@ -39,6 +40,15 @@ pub fn exercise(bytes: &[u8]) -> bool {
         }
     }
     if let (Ok(_), Ok(h)) = (&decoded, &header) {
+        if (h.len as usize) <= MAX_OUT {
+            let mut values = vec![0.0f32; h.len as usize];
+            msg.decompress_into(&mut values);
+            assert!(
+                values.iter().all(|v| v.is_finite()),
+                "a decoded {:?} message holds a non-finite value",
+                h.kind
+            );
+        }
         let mut again = Vec::new();
         codec::encode(&msg, h.unit, &mut again);
         assert_eq!(again, bytes, "a decoded message re-encodes to other bytes");

@@ -76,8 +76,10 @@ pub(super) fn parse(bytes: &[u8]) -> Result<(Header, View<'_>, &[u8]), CodecErro
     }
     let n = len as usize;
     let view = match kind {
-        MessageKind::Dense => View::Dense(r.take(n * 4, "dense values")?),
-        MessageKind::Half => View::Half(r.take(n * 2, "half values")?),
+        MessageKind::Dense => {
+            View::Dense(finite_f32s(r.take(n * 4, "dense values")?, "non-finite dense value")?)
+        }
+        MessageKind::Half => View::Half(finite_f16s(r.take(n * 2, "half values")?, "non-finite half value")?),
         MessageKind::Ternary => {
             let scale = r.finite_f32("ternary scale")?;
             if scale < 0.0 {
@@ -122,6 +124,10 @@ pub(super) fn parse(bytes: &[u8]) -> Result<(Header, View<'_>, &[u8]), CodecErro
                 ValueEncoding::F16 => 2,
             };
             let values = r.take(count * vsize, "sparse values")?;
+            match wire.values {
+                ValueEncoding::F32 => finite_f32s(values, "non-finite sparse value")?,
+                ValueEncoding::F16 => finite_f16s(values, "non-finite sparse value")?,
+            };
             View::Sparse { wire, count, indices, values }
         }
         MessageKind::Qsgd => {
@@ -185,7 +191,44 @@ fn low_rank<'a>(r: &mut Reader<'a>, len: u32) -> Result<View<'a>, CodecError> {
     if f32s(p).chain(f32s(q)).any(|v| !v.is_finite()) {
         return Err(CodecError::Invalid("non-finite low-rank factor"));
     }
-    Ok(View::LowRank { rows, cols, rank, p, q })
+    // Finite factors can still multiply past f32: every element of P Qᵀ is
+    // at most Σ_k max|P[·,k]| · max|Q[·,k]|; refuse when that bound (with
+    // room for rounding) is not below f32::MAX, so that what decodes is finite.
+    let rank = rank as usize;
+    let column_max = |m: &[u8]| {
+        let mut max = vec![0.0f64; rank];
+        for (i, v) in f32s(m).enumerate() {
+            max[i % rank] = max[i % rank].max(f64::from(v.abs()));
+        }
+        max
+    };
+    let bound: f64 = column_max(p).iter().zip(column_max(q)).map(|(a, b)| a * b).sum();
+    if bound >= f64::from(f32::MAX) / 2.0 {
+        return Err(CodecError::Invalid("low-rank factors whose product overflows f32"));
+    }
+    Ok(View::LowRank { rows, cols, rank: rank as u32, p, q })
+}
+
+/// `bytes` as little-endian f32s if every one is finite. Element payloads
+/// are checked like scalars: an infinity or NaN from one worker would reach
+/// every replica, and a NaN's payload bits do not survive a decode and
+/// re-encode (a signalling NaN comes back quiet), so the format would not be
+/// canonical.
+fn finite_f32s<'a>(bytes: &'a [u8], what: &'static str) -> Result<&'a [u8], CodecError> {
+    if f32s(bytes).all(f32::is_finite) {
+        Ok(bytes)
+    } else {
+        Err(CodecError::Invalid(what))
+    }
+}
+
+/// `bytes` as little-endian f16s if every one is finite (exponent bits not all set).
+fn finite_f16s<'a>(bytes: &'a [u8], what: &'static str) -> Result<&'a [u8], CodecError> {
+    if u16s(bytes).all(|h| h & 0x7c00 != 0x7c00) {
+        Ok(bytes)
+    } else {
+        Err(CodecError::Invalid(what))
+    }
 }
 
 pub(super) fn f32s(bytes: &[u8]) -> impl Iterator<Item = f32> + '_ {

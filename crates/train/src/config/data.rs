@@ -93,6 +93,10 @@ pub struct DataConfig {
     pub test_labels: String,
     /// `images`: how 4-D IDX files order an image (`chw` or `hwc`).
     pub image_layout: ImageLayout,
+    /// `images`: the number of classes (labels `0..classes`); unset: the
+    /// largest training label + 1, refused when more than twice the distinct
+    /// labels (a sign of mislabelled data).
+    pub classes: Option<usize>,
     /// Image datasets: inputs `(p/255 − mean)/std` per channel (one value, or
     /// one per channel), at training and test alike; none: `p/255`.
     pub normalize: Option<Normalize>,
@@ -125,6 +129,7 @@ impl Default for DataConfig {
             test_images: images.test_images,
             test_labels: images.test_labels,
             image_layout: ImageLayout::Chw,
+            classes: None,
             normalize: None,
             augment: Augment::default(),
             train_text: text.train,

@@ -112,6 +112,23 @@ impl TrainConfig {
                 ),
             ));
         }
+        if let Some(k) = self.data.classes {
+            if self.data.dataset != Dataset::Images {
+                return Err(err(
+                    "data.classes",
+                    format!(
+                        "applies to dataset = \"images\" only ({:?} knows its classes)",
+                        self.data.dataset
+                    ),
+                ));
+            }
+            if !(2..=256).contains(&k) {
+                return Err(err(
+                    "data.classes",
+                    format!("{k} is out of range: 2..=256 classes (one byte per label)"),
+                ));
+            }
+        }
         if matches!(self.data.dataset, Dataset::SyntheticImages | Dataset::SyntheticTokens)
             && self.data.synthetic_size == 0
         {

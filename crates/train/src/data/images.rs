@@ -124,6 +124,14 @@ impl ImageDataset {
         })
     }
 
+    /// A dataset of `labels.len()` images of `shape` whose classes are the
+    /// labels seen (largest + 1), as [`ImageDataset::load`] makes them.
+    #[cfg(test)]
+    fn load_parts(pixels: Vec<u8>, labels: Vec<u8>, shape: [usize; 3]) -> Self {
+        let classes = labels.iter().max().map_or(0, |&m| usize::from(m) + 1);
+        Self { pixels: Arc::new(pixels), labels: Arc::new(labels), shape, classes, lut: unit_scale() }
+    }
+
     /// Appends example `i` as model input: scaled to [0, 1], or normalized.
     pub fn push_example(&self, i: usize, pixels: &mut Vec<f32>, labels: &mut Vec<i64>) {
         let sz = self.image_size();
@@ -186,13 +194,15 @@ pub struct ImageSplits {
 impl ImageSplits {
     /// Loads `files` from `dir`. A name is tried as given, then with `.gz`,
     /// then (MNIST's own spelling) with its first `-` before `idx` as a `.`.
-    /// `missing` says how to get a file that is not there.
+    /// `missing` says how to get a file that is not there; `classes` how the
+    /// class count is known, and both splits get it.
     pub fn load(
         dir: &Path,
         files: &ImageFiles,
         layout: ImageLayout,
         dataset: &str,
         missing: &str,
+        classes: Classes,
     ) -> Result<Self, DataError> {
         let find = |name: &str| -> Result<PathBuf, DataError> {
             let candidates = [name.to_string(), format!("{name}.gz"), name.replacen("-idx", ".idx", 1)];
@@ -222,31 +232,117 @@ impl ImageSplits {
                 ),
             ));
         }
-        if train.classes < 2 {
-            return Err(DataError::corrupt(
-                &train_labels,
-                "every training label is 0: classification needs at least two classes",
-            ));
-        }
-        // The model has one output per class seen in training: a test label
-        // past them could never be predicted, and the accuracy would be wrong.
-        if let Some(&bad) = test.labels.iter().find(|&&l| usize::from(l) >= train.classes) {
-            return Err(DataError::corrupt(
-                &test_labels,
-                format!(
-                    "test label {bad} is outside the training labels' 0..{}: the model would never predict it",
-                    train.classes
-                ),
-            ));
-        }
-        let classes = train.classes;
-        Ok(Self { train, test: ImageDataset { classes, ..test } })
+        let classes = match classes {
+            Classes::Known(k) => {
+                let name = format!("{dataset}'s {k} classes 0..={}", k - 1);
+                first_label_outside(&train, &train_labels, k, &name)?;
+                first_label_outside(&test, &test_labels, k, &name)?;
+                k
+            }
+            Classes::Declared(k) => {
+                let name = format!("data.classes = {k} (labels 0..={})", k - 1);
+                first_label_outside(&train, &train_labels, k, &name)?;
+                first_label_outside(&test, &test_labels, k, &name)?;
+                k
+            }
+            Classes::Inferred => {
+                if train.classes < 2 {
+                    return Err(DataError::corrupt(
+                        &train_labels,
+                        "every training label is 0: classification needs at least two classes",
+                    ));
+                }
+                too_many_classes(&train, &train_labels)?;
+                // The model has one output per class seen in training: a test label
+                // past them could never be predicted, and the accuracy would be wrong.
+                if let Some(&bad) = test.labels.iter().find(|&&l| usize::from(l) >= train.classes) {
+                    return Err(DataError::corrupt(
+                        &test_labels,
+                        format!(
+                            "test label {bad} is outside the training labels' 0..{}: the model would never predict it",
+                            train.classes
+                        ),
+                    ));
+                }
+                train.classes
+            }
+        };
+        Ok(Self { train: ImageDataset { classes, ..train }, test: ImageDataset { classes, ..test } })
     }
+}
+
+/// How a dataset's class count is known.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Classes {
+    /// Fixed by the dataset (MNIST, Fashion-MNIST: 10); a label outside is an error.
+    Known(usize),
+    /// Set by the user (`data.classes`); a label outside is an error.
+    Declared(usize),
+    /// The largest training label + 1, refused when far above the labels
+    /// present ([`too_many_classes`]).
+    Inferred,
+}
+
+/// An error naming the file and the first example whose label is not below `classes`.
+fn first_label_outside(d: &ImageDataset, path: &Path, classes: usize, name: &str) -> Result<(), DataError> {
+    match d.labels.iter().position(|&l| usize::from(l) >= classes) {
+        Some(i) => {
+            Err(DataError::corrupt(path, format!("label {} of example {i} is outside {name}", d.labels[i])))
+        }
+        None => Ok(()),
+    }
+}
+
+/// Refuses an inferred class count more than twice the number of distinct
+/// training labels. The model gets one output per class, so labels {0, 200}
+/// would train a 201-way classifier whose accuracy means nothing, with no
+/// sign of it; an error, not a warning, because the run's every figure
+/// would be wrong and a warning scrolls away. A set that really has classes
+/// absent from training says so with `data.classes`.
+fn too_many_classes(train: &ImageDataset, path: &Path) -> Result<(), DataError> {
+    let mut seen = [false; 256];
+    train.labels.iter().for_each(|&l| seen[usize::from(l)] = true);
+    let distinct = seen.iter().filter(|&&s| s).count();
+    if train.classes > 2 * distinct {
+        return Err(DataError::corrupt(
+            path,
+            format!(
+                "the training labels hold {distinct} distinct value(s) but the largest is {}, so the model would have {} outputs, most never trained: relabel the classes 0..={}, or set data.classes = {} if the other classes are meant",
+                train.classes - 1,
+                train.classes,
+                distinct - 1,
+                train.classes
+            ),
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn class_counts_far_above_the_labels_present_are_refused() {
+        let set = |labels: Vec<u8>| {
+            let n = labels.len();
+            ImageDataset::load_parts(vec![0; n], labels, [1, 1, 1])
+        };
+        let path = Path::new("tr-y.idx");
+        // {0, 200}: 2 distinct labels, 201 outputs.
+        let err = too_many_classes(&set(vec![0, 200, 0]), path).unwrap_err().to_string();
+        assert!(
+            err.contains("2 distinct") && err.contains("201 outputs") && err.contains("tr-y.idx"),
+            "{err}"
+        );
+        // 9 of 10 classes present (one absent from a small set) is fine; so is 3 of 6.
+        assert!(too_many_classes(&set((0..9).chain([9]).filter(|&l| l != 4).collect()), path).is_ok());
+        assert!(too_many_classes(&set(vec![0, 2, 5]), path).is_ok());
+        let err = first_label_outside(&set(vec![1, 2, 10, 11]), path, 10, "MNIST's 10 classes 0..=9")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("label 10 of example 2 is outside MNIST's 10 classes"), "{err}");
+    }
 
     fn two_channel_set() -> ImageDataset {
         // One image of 2 channels × 1 × 2: channel 0 = [0, 255], channel 1 = [51, 102].

@@ -22,7 +22,7 @@ pub use crate::config::{ImageFiles, ImageLayout, TextFiles};
 pub use batch::Batch;
 pub use error::DataError;
 pub use idx::{images_file, labels_file};
-pub use images::{ImageDataset, ImageSplits};
+pub use images::{Classes, ImageDataset, ImageSplits};
 pub use loader::{eval_batches, ImageLoader, TokenLoader};
 pub use text::{Corpus, Vocabulary, UNK};
 pub use train_data::{data_dir, parse_file_bytes, FileKind, Loader, TrainData, EVAL_TOKEN_ROWS};

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use super::batch::Batch;
 use super::error::DataError;
+use super::images::Classes;
 use super::images::{ImageDataset, ImageSplits};
 use super::loader::{ImageLoader, TokenLoader};
 use super::text::Corpus;
@@ -121,10 +122,10 @@ impl TrainData {
             })
         };
         let data = match d.dataset {
-            Dataset::Mnist => Self::images(ImageSplits::load(&root.join("mnist"), &ImageFiles::default(), d.image_layout, "MNIST", &fetch_hint("mnist"))?, cfg)?,
-            Dataset::FashionMnist => Self::images(ImageSplits::load(&root.join("fashion-mnist"), &ImageFiles::default(), d.image_layout, "Fashion-MNIST", &fetch_hint("fashion-mnist"))?, cfg)?,
+            Dataset::Mnist => Self::images(ImageSplits::load(&root.join("mnist"), &ImageFiles::default(), d.image_layout, "MNIST", &fetch_hint("mnist"), Classes::Known(10))?, cfg)?,
+            Dataset::FashionMnist => Self::images(ImageSplits::load(&root.join("fashion-mnist"), &ImageFiles::default(), d.image_layout, "Fashion-MNIST", &fetch_hint("fashion-mnist"), Classes::Known(10))?, cfg)?,
             Dataset::Images => Self::images(
-                ImageSplits::load(&own()?, &d.image_files(), d.image_layout, "the image dataset", "set data.dir to the directory that holds it, or data.train_images (and the others) to its file names")?,
+                ImageSplits::load(&own()?, &d.image_files(), d.image_layout, "the image dataset", "set data.dir to the directory that holds it, or data.train_images (and the others) to its file names", d.classes.map_or(Classes::Inferred, Classes::Declared))?,
                 cfg,
             )?,
             Dataset::SyntheticImages => {
