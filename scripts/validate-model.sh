@@ -44,7 +44,7 @@ for n in 2 4; do
             echo "== $name" >&2
             NETSIM_BURST=$burst NETSIM_TIMEOUT=900 scripts/netsim.sh run "$n" "$rate" "$bin" train --backend mpi --quiet --config "$cfg" \
                 --set workers=$n --set "name=\"$name\"" --set "run_dir=\"$out/$name\"" \
-                --set train.max_steps="$steps" --set train.eval=false --set train.checkpoint_every=0 \
+                --set train.max_steps="$steps" --set train.eval=false --set train.checkpoint_every_epochs=0 \
                 --set train.checksum_every=0 --set train.stats_every=0 \
                 --set "network.links_bps=[$bps]" --set network.alpha=0.0001 \
                 --set 'network.allreduce="recursive-doubling"' "${extra[@]}" > "$out/$name.log" 2>&1 ||

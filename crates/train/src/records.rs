@@ -247,6 +247,27 @@ impl JsonLines {
         Ok(Self { out: BufWriter::new(f) })
     }
 
+    /// Opens `path` to append to, first dropping the lines `keep` refuses
+    /// (a resume from a checkpoint older than the last records: the steps
+    /// after it run again and must not appear twice). Unparsable lines go too.
+    pub fn open_kept(path: &Path, keep: impl Fn(&serde_json::Value) -> bool) -> std::io::Result<Self> {
+        match std::fs::read_to_string(path) {
+            Ok(text) => {
+                let kept: String = text
+                    .lines()
+                    .filter(|l| serde_json::from_str(l).is_ok_and(|v| keep(&v)))
+                    .flat_map(|l| [l, "\n"])
+                    .collect();
+                if kept.len() != text.len() {
+                    write_atomic(path, kept.as_bytes())?;
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+        Self::open(path, true)
+    }
+
     pub fn write<T: Serialize>(&mut self, v: &T) -> std::io::Result<()> {
         serde_json::to_writer(&mut self.out, v)?;
         self.out.write_all(b"\n")?;

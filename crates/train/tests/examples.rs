@@ -57,7 +57,7 @@ fn the_user_model_example_matches_the_built_in_trainer() {
             "name = \"example\"\nrun_dir = \"{}\"\nworkers = 4\nseed = {SEED}\n\
              [data]\ndataset = \"synthetic-images\"\nbatch_size = {BATCH}\n\
              [optimizer]\nname = \"adamw\"\nlr = {LR}\neps = 1e-5\nweight_decay = 1e-4\n\
-             [train]\nepochs = {EPOCHS}\ncheckpoint_every = 0\n[compressor]\nname = \"terngrad\"",
+             [train]\nepochs = {EPOCHS}\ncheckpoint_every_epochs = 0\n[compressor]\nname = \"terngrad\"",
             dir.display()
         ),
         &[],

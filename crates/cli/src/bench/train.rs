@@ -97,7 +97,7 @@ fn base_config(
         ("train.eval".into(), "false".into()),
         ("train.checksum_every".into(), "0".into()),
         ("train.stats_every".into(), "0".into()),
-        ("train.checkpoint_every".into(), "0".into()),
+        ("train.checkpoint_every_epochs".into(), "0".into()),
     ];
     ov.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
     Ok(TrainConfig::from_toml("", &ov)?)

@@ -13,8 +13,14 @@ pub struct LoopConfig {
     /// Compare a parameter checksum across workers every this many steps (0: never).
     pub checksum_every: u64,
     pub on_nonfinite: OnNonFinite,
-    /// Write a checkpoint every this many epochs (0: only on Ctrl-C).
-    pub checkpoint_every: u32,
+    /// Write a checkpoint at the end of every this many epochs (0: only on
+    /// a signal). Its old name `checkpoint_every` still reads.
+    #[serde(alias = "checkpoint_every")]
+    pub checkpoint_every_epochs: u32,
+    /// Also write one every this many steps within an epoch (0: none), in
+    /// the background: the state is copied at the step and written while
+    /// training goes on, so a lost worker costs at most this many steps.
+    pub checkpoint_every_steps: u64,
     /// Measure the contraction ratio and gradient histogram every this many steps (0: never).
     pub stats_every: u64,
     /// Evaluate on the test set after every epoch.
@@ -37,7 +43,8 @@ impl Default for LoopConfig {
             max_steps: 0,
             checksum_every: 50,
             on_nonfinite: OnNonFinite::Stop,
-            checkpoint_every: 1,
+            checkpoint_every_epochs: 1,
+            checkpoint_every_steps: 0,
             stats_every: 50,
             eval: true,
             eval_every: 0,

@@ -215,8 +215,95 @@ impl Checkpoint {
     }
 }
 
-/// Writes a checkpoint of this worker; rank 0 also writes the shared state
-/// and, once every rank's file is in place, points `checkpoints/latest` at it.
+/// One worker's checkpoint, copied out of the model, optimizer and handle at
+/// a step: what [`Snapshot::write_files`] then writes, on this thread or in
+/// the background.
+pub(super) struct Snapshot {
+    run_dir: PathBuf,
+    /// `step-<S>`, zero-padded so that name order is step order.
+    name: String,
+    rank: usize,
+    workers: usize,
+    keep: usize,
+    /// `rank-<r>.bin`.
+    mine: Sections,
+    /// Rank 0's `state.bin`.
+    shared: Option<Sections>,
+}
+
+impl Snapshot {
+    /// Copies this worker's state at its current step.
+    pub fn take<M: Module>(
+        sh: &Shared<'_>,
+        dp: &DataParallel,
+        model: &M,
+        optim: &ModuleOptimizer,
+        counters: &Counters,
+    ) -> Result<Self, TrainError> {
+        let rank = dp.rank();
+        let replica = Replica::of(model, optim)?;
+        let mut mine = Sections::default();
+        let mut state = dp.state();
+        for (k, v) in std::mem::take(&mut state.buffers) {
+            mine.put(&format!("dp.{k}"), Values::F32(v));
+        }
+        mine.put("dp", Values::Bytes(serde_json::to_vec(&state).expect("counters serialize")));
+        if !dp.identical_replicas() {
+            replica.put(&mut mine);
+        }
+        let shared = (rank == 0).then(|| {
+            let mut s = Sections::default();
+            replica.put(&mut s);
+            s.put("counters", Values::Bytes(serde_json::to_vec(counters).expect("counters serialize")));
+            s.put("config", Values::Bytes(sh.cfg.to_toml().into_bytes()));
+            s
+        });
+        Ok(Self {
+            run_dir: sh.run_dir.clone(),
+            name: format!("step-{:09}", dp.steps()),
+            rank,
+            workers: dp.world_size(),
+            keep: sh.cfg.train.keep_checkpoints as usize,
+            mine,
+            shared,
+        })
+    }
+
+    fn dir(&self) -> PathBuf {
+        self.run_dir.join("checkpoints").join(&self.name)
+    }
+
+    /// Writes this worker's files (each atomically, with its checksum).
+    pub fn write_files(&self) -> Result<(), TrainError> {
+        let dir = self.dir();
+        std::fs::create_dir_all(&dir).map_err(io(&dir))?;
+        let checkpoint_err = |e: crate::sections::CheckpointError| TrainError::Checkpoint(e.to_string());
+        self.mine.write(&dir.join(format!("rank-{}.bin", self.rank))).map_err(checkpoint_err)?;
+        if let Some(s) = &self.shared {
+            s.write(&dir.join("state.bin")).map_err(checkpoint_err)?;
+        }
+        Ok(())
+    }
+
+    /// Rank 0, once every rank's file is in place: points
+    /// `checkpoints/latest` at this checkpoint, then prunes old ones.
+    fn commit(&self) -> Result<(), TrainError> {
+        let latest = self.run_dir.join("checkpoints/latest");
+        write_atomic(&latest, self.name.as_bytes()).map_err(io(&latest))?;
+        prune(&self.run_dir.join("checkpoints"), self.keep)
+    }
+
+    /// Whether every rank's file of this checkpoint is in place (each is
+    /// renamed into place whole, so present means complete).
+    fn all_ranks_written(&self) -> bool {
+        let dir = self.dir();
+        (0..self.workers).all(|r| dir.join(format!("rank-{r}.bin")).is_file())
+    }
+}
+
+/// Writes a checkpoint of this worker now; rank 0 also writes the shared
+/// state and, once every rank's file is in place, points
+/// `checkpoints/latest` at it.
 pub(super) fn write<M: Module>(
     sh: &Shared<'_>,
     dp: &mut DataParallel,
@@ -224,37 +311,107 @@ pub(super) fn write<M: Module>(
     optim: &ModuleOptimizer,
     counters: &Counters,
 ) -> Result<(), TrainError> {
-    let rank = dp.rank();
-    let name = format!("step-{:09}", dp.steps());
-    let dir = sh.run_dir.join("checkpoints").join(&name);
-    std::fs::create_dir_all(&dir).map_err(io(&dir))?;
-    let checkpoint_err = |e: crate::sections::CheckpointError| TrainError::Checkpoint(e.to_string());
-    let replica = Replica::of(model, optim)?;
-
-    let mut mine = Sections::default();
-    let mut state = dp.state();
-    for (k, v) in std::mem::take(&mut state.buffers) {
-        mine.put(&format!("dp.{k}"), Values::F32(v));
-    }
-    mine.put("dp", Values::Bytes(serde_json::to_vec(&state).expect("counters serialize")));
-    if !dp.identical_replicas() {
-        replica.put(&mut mine);
-    }
-    mine.write(&dir.join(format!("rank-{rank}.bin"))).map_err(checkpoint_err)?;
-    if rank == 0 {
-        let mut s = Sections::default();
-        replica.put(&mut s);
-        s.put("counters", Values::Bytes(serde_json::to_vec(counters).expect("counters serialize")));
-        s.put("config", Values::Bytes(sh.cfg.to_toml().into_bytes()));
-        s.write(&dir.join("state.bin")).map_err(checkpoint_err)?;
-    }
+    let snapshot = Snapshot::take(sh, dp, model, optim, counters)?;
+    snapshot.write_files()?;
+    let rank = snapshot.rank;
     dp.collective_mut().barrier().map_err(|source| SyncError::Comm { rank, source })?;
     if rank == 0 {
-        let latest = sh.run_dir.join("checkpoints/latest");
-        write_atomic(&latest, name.as_bytes()).map_err(io(&latest))?;
-        prune(&sh.run_dir.join("checkpoints"), sh.cfg.train.keep_checkpoints as usize)?;
+        snapshot.commit()?;
     }
     Ok(())
+}
+
+/// A checkpoint being written by a thread of its own while training goes
+/// on (`train.checkpoint_every_steps`). No collective marks its end: rank 0's
+/// thread commits it once every rank's file is in place (the run directory
+/// is shared, as every checkpoint already assumes). At most one is in
+/// flight per worker: the next waits for it.
+pub(super) struct Background {
+    thread: Option<std::thread::JoinHandle<Result<(), TrainError>>>,
+    /// Tells rank 0's thread to stop waiting for the other ranks' files (the
+    /// run is ending with an error and they may never come).
+    abandon: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// How long rank 0 waits for the other ranks' files of a background checkpoint.
+const OTHER_RANKS_WAIT: std::time::Duration = std::time::Duration::from_secs(600);
+
+impl Background {
+    /// Writes `snapshot` on a new thread.
+    pub fn start(snapshot: Snapshot) -> Self {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let abandon = std::sync::Arc::new(AtomicBool::new(false));
+        let stop = std::sync::Arc::clone(&abandon);
+        let thread = std::thread::Builder::new()
+            .name(format!("checkpoint-{}", snapshot.name))
+            .spawn(move || {
+                snapshot.write_files()?;
+                if snapshot.rank != 0 {
+                    return Ok(());
+                }
+                let start = std::time::Instant::now();
+                while !snapshot.all_ranks_written() {
+                    if stop.load(Ordering::Relaxed) {
+                        return Ok(());
+                    }
+                    if start.elapsed() > OTHER_RANKS_WAIT {
+                        return Err(TrainError::Checkpoint(format!(
+                            "{}: not every rank wrote its file within {} s; `latest` still names the previous checkpoint",
+                            snapshot.dir().display(),
+                            OTHER_RANKS_WAIT.as_secs()
+                        )));
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
+                snapshot.commit()
+            })
+            .expect("the OS starts a thread");
+        Self { thread: Some(thread), abandon }
+    }
+
+    /// Waits for the write (and rank 0's commit) to end; its error if it failed.
+    pub fn wait(mut self) -> Result<(), TrainError> {
+        self.join()
+    }
+
+    fn join(&mut self) -> Result<(), TrainError> {
+        match self.thread.take().map(|t| t.join()) {
+            None => Ok(()),
+            Some(Ok(result)) => result,
+            Some(Err(_)) => Err(TrainError::Checkpoint("the checkpoint writer panicked".into())),
+        }
+    }
+}
+
+impl Drop for Background {
+    /// A run ending with an error: let the file being written finish (so
+    /// no half-written checkpoint is left to a resume: it would be ignored,
+    /// `latest` not naming it) without waiting on ranks that may be gone.
+    fn drop(&mut self) {
+        self.abandon.store(true, std::sync::atomic::Ordering::Relaxed);
+        let _ = self.join();
+    }
+}
+
+/// Removes checkpoint directories newer than `checkpoints/latest` (or all of
+/// them without it): writes a run ended before it committed. A resume
+/// starts from `latest` and would otherwise find another attempt's files in
+/// the directory of a step it reaches again.
+pub(super) fn remove_uncommitted(run_dir: &Path) {
+    let dir = run_dir.join("checkpoints");
+    let latest = std::fs::read_to_string(dir.join("latest")).unwrap_or_default();
+    let latest = latest.trim();
+    let Ok(entries) = std::fs::read_dir(&dir) else { return };
+    for path in entries.filter_map(|e| e.ok().map(|e| e.path())) {
+        let newer = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with("step-") && (latest.is_empty() || n > latest));
+        if newer && path.is_dir() {
+            // Under MPI every rank clears the same directory: another may have been first.
+            std::fs::remove_dir_all(&path).ok();
+        }
+    }
 }
 
 /// Deletes all but the newest `keep` checkpoint directories (0 keeps all).

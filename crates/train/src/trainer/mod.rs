@@ -104,6 +104,7 @@ const RUN_FILES: &[&str] =
 fn prepare_run_dir(run_dir: &Path, opts: &RunOptions) -> Result<(), TrainError> {
     if opts.resume {
         checkpoint::remove_stale_temporaries(run_dir);
+        checkpoint::remove_uncommitted(run_dir);
         return Ok(());
     }
     let existing: Vec<&str> = RUN_FILES.iter().copied().filter(|f| run_dir.join(f).exists()).collect();

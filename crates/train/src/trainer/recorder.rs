@@ -172,12 +172,14 @@ fn predicted_comm(m: &NetworkModel, s: &WorkerStep, n: usize, cfg: &TrainConfig)
 }
 
 impl Recorder {
-    /// Opens the record files on rank 0 (appending when resuming).
+    /// Opens the record files on rank 0; resuming from the checkpoint at
+    /// step `resume_at`, appends to them after dropping the records of
+    /// later steps (they run again).
     pub(super) fn new(
         sh: &Shared<'_>,
         rank: usize,
         dp: &DataParallel,
-        resume: bool,
+        resume_at: Option<u64>,
     ) -> Result<Self, TrainError> {
         let compressed_elems = dp.units().iter().filter(|u| !u.dense).map(|u| u.len).sum();
         let mut r = Recorder {
@@ -191,9 +193,20 @@ impl Recorder {
         };
         if rank == 0 {
             let dir = &sh.run_dir;
-            r.steps_out = Some(JsonLines::open(&dir.join("steps.jsonl"), resume).map_err(io(dir))?);
-            r.epochs_out = Some(JsonLines::open(&dir.join("epochs.jsonl"), resume).map_err(io(dir))?);
-            r.evals_out = Some(JsonLines::open(&dir.join("evals.jsonl"), resume).map_err(io(dir))?);
+            let open = |name: &str, field: &str, done: fn(u64) -> u64| {
+                let path = dir.join(name);
+                match resume_at {
+                    // Step records count from 0, epoch and evaluation records the steps done.
+                    Some(at) => JsonLines::open_kept(&path, |v| {
+                        v.get(field).and_then(|s| s.as_u64()).is_some_and(|s| done(s) <= at)
+                    }),
+                    None => JsonLines::open(&path, false),
+                }
+                .map_err(io(dir))
+            };
+            r.steps_out = Some(open("steps.jsonl", "step", |s| s + 1)?);
+            r.epochs_out = Some(open("epochs.jsonl", "steps", |s| s)?);
+            r.evals_out = Some(open("evals.jsonl", "steps", |s| s)?);
         }
         Ok(r)
     }

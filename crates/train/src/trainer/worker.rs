@@ -73,6 +73,8 @@ struct Worker<'a, 's, M> {
     epoch_records: Vec<EpochRecord>,
     /// The step of the last checkpoint written.
     saved_at: Option<u64>,
+    /// A checkpoint being written in the background (`checkpoint_every_steps`).
+    background: Option<checkpoint::Background>,
     _model: PhantomData<M>,
 }
 
@@ -105,7 +107,7 @@ impl<'a, 's, M: Net> Worker<'a, 's, M> {
         let mut w = Worker {
             sh,
             optim: crate::optim::optimizer(&cfg.optimizer, model),
-            recorder: Recorder::new(sh, rank, dp, resume.is_some())?,
+            recorder: Recorder::new(sh, rank, dp, resume.map(|c| c.counters.step))?,
             dp,
             device,
             loader,
@@ -117,6 +119,7 @@ impl<'a, 's, M: Net> Worker<'a, 's, M> {
             reached_target: None,
             epoch_records: Vec::new(),
             saved_at: None,
+            background: None,
             _model: PhantomData,
         };
         let model = match resume {
@@ -168,6 +171,10 @@ impl<'a, 's, M: Net> Worker<'a, 's, M> {
                 self.end_epoch(&model)?;
             } else if every > 0 && step.is_multiple_of(every) && self.sh.cfg.train.eval {
                 self.evaluate_now(&model)?;
+            }
+            let every_steps = self.sh.cfg.train.checkpoint_every_steps;
+            if every_steps > 0 && step.is_multiple_of(every_steps) && self.saved_at != Some(step) {
+                self.checkpoint_in_background(&model)?;
             }
             if self.reached_target.is_some() {
                 break;
@@ -288,7 +295,7 @@ impl<'a, 's, M: Net> Worker<'a, 's, M> {
         if let Some(eval) = &eval {
             self.check_target(step, eval);
         }
-        let every = self.sh.cfg.train.checkpoint_every;
+        let every = self.sh.cfg.train.checkpoint_every_epochs;
         if (every > 0 && (epoch + 1).is_multiple_of(every)) || step == self.total_steps {
             self.checkpoint(model)?;
         }
@@ -296,13 +303,32 @@ impl<'a, 's, M: Net> Worker<'a, 's, M> {
     }
 
     fn checkpoint(&mut self, model: &M) -> Result<(), TrainError> {
+        self.wait_for_background()?;
         checkpoint::write(self.sh, self.dp, model, &self.optim, &self.recorder.totals.at(self.dp.steps()))?;
         self.saved_at = Some(self.dp.steps());
         Ok(())
     }
 
+    /// A checkpoint of this step written while training goes on: the
+    /// records so far go out (the counters must match them), the state is
+    /// copied here, and a thread writes it. The previous one must be done.
+    fn checkpoint_in_background(&mut self, model: &M) -> Result<(), TrainError> {
+        self.wait_for_background()?;
+        self.recorder.flush(self.dp, self.sh)?;
+        let counters = self.recorder.totals.at(self.dp.steps());
+        let snapshot = checkpoint::Snapshot::take(self.sh, self.dp, model, &self.optim, &counters)?;
+        self.background = Some(checkpoint::Background::start(snapshot));
+        self.saved_at = Some(self.dp.steps());
+        Ok(())
+    }
+
+    fn wait_for_background(&mut self) -> Result<(), TrainError> {
+        self.background.take().map_or(Ok(()), checkpoint::Background::wait)
+    }
+
     /// The run's result: the final model every worker agrees on, and (rank 0) the summary.
-    fn finish(self, model: &M, interrupted: bool) -> Result<Option<RunSummary>, TrainError> {
+    fn finish(mut self, model: &M, interrupted: bool) -> Result<Option<RunSummary>, TrainError> {
+        self.wait_for_background()?;
         let consensus = self.dp.consensus_model(model)?;
         let mut params = Vec::new();
         gradcomp_dp::params::read_params(&consensus, &mut params);

@@ -6,7 +6,7 @@ use super::*;
 fn an_interrupted_run_resumes_bit_exactly() {
     // Stop in the middle of the second epoch (25 steps per epoch).
     let (full, rest) = interrupted_and_resumed(
-        "[compressor]\nname = \"gaussiank\"\ndensity = 0.05\n[comm]\ntopology = \"allgather\"\n[train]\ncheckpoint_every = 1",
+        "[compressor]\nname = \"gaussiank\"\ndensity = 0.05\n[comm]\ntopology = \"allgather\"\n[train]\ncheckpoint_every_epochs = 1",
         37,
     );
     assert_eq!(rest.params_checksum, full.params_checksum, "resumed run differs from the uninterrupted one");
@@ -32,7 +32,7 @@ fn stateful_compressors_resume_bit_exactly() {
         "name = \"eightbit\"",
     ] {
         let (full, rest) = interrupted_and_resumed(
-            &format!("[compressor]\n{compressor}\n[train]\ncheckpoint_every = 1"),
+            &format!("[compressor]\n{compressor}\n[train]\ncheckpoint_every_epochs = 1"),
             37,
         );
         assert_eq!(rest.final_params, full.final_params, "{compressor}: the resumed run differs");
@@ -166,4 +166,68 @@ fn a_damaged_or_diverged_checkpoint_is_refused() {
     std::fs::write(&path, &good).unwrap();
     let longer = RunOptions { resume: true, ..Default::default() };
     assert_eq!(trainer::train(&cfg, longer, Box::new(Silent)).unwrap().steps, 2);
+}
+
+/// Issue #27: checkpoints every N steps, written in the background. A run
+/// lost after step 37 or so (its own checkpoint there gone, as if the
+/// process died before writing it) resumes from the background checkpoint
+/// of step 30 and ends bit-exactly where the uninterrupted run does; the
+/// records of the steps after 30, which run again, appear once.
+#[test]
+fn a_run_resumes_from_its_latest_step_checkpoint_bit_exactly() {
+    let extra = "[compressor]\nname = \"topk\"\ndensity = 0.05\n[train]\ncheckpoint_every_epochs = 0\ncheckpoint_every_steps = 10\nkeep_checkpoints = 3\neval_every = 5";
+    let (full, full_dir) = train(extra);
+    let checkpoints = full_dir.path().join("checkpoints");
+    let names = |dir: &std::path::Path| {
+        let mut v: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| n.starts_with("step-"))
+            .collect();
+        v.sort();
+        v
+    };
+    // 50 steps: background ones at 10 … 40, the final one at 50; three kept.
+    assert_eq!(names(&checkpoints), ["step-000000030", "step-000000040", "step-000000050"]);
+    for n in names(&checkpoints) {
+        for f in ["state.bin", "rank-0.bin", "rank-1.bin", "rank-2.bin"] {
+            assert!(checkpoints.join(&n).join(f).is_file(), "{n}/{f}");
+        }
+    }
+
+    let d = tempdir::Dir::new();
+    let cfg = config(d.path(), extra);
+    struct StopAt(std::sync::Arc<std::sync::atomic::AtomicBool>);
+    impl trainer::Observer for StopAt {
+        fn step(&mut self, p: &trainer::Progress) {
+            if u64::from(p.epoch) * p.steps_per_epoch + p.step_in_epoch >= 37 {
+                self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
+    }
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let opts = RunOptions { stop: std::sync::Arc::clone(&stop), ..Default::default() };
+    let part = trainer::train(&cfg, opts, Box::new(StopAt(stop))).unwrap();
+    // The stop lands at the step after the request.
+    assert!((31..40).contains(&part.steps), "{}", part.steps);
+    // Lose the checkpoint of the stop: `latest` names the background one of step 30.
+    let checkpoints = d.path().join("checkpoints");
+    std::fs::write(checkpoints.join("latest"), "step-000000030").unwrap();
+    let rest =
+        trainer::train(&cfg, RunOptions { resume: true, ..Default::default() }, Box::new(Silent)).unwrap();
+    assert_eq!(rest.final_params, full.final_params, "the resumed run differs");
+    let steps: Vec<u64> = std::fs::read_to_string(d.path().join("steps.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["step"].as_u64().unwrap())
+        .collect();
+    assert_eq!(steps, (0..50).collect::<Vec<_>>(), "every step recorded once, in order");
+    let evals = |dir: &std::path::Path| {
+        std::fs::read_to_string(dir.join("evals.jsonl"))
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["steps"].as_u64().unwrap())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(evals(d.path()), evals(full_dir.path()), "every evaluation recorded once");
 }
