@@ -19,7 +19,10 @@ worker's per step: measured by gradcomp's hooks; for DDP's allreduce and torch's
 hooks computed from the tensors each allreduces (`torch_bytes` below), since torch
 counts none.
 
-Models so far: `lenet5` on MNIST (Caffe's LeNet-5, layer for layer gradcomp's).
+Models (bench/peer/models.py, layer for layer gradcomp's): `lenet5` and
+`resnet18` on MNIST or Fashion-MNIST (SGD with the config's momentum and weight
+decay, test accuracy), the `lstm` on Penn Treebank (the config's optimizer, SGD
+or Adam; test perplexity over gradcomp's 10 evaluation rows).
 """
 import argparse
 import json
@@ -30,47 +33,15 @@ import sys
 import time
 import tomllib
 
-import numpy as np
 import torch
 import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import models  # noqa: E402
+
 POWERSGD_START = 10
-
-
-def read_idx(path):
-    data = open(path, "rb").read()
-    dims = data[3]
-    shape = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(dims)]
-    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * dims).reshape(shape)
-
-
-def mnist(split):
-    root = os.path.join(os.environ.get("GRADCOMP_DATA", os.path.expanduser("~/.cache/gradcomp/data")), "mnist")
-    path = os.path.join(root, f"{split}-images-idx3-ubyte")
-    if not os.path.exists(path):
-        sys.exit(f"error: MNIST is not in {root}: run scripts/fetch-data.sh mnist")
-    x = torch.from_numpy(read_idx(path).astype(np.float32) / 255.0).unsqueeze(1)
-    y = torch.from_numpy(read_idx(os.path.join(root, f"{split}-labels-idx1-ubyte")).astype(np.int64))
-    return x, y
-
-
-class LeNet5(torch.nn.Module):
-    """Caffe's LeNet-5, as gradcomp's `lenet5`: conv 20@5×5, pool 2, conv 50@5×5, pool 2, fc 500, ReLU, fc 10."""
-
-    def __init__(self, classes=10):
-        super().__init__()
-        self.conv1, self.conv2 = torch.nn.Conv2d(1, 20, 5), torch.nn.Conv2d(20, 50, 5)
-        self.fc1, self.fc2 = torch.nn.Linear(800, 500), torch.nn.Linear(500, classes)
-
-    def forward(self, x):
-        x = torch.nn.functional.max_pool2d(self.conv1(x), 2)
-        x = torch.nn.functional.max_pool2d(self.conv2(x), 2)
-        return self.fc2(torch.relu(self.fc1(x.flatten(1))))
-
-
-MODELS = {("lenet5", "mnist"): (LeNet5, mnist)}
 
 
 def torch_bytes(method, model, step):
@@ -113,6 +84,68 @@ def hook_for(method, options):
     sys.exit(f"error: unknown method {method!r}")
 
 
+def optimizer(o, params):
+    """The config's optimizer: SGD (momentum, weight decay) or Adam, as gradcomp's."""
+    if o.get("name", "sgd") == "adam":
+        return torch.optim.Adam(params, lr=o["lr"], weight_decay=o.get("weight_decay", 0.0))
+    return torch.optim.SGD(params, lr=o["lr"], momentum=o.get("momentum", 0.0),
+                           weight_decay=o.get("weight_decay", 0.0))
+
+
+class Batches:
+    """Worker `rank`'s minibatches: a seeded shard of the images, or its
+    contiguous share of the text cut into rows (gradcomp's token loader)."""
+
+    def __init__(self, cfg, task, rank, world):
+        self.task, self.batch = task[0], cfg["data"]["batch_size"]
+        if self.task == "images":
+            x, y = task[1], task[2]
+            g = torch.Generator().manual_seed(cfg.get("seed", 1))
+            self.shard = torch.randperm(len(x), generator=g)[rank::world]
+            self.x, self.y = x, y
+            self.per_epoch = len(self.shard) // self.batch
+        else:
+            self.grid = models.token_grid(task[1], rank, world, self.batch)
+            self.bptt = cfg["data"].get("bptt", 35)
+            self.per_epoch = (self.grid.shape[1] - 1) // self.bptt
+
+    def get(self, i):
+        if self.task == "images":
+            idx = self.shard[i * self.batch:(i + 1) * self.batch]
+            return self.x[idx], self.y[idx]
+        s = i * self.bptt
+        return self.grid[:, s:s + self.bptt], self.grid[:, s + 1:s + self.bptt + 1].reshape(-1)
+
+
+EVAL_TOKEN_ROWS = 10  # gradcomp's rows per evaluation batch of a text
+
+
+def evaluate(model, cfg, task):
+    """Test accuracy and loss (images) or perplexity (text), as gradcomp records them."""
+    model.eval()
+    with torch.no_grad():
+        if task[0] == "images":
+            xt, yt = task[3], task[4]
+            correct, loss = 0, 0.0
+            for s in range(0, len(xt), 500):
+                out = model(xt[s:s + 500])
+                correct += (out.argmax(1) == yt[s:s + 500]).sum().item()
+                loss += torch.nn.functional.cross_entropy(out, yt[s:s + 500], reduction="sum").item()
+            model.train()
+            return {"test_accuracy": correct / len(xt), "test_loss": loss / len(xt)}
+        bptt = cfg["data"].get("bptt", 35)
+        grid = models.token_grid(task[2], 0, 1, EVAL_TOKEN_ROWS)
+        loss, n = 0.0, 0
+        for s in range(0, grid.shape[1] - 1, bptt):
+            length = min(bptt, grid.shape[1] - 1 - s)
+            out = model(grid[:, s:s + length])
+            loss += torch.nn.functional.cross_entropy(out, grid[:, s + 1:s + 1 + length].reshape(-1),
+                                                      reduction="sum").item()
+            n += EVAL_TOKEN_ROWS * length
+    model.train()
+    return {"test_loss": loss / n, "test_perplexity": math.exp(loss / n)}
+
+
 def write_run_dir(a, cfg_text):
     """A gradcomp run directory that `gradcomp report` reads: the configuration
     named after the run (the method in a comment), no step records (torch keeps
@@ -145,30 +178,24 @@ def main():
                    help="one: a single bucket (bucket_cap_mb large); ddp: DDP's default 25 MiB")
     a = p.parse_args()
     cfg = tomllib.load(open(a.config, "rb"))
-    model_name, dataset = cfg["model"]["name"], cfg["data"]["dataset"]
-    if (model_name, dataset) not in MODELS:
-        sys.exit(f"error: the peer trains {sorted(MODELS)} so far, not {model_name} on {dataset}")
     torch.set_num_threads(1)
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     dist.init_process_group("gloo", rank=rank, world_size=world)
-    make_model, load = MODELS[(model_name, dataset)]
-    x, y = load("train")
-    xt, yt = load("t10k")
     torch.manual_seed(cfg.get("seed", 1))
-    model = make_model()
+    model, task = models.build(cfg)
     ddp = DDP(model, bucket_cap_mb=1e4 if a.buckets == "one" else 25)
     made = hook_for(a.method, dict(a.option))
     state = None
     if made is not None:
         state, fn = made
         ddp.register_comm_hook(state, fn)
-    o = cfg["optimizer"]
-    opt = torch.optim.SGD(ddp.parameters(), lr=o["lr"], momentum=o.get("momentum", 0.0),
-                          weight_decay=o.get("weight_decay", 0.0))
+    opt = optimizer(cfg["optimizer"], ddp.parameters())
     t = cfg["train"]
-    batch, every, target = cfg["data"]["batch_size"], t["eval_every"], t.get("target_accuracy")
-    shard = torch.randperm(len(x), generator=torch.Generator().manual_seed(cfg.get("seed", 1)))[rank::world]
-    per_epoch = len(shard) // batch
+    every, target = t.get("eval_every", 0), t.get("target_accuracy")
+    batches = Batches(cfg, task, rank, world)
+    steps = t["epochs"] * batches.per_epoch
+    if t.get("max_steps"):
+        steps = min(steps, t["max_steps"])
     if rank == 0:
         write_run_dir(a, cfg_text=open(a.config).read())
         evals = open(os.path.join(a.out, "evals.jsonl"), "w")
@@ -177,12 +204,12 @@ def main():
     sent = received = 0
     wall = 0.0
     loss_sum, loss_n = 0.0, 0
-    for step in range(t["epochs"] * per_epoch):
-        epoch, i = divmod(step, per_epoch)
-        idx = shard[i * batch:(i + 1) * batch]
+    for step in range(steps):
+        epoch, i = divmod(step, batches.per_epoch)
+        x, y = batches.get(i)
         t0 = time.perf_counter()
         opt.zero_grad()
-        loss = torch.nn.functional.cross_entropy(ddp(x[idx]), y[idx])
+        loss = torch.nn.functional.cross_entropy(ddp(x), y)
         loss.backward()
         opt.step()
         loss_sum, loss_n = loss_sum + loss.item(), loss_n + 1
@@ -193,25 +220,24 @@ def main():
         else:
             b = torch_bytes(a.method, model, step)
             sent, received = sent + b, received + b
-        if (step + 1) % every:
+        # Evaluate every `eval_every` steps (at each epoch's end without it) and at the end.
+        due = step + 1 == steps or (every and (step + 1) % every == 0) or (not every and i + 1 == batches.per_epoch)
+        if not due:
             continue
         totals = torch.tensor([sent, received], dtype=torch.float64)
         dist.all_reduce(totals)
-        with torch.no_grad():
-            out = model(xt)
-            acc = (out.argmax(1) == yt).float().mean().item()
-            test_loss = torch.nn.functional.cross_entropy(out, yt).item()
+        metric = evaluate(model, cfg, task)
         if rank == 0:
-            rec = {"epoch": epoch, "steps": step + 1, "train_loss": loss_sum / loss_n, "test_accuracy": acc,
-                   "test_loss": test_loss, "bytes_sent": int(totals[0]), "bytes_received": int(totals[1]),
-                   "wall_seconds": wall,
-                   "predicted_wall_seconds": {}}
+            rec = {"epoch": epoch, "steps": step + 1, "train_loss": loss_sum / loss_n, **metric,
+                   "bytes_sent": int(totals[0]), "bytes_received": int(totals[1]),
+                   "wall_seconds": wall, "predicted_wall_seconds": {}}
             evals.write(json.dumps(rec) + "\n")
             evals.flush()
-            print(json.dumps({"steps": step + 1, "accuracy": round(acc, 4), "seconds": round(wall, 2)}), flush=True)
+            print(json.dumps({"steps": step + 1, **{k: round(v, 4) for k, v in metric.items()},
+                              "seconds": round(wall, 2)}), flush=True)
         loss_sum, loss_n = 0.0, 0
         # Every rank evaluates the same replica, so every rank stops together.
-        if target is not None and acc >= target:
+        if target is not None and metric.get("test_accuracy", 0.0) >= target:
             break
     dist.barrier()
     sys.stdout.flush()

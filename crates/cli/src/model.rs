@@ -54,6 +54,19 @@ pub struct Args {
     /// Also write model.md and a figure of speedup against N here.
     #[arg(long)]
     out: Option<PathBuf>,
+    /// Price another system's step instead of profiling gradcomp's (issue
+    /// #26: PyTorch DDP over gloo): its measured step time without the wire,
+    /// in ms. Needs `--peer-call`; `workers` and `network.*` come from the
+    /// configuration, calibrations included.
+    #[arg(long, value_name = "MS", requires = "peer_calls")]
+    peer_compute_ms: Option<f64>,
+    /// One collective call of the other system's step, one after another:
+    /// `allreduce:BYTES` or `allgather:BYTES` (every worker's message), repeatable.
+    #[arg(long = "peer-call", value_name = "OP:BYTES", requires = "peer_compute_ms")]
+    peer_calls: Vec<String>,
+    /// The allreduce algorithm the other system runs (gloo's is a ring).
+    #[arg(long, default_value = "ring", value_parser = ["ring", "recursive-doubling", "rabenseifner", "configured"])]
+    peer_allreduce: String,
     #[arg(long)]
     json: bool,
 }
@@ -91,7 +104,7 @@ fn profile(cfg: &TrainConfig, steps: u64) -> Result<Profile> {
     p.train.target_accuracy = None;
     p.train.checksum_every = 0;
     p.train.stats_every = 0;
-    p.train.checkpoint_every = 0;
+    p.train.checkpoint_every_epochs = 0;
     trainer::train(&p, RunOptions::default(), Box::new(Silent)).context("measuring the compute profile")?;
     let steps: Vec<StepRecord> = read_jsonl(&dir.join("steps.jsonl"))?;
     let compute: Vec<f64> = steps.iter().skip(3).filter_map(|s| s.compute_s.first().copied()).collect();
@@ -118,6 +131,9 @@ fn link_name(b: f64) -> String {
 pub fn run(a: &Args) -> Result<()> {
     let ov = crate::train::parse_sets(&a.set)?;
     let cfg = TrainConfig::load(&a.config, &ov).map_err(|e| crate::user_error::UserError(e.to_string()))?;
+    if let Some(ms) = a.peer_compute_ms {
+        return peer(&cfg, ms, a);
+    }
     let p = profile(&cfg, a.steps)?;
     let total: usize = p.work.units.iter().sum();
     eprintln!(
@@ -345,6 +361,69 @@ fn timeline(cfg: &TrainConfig, p: &Profile) -> Result<()> {
             ms(serial - span),
             100.0 * (serial - span) / stages.iter().map(|s| s[1]).sum::<f64>().max(1e-12)
         );
+    }
+    Ok(())
+}
+
+/// `--peer-compute-ms`: another system's step priced by gradcomp's model:
+/// its measured compute plus each of its collective calls in turn, on each
+/// configured link (one DDP bucket: the calls follow the backward pass).
+fn peer(cfg: &TrainConfig, compute_ms: f64, a: &Args) -> Result<()> {
+    use gradcomp_comm::{AllreduceAlgorithm, CollectiveCall, OpKind};
+    if !(compute_ms.is_finite() && compute_ms >= 0.0) {
+        bail!("--peer-compute-ms must be a finite number of milliseconds ≥ 0, not {compute_ms}");
+    }
+    let n = cfg.workers;
+    let calls: Vec<CollectiveCall> = a
+        .peer_calls
+        .iter()
+        .map(|c| {
+            let (op, bytes) = c.split_once(':').unwrap_or((c, ""));
+            let bytes: u64 = bytes.parse().map_err(|_| {
+                crate::user_error::UserError(format!(
+                    "--peer-call {c}: expected OP:BYTES, e.g. allreduce:1724320"
+                ))
+            })?;
+            match op {
+                "allreduce" => Ok(CollectiveCall::allreduce(OpKind::AllreduceSumF32, bytes, None)),
+                "allgather" => Ok(CollectiveCall {
+                    op: OpKind::Allgatherv,
+                    sizes: vec![bytes; n],
+                    download: 0,
+                    bucket: None,
+                }),
+                _ => Err(crate::user_error::UserError(format!(
+                    "--peer-call {c}: the operation is allreduce or allgather"
+                ))),
+            }
+        })
+        .collect::<Result<_, _>>()?;
+    let links = cfg.network.models().map_err(|e| crate::user_error::UserError(e.to_string()))?;
+    for (bps, net) in links {
+        let net = match a.peer_allreduce.as_str() {
+            "ring" => net.with_allreduce(AllreduceAlgorithm::Ring),
+            "recursive-doubling" => net.with_allreduce(AllreduceAlgorithm::RecursiveDoubling),
+            "rabenseifner" => net.with_allreduce(AllreduceAlgorithm::Rabenseifner),
+            _ => net,
+        };
+        let wire: f64 = calls.iter().map(|c| net.price(c, n, ServerPlacement::CoLocated)).sum();
+        let step = compute_ms / 1e3 + wire;
+        if a.json {
+            println!(
+                "{}",
+                serde_json::json!({"link_bps": bps, "workers": n, "compute_s": compute_ms / 1e3,
+                                   "wire_s": wire, "step_s": step, "allreduce": a.peer_allreduce})
+            );
+        } else {
+            println!(
+                "{:>12}, {n} workers: compute {compute_ms:.1} ms + wire {:.1} ms ({} call(s), {} allreduce) = {:.1} ms per step",
+                link_name(bps),
+                wire * 1e3,
+                calls.len(),
+                a.peer_allreduce,
+                step * 1e3
+            );
+        }
     }
     Ok(())
 }

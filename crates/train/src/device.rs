@@ -1,7 +1,9 @@
-//! Where the trainer computes: the `device` option (`cpu`, `cuda`, `cuda:N`,
-//! `wgpu`). burn's device is a run-time value; the GPU backends are compiled
-//! in by the cargo features `cuda` and `wgpu`. The default build and the
-//! README's commands are CPU-only.
+//! Where the trainer computes: the `device` option (`cpu`, `ndarray`, `cuda`,
+//! `cuda:N`, `wgpu`). burn's device is a run-time value; backends other than
+//! the default CPU one are compiled in by cargo features of the same names
+//! (`openblas` gives `ndarray` a BLAS). The default build and the README's
+//! commands use `cpu`, burn's `flex`: docs/BENCHMARKS.md "burn's CPU
+//! backends" measured it against `ndarray` on this project's models.
 
 use burn::tensor::Device;
 use serde::{Deserialize, Serialize};
@@ -13,6 +15,9 @@ pub enum DeviceSpec {
     /// burn's pure-Rust CPU backend `flex`.
     #[default]
     Cpu,
+    /// burn's `ndarray` backend (matrix products by OpenBLAS with the
+    /// `openblas` feature, `matrixmultiply` without).
+    NdArray,
     /// CUDA GPU `Some(i)`; `None`: in-process worker `r` takes GPU `r mod
     /// count`, an MPI rank its node-local rank's.
     Cuda(Option<usize>),
@@ -31,6 +36,7 @@ impl From<DeviceSpec> for String {
     fn from(d: DeviceSpec) -> String {
         match d {
             DeviceSpec::Cpu => "cpu".into(),
+            DeviceSpec::NdArray => "ndarray".into(),
             DeviceSpec::Cuda(None) => "cuda".into(),
             DeviceSpec::Cuda(Some(i)) => format!("cuda:{i}"),
             DeviceSpec::Wgpu => "wgpu".into(),
@@ -43,11 +49,12 @@ impl std::str::FromStr for DeviceSpec {
     fn from_str(s: &str) -> Result<Self, String> {
         match s {
             "cpu" | "flex" => Ok(DeviceSpec::Cpu),
+            "ndarray" => Ok(DeviceSpec::NdArray),
             "cuda" => Ok(DeviceSpec::Cuda(None)),
             "wgpu" => Ok(DeviceSpec::Wgpu),
             _ => match s.strip_prefix("cuda:").map(str::parse) {
                 Some(Ok(i)) => Ok(DeviceSpec::Cuda(Some(i))),
-                _ => Err(format!("{s:?} is not a device: use cpu, cuda, cuda:N or wgpu")),
+                _ => Err(format!("{s:?} is not a device: use cpu, ndarray, cuda, cuda:N or wgpu")),
             },
         }
     }
@@ -58,6 +65,7 @@ impl DeviceSpec {
     pub fn check(self) -> Result<(), String> {
         let (built, feature) = match self {
             DeviceSpec::Cpu => return Ok(()),
+            DeviceSpec::NdArray => (cfg!(feature = "ndarray"), "ndarray"),
             DeviceSpec::Cuda(_) => (cfg!(feature = "cuda"), "cuda"),
             DeviceSpec::Wgpu => (cfg!(feature = "wgpu"), "wgpu"),
         };
@@ -65,7 +73,8 @@ impl DeviceSpec {
             Ok(())
         } else {
             Err(format!(
-                "this gradcomp was built without the {feature} backend; rebuild with `--features {feature}` (see scripts/install-gpu-deps.sh)"
+                "this gradcomp was built without the {feature} backend; rebuild with `--features {feature}`{}",
+                if feature == "ndarray" { "" } else { " (see scripts/install-gpu-deps.sh)" }
             ))
         }
     }
@@ -76,6 +85,11 @@ impl DeviceSpec {
         let _ = worker; // only CUDA spreads workers over GPUs
         match self {
             DeviceSpec::Cpu => Device::flex().autodiff(),
+            // burn 0.22 deprecates ndarray in favour of flex; it stays
+            // here to be measured against it (docs/BENCHMARKS.md).
+            #[cfg(feature = "ndarray")]
+            #[allow(deprecated)]
+            DeviceSpec::NdArray => Device::ndarray().autodiff(),
             #[cfg(feature = "cuda")]
             DeviceSpec::Cuda(index) => Device::cuda(index.unwrap_or_else(|| local_gpu(worker))).autodiff(),
             #[cfg(feature = "wgpu")]
@@ -112,15 +126,19 @@ mod tests {
             ("cuda", DeviceSpec::Cuda(None)),
             ("cuda:1", DeviceSpec::Cuda(Some(1))),
             ("wgpu", DeviceSpec::Wgpu),
+            ("ndarray", DeviceSpec::NdArray),
         ] {
             assert_eq!(s.parse::<DeviceSpec>().unwrap(), d);
             assert_eq!(String::from(d), s);
         }
-        assert!("gpu".parse::<DeviceSpec>().unwrap_err().contains("cpu, cuda, cuda:N or wgpu"));
+        assert!("gpu".parse::<DeviceSpec>().unwrap_err().contains("cpu, ndarray, cuda, cuda:N or wgpu"));
         assert!("cuda:x".parse::<DeviceSpec>().is_err());
         assert!(DeviceSpec::Cpu.check().is_ok());
         if !cfg!(feature = "cuda") {
             assert!(DeviceSpec::Cuda(None).check().unwrap_err().contains("--features cuda"));
+        }
+        if !cfg!(feature = "ndarray") {
+            assert!(DeviceSpec::NdArray.check().unwrap_err().contains("--features ndarray"));
         }
     }
 }

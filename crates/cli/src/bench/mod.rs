@@ -6,6 +6,7 @@ pub(crate) mod compress_cases;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod compress_device;
 mod compress_model;
+mod compute;
 mod fuzz;
 mod output;
 mod pipeline;
@@ -20,6 +21,8 @@ pub enum BenchCommand {
     Compress(compress::Args),
     /// Collective operations: measured time beside the network model's prediction.
     Comm(comm::Args),
+    /// A configuration's model, forward and backward alone, on burn's CPU backends.
+    Compute(compute::Args),
     /// A training step with the exchange's buckets pipelined against one
     /// after another, against the target max(compute + compress, wire) + 15%.
     Pipeline(pipeline::Args),
@@ -34,6 +37,7 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     match cmd {
         BenchCommand::Compress(a) => compress::run(&a),
         BenchCommand::Comm(a) => comm::run(&a),
+        BenchCommand::Compute(a) => compute::run(&a),
         BenchCommand::Train(a) => train::run(&a),
         BenchCommand::Pipeline(a) => pipeline::run(&a),
         BenchCommand::Fuzz(a) => fuzz::run(&a),
