@@ -174,8 +174,9 @@ def main():
     p.add_argument("--method", default="none")
     p.add_argument("--option", type=option, action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--out", required=True, help="the run directory (rank 0 writes it)")
-    p.add_argument("--buckets", choices=["ddp", "one"], default="one",
-                   help="one: a single bucket (bucket_cap_mb large); ddp: DDP's default 25 MiB")
+    p.add_argument("--buckets", default="one",
+                   help="one: a single bucket (bucket_cap_mb large); ddp: DDP's default 25 MiB; "
+                        "a number: that bucket_cap_mb (e.g. 1 gives LeNet-5 two buckets)")
     a = p.parse_args()
     cfg = tomllib.load(open(a.config, "rb"))
     torch.set_num_threads(1)
@@ -183,7 +184,8 @@ def main():
     dist.init_process_group("gloo", rank=rank, world_size=world)
     torch.manual_seed(cfg.get("seed", 1))
     model, task = models.build(cfg)
-    ddp = DDP(model, bucket_cap_mb=1e4 if a.buckets == "one" else 25)
+    cap = {"one": 1e4, "ddp": 25}.get(a.buckets)
+    ddp = DDP(model, bucket_cap_mb=cap if cap is not None else float(a.buckets))
     made = hook_for(a.method, dict(a.option))
     state = None
     if made is not None:
@@ -214,6 +216,9 @@ def main():
         opt.step()
         loss_sum, loss_n = loss_sum + loss.item(), loss_n + 1
         wall += time.perf_counter() - t0
+        if step < 3 and rank == 0 and os.environ.get("PEER_SHOW_BUCKETS"):
+            print(json.dumps({"step": step, "buckets": ddp._get_ddp_logging_data().get("num_buckets_reduced"),
+                              "bucket_sizes": ddp._get_ddp_logging_data().get("bucket_sizes")}), flush=True)
         if a.method.startswith("gradcomp:"):
             last = state.last_step()
             sent, received = sent + last["bytes_sent"], received + last["bytes_received"]

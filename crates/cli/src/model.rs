@@ -64,9 +64,10 @@ pub struct Args {
     /// `allreduce:BYTES` or `allgather:BYTES` (every worker's message), repeatable.
     #[arg(long = "peer-call", value_name = "OP:BYTES", requires = "peer_compute_ms")]
     peer_calls: Vec<String>,
-    /// The allreduce algorithm the other system runs (gloo's is a ring).
-    #[arg(long, default_value = "ring", value_parser = ["ring", "recursive-doubling", "rabenseifner", "configured"])]
-    peer_allreduce: String,
+    /// The collective algorithms of the other system: `ring` for allreduce
+    /// and allgather (gloo's), or `configured` (`network.*`, as gradcomp's).
+    #[arg(long, default_value = "ring", value_parser = ["ring", "configured"])]
+    peer_algorithm: String,
     #[arg(long)]
     json: bool,
 }
@@ -369,7 +370,7 @@ fn timeline(cfg: &TrainConfig, p: &Profile) -> Result<()> {
 /// its measured compute plus each of its collective calls in turn, on each
 /// configured link (one DDP bucket: the calls follow the backward pass).
 fn peer(cfg: &TrainConfig, compute_ms: f64, a: &Args) -> Result<()> {
-    use gradcomp_comm::{AllreduceAlgorithm, CollectiveCall, OpKind};
+    use gradcomp_comm::{AllgathervAlgorithm, AllreduceAlgorithm, CollectiveCall, OpKind};
     if !(compute_ms.is_finite() && compute_ms >= 0.0) {
         bail!("--peer-compute-ms must be a finite number of milliseconds ≥ 0, not {compute_ms}");
     }
@@ -400,10 +401,8 @@ fn peer(cfg: &TrainConfig, compute_ms: f64, a: &Args) -> Result<()> {
         .collect::<Result<_, _>>()?;
     let links = cfg.network.models().map_err(|e| crate::user_error::UserError(e.to_string()))?;
     for (bps, net) in links {
-        let net = match a.peer_allreduce.as_str() {
-            "ring" => net.with_allreduce(AllreduceAlgorithm::Ring),
-            "recursive-doubling" => net.with_allreduce(AllreduceAlgorithm::RecursiveDoubling),
-            "rabenseifner" => net.with_allreduce(AllreduceAlgorithm::Rabenseifner),
+        let net = match a.peer_algorithm.as_str() {
+            "ring" => net.with_allreduce(AllreduceAlgorithm::Ring).with_allgatherv(AllgathervAlgorithm::Ring),
             _ => net,
         };
         let wire: f64 = calls.iter().map(|c| net.price(c, n, ServerPlacement::CoLocated)).sum();
@@ -412,15 +411,15 @@ fn peer(cfg: &TrainConfig, compute_ms: f64, a: &Args) -> Result<()> {
             println!(
                 "{}",
                 serde_json::json!({"link_bps": bps, "workers": n, "compute_s": compute_ms / 1e3,
-                                   "wire_s": wire, "step_s": step, "allreduce": a.peer_allreduce})
+                                   "wire_s": wire, "step_s": step, "algorithm": a.peer_algorithm})
             );
         } else {
             println!(
-                "{:>12}, {n} workers: compute {compute_ms:.1} ms + wire {:.1} ms ({} call(s), {} allreduce) = {:.1} ms per step",
+                "{:>12}, {n} workers: compute {compute_ms:.1} ms + wire {:.1} ms ({} call(s), {} collectives) = {:.1} ms per step",
                 link_name(bps),
                 wire * 1e3,
                 calls.len(),
-                a.peer_allreduce,
+                a.peer_algorithm,
                 step * 1e3
             );
         }

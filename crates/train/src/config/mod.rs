@@ -12,6 +12,7 @@
 
 mod comm;
 mod data;
+mod elastic;
 mod model;
 mod optimizer;
 mod overrides;
@@ -24,6 +25,7 @@ mod validate;
 
 pub use comm::{CommConfig, NetworkConfig};
 pub use data::{Augment, DataConfig, Dataset, ImageFiles, ImageLayout, Normalize, TextFiles};
+pub use elastic::{ElasticConfig, ElasticLr, LostState};
 pub use gradcomp_compress::memory::MemoryKind;
 pub use gradcomp_dp::config::{
     Average, ClipNorm, CompressionConfig, ConfigError, Exclusions, Granularity, ServerPlace, StrategyConfig,
@@ -69,6 +71,8 @@ pub struct TrainConfig {
     pub comm: comm::CommConfig,
     pub network: comm::NetworkConfig,
     pub strategy: Strategy,
+    /// A resume with another number of workers (issue #27).
+    pub elastic: ElasticConfig,
 }
 
 impl Default for TrainConfig {
@@ -90,6 +94,7 @@ impl Default for TrainConfig {
             comm: comm::CommConfig::default(),
             network: comm::NetworkConfig::default(),
             strategy: Strategy::default(),
+            elastic: ElasticConfig::default(),
         }
     }
 }

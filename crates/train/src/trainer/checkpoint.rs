@@ -135,7 +135,14 @@ fn bad(path: &Path) -> impl Fn(String) -> TrainError + '_ {
 /// `saved` describes; names every differing key.
 fn check_config(saved: &TrainConfig, now: &TrainConfig, allow_changes: bool) -> Result<(), TrainError> {
     let changed = saved.differing_keys(now);
-    let safe = |k: &String| RESUME_SAFE_KEYS.iter().any(|s| k == s || k.starts_with(&format!("{s}.")));
+    if changed.iter().any(|k| k == "workers") {
+        elastic_refusal(saved, now)?;
+    }
+    let safe = |k: &String| {
+        k == "workers"
+            || k.starts_with("elastic.")
+            || RESUME_SAFE_KEYS.iter().any(|s| k == s || k.starts_with(&format!("{s}.")))
+    };
     let (allowed, refused): (Vec<String>, Vec<String>) = changed.into_iter().partition(safe);
     if !refused.is_empty() {
         return Err(TrainError::Checkpoint(format!(
@@ -150,6 +157,25 @@ fn check_config(saved: &TrainConfig, now: &TrainConfig, allow_changes: bool) -> 
         )));
     }
     Ok(())
+}
+
+/// Why a resume may not change the number of workers, if it may not: where
+/// N is part of the run's meaning and a new N would change it silently.
+fn elastic_refusal(saved: &TrainConfig, now: &TrainConfig) -> Result<(), TrainError> {
+    let (from, to) = (saved.workers, now.workers);
+    let why = if saved.elastic.fixed_workers {
+        Some("its configuration fixes them (elastic.fixed_workers = true)".to_string())
+    } else if saved.strategy.kind == gradcomp_dp::config::StrategyKind::Celgc {
+        Some("CELGC's averaging period and per-worker batches are defined for its N (each worker's model drifts on its own shard between rounds)".to_string())
+    } else {
+        None
+    };
+    match why {
+        Some(why) => Err(TrainError::Checkpoint(format!(
+            "the checkpoint was made with {from} workers and this run has {to}: {why}; resume with workers = {from}, or start a new run"
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// The directory `checkpoints/latest` points at.

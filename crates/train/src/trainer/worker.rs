@@ -65,6 +65,12 @@ struct Worker<'a, 's, M> {
     schedule: Schedule,
     steps_per_epoch: u64,
     total_steps: u64,
+    /// (step, position): the run's step `base.0` is `base.1` steps into the
+    /// epochs of this run's shards. (0, 0) unless a resume changed the
+    /// number of workers, and with it the steps per epoch ([`Worker::resize`]).
+    base: (u64, u64),
+    /// The learning rate's factor after a change of workers (`elastic.lr`).
+    lr_factor: f64,
     epochs: u32,
     recorder: Recorder,
     last_eval: (Option<f64>, Option<f64>),
@@ -114,6 +120,8 @@ impl<'a, 's, M: Net> Worker<'a, 's, M> {
             schedule: Schedule::new(cfg.optimizer.lr, &cfg.schedule, steps_per_epoch, total_steps),
             steps_per_epoch,
             total_steps,
+            base: (0, 0),
+            lr_factor: 1.0,
             epochs: total_steps.div_ceil(steps_per_epoch) as u32,
             last_eval: (None, None),
             reached_target: None,
@@ -129,8 +137,14 @@ impl<'a, 's, M: Net> Worker<'a, 's, M> {
         Ok((w, model))
     }
 
-    /// Continues from a checkpoint: model, optimizer, the handle's state and the totals.
+    /// Continues from a checkpoint: model, optimizer, the handle's state and
+    /// the totals; with another number of workers than it was made with,
+    /// through [`Worker::resize`].
     fn resume(&mut self, model: M, saved: &Checkpoint) -> Result<M, TrainError> {
+        let (from, to) = (saved.counters.workers, self.dp.world_size());
+        if from != to && from > 0 {
+            return self.resize(model, saved, from, to);
+        }
         let (state, own) = saved.rank_state(self.dp.rank())?;
         let replica = own.as_ref().unwrap_or(&saved.replica);
         let (model, optim) = replica.apply(model, self.optim.clone())?;
@@ -149,8 +163,94 @@ impl<'a, 's, M: Net> Worker<'a, 's, M> {
         Ok(model)
     }
 
+    /// Resumes a checkpoint of `from` workers with `to` (issue #27). The
+    /// model and optimizer are rank 0's (replicas are identical: CELGC,
+    /// whose are not, is refused before). Each surviving rank takes its own
+    /// state; a new rank takes rank 0's with its memories zeroed; the
+    /// memories of ranks that are gone are folded into the survivors' or
+    /// dropped (`elastic.lost_state`). The data is sharded anew among `to`,
+    /// and the run goes on at the same point of the same epoch, as a
+    /// fraction of it. Rank 0 records the change in `membership.jsonl`.
+    fn resize(&mut self, model: M, saved: &Checkpoint, from: usize, to: usize) -> Result<M, TrainError> {
+        use crate::config::{ElasticLr, LostState};
+        let (cfg, rank) = (self.sh.cfg, self.dp.rank());
+        let (model, optim) = saved.replica.apply(model, self.optim.clone())?;
+        self.optim = optim;
+        let is_memory = |k: &str| k.starts_with("memory.");
+        let mut state = if rank < from {
+            saved.rank_state(rank)?.0
+        } else {
+            let mut s = saved.rank_state(0)?.0;
+            for (_, b) in s.buffers.iter_mut().filter(|(k, _)| is_memory(k)) {
+                b.iter_mut().for_each(|v| *v = 0.0);
+            }
+            (s.bytes_sent, s.bytes_received) = (0, 0);
+            s
+        };
+        if cfg.elastic.lost_state == LostState::Fold {
+            let share = 1.0 / from as f32;
+            for lost in to..from {
+                let (theirs, _) = saved.rank_state(lost)?;
+                for (k, b) in state.buffers.iter_mut().filter(|(k, _)| is_memory(k)) {
+                    let Some(l) = theirs.buffers.get(k) else { continue };
+                    b.iter_mut().zip(l).for_each(|(v, l)| *v += share * l);
+                }
+            }
+        }
+        if state.step != saved.counters.step {
+            return Err(TrainError::Checkpoint(format!(
+                "rank {rank}'s file is at step {}, the run's state at step {}",
+                state.step, saved.counters.step
+            )));
+        }
+        self.dp.restore(&state)?;
+        // The same point of the same epoch on the new shards.
+        let step = saved.counters.step;
+        let old_per_epoch =
+            (Loader::new(self.sh.data, &crate::config::TrainConfig { workers: from, ..cfg.clone() }, 0)
+                .batches_per_epoch() as u64)
+                .max(1);
+        let epoch = step / old_per_epoch;
+        let within = (step % old_per_epoch) as f64 / old_per_epoch as f64;
+        let position = epoch * self.steps_per_epoch + (within * self.steps_per_epoch as f64).round() as u64;
+        self.base = (step, position);
+        let planned = self.steps_per_epoch * u64::from(cfg.train.epochs.max(1));
+        let remaining = planned.saturating_sub(position);
+        self.total_steps = if cfg.train.max_steps > 0 {
+            cfg.train.max_steps.min(step + remaining)
+        } else {
+            step + remaining
+        };
+        self.epochs = self.epoch_of(self.total_steps.saturating_sub(1)) + 1;
+        self.schedule = Schedule::new(cfg.optimizer.lr, &cfg.schedule, self.steps_per_epoch, planned);
+        self.lr_factor = match cfg.elastic.lr {
+            ElasticLr::Keep => 1.0,
+            ElasticLr::Linear => to as f64 / from as f64,
+        };
+        self.recorder.totals = crate::trainer::checkpoint::Counters { workers: to, ..saved.counters.clone() };
+        self.saved_at = Some(step);
+        if rank == 0 {
+            let path = self.sh.run_dir.join("membership.jsonl");
+            let line = serde_json::json!({
+                "step": step, "from": from, "to": to, "epoch": epoch,
+                "steps_per_epoch": [old_per_epoch, self.steps_per_epoch], "position": position,
+                "lost_state": if to < from { format!("{:?}", cfg.elastic.lost_state).to_lowercase() } else { "none".into() },
+                "lr_factor": self.lr_factor,
+            });
+            let mut out = crate::records::JsonLines::open(&path, true).map_err(io(&self.sh.run_dir))?;
+            out.write(&line).map_err(io(&self.sh.run_dir))?;
+        }
+        Ok(model)
+    }
+
     fn epoch_of(&self, step: u64) -> u32 {
-        (step / self.steps_per_epoch) as u32
+        (self.position(step) / self.steps_per_epoch) as u32
+    }
+
+    /// How many steps of this run's shards precede `step`: the step itself
+    /// unless a resume changed the number of workers.
+    fn position(&self, step: u64) -> u64 {
+        step.saturating_sub(self.base.0) + self.base.1
     }
 
     /// Steps to the end (or to an agreed stop), then the summary.
@@ -161,7 +261,7 @@ impl<'a, 's, M: Net> Worker<'a, 's, M> {
             model = m;
             let step = self.dp.steps();
             let every = self.sh.cfg.train.eval_every;
-            if step.is_multiple_of(self.steps_per_epoch) || step == self.total_steps {
+            if self.position(step).is_multiple_of(self.steps_per_epoch) || step == self.total_steps {
                 // Not after the last step: evaluation and the summary already
                 // use the workers' average, and a round there would send
                 // bytes no step record could carry.
@@ -197,13 +297,13 @@ impl<'a, 's, M: Net> Worker<'a, 's, M> {
         let wall = Instant::now();
         let step = self.dp.steps();
         let epoch = self.epoch_of(step);
-        let lr = self.schedule.lr(step);
+        let lr = self.schedule.lr(self.position(step)) * self.lr_factor;
         let model = self.dp.begin_step(model, epoch)?;
         if self.dp.rank() == 0 && self.sh.opts.stop.load(Ordering::Relaxed) {
             self.dp.request_stop();
         }
         let t = Instant::now();
-        let batch = self.loader.batch(epoch, (step % self.steps_per_epoch) as usize);
+        let batch = self.loader.batch(epoch, (self.position(step) % self.steps_per_epoch) as usize);
         let lr = lr * self.loader.lr_scale(&batch);
         // A model with cuts backpropagates in stages when the exchange is
         // pipelined: each bucket leaves as soon as its stage is done.
@@ -234,7 +334,7 @@ impl<'a, 's, M: Net> Worker<'a, 's, M> {
             let progress = Progress {
                 epoch,
                 epochs: self.epochs,
-                step_in_epoch: step + 1 - u64::from(epoch) * self.steps_per_epoch,
+                step_in_epoch: self.position(step) + 1 - u64::from(epoch) * self.steps_per_epoch,
                 steps_per_epoch: self.steps_per_epoch,
                 loss: stats.mean_loss.unwrap_or(f64::NAN),
                 bytes_sent: self.dp.group_bytes_sent(),

@@ -231,3 +231,84 @@ fn a_run_resumes_from_its_latest_step_checkpoint_bit_exactly() {
     };
     assert_eq!(evals(d.path()), evals(full_dir.path()), "every evaluation recorded once");
 }
+
+/// A run stopped (with its checkpoint) after about `at` steps.
+fn stopped_at(cfg: &gradcomp_train::config::TrainConfig, at: u64) -> gradcomp_train::trainer::RunSummary {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    struct StopAt(Arc<AtomicBool>, u64);
+    impl trainer::Observer for StopAt {
+        fn step(&mut self, p: &trainer::Progress) {
+            if u64::from(p.epoch) * p.steps_per_epoch + p.step_in_epoch >= self.1 {
+                self.0.store(true, Ordering::SeqCst);
+            }
+        }
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let opts = RunOptions { stop: Arc::clone(&stop), ..Default::default() };
+    let part = trainer::train(cfg, opts, Box::new(StopAt(stop, at))).unwrap();
+    assert!(part.interrupted);
+    part
+}
+
+/// Issue #27: a run of 3 workers resumes with 2 (the lost worker's
+/// residuals folded into the survivors', or dropped) or with 4, after asking
+/// for `--allow-change`. The data is sharded anew (1200 examples: 25 steps
+/// an epoch for 3 workers, 37 for 2, 18 for 4), the run ends its 2 epochs
+/// from the same point of the same epoch, learns, and records the change.
+#[test]
+fn a_run_resumes_with_fewer_or_more_workers() {
+    let mut finals = Vec::new();
+    for (to, lost) in [(2usize, "fold"), (2, "drop"), (4, "fold")] {
+        let extra = format!(
+            "[compressor]\nname = \"topk\"\ndensity = 0.05\n[elastic]\nlost_state = \"{lost}\"\n[train]\ncheckpoint_every_epochs = 0"
+        );
+        let d = tempdir::Dir::new();
+        let cfg = config(d.path(), &extra);
+        let part = stopped_at(&cfg, 30);
+        let at = part.steps;
+        let resized = gradcomp_train::config::TrainConfig { workers: to, ..cfg.clone() };
+        let e = trainer::train(&resized, RunOptions { resume: true, ..Default::default() }, Box::new(Silent))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("workers") && e.contains("--allow-change"), "{e}");
+        let opts = RunOptions { resume: true, allow_changes: true, ..Default::default() };
+        let rest = trainer::train(&resized, opts, Box::new(Silent)).unwrap();
+        // `at` steps were 25 + (at - 25) of 25 into epoch 1; the rest of epoch 1 on the new shards.
+        let per_epoch = 1200 / (to as u64 * 16);
+        let position = per_epoch + ((at - 25) as f64 / 25.0 * per_epoch as f64).round() as u64;
+        assert_eq!(rest.steps, at + 2 * per_epoch - position, "{to} workers");
+        let m: serde_json::Value =
+            serde_json::from_str(std::fs::read_to_string(d.path().join("membership.jsonl")).unwrap().trim())
+                .unwrap();
+        assert_eq!(
+            (m["step"].as_u64(), m["from"].as_u64(), m["to"].as_u64()),
+            (Some(at), Some(3), Some(to as u64))
+        );
+        assert_eq!(m["lost_state"], if to < 3 { lost } else { "none" });
+        let epochs = &rest.epochs;
+        let last = epochs.last().unwrap();
+        assert!(
+            last.train_loss.is_finite() && last.test_accuracy.unwrap() > 0.5,
+            "{to} workers, {lost}: {last:?}"
+        );
+        finals.push(rest.final_params);
+    }
+    assert_ne!(finals[0], finals[1], "folding the lost residuals changes the run");
+}
+
+#[test]
+fn a_resume_keeps_the_workers_where_they_are_part_of_the_meaning() {
+    for (extra, why) in [
+        ("[elastic]\nfixed_workers = true", "elastic.fixed_workers"),
+        ("[strategy]\nkind = \"celgc\"\nperiod = 2\ngamma = 0.5", "CELGC"),
+    ] {
+        let d = tempdir::Dir::new();
+        let cfg = config(d.path(), &format!("{extra}\n[train]\nmax_steps = 4"));
+        trainer::train(&cfg, RunOptions::default(), Box::new(Silent)).unwrap();
+        let resized = gradcomp_train::config::TrainConfig { workers: 2, ..cfg.clone() };
+        let opts = RunOptions { resume: true, allow_changes: true, ..Default::default() };
+        let e = trainer::train(&resized, opts, Box::new(Silent)).unwrap_err().to_string();
+        assert!(e.contains("3 workers") && e.contains("has 2") && e.contains(why), "{e}");
+    }
+}

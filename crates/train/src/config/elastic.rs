@@ -1,0 +1,43 @@
+//! What a resume with another number of workers does (`[elastic]`, issue
+//! #27): whether it may, what becomes of the state of workers that are
+//! gone, and the learning rate after the change.
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ElasticConfig {
+    /// Refuse a resume with another number of workers: for a run whose
+    /// meaning depends on N (a study of N itself).
+    pub fixed_workers: bool,
+    /// The per-worker state of workers that are gone (error-feedback
+    /// residuals, DGC's momentum and velocity): folded into the survivors'
+    /// or dropped.
+    pub lost_state: LostState,
+    /// The learning rate after a change of workers.
+    pub lr: ElasticLr,
+}
+
+/// The per-worker memories of workers that are gone.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LostState {
+    /// Each survivor adds the lost workers' memories, divided by the old
+    /// N: the gradient mass they still owed reaches the model as it would
+    /// have (its share of the mean over N).
+    #[default]
+    Fold,
+    /// The lost memories are discarded.
+    Drop,
+}
+
+/// The learning rate after a change from N to N′ workers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ElasticLr {
+    /// The configured learning rate, whatever N′.
+    #[default]
+    Keep,
+    /// Scaled by N′/N, linear in the global batch (Goyal et al., 2017).
+    Linear,
+}
