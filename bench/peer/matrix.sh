@@ -38,9 +38,13 @@ peer_options() {
 
 run_peer() { # MODEL RATE METHOD
     local name="peer-$1-${3/:/-}-$2"
+    # The tbf bucket of scripts/time-to-accuracy.sh's runs (and of the
+    # calibrations): the same links for both frameworks.
+    local burst
+    burst=$([ "$2" = 100mbit ] && echo 32kb || echo 256kb)
     echo "== $name" >&2
     # shellcheck disable=SC2046
-    NETSIM_TIMEOUT=1200 scripts/netsim.sh torch 4 "$2" "$py" bench/peer/train.py \
+    NETSIM_BURST=$burst NETSIM_TIMEOUT=1200 scripts/netsim.sh torch 4 "$2" "$py" bench/peer/train.py \
         --config "experiments/tta-$1.toml" --method "$3" $(peer_options "$3") --out "$out/$name" \
         > "$out/$name.log" 2>&1 || echo "   FAILED (see $out/$name.log)" >&2
 }

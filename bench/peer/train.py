@@ -216,9 +216,10 @@ def main():
         opt.step()
         loss_sum, loss_n = loss_sum + loss.item(), loss_n + 1
         wall += time.perf_counter() - t0
-        if step < 3 and rank == 0 and os.environ.get("PEER_SHOW_BUCKETS"):
-            print(json.dumps({"step": step, "buckets": ddp._get_ddp_logging_data().get("num_buckets_reduced"),
-                              "bucket_sizes": ddp._get_ddp_logging_data().get("bucket_sizes")}), flush=True)
+        if step < 15 and rank == 0 and os.environ.get("PEER_SHOW_BUCKETS"):
+            # DDP rebuilds its buckets after the first step: from then on they are the ones that run.
+            print(json.dumps({"step_done": step, "bucket_sizes": ddp._get_ddp_logging_data().get("bucket_sizes")}),
+                  flush=True)
         if a.method.startswith("gradcomp:"):
             last = state.last_step()
             sent, received = sent + last["bytes_sent"], received + last["bytes_received"]

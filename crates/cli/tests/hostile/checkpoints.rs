@@ -137,7 +137,7 @@ pub fn checkpoint_cases(root: &Path, cases: &mut Vec<Case>) {
         ("optimizer.lr=0.5", "optimizer.lr"),
         ("compressor={ name = \"topk\", density = 0.01 }", "compressor"),
         ("seed=99", "seed"),
-        ("workers=3", "workers"),
+        ("data.batch_size=8", "data.batch_size"),
         ("model.name=\"lenet5\"", "model"),
     ] {
         let id = format!("ckpt-{}-changed", cases.len());

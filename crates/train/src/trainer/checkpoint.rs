@@ -41,12 +41,26 @@ pub struct Counters {
     /// epoch interrupted and resumed reports the mean over all its steps.
     pub epoch_loss_sum: f64,
     pub epoch_loss_steps: u64,
+    /// How many steps of the current workers' epochs precede `step`: `step`
+    /// itself unless a resume changed the number of workers (absent in
+    /// checkpoints from before issue #27: then `step`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub position: Option<u64>,
+    /// The learning rate's factor from changes of workers (`elastic.lr =
+    /// "linear"`); absent: 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lr_factor: Option<f64>,
 }
 
 impl Counters {
-    /// These counters at step `step`.
-    pub fn at(&self, step: u64) -> Self {
-        Self { step, ..self.clone() }
+    /// These counters at step `step`, `position` steps into the current workers' epochs.
+    pub fn at(&self, step: u64, position: u64) -> Self {
+        Self { step, position: (position != step).then_some(position), ..self.clone() }
+    }
+
+    /// The step's position in the epochs of the workers that made the checkpoint.
+    pub fn position(&self) -> u64 {
+        self.position.unwrap_or(self.step)
     }
 }
 

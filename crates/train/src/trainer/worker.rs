@@ -160,6 +160,11 @@ impl<'a, 's, M: Net> Worker<'a, 's, M> {
         self.dp.restore(&state)?;
         self.recorder.totals = saved.counters.clone();
         self.saved_at = Some(saved.counters.step);
+        if saved.counters.position() != saved.counters.step {
+            // A run resized before: its steps keep their place in the epochs.
+            self.set_position(saved.counters.step, saved.counters.position());
+        }
+        self.lr_factor = saved.counters.lr_factor.unwrap_or(1.0);
         Ok(model)
     }
 
@@ -210,24 +215,21 @@ impl<'a, 's, M: Net> Worker<'a, 's, M> {
             (Loader::new(self.sh.data, &crate::config::TrainConfig { workers: from, ..cfg.clone() }, 0)
                 .batches_per_epoch() as u64)
                 .max(1);
-        let epoch = step / old_per_epoch;
-        let within = (step % old_per_epoch) as f64 / old_per_epoch as f64;
+        let old_position = saved.counters.position();
+        let epoch = old_position / old_per_epoch;
+        let within = (old_position % old_per_epoch) as f64 / old_per_epoch as f64;
         let position = epoch * self.steps_per_epoch + (within * self.steps_per_epoch as f64).round() as u64;
-        self.base = (step, position);
-        let planned = self.steps_per_epoch * u64::from(cfg.train.epochs.max(1));
-        let remaining = planned.saturating_sub(position);
-        self.total_steps = if cfg.train.max_steps > 0 {
-            cfg.train.max_steps.min(step + remaining)
-        } else {
-            step + remaining
+        self.set_position(step, position);
+        self.lr_factor = saved.counters.lr_factor.unwrap_or(1.0)
+            * match cfg.elastic.lr {
+                ElasticLr::Keep => 1.0,
+                ElasticLr::Linear => to as f64 / from as f64,
+            };
+        self.recorder.totals = crate::trainer::checkpoint::Counters {
+            workers: to,
+            lr_factor: (self.lr_factor != 1.0).then_some(self.lr_factor),
+            ..saved.counters.clone()
         };
-        self.epochs = self.epoch_of(self.total_steps.saturating_sub(1)) + 1;
-        self.schedule = Schedule::new(cfg.optimizer.lr, &cfg.schedule, self.steps_per_epoch, planned);
-        self.lr_factor = match cfg.elastic.lr {
-            ElasticLr::Keep => 1.0,
-            ElasticLr::Linear => to as f64 / from as f64,
-        };
-        self.recorder.totals = crate::trainer::checkpoint::Counters { workers: to, ..saved.counters.clone() };
         self.saved_at = Some(step);
         if rank == 0 {
             let path = self.sh.run_dir.join("membership.jsonl");
@@ -241,6 +243,19 @@ impl<'a, 's, M: Net> Worker<'a, 's, M> {
             out.write(&line).map_err(io(&self.sh.run_dir))?;
         }
         Ok(model)
+    }
+
+    /// Places `step` `position` steps into this run's epochs (a resize, or
+    /// a resume of a run resized before), and the run's end, epochs and
+    /// schedule with it.
+    fn set_position(&mut self, step: u64, position: u64) {
+        let cfg = self.sh.cfg;
+        self.base = (step, position);
+        let planned = self.steps_per_epoch * u64::from(cfg.train.epochs.max(1));
+        let end = step + planned.saturating_sub(position);
+        self.total_steps = if cfg.train.max_steps > 0 { cfg.train.max_steps.min(end) } else { end };
+        self.epochs = self.epoch_of(self.total_steps.saturating_sub(1)) + 1;
+        self.schedule = Schedule::new(cfg.optimizer.lr, &cfg.schedule, self.steps_per_epoch, planned);
     }
 
     fn epoch_of(&self, step: u64) -> u32 {
@@ -404,7 +419,9 @@ impl<'a, 's, M: Net> Worker<'a, 's, M> {
 
     fn checkpoint(&mut self, model: &M) -> Result<(), TrainError> {
         self.wait_for_background()?;
-        checkpoint::write(self.sh, self.dp, model, &self.optim, &self.recorder.totals.at(self.dp.steps()))?;
+        let step = self.dp.steps();
+        let counters = self.recorder.totals.at(step, self.position(step));
+        checkpoint::write(self.sh, self.dp, model, &self.optim, &counters)?;
         self.saved_at = Some(self.dp.steps());
         Ok(())
     }
@@ -415,7 +432,8 @@ impl<'a, 's, M: Net> Worker<'a, 's, M> {
     fn checkpoint_in_background(&mut self, model: &M) -> Result<(), TrainError> {
         self.wait_for_background()?;
         self.recorder.flush(self.dp, self.sh)?;
-        let counters = self.recorder.totals.at(self.dp.steps());
+        let step = self.dp.steps();
+        let counters = self.recorder.totals.at(step, self.position(step));
         let snapshot = checkpoint::Snapshot::take(self.sh, self.dp, model, &self.optim, &counters)?;
         self.background = Some(checkpoint::Background::start(snapshot));
         self.saved_at = Some(self.dp.steps());

@@ -110,9 +110,23 @@ fn interrupted_and_resumed(
     extra: &str,
     stop_at: u64,
 ) -> (gradcomp_train::trainer::RunSummary, gradcomp_train::trainer::RunSummary) {
+    let (full, _d) = train(extra);
+    let d = tempdir::Dir::new();
+    let cfg = config(d.path(), extra);
+    let part = stopped_at(&cfg, stop_at, false);
+    assert!(part.steps < full.steps);
+    let rest =
+        trainer::train(&cfg, RunOptions { resume: true, ..Default::default() }, Box::new(Silent)).unwrap();
+    assert!(!rest.interrupted);
+    assert_eq!(rest.steps, full.steps);
+    (full, rest)
+}
+
+/// A run (`resume`: a resumed one, changes allowed) stopped with its
+/// checkpoint once about `at` steps of its epochs are done.
+fn stopped_at(cfg: &TrainConfig, at: u64, resume: bool) -> gradcomp_train::trainer::RunSummary {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
-    let (full, _d) = train(extra);
     struct StopAt(Arc<AtomicBool>, u64);
     impl trainer::Observer for StopAt {
         fn step(&mut self, p: &trainer::Progress) {
@@ -121,20 +135,9 @@ fn interrupted_and_resumed(
             }
         }
     }
-    let d = tempdir::Dir::new();
-    let cfg = config(d.path(), extra);
     let stop = Arc::new(AtomicBool::new(false));
-    let part = trainer::train(
-        &cfg,
-        RunOptions { stop: Arc::clone(&stop), ..Default::default() },
-        Box::new(StopAt(stop, stop_at)),
-    )
-    .unwrap();
+    let opts = RunOptions { stop: Arc::clone(&stop), resume, allow_changes: resume, ..Default::default() };
+    let part = trainer::train(cfg, opts, Box::new(StopAt(stop, at))).unwrap();
     assert!(part.interrupted);
-    assert!(part.steps < full.steps);
-    let rest =
-        trainer::train(&cfg, RunOptions { resume: true, ..Default::default() }, Box::new(Silent)).unwrap();
-    assert!(!rest.interrupted);
-    assert_eq!(rest.steps, full.steps);
-    (full, rest)
+    part
 }

@@ -197,17 +197,7 @@ fn a_run_resumes_from_its_latest_step_checkpoint_bit_exactly() {
 
     let d = tempdir::Dir::new();
     let cfg = config(d.path(), extra);
-    struct StopAt(std::sync::Arc<std::sync::atomic::AtomicBool>);
-    impl trainer::Observer for StopAt {
-        fn step(&mut self, p: &trainer::Progress) {
-            if u64::from(p.epoch) * p.steps_per_epoch + p.step_in_epoch >= 37 {
-                self.0.store(true, std::sync::atomic::Ordering::SeqCst);
-            }
-        }
-    }
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let opts = RunOptions { stop: std::sync::Arc::clone(&stop), ..Default::default() };
-    let part = trainer::train(&cfg, opts, Box::new(StopAt(stop))).unwrap();
+    let part = stopped_at(&cfg, 37, false);
     // The stop lands at the step after the request.
     assert!((31..40).contains(&part.steps), "{}", part.steps);
     // Lose the checkpoint of the stop: `latest` names the background one of step 30.
@@ -232,25 +222,6 @@ fn a_run_resumes_from_its_latest_step_checkpoint_bit_exactly() {
     assert_eq!(evals(d.path()), evals(full_dir.path()), "every evaluation recorded once");
 }
 
-/// A run stopped (with its checkpoint) after about `at` steps.
-fn stopped_at(cfg: &gradcomp_train::config::TrainConfig, at: u64) -> gradcomp_train::trainer::RunSummary {
-    use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::Arc;
-    struct StopAt(Arc<AtomicBool>, u64);
-    impl trainer::Observer for StopAt {
-        fn step(&mut self, p: &trainer::Progress) {
-            if u64::from(p.epoch) * p.steps_per_epoch + p.step_in_epoch >= self.1 {
-                self.0.store(true, Ordering::SeqCst);
-            }
-        }
-    }
-    let stop = Arc::new(AtomicBool::new(false));
-    let opts = RunOptions { stop: Arc::clone(&stop), ..Default::default() };
-    let part = trainer::train(cfg, opts, Box::new(StopAt(stop, at))).unwrap();
-    assert!(part.interrupted);
-    part
-}
-
 /// Issue #27: a run of 3 workers resumes with 2 (the lost worker's
 /// residuals folded into the survivors', or dropped) or with 4, after asking
 /// for `--allow-change`. The data is sharded anew (1200 examples: 25 steps
@@ -265,7 +236,7 @@ fn a_run_resumes_with_fewer_or_more_workers() {
         );
         let d = tempdir::Dir::new();
         let cfg = config(d.path(), &extra);
-        let part = stopped_at(&cfg, 30);
+        let part = stopped_at(&cfg, 30, false);
         let at = part.steps;
         let resized = gradcomp_train::config::TrainConfig { workers: to, ..cfg.clone() };
         let e = trainer::train(&resized, RunOptions { resume: true, ..Default::default() }, Box::new(Silent))
@@ -311,4 +282,28 @@ fn a_resume_keeps_the_workers_where_they_are_part_of_the_meaning() {
         let e = trainer::train(&resized, opts, Box::new(Silent)).unwrap_err().to_string();
         assert!(e.contains("3 workers") && e.contains("has 2") && e.contains(why), "{e}");
     }
+}
+
+/// A resized run keeps its place in its epochs across a later resume with
+/// the same workers (and its learning-rate factor): stopped again after the
+/// resize and resumed, it ends bit-exactly where the resized run that was
+/// not stopped again ends.
+#[test]
+fn a_resized_run_resumes_again_where_it_was() {
+    let extra = "[compressor]\nname = \"topk\"\ndensity = 0.05\n[elastic]\nlr = \"linear\"\n[train]\ncheckpoint_every_epochs = 0";
+    let resized = |stop_again: bool| {
+        let d = tempdir::Dir::new();
+        let cfg = config(d.path(), extra);
+        stopped_at(&cfg, 30, false);
+        let two = gradcomp_train::config::TrainConfig { workers: 2, ..cfg.clone() };
+        if stop_again {
+            let part = stopped_at(&two, 55, true);
+            assert!(part.steps < 50, "{}", part.steps);
+        }
+        let opts = RunOptions { resume: true, allow_changes: true, ..Default::default() };
+        trainer::train(&two, opts, Box::new(Silent)).unwrap()
+    };
+    let (once, twice) = (resized(false), resized(true));
+    assert_eq!(twice.steps, once.steps);
+    assert_eq!(twice.final_params, once.final_params);
 }
