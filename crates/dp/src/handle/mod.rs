@@ -77,6 +77,41 @@ pub struct DataParallelState {
     pub averaged_at: Option<u64>,
 }
 
+impl DataParallelState {
+    /// Whether buffer `name` is a per-worker memory (error-feedback
+    /// residual, DGC's momentum and velocity, eSGD's residual): gradient
+    /// mass this worker still owes the model. The compressors' own state
+    /// (PowerSGD's Q, Signum's momentum) is not one.
+    pub fn is_memory(name: &str) -> bool {
+        name.starts_with("memory.")
+    }
+
+    /// The state a worker that joins the run starts from, made from a
+    /// running worker's: the same step and compressor state, zero memories
+    /// and byte counts.
+    pub fn for_new_worker(&self) -> Self {
+        let mut s = self.clone();
+        for (_, b) in s.buffers.iter_mut().filter(|(k, _)| Self::is_memory(k)) {
+            b.iter_mut().for_each(|v| *v = 0.0);
+        }
+        (s.bytes_sent, s.bytes_received) = (0, 0);
+        s
+    }
+
+    /// Folds the memories of a worker that is gone into this survivor's:
+    /// each survivor adds them divided by `old_workers`, so the gradient
+    /// mass the lost worker owed reaches the model as it would have (its
+    /// share of the mean over the old N). Issue #27's `elastic.lost_state`.
+    pub fn fold_lost(&mut self, lost: &DataParallelState, old_workers: usize) {
+        let share = 1.0 / old_workers.max(1) as f32;
+        for (k, b) in self.buffers.iter_mut().filter(|(k, _)| Self::is_memory(k)) {
+            if let Some(l) = lost.buffers.get(k) {
+                b.iter_mut().zip(l).for_each(|(v, l)| *v += share * l);
+            }
+        }
+    }
+}
+
 /// Where this worker compresses.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub enum CompressionLocation {
@@ -232,5 +267,33 @@ impl DataParallel {
         self.group_sent = state.group_bytes_sent;
         self.totals = StepBytes::default();
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::DataParallelState;
+
+    fn state(memory: f32, q: f32) -> DataParallelState {
+        DataParallelState {
+            step: 7,
+            bytes_sent: 100,
+            buffers: [("memory.0.0".to_string(), vec![memory; 3]), ("compressor.0.0".to_string(), vec![q; 2])]
+                .into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn lost_memories_fold_by_the_old_count_and_new_workers_start_empty() {
+        let mut survivor = state(1.0, 5.0);
+        survivor.fold_lost(&state(4.0, 9.0), 4);
+        // 1 + 4/4 in the memory; the compressor's own state is the survivor's.
+        assert_eq!(survivor.buffers["memory.0.0"], [2.0; 3]);
+        assert_eq!(survivor.buffers["compressor.0.0"], [5.0; 2]);
+        let new = state(3.0, 5.0).for_new_worker();
+        assert_eq!((new.step, new.bytes_sent), (7, 0));
+        assert_eq!(new.buffers["memory.0.0"], [0.0; 3]);
+        assert_eq!(new.buffers["compressor.0.0"], [5.0; 2]);
     }
 }

@@ -16,6 +16,10 @@ pub struct ElasticConfig {
     pub lost_state: LostState,
     /// The learning rate after a change of workers.
     pub lr: ElasticLr,
+    /// In-process runs: when a worker is lost (its thread panics), go on
+    /// with the others from the latest checkpoint as long as at least this
+    /// many remain (0: a lost worker ends the run).
+    pub min_workers: usize,
 }
 
 /// The per-worker memories of workers that are gone.

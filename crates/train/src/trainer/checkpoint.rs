@@ -192,6 +192,12 @@ fn elastic_refusal(saved: &TrainConfig, now: &TrainConfig) -> Result<(), TrainEr
     }
 }
 
+/// The step of the checkpoint `checkpoints/latest` names, if there is one.
+pub(super) fn latest_step(run_dir: &Path) -> Option<u64> {
+    let dir = latest_dir(run_dir).ok()?;
+    dir.file_name()?.to_str()?.strip_prefix("step-")?.parse().ok()
+}
+
 /// The directory `checkpoints/latest` points at.
 fn latest_dir(run_dir: &Path) -> Result<PathBuf, TrainError> {
     let latest = run_dir.join("checkpoints/latest");

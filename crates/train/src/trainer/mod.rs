@@ -31,7 +31,7 @@ pub mod checkpoint_bytes {
     pub use super::checkpoint::{parse_file_bytes, sample_file_bytes};
 }
 pub use eval::EvalSet;
-pub use run::{Observer, Progress, RunOptions, RunSummary, Silent, TrainError};
+pub use run::{Fault, Observer, Progress, RunOptions, RunSummary, Silent, TrainError};
 
 use std::path::Path;
 use std::sync::Mutex;
@@ -91,8 +91,75 @@ pub fn train_with<M: Net>(
     cfg.check_model_memory(parameters)?;
     let run_dir = cfg.run_dir();
     prepare_run_dir(&run_dir, &opts)?;
-    let shared = Shared { cfg, data, run_dir, opts, observer: Mutex::new(observer) };
-    launch::run(&shared, make)
+    let (mut cfg, mut opts, mut observer) = (cfg.clone(), opts, observer);
+    loop {
+        let shared = Shared {
+            cfg: &cfg,
+            data,
+            run_dir: run_dir.clone(),
+            opts: opts.clone(),
+            observer: Mutex::new(observer),
+            steps_done: Default::default(),
+        };
+        let result = launch::run(&shared, make.clone());
+        let steps_done = shared.steps_done.load(std::sync::atomic::Ordering::Relaxed);
+        observer = shared.observer.into_inner().unwrap_or_else(|e| e.into_inner());
+        match result {
+            Err(TrainError::Panic { rank, message }) if continues_without_one(&cfg) => {
+                let started = std::time::Instant::now();
+                let resume = checkpoint::latest_step(&run_dir);
+                eprintln!(
+                    "worker {rank} of {} lost after step {steps_done} ({message}); going on with {} from {}",
+                    cfg.workers,
+                    cfg.workers - 1,
+                    resume.map_or("the start".to_string(), |s| format!("the checkpoint of step {s}"))
+                );
+                record_restart(&run_dir, rank, &message, steps_done, resume, cfg.workers, started)?;
+                cfg.workers -= 1;
+                // Another try from the latest checkpoint (or from the start, without one).
+                opts = RunOptions {
+                    resume: resume.is_some(),
+                    overwrite: resume.is_none(),
+                    allow_changes: true,
+                    fault: None,
+                    ..opts
+                };
+                prepare_run_dir(&run_dir, &opts)?;
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Whether an in-process run that lost a worker goes on with the others:
+/// `elastic.min_workers` allows it and that many remain.
+fn continues_without_one(cfg: &TrainConfig) -> bool {
+    cfg.backend == crate::config::Backend::InProcess
+        && cfg.elastic.min_workers > 0
+        && cfg.workers > cfg.elastic.min_workers
+}
+
+/// A line of `membership.jsonl` for a restart after a lost worker: its
+/// cause, the steps lost (done, less the checkpoint's) and what it resumes.
+fn record_restart(
+    run_dir: &Path,
+    rank: usize,
+    message: &str,
+    steps_done: u64,
+    resume: Option<u64>,
+    workers: usize,
+    started: std::time::Instant,
+) -> Result<(), TrainError> {
+    std::fs::create_dir_all(run_dir).map_err(io(run_dir))?;
+    let mut out =
+        crate::records::JsonLines::open(&run_dir.join("membership.jsonl"), true).map_err(io(run_dir))?;
+    out.write(&serde_json::json!({
+        "event": "worker lost", "rank": rank, "cause": message, "workers": workers,
+        "steps_done": steps_done, "resume_from": resume,
+        "steps_lost": steps_done.saturating_sub(resume.unwrap_or(0)),
+        "restart_seconds": started.elapsed().as_secs_f64(),
+    }))
+    .map_err(io(run_dir))
 }
 
 /// What marks a directory as holding a run.

@@ -85,6 +85,16 @@ pub struct RunOptions {
     pub allow_changes: bool,
     /// Set (e.g. by Ctrl-C) to checkpoint and stop after the current step.
     pub stop: Arc<AtomicBool>,
+    /// Fault injection, for tests of what a lost worker costs.
+    pub fault: Option<Fault>,
+}
+
+/// A fault the trainer injects into its own run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// Worker `rank` dies (its thread panics) once `after_step` steps are
+    /// done, as a crashed or killed worker would; its peers' collectives fail.
+    LoseWorker { rank: usize, after_step: u64 },
 }
 
 /// What a finished (or stopped) run produced.
@@ -113,6 +123,8 @@ pub(crate) struct Shared<'a> {
     pub run_dir: PathBuf,
     pub opts: RunOptions,
     pub observer: Mutex<Box<dyn Observer>>,
+    /// Steps rank 0 has completed: what a lost worker costs is counted from it.
+    pub steps_done: std::sync::atomic::AtomicU64,
 }
 
 /// Serializes model construction. burn draws initial weights from a

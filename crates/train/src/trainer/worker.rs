@@ -181,25 +181,11 @@ impl<'a, 's, M: Net> Worker<'a, 's, M> {
         let (cfg, rank) = (self.sh.cfg, self.dp.rank());
         let (model, optim) = saved.replica.apply(model, self.optim.clone())?;
         self.optim = optim;
-        let is_memory = |k: &str| k.starts_with("memory.");
-        let mut state = if rank < from {
-            saved.rank_state(rank)?.0
-        } else {
-            let mut s = saved.rank_state(0)?.0;
-            for (_, b) in s.buffers.iter_mut().filter(|(k, _)| is_memory(k)) {
-                b.iter_mut().for_each(|v| *v = 0.0);
-            }
-            (s.bytes_sent, s.bytes_received) = (0, 0);
-            s
-        };
+        let mut state =
+            if rank < from { saved.rank_state(rank)?.0 } else { saved.rank_state(0)?.0.for_new_worker() };
         if cfg.elastic.lost_state == LostState::Fold {
-            let share = 1.0 / from as f32;
             for lost in to..from {
-                let (theirs, _) = saved.rank_state(lost)?;
-                for (k, b) in state.buffers.iter_mut().filter(|(k, _)| is_memory(k)) {
-                    let Some(l) = theirs.buffers.get(k) else { continue };
-                    b.iter_mut().zip(l).for_each(|(v, l)| *v += share * l);
-                }
+                state.fold_lost(&saved.rank_state(lost)?.0, from);
             }
         }
         if state.step != saved.counters.step {
@@ -345,6 +331,15 @@ impl<'a, 's, M: Net> Worker<'a, 's, M> {
         };
         let stats = self.dp.last_step();
         self.recorder.push(WorkerStep::new(self.dp.rank(), epoch, stats, &times));
+        let (rank, done) = (self.dp.rank(), step + 1);
+        if let Some(crate::trainer::Fault::LoseWorker { rank: r, after_step }) = self.sh.opts.fault {
+            if (r, after_step) == (rank, done) {
+                panic!("injected fault: worker {rank} lost after step {done}");
+            }
+        }
+        if rank == 0 {
+            self.sh.steps_done.store(done, Ordering::Relaxed);
+        }
         if self.dp.rank() == 0 {
             let progress = Progress {
                 epoch,

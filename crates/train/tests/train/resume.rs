@@ -307,3 +307,35 @@ fn a_resized_run_resumes_again_where_it_was() {
     assert_eq!(twice.steps, once.steps);
     assert_eq!(twice.final_params, once.final_params);
 }
+
+/// Issue #27 point 4: an in-process worker lost mid-run (its thread panics
+/// after step 33; a background checkpoint was written at step 30) ends the
+/// run without `elastic.min_workers`; with it, the trainer goes on with the
+/// 2 others from step 30 in the same call, records the restart, and learns.
+#[test]
+fn an_in_process_run_goes_on_without_a_lost_worker() {
+    use gradcomp_train::trainer::Fault;
+    let extra = "[compressor]\nname = \"topk\"\ndensity = 0.05\n[train]\ncheckpoint_every_epochs = 0\ncheckpoint_every_steps = 10";
+    let lose = || RunOptions { fault: Some(Fault::LoseWorker { rank: 1, after_step: 33 }), ..Default::default() };
+    let d = tempdir::Dir::new();
+    let e = trainer::train(&config(d.path(), extra), lose(), Box::new(Silent)).unwrap_err().to_string();
+    assert!(e.contains("worker 1") && e.contains("lost after step 33"), "{e}");
+
+    let d = tempdir::Dir::new();
+    let cfg = config(d.path(), &format!("{extra}\n[elastic]\nmin_workers = 2"));
+    let s = trainer::train(&cfg, lose(), Box::new(Silent)).unwrap();
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(d.path().join("membership.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines[0]["event"], "worker lost");
+    assert_eq!((lines[0]["rank"].as_u64(), lines[0]["resume_from"].as_u64()), (Some(1), Some(30)));
+    assert!(lines[0]["steps_lost"].as_u64().unwrap() >= 3, "{}", lines[0]);
+    assert_eq!((lines[1]["from"].as_u64(), lines[1]["to"].as_u64()), (Some(3), Some(2)));
+    // 30 steps of 3 workers are 30 of 25-step epochs; the rest of 2 epochs at 37 a step.
+    assert_eq!(s.steps, 30 + 74 - (37 + (5.0f64 / 25.0 * 37.0).round() as u64));
+    // The summary holds the epochs the last attempt ended: here epoch 2, learnt.
+    let last = s.epochs.last().unwrap();
+    assert!(last.train_loss.is_finite() && last.test_accuracy.unwrap() > 0.9, "{last:?}");
+}
