@@ -112,7 +112,7 @@ fn non_finite_values_are_refused() {
         let mut out = Message::default();
         let err = codec::decode(&bytes, &mut out).unwrap_err().to_string();
         assert!(err.contains("non-finite"), "{err}");
-        let mut acc = vec![0.0f32; 8];
+        let mut acc = [0.0f32; 8];
         assert!(codec::accumulate(&bytes, 1.0, &mut acc[..msg.len()]).is_err());
         assert!(!exercise(&bytes));
     }
