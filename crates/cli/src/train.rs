@@ -167,7 +167,13 @@ pub fn run(a: &TrainArgs) -> Result<()> {
         // On the CPU there is nothing to say about where compression runs.
         location_shown: cfg.device == gradcomp_train::device::DeviceSpec::Cpu,
     };
-    let opts = RunOptions { resume: a.resume, overwrite: a.overwrite, allow_changes: a.allow_change, stop, fault: None };
+    let opts = RunOptions {
+        resume: a.resume,
+        overwrite: a.overwrite,
+        allow_changes: a.allow_change,
+        stop,
+        fault: None,
+    };
     let summary = trainer::train(&cfg, opts, Box::new(printer)).map_err(train_error)?;
     if summary.epochs.is_empty() && summary.steps == 0 {
         return Ok(()); // an MPI rank other than 0

@@ -278,8 +278,11 @@ mod tests {
         DataParallelState {
             step: 7,
             bytes_sent: 100,
-            buffers: [("memory.0.0".to_string(), vec![memory; 3]), ("compressor.0.0".to_string(), vec![q; 2])]
-                .into(),
+            buffers: [
+                ("memory.0.0".to_string(), vec![memory; 3]),
+                ("compressor.0.0".to_string(), vec![q; 2]),
+            ]
+            .into(),
             ..Default::default()
         }
     }

@@ -211,7 +211,7 @@ impl<'a, 's, M: Net> Worker<'a, 's, M> {
                 ElasticLr::Keep => 1.0,
                 ElasticLr::Linear => to as f64 / from as f64,
             };
-        self.recorder.totals = crate::trainer::checkpoint::Counters {
+        self.recorder.totals = checkpoint::Counters {
             workers: to,
             lr_factor: (self.lr_factor != 1.0).then_some(self.lr_factor),
             ..saved.counters.clone()
@@ -332,7 +332,7 @@ impl<'a, 's, M: Net> Worker<'a, 's, M> {
         let stats = self.dp.last_step();
         self.recorder.push(WorkerStep::new(self.dp.rank(), epoch, stats, &times));
         let (rank, done) = (self.dp.rank(), step + 1);
-        if let Some(crate::trainer::Fault::LoseWorker { rank: r, after_step }) = self.sh.opts.fault {
+        if let Some(super::run::Fault::LoseWorker { rank: r, after_step }) = self.sh.opts.fault {
             if (r, after_step) == (rank, done) {
                 panic!("injected fault: worker {rank} lost after step {done}");
             }

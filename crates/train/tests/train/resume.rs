@@ -316,7 +316,8 @@ fn a_resized_run_resumes_again_where_it_was() {
 fn an_in_process_run_goes_on_without_a_lost_worker() {
     use gradcomp_train::trainer::Fault;
     let extra = "[compressor]\nname = \"topk\"\ndensity = 0.05\n[train]\ncheckpoint_every_epochs = 0\ncheckpoint_every_steps = 10";
-    let lose = || RunOptions { fault: Some(Fault::LoseWorker { rank: 1, after_step: 33 }), ..Default::default() };
+    let lose =
+        || RunOptions { fault: Some(Fault::LoseWorker { rank: 1, after_step: 33 }), ..Default::default() };
     let d = tempdir::Dir::new();
     let e = trainer::train(&config(d.path(), extra), lose(), Box::new(Silent)).unwrap_err().to_string();
     assert!(e.contains("worker 1") && e.contains("lost after step 33"), "{e}");
