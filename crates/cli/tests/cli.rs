@@ -40,7 +40,7 @@ fn config_mistakes_are_one_line_errors_with_exit_code_2() {
     }
     let (code, _, err) = gradcomp(&["train", "--config", &cfg, "--device", "tpu"]);
     assert_eq!(code, 2, "{err}");
-    assert!(err.contains("cpu, cuda, cuda:N or wgpu"), "{err}");
+    assert!(err.contains("cpu, ndarray, cuda, cuda:N or wgpu"), "{err}");
     let (code, _, err) = gradcomp(&["train", "--config", "/nonexistent.toml"]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("cannot read"), "{err}");
