@@ -194,19 +194,16 @@ fn low_rank<'a>(r: &mut Reader<'a>, len: u32) -> Result<View<'a>, CodecError> {
     // Finite factors can still multiply past f32: every element of P Qᵀ is
     // at most Σ_k max|P[·,k]| · max|Q[·,k]|; refuse when that bound (with
     // room for rounding) is not below f32::MAX, so that what decodes is finite.
-    let rank = rank as usize;
-    let column_max = |m: &[u8]| {
-        let mut max = vec![0.0f64; rank];
-        for (i, v) in f32s(m).enumerate() {
-            max[i % rank] = max[i % rank].max(f64::from(v.abs()));
-        }
-        max
+    // Column k of a row-major `n × rank` factor is every rank-th value from k (no allocation:
+    // decoding runs every step).
+    let column_max = |m: &[u8], k: usize| {
+        f32s(m).skip(k).step_by(rank as usize).fold(0.0f64, |a, v| a.max(f64::from(v.abs())))
     };
-    let bound: f64 = column_max(p).iter().zip(column_max(q)).map(|(a, b)| a * b).sum();
+    let bound: f64 = (0..rank as usize).map(|k| column_max(p, k) * column_max(q, k)).sum();
     if bound >= f64::from(f32::MAX) / 2.0 {
         return Err(CodecError::Invalid("low-rank factors whose product overflows f32"));
     }
-    Ok(View::LowRank { rows, cols, rank: rank as u32, p, q })
+    Ok(View::LowRank { rows, cols, rank, p, q })
 }
 
 /// `bytes` as little-endian f32s if every one is finite. Element payloads
