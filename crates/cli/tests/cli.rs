@@ -437,3 +437,39 @@ fn bench_compress_covers_every_compressor_and_a_models_layers() {
     assert_eq!(row["op"], "step_lenet5");
     assert!(row["wire_bytes"].as_u64().unwrap() < row["elements"].as_u64().unwrap(), "{row}");
 }
+
+/// Issue #26 point 5: `gradcomp model --peer-*` prices another system's
+/// step, its compute plus its calls with gloo's ring: an allreduce of M bytes
+/// among N is 2(N − 1) messages of M/N (α = 100 µs, 1 Gbit/s uncalibrated).
+#[test]
+fn model_prices_another_systems_step() {
+    let cfg = experiments("quick-synthetic.toml");
+    let args =
+        ["model", "--config", &cfg, "--set", "network.links_bps=[1e9]", "--peer-compute-ms", "10", "--json"];
+    let (code, out, err) = gradcomp(&[&args[..], &["--peer-call", "allreduce:1000000"]].concat());
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
+    let ring = 6.0 * (1e-4 + 250_000.0 / 1.25e8);
+    assert!((v["wire_s"].as_f64().unwrap() - ring).abs() < 1e-6 * ring.max(1.0), "{v}");
+    assert!((v["step_s"].as_f64().unwrap() - (0.010 + ring)).abs() < 1e-6, "{v}");
+    let (code, _, err) = gradcomp(&[&args[..], &["--peer-call", "broadcast:12"]].concat());
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("allreduce or allgather"), "{err}");
+}
+
+/// Issue #26 point 3: `gradcomp bench compute` times a configuration's
+/// forward and backward pass and says so in JSON.
+#[test]
+fn bench_compute_times_the_forward_and_backward_pass() {
+    let cfg = experiments("quick-synthetic.toml");
+    let (code, out, err) = gradcomp(&["bench", "compute", "--config", &cfg, "--steps", "2", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
+    assert_eq!(
+        (v["framework"].as_str(), v["backend"].as_str(), v["model"].as_str()),
+        (Some("burn"), Some("flex"), Some("fcn5"))
+    );
+    let (f, b, s) =
+        (v["forward_s"].as_f64().unwrap(), v["backward_s"].as_f64().unwrap(), v["step_s"].as_f64().unwrap());
+    assert!(f > 0.0 && b > 0.0 && s >= f.max(b), "{v}");
+}
