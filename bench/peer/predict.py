@@ -27,35 +27,15 @@ import tomllib
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import models  # noqa: E402
-import train  # noqa: E402  (POWERSGD_START and the hook's compress rule)
+import train  # noqa: E402  (torch_calls: what torch's hooks allreduce)
 
 RATES = {"100mbit": 1e8, "1gbit": 1e9}
 
 
 def calls(method, shapes, step, options):
     """The collective calls one worker makes in `step`, as (op, bytes)."""
-    params = sum(math.prod(s) for s in shapes)
-    if method == "none":
-        return [("allreduce", 4 * params)]
-    if method == "torch-fp16":
-        return [("allreduce", 2 * params)]
-    if method.startswith("torch-powersgd-r"):
-        if step < train.POWERSGD_START:
-            return [("allreduce", 4 * params)]
-        rank = int(method.rsplit("-r", 1)[1])
-        dense, p, q = 0, 0, 0
-        for s in shapes:
-            if len(s) < 2:
-                dense += math.prod(s)
-                continue
-            n, m = s[0], math.prod(s[1:])
-            r = min(n, m, rank)
-            if (n + m) * r * 2 < n * m:
-                p, q = p + n * r, q + m * r
-            else:
-                dense += n * m
-        # torch's hook: the uncompressed tensors in one allreduce, then all P's, then all Q's.
-        return [("allreduce", 4 * dense), ("allreduce", 4 * p), ("allreduce", 4 * q)]
+    if method in ("none", "torch-fp16") or method.startswith("torch-powersgd-r"):
+        return train.torch_calls(method, shapes, step)
     if method == "gradcomp-topk":
         # The non-finite agreement (4 bytes each), the size round, the messages.
         density = options.get("density", 0.01)

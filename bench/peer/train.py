@@ -44,27 +44,35 @@ import models  # noqa: E402
 POWERSGD_START = 10
 
 
-def torch_bytes(method, model, step):
-    """What one worker's allreduces carry per step with torch's hooks: the
-    tensors each hook hands to `all_reduce` (PowerSGD: P and Q of each matrix it
-    compresses, the rest uncompressed; torch's `_should_compress` rule)."""
-    shapes = [p.shape for p in model.parameters()]
-    if method == "none":
-        return 4 * sum(math.prod(s) for s in shapes)
+def torch_calls(method, shapes, step):
+    """The allreduces one worker makes in `step` with DDP's own allreduce or
+    torch's hooks, as ("allreduce", bytes), one after another: the tensors
+    each hook hands to `all_reduce`. PowerSGD: the uncompressed tensors in
+    one, then every compressed matrix's P, then every Q (torch's
+    `_should_compress` rule); dense before `POWERSGD_START`."""
+    params = sum(math.prod(s) for s in shapes)
     if method == "torch-fp16":
-        return 2 * sum(math.prod(s) for s in shapes)
+        return [("allreduce", 2 * params)]
+    if method == "none" or step < POWERSGD_START:
+        return [("allreduce", 4 * params)]
     rank = int(method.rsplit("-r", 1)[1])
-    if step < POWERSGD_START:
-        return 4 * sum(math.prod(s) for s in shapes)
-    total = 0
+    dense = p = q = 0
     for s in shapes:
         if len(s) < 2:
-            total += 4 * math.prod(s)
+            dense += math.prod(s)
             continue
         n, m = s[0], math.prod(s[1:])
         r = min(n, m, rank)
-        total += 4 * (n + m) * r if (n + m) * r * 2 < n * m else 4 * n * m
-    return total
+        if (n + m) * r * 2 < n * m:
+            p, q = p + n * r, q + m * r
+        else:
+            dense += n * m
+    return [("allreduce", 4 * dense), ("allreduce", 4 * p), ("allreduce", 4 * q)]
+
+
+def torch_bytes(method, model, step):
+    """What one worker's allreduces carry per step with torch's hooks (`torch_calls`)."""
+    return sum(b for _, b in torch_calls(method, [p.shape for p in model.parameters()], step))
 
 
 def hook_for(method, options):

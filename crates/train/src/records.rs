@@ -275,6 +275,12 @@ impl JsonLines {
     }
 }
 
+/// Appends a line to the run's `membership.jsonl`: every change of workers
+/// (a resize at a resume) and every restart after a lost worker.
+pub fn append_membership(run_dir: &Path, line: &serde_json::Value) -> std::io::Result<()> {
+    JsonLines::open(&run_dir.join("membership.jsonl"), true)?.write(line)
+}
+
 /// Writes `bytes` to `path` atomically (temporary file in the same
 /// directory, then rename), so a reader never sees a partial file.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {

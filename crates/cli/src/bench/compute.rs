@@ -110,8 +110,10 @@ pub fn run(a: &Args) -> Result<()> {
         );
     }
     let batches: Vec<_> = (0..need).map(|i| loader.batch(0, i)).collect();
-    let threads =
-        std::env::var("RAYON_NUM_THREADS").ok().and_then(|t| t.parse().ok()).unwrap_or_else(num_cpus);
+    let threads = std::env::var("RAYON_NUM_THREADS")
+        .ok()
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| gradcomp_train::records::Hardware::this_machine().cores);
     if !a.json {
         println!(
             "{}: batch {} per worker, {} timed steps × {} rounds, {threads} thread(s)",
@@ -149,8 +151,4 @@ pub fn run(a: &Args) -> Result<()> {
         }
     }
     Ok(())
-}
-
-fn num_cpus() -> usize {
-    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
 }

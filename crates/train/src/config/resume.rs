@@ -5,10 +5,14 @@ use super::TrainConfig;
 
 /// Keys a resumed run may change with `--allow-change`: where the run
 /// writes and computes, how long it goes on, what it measures and how
-/// patiently it waits. Every other key (model, data, compressor, optimizer,
-/// learning rate, seed, workers, strategy) is the run's meaning.
+/// patiently it waits, and how many workers go on (`[elastic]`; refused
+/// where N is the run's meaning, by the resume's own check). Every other key
+/// (model, data, compressor, optimizer, learning rate, seed, strategy) is
+/// the run's meaning.
 pub const RESUME_SAFE_KEYS: &[&str] = &[
     "name",
+    "workers",
+    "elastic",
     "run_dir",
     "device",
     "data.dir",

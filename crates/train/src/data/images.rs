@@ -232,20 +232,18 @@ impl ImageSplits {
                 ),
             ));
         }
-        let classes = match classes {
-            Classes::Known(k) => {
-                let name = format!("{dataset}'s {k} classes 0..={}", k - 1);
+        let given = match classes {
+            Classes::Known(k) => Some((k, format!("{dataset}'s {k} classes 0..={}", k - 1))),
+            Classes::Declared(k) => Some((k, format!("data.classes = {k} (labels 0..={})", k - 1))),
+            Classes::Inferred => None,
+        };
+        let classes = match given {
+            Some((k, name)) => {
                 first_label_outside(&train, &train_labels, k, &name)?;
                 first_label_outside(&test, &test_labels, k, &name)?;
                 k
             }
-            Classes::Declared(k) => {
-                let name = format!("data.classes = {k} (labels 0..={})", k - 1);
-                first_label_outside(&train, &train_labels, k, &name)?;
-                first_label_outside(&test, &test_labels, k, &name)?;
-                k
-            }
-            Classes::Inferred => {
+            None => {
                 if train.classes < 2 {
                     return Err(DataError::corrupt(
                         &train_labels,

@@ -152,11 +152,7 @@ fn check_config(saved: &TrainConfig, now: &TrainConfig, allow_changes: bool) -> 
     if changed.iter().any(|k| k == "workers") {
         elastic_refusal(saved, now)?;
     }
-    let safe = |k: &String| {
-        k == "workers"
-            || k.starts_with("elastic.")
-            || RESUME_SAFE_KEYS.iter().any(|s| k == s || k.starts_with(&format!("{s}.")))
-    };
+    let safe = |k: &String| RESUME_SAFE_KEYS.iter().any(|s| k == s || k.starts_with(&format!("{s}.")));
     let (allowed, refused): (Vec<String>, Vec<String>) = changed.into_iter().partition(safe);
     if !refused.is_empty() {
         return Err(TrainError::Checkpoint(format!(
@@ -194,7 +190,11 @@ fn elastic_refusal(saved: &TrainConfig, now: &TrainConfig) -> Result<(), TrainEr
 
 /// The step of the checkpoint `checkpoints/latest` names, if there is one.
 pub(super) fn latest_step(run_dir: &Path) -> Option<u64> {
-    let dir = latest_dir(run_dir).ok()?;
+    step_of(&latest_dir(run_dir).ok()?)
+}
+
+/// The step a checkpoint directory `…/step-<S>` holds.
+fn step_of(dir: &Path) -> Option<u64> {
     dir.file_name()?.to_str()?.strip_prefix("step-")?.parse().ok()
 }
 
@@ -232,8 +232,7 @@ impl Checkpoint {
             .and_then(|t| TrainConfig::from_toml(t, &[]).map_err(|e| e.to_string()))
             .map_err(|e| bad(&path)(format!("its configuration does not load: {e}")))?;
         check_config(&saved_cfg, cfg, allow_changes)?;
-        let named = dir.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_prefix("step-"));
-        if named.and_then(|n| n.parse::<u64>().ok()) != Some(counters.step) {
+        if step_of(&dir) != Some(counters.step) {
             return Err(bad(&path)(format!(
                 "its counters say step {}, its directory {}",
                 counters.step,
@@ -444,15 +443,10 @@ impl Drop for Background {
 /// starts from `latest` and would otherwise find another attempt's files in
 /// the directory of a step it reaches again.
 pub(super) fn remove_uncommitted(run_dir: &Path) {
-    let dir = run_dir.join("checkpoints");
-    let latest = std::fs::read_to_string(dir.join("latest")).unwrap_or_default();
-    let latest = latest.trim();
-    let Ok(entries) = std::fs::read_dir(&dir) else { return };
+    let latest = latest_step(run_dir);
+    let Ok(entries) = std::fs::read_dir(run_dir.join("checkpoints")) else { return };
     for path in entries.filter_map(|e| e.ok().map(|e| e.path())) {
-        let newer = path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .is_some_and(|n| n.starts_with("step-") && (latest.is_empty() || n > latest));
+        let newer = step_of(&path).is_some_and(|s| latest.is_none_or(|l| s > l));
         if newer && path.is_dir() {
             // Under MPI every rank clears the same directory: another may have been first.
             std::fs::remove_dir_all(&path).ok();

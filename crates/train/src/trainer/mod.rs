@@ -151,15 +151,13 @@ fn record_restart(
     started: std::time::Instant,
 ) -> Result<(), TrainError> {
     std::fs::create_dir_all(run_dir).map_err(io(run_dir))?;
-    let mut out =
-        crate::records::JsonLines::open(&run_dir.join("membership.jsonl"), true).map_err(io(run_dir))?;
-    out.write(&serde_json::json!({
+    let line = serde_json::json!({
         "event": "worker lost", "rank": rank, "cause": message, "workers": workers,
         "steps_done": steps_done, "resume_from": resume,
         "steps_lost": steps_done.saturating_sub(resume.unwrap_or(0)),
         "restart_seconds": started.elapsed().as_secs_f64(),
-    }))
-    .map_err(io(run_dir))
+    });
+    crate::records::append_membership(run_dir, &line).map_err(io(run_dir))
 }
 
 /// What marks a directory as holding a run.

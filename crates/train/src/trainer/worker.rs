@@ -19,7 +19,7 @@ use crate::data::Loader;
 use crate::models::Net;
 use crate::records::{git_revision, write_atomic, EpochRecord, Hardware, Manifest, UnitRecord};
 use crate::schedule::Schedule;
-use gradcomp_dp::{Cuts, DataParallel, SyncError};
+use gradcomp_dp::{Cuts, DataParallel, DataParallelState, SyncError};
 
 /// Runs worker `rank` to the end; rank 0 returns the run's summary.
 pub(super) fn run<M: Net>(
@@ -137,57 +137,21 @@ impl<'a, 's, M: Net> Worker<'a, 's, M> {
         Ok((w, model))
     }
 
-    /// Continues from a checkpoint: model, optimizer, the handle's state and
-    /// the totals; with another number of workers than it was made with,
-    /// through [`Worker::resize`].
+    /// Continues from a checkpoint: model, optimizer, the handle's state, the
+    /// totals and the step's place in the epochs. With another number of
+    /// workers than it was made with (issue #27), each worker's state comes
+    /// from [`Worker::resized_state`] and the run is placed anew by
+    /// [`Worker::resize`].
     fn resume(&mut self, model: M, saved: &Checkpoint) -> Result<M, TrainError> {
+        let rank = self.dp.rank();
         let (from, to) = (saved.counters.workers, self.dp.world_size());
-        if from != to && from > 0 {
-            return self.resize(model, saved, from, to);
-        }
-        let (state, own) = saved.rank_state(self.dp.rank())?;
+        let resized = from != to && from > 0;
+        // A resized run's replicas are identical (CELGC, whose are not, is refused before).
+        let (state, own) =
+            if resized { (self.resized_state(saved, from, to)?, None) } else { saved.rank_state(rank)? };
         let replica = own.as_ref().unwrap_or(&saved.replica);
         let (model, optim) = replica.apply(model, self.optim.clone())?;
         self.optim = optim;
-        if state.step != saved.counters.step {
-            return Err(TrainError::Checkpoint(format!(
-                "rank {}'s file is at step {}, the run's state at step {}",
-                self.dp.rank(),
-                state.step,
-                saved.counters.step
-            )));
-        }
-        self.dp.restore(&state)?;
-        self.recorder.totals = saved.counters.clone();
-        self.saved_at = Some(saved.counters.step);
-        if saved.counters.position() != saved.counters.step {
-            // A run resized before: its steps keep their place in the epochs.
-            self.set_position(saved.counters.step, saved.counters.position());
-        }
-        self.lr_factor = saved.counters.lr_factor.unwrap_or(1.0);
-        Ok(model)
-    }
-
-    /// Resumes a checkpoint of `from` workers with `to` (issue #27). The
-    /// model and optimizer are rank 0's (replicas are identical: CELGC,
-    /// whose are not, is refused before). Each surviving rank takes its own
-    /// state; a new rank takes rank 0's with its memories zeroed; the
-    /// memories of ranks that are gone are folded into the survivors' or
-    /// dropped (`elastic.lost_state`). The data is sharded anew among `to`,
-    /// and the run goes on at the same point of the same epoch, as a
-    /// fraction of it. Rank 0 records the change in `membership.jsonl`.
-    fn resize(&mut self, model: M, saved: &Checkpoint, from: usize, to: usize) -> Result<M, TrainError> {
-        use crate::config::{ElasticLr, LostState};
-        let (cfg, rank) = (self.sh.cfg, self.dp.rank());
-        let (model, optim) = saved.replica.apply(model, self.optim.clone())?;
-        self.optim = optim;
-        let mut state =
-            if rank < from { saved.rank_state(rank)?.0 } else { saved.rank_state(0)?.0.for_new_worker() };
-        if cfg.elastic.lost_state == LostState::Fold {
-            for lost in to..from {
-                state.fold_lost(&saved.rank_state(lost)?.0, from);
-            }
-        }
         if state.step != saved.counters.step {
             return Err(TrainError::Checkpoint(format!(
                 "rank {rank}'s file is at step {}, the run's state at step {}",
@@ -195,7 +159,45 @@ impl<'a, 's, M: Net> Worker<'a, 's, M> {
             )));
         }
         self.dp.restore(&state)?;
-        // The same point of the same epoch on the new shards.
+        self.recorder.totals = saved.counters.clone();
+        self.saved_at = Some(saved.counters.step);
+        self.lr_factor = saved.counters.lr_factor.unwrap_or(1.0);
+        if resized {
+            self.resize(saved, from, to)?;
+        } else if saved.counters.position() != saved.counters.step {
+            // A run resized before: its steps keep their place in the epochs.
+            self.set_position(saved.counters.step, saved.counters.position());
+        }
+        Ok(model)
+    }
+
+    /// This worker's state in a run of `to` workers resumed from a
+    /// checkpoint of `from`: a surviving rank takes its own, a new rank
+    /// rank 0's with its memories zeroed; the memories of ranks that are gone
+    /// are folded into it or dropped (`elastic.lost_state`).
+    fn resized_state(
+        &self,
+        saved: &Checkpoint,
+        from: usize,
+        to: usize,
+    ) -> Result<DataParallelState, TrainError> {
+        let rank = self.dp.rank();
+        let mut state =
+            if rank < from { saved.rank_state(rank)?.0 } else { saved.rank_state(0)?.0.for_new_worker() };
+        if self.sh.cfg.elastic.lost_state == crate::config::LostState::Fold {
+            for lost in to..from {
+                state.fold_lost(&saved.rank_state(lost)?.0, from);
+            }
+        }
+        Ok(state)
+    }
+
+    /// Places a run resumed from `from` workers with `to` (its state
+    /// restored): the data is sharded anew among `to`, the run goes on at the
+    /// same point of the same epoch, as a fraction of it, with the learning
+    /// rate `elastic.lr` says; rank 0 records the change in `membership.jsonl`.
+    fn resize(&mut self, saved: &Checkpoint, from: usize, to: usize) -> Result<(), TrainError> {
+        let cfg = self.sh.cfg;
         let step = saved.counters.step;
         let old_per_epoch =
             (Loader::new(self.sh.data, &crate::config::TrainConfig { workers: from, ..cfg.clone() }, 0)
@@ -206,29 +208,26 @@ impl<'a, 's, M: Net> Worker<'a, 's, M> {
         let within = (old_position % old_per_epoch) as f64 / old_per_epoch as f64;
         let position = epoch * self.steps_per_epoch + (within * self.steps_per_epoch as f64).round() as u64;
         self.set_position(step, position);
-        self.lr_factor = saved.counters.lr_factor.unwrap_or(1.0)
-            * match cfg.elastic.lr {
-                ElasticLr::Keep => 1.0,
-                ElasticLr::Linear => to as f64 / from as f64,
-            };
-        self.recorder.totals = checkpoint::Counters {
-            workers: to,
-            lr_factor: (self.lr_factor != 1.0).then_some(self.lr_factor),
-            ..saved.counters.clone()
+        self.lr_factor *= match cfg.elastic.lr {
+            crate::config::ElasticLr::Keep => 1.0,
+            crate::config::ElasticLr::Linear => to as f64 / from as f64,
         };
-        self.saved_at = Some(step);
-        if rank == 0 {
-            let path = self.sh.run_dir.join("membership.jsonl");
+        self.recorder.totals.workers = to;
+        self.recorder.totals.lr_factor = (self.lr_factor != 1.0).then_some(self.lr_factor);
+        if self.dp.rank() == 0 {
+            let lost_state = if to < from {
+                format!("{:?}", cfg.elastic.lost_state).to_lowercase()
+            } else {
+                "none".into()
+            };
             let line = serde_json::json!({
                 "step": step, "from": from, "to": to, "epoch": epoch,
                 "steps_per_epoch": [old_per_epoch, self.steps_per_epoch], "position": position,
-                "lost_state": if to < from { format!("{:?}", cfg.elastic.lost_state).to_lowercase() } else { "none".into() },
-                "lr_factor": self.lr_factor,
+                "lost_state": lost_state, "lr_factor": self.lr_factor,
             });
-            let mut out = crate::records::JsonLines::open(&path, true).map_err(io(&self.sh.run_dir))?;
-            out.write(&line).map_err(io(&self.sh.run_dir))?;
+            crate::records::append_membership(&self.sh.run_dir, &line).map_err(io(&self.sh.run_dir))?;
         }
-        Ok(model)
+        Ok(())
     }
 
     /// Places `step` `position` steps into this run's epochs (a resize, or
