@@ -2,6 +2,7 @@
 
 mod bench;
 mod data;
+mod launch;
 mod model;
 mod report;
 mod train;
@@ -27,6 +28,9 @@ struct Cli {
 enum Command {
     /// Train a model with N workers and a compression method.
     Train(train::TrainArgs),
+    /// Train under mpirun across the hosts of a file, going on without lost
+    /// hosts and taking back returning ones (from the latest checkpoint).
+    Launch(launch::LaunchArgs),
     /// Evaluate a run's latest checkpoint on the test set.
     Eval(train::EvalArgs),
     /// Measure the speed of gradcomp's parts on this machine.
@@ -45,6 +49,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Train(a) => train::run(&a),
+        Command::Launch(a) => launch::run(&a),
         Command::Eval(a) => train::eval(&a),
         Command::Bench(b) => bench::run(b),
         Command::Report(a) => report::run(&a),

@@ -61,6 +61,42 @@ pub fn parse_sets(sets: &[String]) -> Result<Vec<(String, String)>, UserError> {
     sets.iter().map(|s| parse_override(s).map_err(|e| UserError(e.to_string()))).collect()
 }
 
+impl TrainArgs {
+    /// How this run is asked to start: resume, overwrite, or neither.
+    pub fn start_flags(&self) -> (bool, bool, bool) {
+        (self.resume, self.overwrite, self.allow_change)
+    }
+
+    pub fn backend(&self) -> Option<&str> {
+        self.backend.as_deref()
+    }
+
+    /// The arguments that say what to train (configuration, overrides,
+    /// data, device, quiet), for `gradcomp train` under `gradcomp launch`;
+    /// how to start (resume, overwrite) and the backend are the caller's.
+    pub fn what_to_train(&self) -> Vec<std::ffi::OsString> {
+        let mut out: Vec<std::ffi::OsString> = vec!["--config".into(), self.config.clone().into()];
+        for s in &self.set {
+            out.extend(["--set".into(), s.into()]);
+        }
+        if let Some(d) = &self.data_dir {
+            out.extend(["--data-dir".into(), d.clone().into()]);
+        }
+        if let Some(d) = &self.device {
+            out.extend(["--device".into(), d.into()]);
+        }
+        if self.quiet {
+            out.push("--quiet".into());
+        }
+        out
+    }
+
+    /// The configuration as `train` would load it.
+    pub fn load_config(&self) -> Result<TrainConfig> {
+        TrainConfig::load(&self.config, &overrides(self)?).map_err(config_error)
+    }
+}
+
 fn overrides(a: &TrainArgs) -> Result<Vec<(String, String)>, UserError> {
     let mut out = parse_sets(&a.set)?;
     if let Some(d) = &a.data_dir {
@@ -157,8 +193,7 @@ pub fn run(a: &TrainArgs) -> Result<()> {
     // run cleanly, with its exit code.
     let stop = Arc::new(AtomicBool::new(false));
     let signal = stop_on_signals(&stop)?;
-    let ov = overrides(a)?;
-    let cfg = TrainConfig::load(&a.config, &ov).map_err(config_error)?;
+    let cfg = a.load_config()?;
     let printer = Printer {
         tty: std::io::stderr().is_terminal(),
         quiet: a.quiet,
@@ -210,7 +245,8 @@ pub fn run(a: &TrainArgs) -> Result<()> {
         if summary.interrupted { " (interrupted; resume with --resume)" } else { "" }
     );
     // An interrupted run is not a finished one: exit as the signal asks
-    // (130 for SIGINT, 143 for SIGTERM, 129 for SIGHUP), its checkpoint safe.
+    // (130 for SIGINT, 143 for SIGTERM, 129 for SIGHUP, 138 for SIGUSR1),
+    // its checkpoint safe.
     let sig = signal.load(Ordering::SeqCst);
     if summary.interrupted && sig > 0 {
         std::process::exit(128 + sig);
@@ -219,13 +255,17 @@ pub fn run(a: &TrainArgs) -> Result<()> {
 }
 
 /// SIGINT, SIGTERM and SIGHUP (what Ctrl-C, `timeout`, Docker, Kubernetes,
-/// Slurm and a closed terminal send) all set `stop`: the workers agree to
-/// stop, write a checkpoint and return. A second signal exits at once.
+/// Slurm and a closed terminal send) and SIGUSR1 all set `stop`: the workers
+/// agree to stop, write a checkpoint and return. A second signal exits at
+/// once. SIGUSR1 is the one `mpirun` forwards to every rank and waits on
+/// (SIGTERM it turns into SIGKILL within seconds), so it is how a
+/// checkpoint is asked of an MPI job: `gradcomp launch` sends it, as does
+/// Slurm's `--signal=USR1@T` before a time limit.
 /// Returns the number of the first signal (0 until one arrives).
 fn stop_on_signals(stop: &Arc<AtomicBool>) -> Result<Arc<std::sync::atomic::AtomicI32>> {
-    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1};
     let first = Arc::new(std::sync::atomic::AtomicI32::new(0));
-    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])?;
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP, SIGUSR1])?;
     let (stop, seen) = (Arc::clone(stop), Arc::clone(&first));
     std::thread::spawn(move || {
         for sig in signals.forever() {
@@ -236,6 +276,7 @@ fn stop_on_signals(stop: &Arc<AtomicBool>) -> Result<Arc<std::sync::atomic::Atom
             let name = match sig {
                 SIGTERM => "SIGTERM",
                 SIGHUP => "SIGHUP",
+                SIGUSR1 => "SIGUSR1",
                 _ => "interrupt",
             };
             eprintln!("\n{name}: checkpointing at the next step (signal again to quit now)");

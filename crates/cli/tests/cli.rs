@@ -343,13 +343,13 @@ fn a_text_corpus_with_unseen_words_trains_and_counts_them() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
-/// SIGINT, SIGTERM and SIGHUP stop a run the same way: the workers agree on
-/// a step, write a checkpoint, and the process exits 128 + the signal (130,
-/// 143, 129), so a script or a scheduler can tell it from a finished run;
+/// SIGINT, SIGTERM, SIGHUP and SIGUSR1 stop a run the same way: the workers
+/// agree on a step, write a checkpoint, and the process exits 128 + the
+/// signal (130, 143, 129, 138), so a script or a scheduler can tell it from a finished run;
 /// `--resume` then continues it.
 #[test]
 fn a_signal_checkpoints_the_run_and_exits_with_its_code() {
-    for (signal, code) in [("TERM", 143), ("INT", 130), ("HUP", 129)] {
+    for (signal, code) in [("TERM", 143), ("INT", 130), ("HUP", 129), ("USR1", 138)] {
         let dir = scratch(&format!("signal-{signal}"));
         let run_dir = format!("run_dir=\"{}\"", dir.display());
         let args = [

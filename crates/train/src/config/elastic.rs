@@ -4,6 +4,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::TrainConfig;
+
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ElasticConfig {
@@ -44,4 +46,19 @@ pub enum ElasticLr {
     Keep,
     /// Scaled by N′/N, linear in the global batch (Goyal et al., 2017).
     Linear,
+}
+
+impl TrainConfig {
+    /// Why this run may not change its number of workers, if it may not:
+    /// where N is part of its meaning and a new N would change it silently.
+    /// A resume with another N and `gradcomp launch` both ask.
+    pub fn fixed_workers_reason(&self) -> Option<&'static str> {
+        if self.elastic.fixed_workers {
+            Some("its configuration fixes them (elastic.fixed_workers = true)")
+        } else if self.strategy.kind == gradcomp_dp::config::StrategyKind::Celgc {
+            Some("CELGC's averaging period and per-worker batches are defined for its N (each worker's model drifts on its own shard between rounds)")
+        } else {
+            None
+        }
+    }
 }

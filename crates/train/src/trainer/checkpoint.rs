@@ -169,18 +169,11 @@ fn check_config(saved: &TrainConfig, now: &TrainConfig, allow_changes: bool) -> 
     Ok(())
 }
 
-/// Why a resume may not change the number of workers, if it may not: where
-/// N is part of the run's meaning and a new N would change it silently.
+/// Refuses a resume with another number of workers where N is part of the
+/// run's meaning ([`TrainConfig::fixed_workers_reason`]).
 fn elastic_refusal(saved: &TrainConfig, now: &TrainConfig) -> Result<(), TrainError> {
     let (from, to) = (saved.workers, now.workers);
-    let why = if saved.elastic.fixed_workers {
-        Some("its configuration fixes them (elastic.fixed_workers = true)".to_string())
-    } else if saved.strategy.kind == gradcomp_dp::config::StrategyKind::Celgc {
-        Some("CELGC's averaging period and per-worker batches are defined for its N (each worker's model drifts on its own shard between rounds)".to_string())
-    } else {
-        None
-    };
-    match why {
+    match saved.fixed_workers_reason() {
         Some(why) => Err(TrainError::Checkpoint(format!(
             "the checkpoint was made with {from} workers and this run has {to}: {why}; resume with workers = {from}, or start a new run"
         ))),

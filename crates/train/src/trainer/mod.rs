@@ -33,6 +33,12 @@ pub mod checkpoint_bytes {
 pub use eval::EvalSet;
 pub use run::{Fault, Observer, Progress, RunOptions, RunSummary, Silent, TrainError};
 
+/// The step of the run's latest complete checkpoint (the one
+/// `checkpoints/latest` names), if it has one: what a resume continues from.
+pub fn latest_checkpoint_step(run_dir: &Path) -> Option<u64> {
+    checkpoint::latest_step(run_dir)
+}
+
 use std::path::Path;
 use std::sync::Mutex;
 
