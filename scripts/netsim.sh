@@ -9,6 +9,12 @@
 #   scripts/netsim.sh torch N RATE CMD... up, CMD once in each host as a torch.distributed rank
 #                                        (RANK, WORLD_SIZE, MASTER_ADDR = host 1, MASTER_PORT,
 #                                        GLOO_SOCKET_IFNAME=eth0), wait for all, down (always)
+#   scripts/netsim.sh launch N RATE BIN ARGS...
+#                                        up, then `BIN launch --hosts … ARGS` (gradcomp's
+#                                        supervisor) from a head host of its own (PFX-head),
+#                                        down (always); ARGS: --min-workers K --config …
+#   scripts/netsim.sh kill-host I        host I dies: its processes killed, its namespace gone
+#   scripts/netsim.sh revive-host I RATE host I comes back (a fresh namespace at RATE)
 #
 # Environment: NETSIM_PREFIX (default gcns; names are machine-wide, so give
 # parallel runs their own), NETSIM_SUBNET (default 10.77.0), NETSIM_TIMEOUT
@@ -22,7 +28,7 @@ PFX="${NETSIM_PREFIX:-gcns}"
 SUBNET="${NETSIM_SUBNET:-10.77.0}"
 HERE="$(cd "$(dirname "$0")" && pwd)"
 
-usage() { sed -n '2,18p' "$0" >&2; exit 2; }
+usage() { sed -n '2,24p' "$0" >&2; exit 2; }
 need_root() { [ "$(id -u)" = 0 ] || { echo "error: netsim needs root (network namespaces and tc)" >&2; exit 1; }; }
 
 shape() { # NS DEV RATE
@@ -38,24 +44,45 @@ up() {
     ip netns exec "$PFX-sw" ip link add br0 type bridge
     ip netns exec "$PFX-sw" ip link set br0 up
     ip netns exec "$PFX-sw" ip link set lo up
-    for i in $(seq 1 "$n"); do
-        local h="$PFX-h$i"
-        ip netns add "$h"
-        ip link add "p$i" netns "$PFX-sw" type veth peer name eth0 netns "$h"
-        ip netns exec "$PFX-sw" ip link set "p$i" master br0
-        ip netns exec "$PFX-sw" ip link set "p$i" up
-        ip netns exec "$h" ip addr add "$SUBNET.$i/24" dev eth0
-        ip netns exec "$h" ip link set eth0 up
-        ip netns exec "$h" ip link set lo up
-        shape "$h" eth0 "$rate"
-        shape "$PFX-sw" "p$i" "$rate"
-    done
+    for i in $(seq 1 "$n"); do add_host "$PFX-h$i" "p$i" "$SUBNET.$i" "$rate"; done
+}
+
+add_host() { # NAME SWITCH-PORT ADDRESS RATE
+    local h=$1 port=$2
+    ip netns add "$h"
+    ip link add "$port" netns "$PFX-sw" type veth peer name eth0 netns "$h"
+    ip netns exec "$PFX-sw" ip link set "$port" master br0
+    ip netns exec "$PFX-sw" ip link set "$port" up
+    ip netns exec "$h" ip addr add "$3/24" dev eth0
+    ip netns exec "$h" ip link set eth0 up
+    ip netns exec "$h" ip link set lo up
+    shape "$h" eth0 "$4"
+    shape "$PFX-sw" "$port" "$4"
+}
+
+# A host dies: every process in it is killed, and with its namespace gone
+# the launch agent cannot reach it (as ssh to a dead machine fails).
+kill_host() {
+    local h="$PFX-h$1"
+    need_root
+    ip netns pids "$h" 2>/dev/null | xargs -r kill -KILL
+    ip netns del "$h"
 }
 
 down() {
     local n=$1
     for i in $(seq 1 "$n"); do ip netns del "$PFX-h$i" 2>/dev/null || true; done
+    ip netns del "$PFX-head" 2>/dev/null || true
     ip netns del "$PFX-sw" 2>/dev/null || true
+}
+
+# mpirun's options on these hosts, on one line (the reasons are at `run`;
+# rtc_hwloc_vmhole none: the hosts share /tmp, and a daemon started after a
+# killed one crashed writing the shared hwloc topology, Open MPI 4.1.4).
+mpirun_options() {
+    echo "--mca pml ob1 --mca btl self,tcp --mca oob_tcp_if_include $SUBNET.0/24 --mca rtc_hwloc_vmhole none" \
+        "--mca btl_tcp_if_include $SUBNET.0/24 --mca mpi_yield_when_idle 1 --mca btl_tcp_flags send" \
+        "--mca coll_tuned_use_dynamic_rules 1 --mca coll_tuned_allreduce_algorithm 3 ${NETSIM_MPIRUN_ARGS:-}"
 }
 
 run() {
@@ -85,12 +112,25 @@ run() {
     # full rate, but training jobs then hung at their end with the ranks in
     # different collectives.) docs/NETWORK.md.
     ip netns exec "$PFX-h1" unshare --uts sh -c "hostname $PFX-h1; exec timeout ${NETSIM_TIMEOUT:-1800} \
-        mpirun --allow-run-as-root -np $n --host $hosts \
-        --mca plm_rsh_agent $agent --mca pml ob1 --mca btl self,tcp \
-        --mca oob_tcp_if_include $SUBNET.0/24 --mca btl_tcp_if_include $SUBNET.0/24 \
-        --mca mpi_yield_when_idle 1 --mca btl_tcp_flags send \
-        --mca coll_tuned_use_dynamic_rules 1 --mca coll_tuned_allreduce_algorithm 3 \
-        ${NETSIM_MPIRUN_ARGS:-} $(printf '%q ' "$@")"
+        mpirun --allow-run-as-root -np $n --host $hosts --mca plm_rsh_agent $agent \
+        $(mpirun_options) $(printf '%q ' "$@")"
+}
+
+# gradcomp's supervisor on these hosts. It runs in a head host of its own,
+# on the bridge but unshaped (it carries only mpirun's control traffic), so
+# that any worker host, rank 0's included, can be killed under it.
+launch() {
+    local n=$1 rate=$2 bin=$3; shift 3
+    hosts=$(mktemp)
+    trap 'rm -f "$hosts"; down '"$n" EXIT
+    up "$n" "$rate"
+    add_host "$PFX-head" phead "$SUBNET.254" none
+    seq -f "$PFX-h%g" 1 "$n" > "$hosts"
+    local args=("$bin" launch --hosts "$hosts" --agent "$HERE/netsim-agent.sh"
+                --mpirun "mpirun $(mpirun_options)" "$@")
+    ip netns exec "$PFX-head" unshare --uts sh -c "hostname $PFX-head; \
+        OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 exec timeout ${NETSIM_TIMEOUT:-1800} \
+        $(printf '%q ' "${args[@]}")"
 }
 
 # The same hosts and links as `run`, for PyTorch's gloo ranks: one process per
@@ -122,5 +162,8 @@ case "$cmd" in
     down) down "$1" ;;
     run) run "$@" ;;
     torch) torch_ranks "$@" ;;
+    launch) launch "$@" ;;
+    kill-host) kill_host "$1" ;;
+    revive-host) [ $# -eq 2 ] || usage; add_host "$PFX-h$1" "p$1" "$SUBNET.$1" "$2" ;;
     *) usage ;;
 esac

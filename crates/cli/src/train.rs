@@ -46,6 +46,11 @@ pub struct TrainArgs {
     /// `cpu` (default), `cuda`, `cuda:N` or `wgpu` (builds with `--features cuda` / `wgpu`).
     #[arg(long)]
     device: Option<String>,
+    /// Write the number of steps done to this file after every step (one
+    /// line, rewritten in place): for a supervisor such as `gradcomp launch`,
+    /// since `steps.jsonl` is written in batches.
+    #[arg(long, value_name = "FILE")]
+    progress_file: Option<PathBuf>,
 }
 
 #[derive(ClapArgs)]
@@ -69,6 +74,10 @@ impl TrainArgs {
 
     pub fn backend(&self) -> Option<&str> {
         self.backend.as_deref()
+    }
+
+    pub fn progress_file(&self) -> Option<&std::path::Path> {
+        self.progress_file.as_deref()
     }
 
     /// The arguments that say what to train (configuration, overrides,
@@ -119,6 +128,8 @@ struct Printer {
     last_line: Instant,
     /// Whether the line saying where compression runs was printed.
     location_shown: bool,
+    /// `--progress-file`.
+    progress_file: Option<std::fs::File>,
 }
 
 impl Printer {
@@ -143,6 +154,13 @@ impl Printer {
 
 impl Observer for Printer {
     fn step(&mut self, p: &Progress) {
+        if let Some(f) = &self.progress_file {
+            // One fixed-width write at offset 0: a reader sees the old
+            // number or the new one. A failed write costs the supervisor
+            // precision, never the run.
+            use std::os::unix::fs::FileExt;
+            let _ = f.write_at(format!("{:>20}\n", p.step).as_bytes(), 0);
+        }
         if self.quiet {
             return;
         }
@@ -194,7 +212,20 @@ pub fn run(a: &TrainArgs) -> Result<()> {
     let stop = Arc::new(AtomicBool::new(false));
     let signal = stop_on_signals(&stop)?;
     let cfg = a.load_config()?;
+    let progress_file = match &a.progress_file {
+        // Not truncated: under MPI every rank opens it, and only rank 0 writes.
+        Some(path) => Some(
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(path)
+                .map_err(|e| UserError(format!("--progress-file {}: {e}", path.display())))?,
+        ),
+        None => None,
+    };
     let printer = Printer {
+        progress_file,
         tty: std::io::stderr().is_terminal(),
         quiet: a.quiet,
         start: Instant::now(),

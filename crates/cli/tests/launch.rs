@@ -24,6 +24,8 @@ done
 host=$1; shift
 dir=$(dirname "$0")
 [ -e "$dir/$host.down" ] && { echo "ssh: connect to host $host: No route to host" >&2; exit 255; }
+# A host that lets one daemon start hang (the marker goes with it).
+case "$*" in *orted*) [ -e "$dir/$host.hang" ] && { rm "$dir/$host.hang"; exec sleep 20; } ;; esac
 exec setsid sh -c 'echo $$ >> "$0/$1.sessions"; shift; exec sh -c "$*"' "$dir" "$host" "$@"
 "#;
 
@@ -65,6 +67,7 @@ impl Cluster {
             .arg("--hosts")
             .arg(self.dir.join("hosts"))
             .args(["--min-workers", &min_workers.to_string(), "--probe-seconds", "0.5", "--mpirun", &mpirun])
+            .args(if extra.contains(&"--start-seconds") { &[][..] } else { &["--start-seconds", "60"][..] })
             .arg("--agent")
             .arg(self.dir.join("agent.sh"))
             .arg("--config")
@@ -81,18 +84,22 @@ impl Cluster {
             .expect("gradcomp launch starts")
     }
 
-    /// Waits until the run has recorded `steps` steps.
+    /// Waits until the job reports `steps` steps done (its progress file,
+    /// written every step; `steps.jsonl` comes in batches at checkpoints).
     fn wait_for_step(&self, steps: u64, child: &mut Child) {
         let start = Instant::now();
         loop {
-            let text = std::fs::read_to_string(self.run_dir().join("steps.jsonl")).unwrap_or_default();
-            if text.lines().count() as u64 >= steps {
+            let text = std::fs::read_to_string(self.run_dir().join("launch-progress")).unwrap_or_default();
+            if text.trim().parse::<u64>().is_ok_and(|s| s >= steps) {
                 return;
             }
             if let Ok(Some(status)) = child.try_wait() {
                 panic!("launch ended ({status}) before step {steps}: {}", output(child));
             }
-            assert!(start.elapsed() < Duration::from_secs(120), "the run never reached step {steps}");
+            if start.elapsed() > Duration::from_secs(120) {
+                child.kill().ok(); // mpirun goes with it (PR_SET_PDEATHSIG)
+                panic!("the run never reached step {steps}: {}", output(child));
+            }
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -195,7 +202,7 @@ fn events<'a>(lines: &'a [serde_json::Value], event: &str) -> Vec<&'a serde_json
 fn a_killed_host_is_left_out_and_the_run_goes_on() {
     let c = Cluster::new("killed", &["fa1", "fa2", "fa3"]);
     let mut child = c.launch(2, 4, &[]);
-    c.wait_for_step(100, &mut child);
+    c.wait_for_step(110, &mut child); // mid-interval: checkpoints every 20 steps
     c.kill_host("fa3");
     let (code, out) = finish(child);
     assert_eq!(code, Some(0), "{out}");
@@ -204,6 +211,7 @@ fn a_killed_host_is_left_out_and_the_run_goes_on() {
     assert_eq!(lost.len(), 1, "{m:?}\n{out}");
     assert_eq!(lost[0]["hosts_changed"], serde_json::json!(["fa3"]), "{m:?}");
     assert_eq!(lost[0]["hosts"], serde_json::json!(["fa1", "fa2"]), "{m:?}");
+    assert!(lost[0]["steps_done"].as_u64().unwrap() >= 110, "{m:?}");
     assert!(lost[0]["steps_lost"].as_u64().unwrap() <= 20, "more than a checkpoint interval lost: {m:?}");
     assert!(lost[0]["restart_seconds"].as_f64().unwrap() < 30.0, "{m:?}");
     assert!(events(&m, "hosts joined").is_empty(), "a dead host joined: {m:?}");
@@ -260,6 +268,24 @@ fn a_returning_host_joins_at_the_next_checkpoint() {
     assert_eq!(joined[0]["hosts_changed"], serde_json::json!(["fa2"]), "{m:?}");
     assert!(m.iter().any(|l| l["from"] == 2 && l["to"] == 3), "the trainer did not grow back: {m:?}");
     assert!(out.contains("launch: 3 worker(s) on fa1, fa3, fa2"), "{out}");
+}
+
+/// A job whose start hangs (a daemon that never comes up, every host still
+/// answering) is ended after --start-seconds and started again.
+#[cfg(feature = "mpi")]
+#[test]
+fn a_start_that_hangs_is_tried_again() {
+    let c = Cluster::new("hang", &["fa1", "fa2"]);
+    std::fs::write(c.dir.join("fa2.hang"), "").unwrap();
+    let child = c.launch(2, 1, &["--start-seconds", "8"]);
+    let (code, out) = finish(child);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("reported no step in 8 s (--start-seconds): ending it"), "{out}");
+    let m = c.membership();
+    let restarted = events(&m, "job restarted");
+    assert_eq!(restarted.len(), 1, "{m:?}\n{out}");
+    assert_eq!(restarted[0]["hosts"], serde_json::json!(["fa1", "fa2"]), "{m:?}");
+    assert!(restarted[0]["restart_seconds"].as_f64().is_some(), "{m:?}");
 }
 
 /// Fewer hosts than --min-workers: the launch ends and says how to go on;
@@ -324,4 +350,23 @@ fn launch_refuses_what_it_cannot_keep_going() {
     let (code, err) = run(&["--min-workers", "1"]);
     assert_eq!(code, Some(2));
     assert!(err.contains("one host name per line"), "{err}");
+}
+
+/// SIGTERM to the supervisor (a scheduler's preemption notice) reaches the
+/// ranks as SIGUSR1 through mpirun: they checkpoint, and the launch exits
+/// 143, to be resumed with --resume.
+#[cfg(feature = "mpi")]
+#[test]
+fn a_signal_to_the_supervisor_checkpoints_the_job() {
+    let c = Cluster::new("signal", &["fa1", "fa2"]);
+    let mut child = c.launch(1, 20, &[]);
+    c.wait_for_step(30, &mut child);
+    Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    let (code, out) = finish(child);
+    assert_eq!(code, Some(143), "{out}");
+    assert!(out.contains("asking the job to checkpoint and stop"), "{out}");
+    let latest = std::fs::read_to_string(c.run_dir().join("checkpoints/latest")).unwrap();
+    let done: u64 =
+        std::fs::read_to_string(c.run_dir().join("launch-progress")).unwrap().trim().parse().unwrap();
+    assert_eq!(latest.trim(), format!("step-{done:09}"), "the checkpoint is not at the last step");
 }

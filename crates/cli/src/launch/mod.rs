@@ -21,7 +21,7 @@
 //! the steps lost and the seconds it took.
 //!
 //! Modules: `hosts` (the file and the probe), `job` (one mpirun and what its
-//! output blames), `progress` (the run's records as the job writes them).
+//! output blames), `progress` (the steps the job reports, and restart records).
 
 mod hosts;
 mod job;
@@ -68,6 +68,11 @@ pub struct LaunchArgs {
     /// Give up after this many restarts after failures (a fault that keeps coming back).
     #[arg(long, default_value_t = 10)]
     max_restarts: usize,
+    /// The longest a job may take to report its first step (loading data
+    /// and checkpoint included) before it is ended and started again: a
+    /// daemon that never came up, a host that accepts a login and hangs.
+    #[arg(long, default_value_t = 600.0)]
+    start_seconds: f64,
     #[command(flatten)]
     train: TrainArgs,
 }
@@ -79,6 +84,12 @@ pub fn run(a: &LaunchArgs) -> Result<()> {
         return Err(UserError(format!(
             "--backend {b}: gradcomp launch runs the MPI backend; leave --backend out"
         ))
+        .into());
+    }
+    if a.train.progress_file().is_some() {
+        return Err(UserError(
+            "--progress-file: gradcomp launch gives the job its own (in the run directory)".into(),
+        )
         .into());
     }
     if !(a.probe_seconds.is_finite() && a.probe_seconds > 0.0) {
@@ -135,7 +146,11 @@ enum End {
     Interrupted(i32),
     /// The job stopped at a checkpoint so that these hosts could join.
     Joining(Vec<String>),
-    Failed(ExitStatus),
+    /// The job failed; `stalled`: it was ended for reporting no step in time.
+    Failed {
+        status: ExitStatus,
+        stalled: bool,
+    },
 }
 
 struct Supervisor<'a> {
@@ -175,6 +190,7 @@ impl Supervisor<'_> {
         let mut start = Start::AsAsked;
         loop {
             eprintln!("launch: {} worker(s) on {}", active.len(), active.join(", "));
+            self.progress.clear()?;
             let mut job = Job::start(&self.command(&active, start))?;
             self.job_pid.store(job.pid(), Ordering::SeqCst);
             let end = self.watch(&mut job, &active)?;
@@ -196,9 +212,9 @@ impl Supervisor<'_> {
                     let cause = format!("{} answered again", joined.join(", "));
                     self.begin_restart("hosts joined", &cause, &joined, &active, ended)?;
                 }
-                End::Failed(status) => {
+                End::Failed { status, stalled } => {
                     self.flush_pending(false)?;
-                    active = self.survivors(&job, status, &active, ended)?;
+                    active = self.survivors(&job, status, stalled, &active, ended)?;
                 }
             }
             start =
@@ -220,6 +236,8 @@ impl Supervisor<'_> {
             "mpi".into(),
             "--set".into(),
             format!("workers={}", active.len()).into(),
+            "--progress-file".into(),
+            self.progress.path().into(),
         ]);
         let (resume, overwrite, allow_change) = self.a.train.start_flags();
         let flags: &[(&str, bool)] = match start {
@@ -242,9 +260,23 @@ impl Supervisor<'_> {
         let mut next_probe = Instant::now() + every;
         let mut joining = Joining::default();
         let mut forwarded = None;
+        let started = Instant::now();
+        let mut stalled: Option<Instant> = None;
         loop {
             if let Some(status) = job.try_wait()? {
-                return Ok(self.ending(status, forwarded, joining));
+                return Ok(self.ending(status, forwarded, joining, stalled.is_some()));
+            }
+            if let Some(since) = stalled {
+                if since.elapsed() > Duration::from_secs(30) {
+                    job.signal_group(libc::SIGKILL); // mpirun did not end on SIGTERM
+                }
+            } else if !self.progress.reported() && started.elapsed().as_secs_f64() > self.a.start_seconds {
+                eprintln!(
+                    "launch: the job reported no step in {} s (--start-seconds): ending it",
+                    self.a.start_seconds
+                );
+                job.signal_group(libc::SIGTERM);
+                stalled = Some(Instant::now());
             }
             let sig = self.signal.load(Ordering::SeqCst);
             if sig > 0 && forwarded.is_none() {
@@ -276,7 +308,7 @@ impl Supervisor<'_> {
         }
     }
 
-    fn ending(&self, status: ExitStatus, forwarded: Option<i32>, joining: Joining) -> End {
+    fn ending(&self, status: ExitStatus, forwarded: Option<i32>, joining: Joining, stalled: bool) -> End {
         if let Some(sig) = forwarded {
             End::Interrupted(128 + sig)
         } else if status.success() {
@@ -284,7 +316,7 @@ impl Supervisor<'_> {
         } else if joining.asked && joining.due(latest_checkpoint_step(&self.run_dir)) {
             End::Joining(joining.hosts)
         } else {
-            End::Failed(status)
+            End::Failed { status, stalled }
         }
     }
 
@@ -311,32 +343,33 @@ impl Supervisor<'_> {
         &mut self,
         job: &Job,
         status: ExitStatus,
+        stalled: bool,
         active: &[String],
         ended: Instant,
     ) -> Result<Vec<String>> {
-        let mut lost = job::blamed(&job.tail(), active);
+        let mut lost: Vec<(String, String)> = job::blamed(&job.tail(), active).into_iter().collect();
         let answering = self.prober.alive(active);
         for (h, ok) in active.iter().zip(answering) {
             if !ok && !lost.iter().any(|(l, _)| l == h) {
                 lost.push((h.clone(), format!("{h} does not answer")));
             }
         }
-        if lost.is_empty() {
+        if lost.is_empty() && !stalled {
             eprintln!("launch: the job failed ({status}) and blames no host: not restarting (the error above says why)");
             std::process::exit(status.code().unwrap_or(1));
+        }
+        if lost.is_empty() {
+            // Every host answers: a start that hung is tried again on all of them.
+            let cause =
+                format!("no step in {} s (--start-seconds), every host answers", self.a.start_seconds);
+            self.count_restart(&cause)?;
+            self.begin_restart("job restarted", &cause, &[], active, ended)?;
+            return Ok(active.to_vec());
         }
         let names: Vec<String> = lost.iter().map(|(h, _)| h.clone()).collect();
         let cause = lost.iter().map(|(_, why)| why.as_str()).collect::<Vec<_>>().join("; ");
         let left: Vec<String> = active.iter().filter(|h| !names.contains(h)).cloned().collect();
-        self.restarts += 1;
-        if self.restarts > self.a.max_restarts {
-            anyhow::bail!(
-                "lost {} ({cause}), and that was restart {} (--max-restarts {}): stopping",
-                names.join(", "),
-                self.restarts,
-                self.a.max_restarts
-            );
-        }
+        self.count_restart(&format!("lost {} ({cause})", names.join(", ")))?;
         if left.len() < self.min_workers {
             anyhow::bail!(
                 "lost {} ({cause}): {} host(s) remain, fewer than --min-workers {}; once hosts are back, continue with the same command and --resume --allow-change",
@@ -349,6 +382,19 @@ impl Supervisor<'_> {
         Ok(left)
     }
 
+    /// Counts a restart after a failure, refusing past --max-restarts.
+    fn count_restart(&mut self, what: &str) -> Result<()> {
+        self.restarts += 1;
+        if self.restarts > self.a.max_restarts {
+            anyhow::bail!(
+                "{what}, and that would be restart {} (--max-restarts {}): stopping",
+                self.restarts,
+                self.a.max_restarts
+            );
+        }
+        Ok(())
+    }
+
     /// Says what the restart does and keeps its record for when the job trains again.
     fn begin_restart(
         &mut self,
@@ -359,7 +405,7 @@ impl Supervisor<'_> {
         ended: Instant,
     ) -> Result<()> {
         let resume_from = latest_checkpoint_step(&self.run_dir);
-        let done = self.progress.steps_done();
+        let done = self.progress.steps_done().max(resume_from.unwrap_or(0));
         let lost = done.saturating_sub(resume_from.unwrap_or(0));
         eprintln!(
             "launch: {event}: {cause}; going on with {} worker(s) from {} ({lost} step(s) to run again)",
@@ -371,7 +417,7 @@ impl Supervisor<'_> {
             "steps_done": done, "resume_from": resume_from, "steps_lost": lost,
             "seconds_since_last_step": self.progress.since_last_step(ended),
         });
-        self.pending = Some(Pending::new(line, ended, resume_from.unwrap_or(0), &self.progress));
+        self.pending = Some(Pending::new(line, ended, resume_from.unwrap_or(0)));
         Ok(())
     }
 

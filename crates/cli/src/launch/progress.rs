@@ -1,55 +1,64 @@
-//! The run's progress as the job records it: the last step in
-//! `steps.jsonl` (rank 0 appends one line a step), and the record of a
+//! The job's progress as its rank 0 reports it: the steps done, rewritten
+//! after every step in a file the supervisor gives the job
+//! (`train --progress-file`; `steps.jsonl` is written in batches, at
+//! checkpoints and evaluations, so it trails the run), and the record of a
 //! restart, written once the restarted job trains again.
 
-use std::io::{Read, Seek, SeekFrom};
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{Context, Result};
 
-/// How much of the end of `steps.jsonl` is read to find its last record.
-const TAIL_BYTES: u64 = 256 * 1024;
-
 pub struct Progress {
     path: PathBuf,
-    /// The file's inode and length when last read: a resume rewrites it
-    /// (dropping the steps after its checkpoint), then appends.
-    version: (u64, u64),
-    last_step: Option<u64>,
-    /// When the last step changed.
+    /// Steps done, as last read.
+    steps: Option<u64>,
+    /// When `steps` last changed.
     changed: Instant,
 }
 
 impl Progress {
+    /// The progress file of a run: in its directory, which every host shares.
     pub fn new(run_dir: &Path) -> Self {
-        let mut p = Self {
-            path: run_dir.join("steps.jsonl"),
-            version: (0, 0),
-            last_step: None,
-            changed: Instant::now(),
-        };
-        p.poll();
-        p
+        Self { path: run_dir.join("launch-progress"), steps: None, changed: Instant::now() }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Before a job starts: its steps are its own to report (and the run
+    /// directory, which holds the file, exists).
+    pub fn clear(&mut self) -> Result<()> {
+        self.steps = None;
+        if let Some(dir) = self.path.parent() {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        }
+        match std::fs::remove_file(&self.path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(e).with_context(|| format!("removing {}", self.path.display()))
+            }
+            _ => Ok(()),
+        }
     }
 
     pub fn poll(&mut self) {
-        let version = std::fs::metadata(&self.path).map_or((0, 0), |m| (m.ino(), m.len()));
-        if version == self.version {
-            return;
-        }
-        self.version = version;
-        let step = last_step(&self.path);
-        if step != self.last_step {
-            self.last_step = step;
+        // A read that catches a write half done does not parse: the last value stands.
+        let read = std::fs::read_to_string(&self.path).ok().and_then(|t| t.trim().parse::<u64>().ok());
+        if read.is_some() && read != self.steps {
+            self.steps = read;
             self.changed = Instant::now();
         }
     }
 
-    /// Steps done as far as the records say.
+    /// Whether the running job has reported a step.
+    pub fn reported(&self) -> bool {
+        self.steps.is_some()
+    }
+
+    /// Steps done as the job last reported them.
     pub fn steps_done(&self) -> u64 {
-        self.last_step.map_or(0, |s| s + 1)
+        self.steps.unwrap_or(0)
     }
 
     pub fn since_last_step(&self, at: Instant) -> f64 {
@@ -57,40 +66,21 @@ impl Progress {
     }
 }
 
-/// The `step` of the file's last complete line.
-fn last_step(path: &Path) -> Option<u64> {
-    let mut f = std::fs::File::open(path).ok()?;
-    let len = f.metadata().ok()?.len();
-    f.seek(SeekFrom::Start(len.saturating_sub(TAIL_BYTES))).ok()?;
-    let mut tail = Vec::new();
-    f.read_to_end(&mut tail).ok()?;
-    let text = String::from_utf8_lossy(&tail);
-    let complete = &text[..text.rfind('\n')?];
-    complete
-        .lines()
-        .rev()
-        .find_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()?.get("step")?.as_u64())
-}
-
 /// A restart's record, kept until the restarted job trains again.
 pub struct Pending {
     line: serde_json::Value,
     ended: Instant,
     resume_from: u64,
-    /// The records' version when the old job ended.
-    stale: (u64, u64),
 }
 
 impl Pending {
-    pub fn new(line: serde_json::Value, ended: Instant, resume_from: u64, progress: &Progress) -> Self {
-        Self { line, ended, resume_from, stale: progress.version }
+    pub fn new(line: serde_json::Value, ended: Instant, resume_from: u64) -> Self {
+        Self { line, ended, resume_from }
     }
 
-    /// Whether the new job has recorded a step: the records changed since
-    /// the old job ended and reach past the checkpoint (a resume first cuts
-    /// them back to it).
+    /// Whether the new job has done a step past its checkpoint.
     pub fn resumed(&self, p: &Progress) -> bool {
-        p.version != self.stale && p.last_step.is_some_and(|s| s >= self.resume_from)
+        p.changed > self.ended && p.steps_done() > self.resume_from
     }
 
     /// Appends the record to `membership.jsonl`, with the seconds from the
@@ -111,20 +101,30 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_last_complete_line_gives_the_step() {
+    fn progress_is_the_last_number_written_and_a_restart_waits_for_a_new_one() {
         let dir = std::env::temp_dir().join(format!("gradcomp-launch-progress-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let steps = dir.join("steps.jsonl");
-        assert_eq!(Progress::new(&dir).steps_done(), 0, "no records yet");
-        std::fs::write(&steps, "{\"step\":0}\n{\"step\":1}\n{\"step\":2,\"lo").unwrap();
         let mut p = Progress::new(&dir);
-        assert_eq!(p.steps_done(), 2, "a line being written is not a step done");
-        // A resume cuts the records back to its checkpoint, then appends.
-        let pending = Pending::new(serde_json::json!({}), Instant::now(), 1, &p);
-        std::fs::write(&steps, "{\"step\":0}\n").unwrap();
         p.poll();
-        assert!(!pending.resumed(&p));
-        std::fs::write(&steps, "{\"step\":0}\n{\"step\":1}\n").unwrap();
+        assert_eq!(p.steps_done(), 0, "nothing reported yet");
+        std::fs::write(p.path(), format!("{:>20}\n", 42)).unwrap();
+        p.poll();
+        assert_eq!(p.steps_done(), 42);
+        std::fs::write(p.path(), "   4").unwrap(); // a write caught half done
+        p.poll();
+        assert_eq!(p.steps_done(), 4, "a shorter number is still a number");
+        std::fs::write(p.path(), "garbage").unwrap();
+        p.poll();
+        assert_eq!(p.steps_done(), 4, "what does not parse leaves the last value");
+        // The job ends at step 42 with a checkpoint at 40; the new job reports 41.
+        std::fs::write(p.path(), "42\n").unwrap();
+        p.poll();
+        let pending = Pending::new(serde_json::json!({}), Instant::now(), 40);
+        p.clear().unwrap();
+        p.poll();
+        assert!(!pending.resumed(&p), "the old job's count is not the new job's");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        std::fs::write(p.path(), "41\n").unwrap();
         p.poll();
         assert!(pending.resumed(&p));
         pending.write(&dir, true).unwrap();

@@ -48,6 +48,8 @@ pub(super) fn io(path: &Path) -> impl FnOnce(std::io::Error) -> TrainError + '_ 
 /// Progress as the run goes, for a progress bar.
 #[derive(Clone, Debug, Default)]
 pub struct Progress {
+    /// Steps done, this one included: the run's count, across epochs and resumes.
+    pub step: u64,
     pub epoch: u32,
     pub epochs: u32,
     pub step_in_epoch: u64,

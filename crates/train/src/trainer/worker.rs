@@ -341,6 +341,7 @@ impl<'a, 's, M: Net> Worker<'a, 's, M> {
         }
         if self.dp.rank() == 0 {
             let progress = Progress {
+                step: done,
                 epoch,
                 epochs: self.epochs,
                 step_in_epoch: self.position(step) + 1 - u64::from(epoch) * self.steps_per_epoch,
