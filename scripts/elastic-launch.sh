@@ -32,8 +32,9 @@ final() { # RUN_DIR: the last epoch's test accuracy
     python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).read().splitlines()[-1])["test_accuracy"])' "$1/epochs.jsonl"
 }
 
-d="$out/uninterrupted"
-scripts/netsim.sh launch 4 100mbit "$bin" "${common[@]}" --set run_dir="\"$d\"" --overwrite > "$d.log" 2>&1
+d="$out/uninterrupted"   # run once per OUT
+[ -s "$d/epochs.jsonl" ] ||
+    scripts/netsim.sh launch 4 100mbit "$bin" "${common[@]}" --set run_dir="\"$d\"" --overwrite > "$d.log" 2>&1
 echo "{\"run\": \"4 hosts throughout\", \"accuracy\": $(final "$d")}"
 
 d="$out/killed-h$kill_host"

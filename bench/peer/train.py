@@ -201,7 +201,7 @@ def main():
         ddp.register_comm_hook(state, fn)
     opt = optimizer(cfg["optimizer"], ddp.parameters())
     t = cfg["train"]
-    every, target = t.get("eval_every", 0), t.get("target_accuracy")
+    every, target, target_ppl = t.get("eval_every", 0), t.get("target_accuracy"), t.get("target_perplexity")
     batches = Batches(cfg, task, rank, world)
     steps = t["epochs"] * batches.per_epoch
     if t.get("max_steps"):
@@ -252,6 +252,8 @@ def main():
         loss_sum, loss_n = 0.0, 0
         # Every rank evaluates the same replica, so every rank stops together.
         if target is not None and metric.get("test_accuracy", 0.0) >= target:
+            break
+        if target_ppl is not None and metric.get("test_perplexity", math.inf) <= target_ppl:
             break
     dist.barrier()
     sys.stdout.flush()

@@ -263,7 +263,7 @@ pub fn run(a: &TrainArgs) -> Result<()> {
     }
     if let Some(step) = summary.reached_target {
         println!(
-            "reached train.target_accuracy at step {step}: stopped there (evals.jsonl has the accuracy against wall-clock)"
+            "reached the target at step {step}: stopped there (evals.jsonl has the accuracy or perplexity against wall-clock)"
         );
     }
     if let Some(peak) = peak_memory_mb() {

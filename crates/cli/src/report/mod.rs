@@ -463,10 +463,11 @@ pub fn validation_table(runs: &[Run]) -> String {
     s
 }
 
-/// Per run: the first evaluation at or above its `train.target_accuracy`
-/// (from `evals.jsonl`, else the epochs): the steps, the measured
-/// wall-clock of training and the predicted one at each link the run
-/// predicts for, and the bytes sent; or the best accuracy if never reached.
+/// Per run: the first evaluation that reaches its target (`train.target_accuracy`,
+/// or `train.target_perplexity` for a language model; from `evals.jsonl`,
+/// else the epochs): the steps, the measured wall-clock of training and the
+/// predicted one at each link the run predicts for, and the bytes sent; or
+/// the best figure if never reached.
 pub fn time_to_accuracy_table(runs: &[Run]) -> String {
     let links = links(runs);
     let mut s = String::from("| run | target | steps | measured s |");
@@ -477,10 +478,29 @@ pub fn time_to_accuracy_table(runs: &[Run]) -> String {
     s.push_str(&"---:|".repeat(links.len() + 1));
     s.push('\n');
     for r in runs {
-        let target = r.config.train.target_accuracy.unwrap_or(1.0);
         let curve = if r.evals.is_empty() { &r.epochs } else { &r.evals };
-        let _ = write!(s, "| {} | {:.1}% |", r.name, target * 100.0);
-        match curve.iter().find(|e| e.test_accuracy.is_some_and(|a| a >= target)) {
+        let (target, reached, best): (String, Box<dyn Fn(&EpochRecord) -> bool>, String) =
+            match r.config.train.target_perplexity {
+                Some(p) => {
+                    let best = curve.iter().filter_map(|e| e.test_perplexity).fold(f64::NAN, f64::min);
+                    (
+                        format!("ppl ≤ {p}"),
+                        Box::new(move |e| e.test_perplexity.is_some_and(|x| x <= p)),
+                        format!("{best:.1}"),
+                    )
+                }
+                None => {
+                    let a = r.config.train.target_accuracy.unwrap_or(1.0);
+                    let best = curve.iter().filter_map(|e| e.test_accuracy).fold(f64::NAN, f64::max);
+                    (
+                        format!("{:.1}%", a * 100.0),
+                        Box::new(move |e| e.test_accuracy.is_some_and(|x| x >= a)),
+                        format!("{:.2}%", best * 100.0),
+                    )
+                }
+            };
+        let _ = write!(s, "| {} | {target} |", r.name);
+        match curve.iter().find(|e| reached(e)) {
             Some(e) => {
                 let _ = write!(s, " {} | {:.1} |", e.steps, e.wall_seconds);
                 for l in &links {
@@ -490,11 +510,9 @@ pub fn time_to_accuracy_table(runs: &[Run]) -> String {
                 let _ = writeln!(s, " {:.1} |", e.bytes_sent as f64 / 1e6);
             }
             None => {
-                let best = curve.iter().filter_map(|e| e.test_accuracy).fold(f64::NAN, f64::max);
                 let _ = writeln!(
                     s,
-                    " not reached (best {:.2}% in {} steps) |{}",
-                    best * 100.0,
+                    " not reached (best {best} in {} steps) |{}",
                     curve.last().map_or(0, |e| e.steps),
                     " |".repeat(links.len() + 2)
                 );

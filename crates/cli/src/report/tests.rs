@@ -57,6 +57,23 @@ fn time_to_accuracy_is_the_first_evaluation_at_the_target() {
     assert_eq!(rows[0], "| run | target | steps | measured s | predicted s @ 100 Mbit/s | MB sent |");
     assert_eq!(rows[2], "| fast | 90.0% | 50 | 2.0 | 4.0 | 50.0 |");
     assert!(rows[3].starts_with("| slow | 90.0% | not reached (best 80.00% in 50 steps) |"), "{t}");
+    // A language model's target is a perplexity, reached from above.
+    let ppl = |steps: u64, p: f64| EpochRecord {
+        test_accuracy: None,
+        test_perplexity: Some(p),
+        ..eval(steps, 0.0, steps as f64)
+    };
+    let mut lm_config = config.clone();
+    lm_config.train.target_accuracy = None;
+    lm_config.train.target_perplexity = Some(150.0);
+    let lm = |name: &str, evals| Run { config: lm_config.clone(), ..run(name, evals) };
+    let t = time_to_accuracy_table(&[
+        lm("lm", vec![ppl(25, 400.0), ppl(50, 149.0), ppl(75, 120.0)]),
+        lm("lm-slow", vec![ppl(25, 400.0), ppl(50, 180.0)]),
+    ]);
+    let rows: Vec<&str> = t.lines().collect();
+    assert_eq!(rows[2], "| lm | ppl ≤ 150 | 50 | 50.0 | 100.0 | 50.0 |", "{t}");
+    assert!(rows[3].starts_with("| lm-slow | ppl ≤ 150 | not reached (best 180.0 in 50 steps) |"), "{t}");
 }
 
 #[test]

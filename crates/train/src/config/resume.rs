@@ -21,6 +21,7 @@ pub const RESUME_SAFE_KEYS: &[&str] = &[
     "train.eval",
     "train.eval_every",
     "train.target_accuracy",
+    "train.target_perplexity",
     "train.checkpoint_every_epochs",
     "train.checkpoint_every_steps",
     "train.stats_every",

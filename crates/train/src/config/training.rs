@@ -32,6 +32,9 @@ pub struct LoopConfig {
     /// Stop the run at the first evaluation whose test accuracy (a fraction,
     /// e.g. 0.98) reaches this (image tasks).
     pub target_accuracy: Option<f64>,
+    /// Stop the run at the first evaluation whose test perplexity is at or
+    /// below this (language models): their time to accuracy.
+    pub target_perplexity: Option<f64>,
     /// Keep this many of the newest checkpoints, deleting older ones (0: keep all).
     pub keep_checkpoints: u32,
 }
@@ -49,6 +52,7 @@ impl Default for LoopConfig {
             eval: true,
             eval_every: 0,
             target_accuracy: None,
+            target_perplexity: None,
             keep_checkpoints: 3,
         }
     }

@@ -216,7 +216,18 @@ impl TrainConfig {
             if !self.train.eval || self.is_language_model() {
                 return Err(err(
                     "train.target_accuracy",
-                    "needs train.eval = true and an image task (language models report perplexity)",
+                    "needs train.eval = true and an image task (language models: train.target_perplexity)",
+                ));
+            }
+        }
+        if let Some(t) = self.train.target_perplexity {
+            if !(t.is_finite() && t > 1.0) {
+                return Err(err("train.target_perplexity", "must be a number > 1, e.g. 150"));
+            }
+            if !self.train.eval || !self.is_language_model() {
+                return Err(err(
+                    "train.target_perplexity",
+                    "needs train.eval = true and a language model (image tasks: train.target_accuracy)",
                 ));
             }
         }

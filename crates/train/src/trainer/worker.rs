@@ -374,13 +374,15 @@ impl<'a, 's, M: Net> Worker<'a, 's, M> {
     }
 
     /// Notes the step at which the test accuracy first reached
-    /// `train.target_accuracy`. Every worker holds the same (allreduced)
+    /// `train.target_accuracy` (or the perplexity came down to
+    /// `train.target_perplexity`). Every worker holds the same (allreduced)
     /// evaluation, so all of them stop together.
     fn check_target(&mut self, step: u64, eval: &eval::Evaluation) {
-        if let Some(target) = self.sh.cfg.train.target_accuracy {
-            if self.reached_target.is_none() && eval.test.accuracy() >= target {
-                self.reached_target = Some(step);
-            }
+        let t = &self.sh.cfg.train;
+        let reached = t.target_accuracy.is_some_and(|a| eval.test.accuracy() >= a)
+            || t.target_perplexity.is_some_and(|p| eval.test.perplexity() <= p);
+        if self.reached_target.is_none() && reached {
+            self.reached_target = Some(step);
         }
     }
 

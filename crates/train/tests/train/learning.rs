@@ -123,6 +123,44 @@ fn the_language_model_learns_synthetic_text() {
     assert!(p < 20.0, "perplexity {p} (vocabulary 50)");
 }
 
+/// A language model's time to accuracy: the run stops at the first
+/// evaluation whose perplexity is at or below `train.target_perplexity`.
+#[test]
+fn a_language_model_stops_at_its_target_perplexity() {
+    let run = |extra: &str| {
+        let d = tempdir::Dir::new();
+        let text = format!(
+            "name = \"lm\"\nrun_dir = \"{}\"\nworkers = 2\n[data]\ndataset = \"synthetic-tokens\"\nsynthetic_size = 6000\nbatch_size = 4\nbptt = 10\n[model]\nname = \"lstm\"\nlstm = {{ vocab = 50, embed = 32, hidden = 32 }}\n[optimizer]\nname = \"adam\"\nlr = 0.01\nmomentum = 0.0\n[train]\nepochs = 1\neval_every = 10\n{extra}",
+            d.path().display()
+        );
+        let cfg = TrainConfig::from_toml(&text, &[]).unwrap();
+        let s = trainer::train(&cfg, RunOptions::default(), Box::new(Silent)).unwrap();
+        let evals: Vec<(u64, f64)> = std::fs::read_to_string(d.path().join("evals.jsonl"))
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .map(|e| (e["steps"].as_u64().unwrap(), e["test_perplexity"].as_f64().unwrap()))
+            .collect();
+        (s, evals)
+    };
+    let (_, all) = run("");
+    let best = all.iter().map(|e| e.1).fold(f64::INFINITY, f64::min);
+    let target = (all[0].1 + best) / 2.0;
+    let first = all.iter().position(|e| e.1 <= target).unwrap();
+    assert!(first > 0, "{all:?}");
+    let (s, stopped) = run(&format!("target_perplexity = {target}"));
+    assert_eq!(s.reached_target, Some(all[first].0), "{all:?}");
+    assert_eq!(stopped.len(), first + 1);
+    // An image task cannot take it, nor a perplexity of 1 or less.
+    let bad = |t: &str| TrainConfig::from_toml(t, &[]).unwrap_err().to_string();
+    assert!(
+        bad("[train]\ntarget_perplexity = 100.0").contains("needs train.eval = true and a language model")
+    );
+    let lm =
+        "[data]\ndataset = \"synthetic-tokens\"\n[model]\nname = \"lstm\"\n[train]\ntarget_perplexity = 1.0";
+    assert!(bad(lm).contains("must be a number > 1"), "{}", bad(lm));
+}
+
 #[test]
 fn every_experiment_config_is_valid() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../experiments");
