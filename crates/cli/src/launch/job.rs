@@ -29,6 +29,7 @@ impl Job {
         // SAFETY: prctl(2) only, between fork and exec: mpirun gets SIGTERM
         // when the supervisor dies (even by SIGKILL), instead of running on
         // as an orphan no one watches.
+        #[cfg(target_os = "linux")]
         unsafe {
             cmd.pre_exec(|| {
                 libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);

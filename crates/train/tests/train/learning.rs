@@ -110,14 +110,23 @@ fn a_diverging_run_stops_naming_step_worker_and_tensor_or_skips() {
     assert_eq!(s.steps, 10);
 }
 
+/// A small LSTM on 6,000 generated tokens (vocabulary 50), 2 workers,
+/// Adam; `rest` adds the `[train]` keys and any tables after them.
+fn small_lm(dir: &std::path::Path, rest: &str) -> TrainConfig {
+    let text = format!(
+        "name = \"lm\"\nrun_dir = \"{}\"\nworkers = 2\n[data]\ndataset = \"synthetic-tokens\"\nsynthetic_size = 6000\nbatch_size = 4\nbptt = 10\n[model]\nname = \"lstm\"\nlstm = {{ vocab = 50, embed = 32, hidden = 32 }}\n[optimizer]\nname = \"adam\"\nlr = 0.01\nmomentum = 0.0\n[train]\n{rest}",
+        dir.display()
+    );
+    TrainConfig::from_toml(&text, &[]).unwrap()
+}
+
 #[test]
 fn the_language_model_learns_synthetic_text() {
     let d = tempdir::Dir::new();
-    let text = format!(
-        "name = \"lm\"\nrun_dir = \"{}\"\nworkers = 2\n[data]\ndataset = \"synthetic-tokens\"\nsynthetic_size = 6000\nbatch_size = 4\nbptt = 10\n[model]\nname = \"lstm\"\nlstm = {{ vocab = 50, embed = 32, hidden = 32 }}\n[optimizer]\nname = \"adam\"\nlr = 0.01\nmomentum = 0.0\n[train]\nepochs = 2\n[compressor]\nname = \"topk\"\ndensity = 0.1\n[comm]\ntopology = \"allgather\"",
-        d.path().display()
+    let cfg = small_lm(
+        d.path(),
+        "epochs = 2\n[compressor]\nname = \"topk\"\ndensity = 0.1\n[comm]\ntopology = \"allgather\"",
     );
-    let cfg = TrainConfig::from_toml(&text, &[]).unwrap();
     let s = trainer::train(&cfg, RunOptions::default(), Box::new(Silent)).unwrap();
     let p = s.epochs.last().unwrap().test_perplexity.unwrap();
     assert!(p < 20.0, "perplexity {p} (vocabulary 50)");
@@ -129,11 +138,7 @@ fn the_language_model_learns_synthetic_text() {
 fn a_language_model_stops_at_its_target_perplexity() {
     let run = |extra: &str| {
         let d = tempdir::Dir::new();
-        let text = format!(
-            "name = \"lm\"\nrun_dir = \"{}\"\nworkers = 2\n[data]\ndataset = \"synthetic-tokens\"\nsynthetic_size = 6000\nbatch_size = 4\nbptt = 10\n[model]\nname = \"lstm\"\nlstm = {{ vocab = 50, embed = 32, hidden = 32 }}\n[optimizer]\nname = \"adam\"\nlr = 0.01\nmomentum = 0.0\n[train]\nepochs = 1\neval_every = 10\n{extra}",
-            d.path().display()
-        );
-        let cfg = TrainConfig::from_toml(&text, &[]).unwrap();
+        let cfg = small_lm(d.path(), &format!("epochs = 1\neval_every = 10\n{extra}"));
         let s = trainer::train(&cfg, RunOptions::default(), Box::new(Silent)).unwrap();
         let evals: Vec<(u64, f64)> = std::fs::read_to_string(d.path().join("evals.jsonl"))
             .unwrap()
