@@ -50,7 +50,7 @@ impl Cluster {
     }
 
     /// `gradcomp launch` on these hosts: the smoke configuration, `epochs`
-    /// long, a checkpoint every 20 steps, heartbeats bounded at 2 s.
+    /// long, a checkpoint every 20 steps, heartbeats bounded at 5 s.
     fn launch(&self, min_workers: usize, epochs: u32, extra: &[&str]) -> Child {
         self.launch_config("quick-synthetic.toml", min_workers, epochs, extra)
     }
@@ -73,7 +73,7 @@ impl Cluster {
             .arg("--config")
             .arg(config)
             .args(["--quiet", "--set", &run_dir, "--set", &format!("train.epochs={epochs}")])
-            .args(["--set", "train.checkpoint_every_steps=20", "--set", "comm.heartbeat_seconds=2"])
+            .args(["--set", "train.checkpoint_every_steps=20", "--set", "comm.heartbeat_seconds=5"])
             .args(extra)
             .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
             .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
