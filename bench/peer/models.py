@@ -16,6 +16,7 @@ vocabulary (words by count, then alphabetically; `<eos>` per line) cut into
 each worker's contiguous shard of `batch` rows.
 """
 import gzip
+import math
 import os
 import sys
 
