@@ -479,28 +479,9 @@ pub fn time_to_accuracy_table(runs: &[Run]) -> String {
     s.push('\n');
     for r in runs {
         let curve = if r.evals.is_empty() { &r.epochs } else { &r.evals };
-        let (target, reached, best): (String, Box<dyn Fn(&EpochRecord) -> bool>, String) =
-            match r.config.train.target_perplexity {
-                Some(p) => {
-                    let best = curve.iter().filter_map(|e| e.test_perplexity).fold(f64::NAN, f64::min);
-                    (
-                        format!("ppl ≤ {p}"),
-                        Box::new(move |e| e.test_perplexity.is_some_and(|x| x <= p)),
-                        format!("{best:.1}"),
-                    )
-                }
-                None => {
-                    let a = r.config.train.target_accuracy.unwrap_or(1.0);
-                    let best = curve.iter().filter_map(|e| e.test_accuracy).fold(f64::NAN, f64::max);
-                    (
-                        format!("{:.1}%", a * 100.0),
-                        Box::new(move |e| e.test_accuracy.is_some_and(|x| x >= a)),
-                        format!("{:.2}%", best * 100.0),
-                    )
-                }
-            };
-        let _ = write!(s, "| {} | {target} |", r.name);
-        match curve.iter().find(|e| reached(e)) {
+        let target = Target::of(&r.config);
+        let _ = write!(s, "| {} | {} |", r.name, target.label());
+        match curve.iter().find(|e| target.reached(e)) {
             Some(e) => {
                 let _ = write!(s, " {} | {:.1} |", e.steps, e.wall_seconds);
                 for l in &links {
@@ -512,7 +493,8 @@ pub fn time_to_accuracy_table(runs: &[Run]) -> String {
             None => {
                 let _ = writeln!(
                     s,
-                    " not reached (best {best} in {} steps) |{}",
+                    " not reached (best {} in {} steps) |{}",
+                    target.best(curve),
                     curve.last().map_or(0, |e| e.steps),
                     " |".repeat(links.len() + 2)
                 );
@@ -520,6 +502,49 @@ pub fn time_to_accuracy_table(runs: &[Run]) -> String {
         }
     }
     s
+}
+
+/// What a run races to: a test accuracy (image tasks, 100% when unset) or
+/// a test perplexity (language models, `train.target_perplexity`).
+enum Target {
+    Accuracy(f64),
+    Perplexity(f64),
+}
+
+impl Target {
+    fn of(c: &TrainConfig) -> Self {
+        match c.train.target_perplexity {
+            Some(p) => Self::Perplexity(p),
+            None => Self::Accuracy(c.train.target_accuracy.unwrap_or(1.0)),
+        }
+    }
+
+    fn label(&self) -> String {
+        match self {
+            Self::Accuracy(a) => format!("{:.1}%", a * 100.0),
+            Self::Perplexity(p) => format!("ppl ≤ {p}"),
+        }
+    }
+
+    fn reached(&self, e: &EpochRecord) -> bool {
+        match self {
+            Self::Accuracy(a) => e.test_accuracy.is_some_and(|x| x >= *a),
+            Self::Perplexity(p) => e.test_perplexity.is_some_and(|x| x <= *p),
+        }
+    }
+
+    /// The best figure of a curve that never reached the target.
+    fn best(&self, curve: &[EpochRecord]) -> String {
+        match self {
+            Self::Accuracy(_) => {
+                let best = curve.iter().filter_map(|e| e.test_accuracy).fold(f64::NAN, f64::max);
+                format!("{:.2}%", best * 100.0)
+            }
+            Self::Perplexity(_) => {
+                format!("{:.1}", curve.iter().filter_map(|e| e.test_perplexity).fold(f64::NAN, f64::min))
+            }
+        }
+    }
 }
 
 pub fn run(a: &Args) -> Result<()> {
