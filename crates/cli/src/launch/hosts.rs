@@ -75,6 +75,11 @@ impl Prober {
         })
     }
 
+    /// The hosts of `hosts` that answer, in their order.
+    pub fn answering(&self, hosts: &[String]) -> Vec<String> {
+        hosts.iter().zip(self.alive(hosts)).filter(|(_, a)| *a).map(|(h, _)| h.clone()).collect()
+    }
+
     fn answers(&self, host: &str) -> bool {
         let Some((program, args)) = self.agent.split_first() else { return false };
         let child = Command::new(program)

@@ -172,9 +172,7 @@ struct Supervisor<'a> {
 impl Supervisor<'_> {
     fn run(&mut self) -> Result<()> {
         let listed = self.hosts.read()?;
-        let alive = self.prober.alive(&listed);
-        let mut active: Vec<String> =
-            listed.iter().zip(&alive).filter(|(_, a)| **a).map(|(h, _)| h.clone()).collect();
+        let mut active = self.prober.answering(&listed);
         if active.len() < self.min_workers {
             return Err(UserError(format!(
                 "{} of the {} hosts in {} answer ({}), fewer than --min-workers {}: check them with `{} HOST true`",
@@ -288,15 +286,16 @@ impl Supervisor<'_> {
             if self.pending.as_ref().is_some_and(|p| p.resumed(&self.progress)) {
                 self.flush_pending(true)?;
             }
+            let latest = latest_checkpoint_step(&self.run_dir);
             if probe.as_ref().is_some_and(|p| p.is_finished()) {
                 let answering = probe.take().and_then(|p| p.join().ok()).unwrap_or_default();
-                joining.saw(answering, latest_checkpoint_step(&self.run_dir));
+                joining.saw(answering, latest);
             }
             if probe.is_none() && Instant::now() >= next_probe {
                 probe = Some(self.probe_outside(active));
                 next_probe = Instant::now() + every;
             }
-            if forwarded.is_none() && !joining.asked && joining.due(latest_checkpoint_step(&self.run_dir)) {
+            if forwarded.is_none() && !joining.asked && joining.due(latest) {
                 eprintln!(
                     "launch: {} answer(s) again and a checkpoint is committed: stopping the job to let them join",
                     joining.hosts.join(", ")
@@ -333,8 +332,7 @@ impl Supervisor<'_> {
                     Vec::new()
                 }
             };
-            let alive = prober.alive(&outside);
-            outside.into_iter().zip(alive).filter(|(_, a)| *a).map(|(h, _)| h).collect()
+            prober.answering(&outside)
         })
     }
 
