@@ -1,12 +1,14 @@
-"""The head-to-head table from the matrix's run directories (or their evals.jsonl).
+"""The head-to-head tables from the matrix's run directories (or their evals.jsonl).
 
     python3 bench/peer/table.py runs/peer        (or docs/bench/peer)
 
-For each model and link: every run's time to its target accuracy (the measured
-wall-clock of training, evaluation excluded, at the first evaluation at or above
-the target), steps, seconds per step, bytes a worker sends per step, and the
-accuracy there; then gradcomp's best path (the burn trainer or a gradcomp hook in
-DDP) against PyTorch DDP's best built-in method (its allreduce or its own hooks).
+For each model and link: every run's time to its target (the measured
+wall-clock of training, evaluation excluded, at the first evaluation that meets
+the target of experiments/tta-MODEL.toml: `train.target_accuracy` or
+`train.target_perplexity`), steps, seconds per step, bytes a worker sends per
+step, and the metric there; then gradcomp's best path (the burn trainer or a
+gradcomp hook in DDP) against PyTorch DDP's best built-in method (its allreduce
+or its own hooks). A summary of every model and link closes the output.
 Run names: `tta-MODEL-METHOD-RATE` (gradcomp's trainer), `peer-MODEL-METHOD-RATE`
 (PyTorch DDP; METHOD `gradcomp-…` for gradcomp's hooks).
 """
@@ -14,9 +16,23 @@ import json
 import os
 import re
 import sys
+import tomllib
 
-TARGET = {"mnist-lenet": 0.97}
 WORKERS = 4
+RATES = ("100mbit", "1gbit", "none")
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def target(model):
+    """(metric, value, met) from the model's time-to-accuracy config."""
+    path = os.path.join(HERE, "..", "..", "experiments", f"tta-{model}.toml")
+    with open(path, "rb") as f:
+        train = tomllib.load(f)["train"]
+    if "target_perplexity" in train:
+        v = train["target_perplexity"]
+        return "test_perplexity", v, lambda x: x <= v
+    v = train["target_accuracy"]
+    return "test_accuracy", v, lambda x: x >= v
 
 
 def load(root):
@@ -24,7 +40,7 @@ def load(root):
     for entry in sorted(os.listdir(root)):
         path = os.path.join(root, entry)
         evals = os.path.join(path, "evals.jsonl") if os.path.isdir(path) else path
-        m = re.match(r"(tta|peer)-(mnist-lenet)-(.+)-(100mbit|1gbit|none)(\.evals\.jsonl)?$", entry)
+        m = re.match(r"(tta|peer)-([a-z0-9]+-[a-z0-9]+)-(.+)-(100mbit|1gbit|none)(\.evals\.jsonl)?$", entry)
         if not m or not os.path.isfile(evals):
             continue
         kind, model, method, rate = m.group(1), m.group(2), m.group(3), m.group(4)
@@ -40,40 +56,65 @@ def framework(run):
     return "DDP + gradcomp hook" if run["method"].startswith("gradcomp-") else "PyTorch DDP"
 
 
-def reached(run):
-    target = TARGET[run["model"]]
-    hit = [r for r in run["rows"] if r.get("test_accuracy", 0) >= target]
+def reached(run, goal):
+    metric, _, met = goal
+    hit = [r for r in run["rows"] if metric in r and met(r[metric])]
     return hit[0] if hit else None
+
+
+def show(metric, v):
+    return f"{v:.1f}" if metric == "test_perplexity" else f"{v:.4f}"
+
+
+def table(model, rate, rs, goal):
+    """Prints one model and link's table; returns (gradcomp's best, PyTorch's best)."""
+    metric, value, _ = goal
+    name = "perplexity" if metric == "test_perplexity" else "accuracy"
+    bound = f"perplexity ≤ {value:g}" if metric == "test_perplexity" else f"{value:.0%}"
+    print(f"\n**{model}, 4 workers, {rate}** (target {bound})\n")
+    print(f"| framework | method | seconds to target | steps | ms per step | bytes per worker-step | {name} |")
+    print("|---|---|---:|---:|---:|---:|---:|")
+    best = {}
+    for r in sorted(rs, key=lambda r: (reached(r, goal) or {"wall_seconds": 1e9})["wall_seconds"]):
+        e = reached(r, goal)
+        fw = framework(r)
+        if e is None:
+            seen = [x[metric] for x in r["rows"] if metric in x]
+            closest = (min(seen) if metric == "test_perplexity" else max(seen)) if seen else None
+            steps = r["rows"][-1]["steps"] if r["rows"] else 0
+            print(f"| {fw} | {r['method']} | not reached | {steps} | | | "
+                  f"best {show(metric, closest) if closest is not None else 'none'} |")
+            continue
+        per_step = e["bytes_sent"] / e["steps"] / WORKERS
+        print(f"| {fw} | {r['method']} | {e['wall_seconds']:.1f} | {e['steps']} | "
+              f"{1e3 * e['wall_seconds'] / e['steps']:.0f} | {per_step:,.0f} | {show(metric, e[metric])} |")
+        side = "torch" if fw == "PyTorch DDP" else "gradcomp"
+        if side not in best or e["wall_seconds"] < best[side][2]:
+            best[side] = (fw, r["method"], e["wall_seconds"])
+    g, t = best.get("gradcomp"), best.get("torch")
+    if g and t:
+        print(f"\ngradcomp's best, {g[1]} ({g[0]}): {g[2]:.1f} s; PyTorch DDP's best, {t[1]}: {t[2]:.1f} s; "
+              f"ratio {t[2] / g[2]:.2f}× ({'gradcomp sooner' if g[2] < t[2] else 'PyTorch sooner'}).")
+    return g, t
 
 
 def main():
     runs = load(sys.argv[1] if len(sys.argv) > 1 else "runs/peer")
+    summary = []
     for model in sorted({r["model"] for r in runs}):
-        for rate in ("100mbit", "1gbit", "none"):
+        goal = target(model)
+        for rate in RATES:
             rs = [r for r in runs if r["model"] == model and r["rate"] == rate]
-            if not rs:
-                continue
-            print(f"\n**{model}, 4 workers, {rate}** (target {TARGET[model]:.0%})\n")
-            print("| framework | method | seconds to target | steps | ms per step | bytes per worker-step | accuracy |")
-            print("|---|---|---:|---:|---:|---:|---:|")
-            best = {}
-            for r in sorted(rs, key=lambda r: (reached(r) or {"wall_seconds": 1e9})["wall_seconds"]):
-                e = reached(r)
-                fw = framework(r)
-                if e is None:
-                    last = r["rows"][-1] if r["rows"] else {"steps": 0, "test_accuracy": 0}
-                    print(f"| {fw} | {r['method']} | not reached | {last['steps']} | | | best {max(x['test_accuracy'] for x in r['rows']) if r['rows'] else 0:.4f} |")
-                    continue
-                per_step = e["bytes_sent"] / e["steps"] / WORKERS
-                print(f"| {fw} | {r['method']} | {e['wall_seconds']:.1f} | {e['steps']} | "
-                      f"{1e3 * e['wall_seconds'] / e['steps']:.0f} | {per_step:,.0f} | {e['test_accuracy']:.4f} |")
-                side = "torch" if fw == "PyTorch DDP" else "gradcomp"
-                if side not in best or e["wall_seconds"] < best[side][1]:
-                    best[side] = (r["method"] + " (" + fw + ")", e["wall_seconds"])
-            if len(best) == 2:
-                g, t = best["gradcomp"], best["torch"]
-                print(f"\ngradcomp's best, {g[0]}: {g[1]:.1f} s; PyTorch DDP's best, {t[0]}: {t[1]:.1f} s; "
-                      f"ratio {t[1] / g[1]:.2f}× ({'gradcomp sooner' if g[1] < t[1] else 'PyTorch sooner'}).")
+            if rs:
+                summary.append((model, rate) + table(model, rate, rs, goal))
+    print("\n**Summary: time to target, gradcomp's best path against PyTorch DDP's best built-in method**\n")
+    print("| model | link | gradcomp's best | s | PyTorch's best | s | PyTorch's time / gradcomp's |")
+    print("|---|---|---|---:|---|---:|---:|")
+    for model, rate, g, t in summary:
+        gs = f"{g[1]} ({'hook' if g[0] == 'DDP + gradcomp hook' else 'burn'}) | {g[2]:.1f}" if g else "none reached |"
+        ts = f"{t[1]} | {t[2]:.1f}" if t else "none reached |"
+        ratio = f"{t[2] / g[2]:.2f}" if g and t else ""
+        print(f"| {model} | {rate} | {gs} | {ts} | {ratio} |")
 
 
 if __name__ == "__main__":
