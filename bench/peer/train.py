@@ -250,10 +250,18 @@ def main():
             print(json.dumps({"steps": step + 1, **{k: round(v, 4) for k, v in metric.items()},
                               "seconds": round(wall, 2)}), flush=True)
         loss_sum, loss_n = 0.0, 0
-        # Every rank evaluates the same replica, so every rank stops together.
-        if target is not None and metric.get("test_accuracy", 0.0) >= target:
-            break
-        if target_ppl is not None and metric.get("test_perplexity", math.inf) <= target_ppl:
+        # Rank 0's evaluation (the one recorded) decides for every rank. The
+        # replicas' parameters agree, but BatchNorm's running statistics do
+        # not: DDP broadcasts them before each forward pass, which then updates
+        # them with each rank's own batch. Deciding on each rank's own metric
+        # let ResNet-18's ranks disagree at a target's edge (69.6% against
+        # 70%): some stopped at the final barrier while the others trained on,
+        # and the run hung.
+        done = (target is not None and metric.get("test_accuracy", 0.0) >= target) or \
+            (target_ppl is not None and metric.get("test_perplexity", math.inf) <= target_ppl)
+        stop = torch.tensor([1 if done else 0])
+        dist.broadcast(stop, 0)
+        if stop.item():
             break
     dist.barrier()
     sys.stdout.flush()
