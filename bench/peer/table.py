@@ -23,16 +23,30 @@ RATES = ("100mbit", "1gbit", "none")
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def target(model):
-    """(metric, value, met) from the model's time-to-accuracy config."""
-    path = os.path.join(HERE, "..", "..", "experiments", f"tta-{model}.toml")
-    with open(path, "rb") as f:
-        train = tomllib.load(f)["train"]
-    if "target_perplexity" in train:
-        v = train["target_perplexity"]
-        return "test_perplexity", v, lambda x: x <= v
-    v = train["target_accuracy"]
-    return "test_accuracy", v, lambda x: x >= v
+class Goal:
+    """What a model races to, from its time-to-accuracy config: a test accuracy
+    reached from below, or a test perplexity reached from above."""
+
+    def __init__(self, model):
+        path = os.path.join(HERE, "..", "..", "experiments", f"tta-{model}.toml")
+        with open(path, "rb") as f:
+            train = tomllib.load(f)["train"]
+        self.lower = "target_perplexity" in train
+        if self.lower:
+            self.metric, self.name, self.value = "test_perplexity", "perplexity", train["target_perplexity"]
+            self.label = f"perplexity ≤ {self.value:g}"
+        else:
+            self.metric, self.name, self.value = "test_accuracy", "accuracy", train["target_accuracy"]
+            self.label = f"{self.value:.0%}"
+
+    def met(self, x):
+        return x <= self.value if self.lower else x >= self.value
+
+    def best(self, seen):
+        return min(seen) if self.lower else max(seen)
+
+    def show(self, v):
+        return f"{v:.1f}" if self.lower else f"{v:.4f}"
 
 
 def load(root):
@@ -57,37 +71,28 @@ def framework(run):
 
 
 def reached(run, goal):
-    metric, _, met = goal
-    hit = [r for r in run["rows"] if metric in r and met(r[metric])]
+    hit = [r for r in run["rows"] if goal.metric in r and goal.met(r[goal.metric])]
     return hit[0] if hit else None
-
-
-def show(metric, v):
-    return f"{v:.1f}" if metric == "test_perplexity" else f"{v:.4f}"
 
 
 def table(model, rate, rs, goal):
     """Prints one model and link's table; returns (gradcomp's best, PyTorch's best)."""
-    metric, value, _ = goal
-    name = "perplexity" if metric == "test_perplexity" else "accuracy"
-    bound = f"perplexity ≤ {value:g}" if metric == "test_perplexity" else f"{value:.0%}"
-    print(f"\n**{model}, 4 workers, {rate}** (target {bound})\n")
-    print(f"| framework | method | seconds to target | steps | ms per step | bytes per worker-step | {name} |")
+    print(f"\n**{model}, 4 workers, {rate}** (target {goal.label})\n")
+    print(f"| framework | method | seconds to target | steps | ms per step | bytes per worker-step | {goal.name} |")
     print("|---|---|---:|---:|---:|---:|---:|")
     best = {}
     for r in sorted(rs, key=lambda r: (reached(r, goal) or {"wall_seconds": 1e9})["wall_seconds"]):
         e = reached(r, goal)
         fw = framework(r)
         if e is None:
-            seen = [x[metric] for x in r["rows"] if metric in x]
-            closest = (min(seen) if metric == "test_perplexity" else max(seen)) if seen else None
+            seen = [x[goal.metric] for x in r["rows"] if goal.metric in x]
             steps = r["rows"][-1]["steps"] if r["rows"] else 0
             print(f"| {fw} | {r['method']} | not reached | {steps} | | | "
-                  f"best {show(metric, closest) if closest is not None else 'none'} |")
+                  f"best {goal.show(goal.best(seen)) if seen else 'none'} |")
             continue
         per_step = e["bytes_sent"] / e["steps"] / WORKERS
         print(f"| {fw} | {r['method']} | {e['wall_seconds']:.1f} | {e['steps']} | "
-              f"{1e3 * e['wall_seconds'] / e['steps']:.0f} | {per_step:,.0f} | {show(metric, e[metric])} |")
+              f"{1e3 * e['wall_seconds'] / e['steps']:.0f} | {per_step:,.0f} | {goal.show(e[goal.metric])} |")
         side = "torch" if fw == "PyTorch DDP" else "gradcomp"
         if side not in best or e["wall_seconds"] < best[side][2]:
             best[side] = (fw, r["method"], e["wall_seconds"])
@@ -102,7 +107,7 @@ def main():
     runs = load(sys.argv[1] if len(sys.argv) > 1 else "runs/peer")
     summary = []
     for model in sorted({r["model"] for r in runs}):
-        goal = target(model)
+        goal = Goal(model)
         for rate in RATES:
             rs = [r for r in runs if r["model"] == model and r["rate"] == rate]
             if rs:

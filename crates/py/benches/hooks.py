@@ -41,15 +41,9 @@ import models  # noqa: E402  (the peer benchmark's ResNet-18, layer for layer gr
 torch.set_num_threads(1)
 
 
-def resnet18_shapes(classes=10):
-    shapes, inp = [[64, 3, 3, 3], [64], [64]], 64
-    for out, stride in [(64, 1), (128, 2), (256, 2), (512, 2)]:
-        for b in range(2):
-            shapes += [[out, inp if b == 0 else out, 3, 3], [out], [out], [out, out, 3, 3], [out], [out]]
-            if b == 0 and (stride != 1 or inp != out):
-                shapes += [[out, inp, 1, 1], [out], [out]]
-        inp = out
-    return shapes + [[classes, 512], [classes]]
+def resnet18_shapes():
+    """ResNet-18's parameter shapes (CIFAR form, 10 classes), from the peer benchmark's model."""
+    return [list(p.shape) for p in models.ResNet18().parameters()]
 
 
 class Shapes(torch.nn.Module):

@@ -6,7 +6,6 @@ docs/BENCHMARKS.md). The gradients are exact on both devices: the loss
 Σ⟨p, r⟩·x with x = 1 gives each parameter the gradient r.
 """
 import os
-import socket
 
 import pytest
 import torch
@@ -36,10 +35,8 @@ class Shapes(torch.nn.Module):
 
 @pytest.fixture(scope="module")
 def world_of_one():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    from conftest import free_port
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
     dist.init_process_group("gloo", rank=0, world_size=1)
     yield
     dist.destroy_process_group()
