@@ -12,8 +12,6 @@
 #[path = "custom_model.rs"]
 mod custom_model;
 
-use gradcomp_compress::message::Message;
-use gradcomp_compress::{Combine, UnitContext};
 use gradcomp_dp::prelude::*;
 
 /// Values per block.

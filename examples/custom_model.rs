@@ -141,7 +141,7 @@ pub fn train_worker(
     config: DataParallelConfig,
     model: GlyphNet,
     train: &Glyphs,
-) -> Result<(GlyphNet, u64), SyncError> {
+) -> Result<(GlyphNet, u64), DataParallelError> {
     let device = gradcomp_dp::default_device();
     let (rank, workers) = (c.rank(), c.world_size());
     let (mut dp, mut model) = config.init(c, model)?; // gradcomp: rank 0's weights everywhere
@@ -163,11 +163,8 @@ pub fn run(workers: usize, config: DataParallelConfig) -> (f64, u64) {
     device.seed(SEED);
     let model = GlyphNet::new(&device);
     let (train, test) = make_data(SEED);
-    let results = InProcessGroup::new(workers) // gradcomp
-        .run(|c| train_worker(c, config.clone(), model.clone(), &train))
-        .expect("a group of workers");
-    let results: Vec<(GlyphNet, u64)> =
-        results.into_iter().map(|r| r.expect("no worker panics").expect("training")).collect();
+    let results = run_in_process(workers, |c| train_worker(c, config.clone(), model.clone(), &train)) // gradcomp
+        .expect("training");
     (accuracy(&results[0].0, &test, &device), results.iter().map(|r| r.1).sum())
 }
 

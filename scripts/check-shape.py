@@ -11,7 +11,12 @@ another file's items.
 Comments and string literals are ignored. Tests directories count as crates
 of their own.
 
-Prints every circle, long file and long function; exits 1 if there is any.
+And the map is true to the tree: every path docs/ARCHITECTURE.md's "Layout"
+block names exists, and every top-level source file and folder of a crate
+whose sources it lists is named there (`check_layout`).
+
+Prints every circle, long file, long function and layout mismatch; exits 1 if
+there is any.
 `--report` prints the counts only and exits 0.
 """
 import os
@@ -20,7 +25,7 @@ import sys
 
 MAX_FILE = 600
 MAX_FN = 80
-LIBRARY_CRATES = {"dp"}
+LIBRARY_CRATES = None  # every crate
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 
 
@@ -248,6 +253,91 @@ def long_functions(text):
     return out
 
 
+def expand_braces(tok):
+    """`a/{b,c}.rs` -> ['a/b.rs', 'a/c.rs'] (nested and repeated groups too)."""
+    i = tok.find("{")
+    if i < 0:
+        return [tok]
+    depth, j = 0, i
+    while j < len(tok):
+        depth += tok[j] == "{"
+        depth -= tok[j] == "}"
+        if depth == 0:
+            break
+        j += 1
+    head, body, tail = tok[:i], tok[i + 1:j], tok[j + 1:]
+    parts, depth, cur = [], 0, ""
+    for ch in body:
+        if ch == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+            continue
+        depth += ch == "{"
+        depth -= ch == "}"
+        cur += ch
+    parts.append(cur)
+    return [x for p in parts for x in expand_braces(head + p + tail)]
+
+
+def layout_entries(arch):
+    """(base, path) for every path the Layout block names: `base` is the line's
+    first-column folder (crates/dp/src/), `path` relative to it, braces expanded."""
+    m = re.search(r"^## Layout\n```\n(.*?)^```", arch, re.M | re.S)
+    if not m:
+        return None
+    lines, merged = m.group(1).splitlines(), []
+    for line in lines:
+        # A brace group open at the end of a line goes on in the next one.
+        if merged and merged[-1].count("{") > merged[-1].count("}"):
+            merged[-1] += line.strip()
+        else:
+            merged.append(line)
+    out, base = [], None
+    for line in merged:
+        first = re.match(r"^(\S+/)\s", line)
+        if first:
+            base = first.group(1)
+            line = line[len(base):]
+        elif not line.startswith(" "):
+            base = None
+        for tok in re.findall(r"[\w./{},*-]+", re.sub(r"\([^()]*\)", " ", line)):
+            tok = tok.strip(",")
+            if base and (tok.endswith(".rs") or tok.endswith(".py") or (tok.endswith("/") and "/" in tok[:-1])):
+                for path in expand_braces(tok):
+                    out.append((base, path))
+    return out
+
+
+def check_layout(problems):
+    """Every named path exists; every top-level source of a listed crate is named."""
+    with open(os.path.join(ROOT, "docs", "ARCHITECTURE.md"), encoding="utf-8") as f:
+        arch = f.read()
+    entries = layout_entries(arch)
+    if entries is None:
+        problems.append("docs/ARCHITECTURE.md: no \"## Layout\" block")
+        return
+    named = set()
+    for base, path in entries:
+        crate = re.match(r"(crates/[^/]+/)", base)
+        # `src/...`, `tests/...` under a crate's folder are the crate's own.
+        root = crate.group(1) if crate and re.match(r"(src|tests|benches|python|examples)/", path) else base
+        full = os.path.normpath(os.path.join(ROOT, root, path))
+        if "*" in path:
+            full = os.path.dirname(full)
+        if not os.path.exists(full):
+            problems.append(f"docs/ARCHITECTURE.md's Layout names {root}{path}, which does not exist")
+        named.add(os.path.relpath(full, ROOT))
+    listed = {re.match(r"(crates/[^/]+)/", b).group(1) for b, _ in entries if b.startswith("crates/")}
+    for crate in sorted(listed):
+        src = os.path.join(ROOT, crate, "src")
+        for f in sorted(os.listdir(src)):
+            rel = os.path.join(crate, "src", f)
+            if f.endswith(".rs") or os.path.isdir(os.path.join(src, f)):
+                inside = any(n == rel or n.startswith(rel + os.sep) for n in named)
+                if not inside:
+                    problems.append(f"{rel} is not in docs/ARCHITECTURE.md's Layout")
+
+
 def main():
     report = "--report" in sys.argv
     problems = []
@@ -269,7 +359,7 @@ def main():
                 n = raw.count("\n")
                 if n > MAX_FILE:
                     problems.append(f"{os.path.relpath(path, ROOT)}: {n} lines (limit {MAX_FILE})")
-                if crate in LIBRARY_CRATES and "/tests/" not in path:
+                if LIBRARY_CRATES is None or crate in LIBRARY_CRATES:
                     for name, line, lines in long_functions(text):
                         if lines > MAX_FN:
                             problems.append(
@@ -286,6 +376,7 @@ def main():
                     n = fh.read().count("\n")
                 if n > MAX_FILE:
                     problems.append(f"{os.path.relpath(path, ROOT)}: {n} lines (limit {MAX_FILE})")
+    check_layout(problems)
     for p in problems:
         print(p)
     print(f"check-shape: {len(files_seen)} files, {len(problems)} problem(s)")

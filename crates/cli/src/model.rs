@@ -10,14 +10,15 @@
 //! model's compute and renders the tables, the timeline and the figure.
 
 use std::fmt::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use clap::Args as ClapArgs;
 use gradcomp_comm::{NetworkModel, ServerPlacement};
 use gradcomp_compress::CompressorConfig;
 use gradcomp_dp::predict::{
-    code_width, measure, methods, rounds_seconds, step_seconds, ternary_download, Route, UnitCost, Workload,
+    code_width, measure, methods, rounds_seconds, step_seconds, ternary_download, Method, Route, UnitCost,
+    Workload,
 };
 use gradcomp_train::config::TrainConfig;
 use gradcomp_train::records::{read_json, read_jsonl, Manifest, StepRecord};
@@ -152,6 +153,20 @@ pub fn run(a: &Args) -> Result<()> {
     }
     let ms = methods(&p.work.shapes, a.density);
     let mut md = String::new();
+    methods_table(&mut md, &p, &ms, total);
+    let fig_series = speedup_tables(&mut md, &p, &ms, a);
+    terngrad_table(&mut md, &p, &ms, a.alpha);
+    if !a.json {
+        println!("{md}");
+    }
+    if let Some(out) = &a.out {
+        write_outputs(out, &md, fig_series)?;
+    }
+    Ok(())
+}
+
+/// The profile's summary line and each method's bytes and codec times.
+fn methods_table(md: &mut String, p: &Profile, ms: &[Method], total: usize) {
     let _ = writeln!(
         md,
         "Compute {:.2} ms per step (batch {} per worker); {} parameters. Speedup = dense step time / method step time at the same N and link.\n",
@@ -163,7 +178,7 @@ pub fn run(a: &Args) -> Result<()> {
         md,
         "| method | bytes up per worker | compress ms | decode ms per message |\n|---|---:|---:|---:|"
     );
-    for m in &ms {
+    for m in ms {
         let _ = writeln!(
             md,
             "| {} | {} | {:.3} | {:.3} |",
@@ -173,6 +188,12 @@ pub fn run(a: &Args) -> Result<()> {
             m.decode_s * 1e3
         );
     }
+}
+
+/// Per link speed, each method's speedup over dense (dense's own throughput)
+/// at every worker count, with a JSON line per cell under `--json`; returns
+/// the 1 Gbit/s speedups, one series per method, for the figure.
+fn speedup_tables(md: &mut String, p: &Profile, ms: &[Method], a: &Args) -> Vec<(String, Vec<(f64, f64)>)> {
     let mut fig_series: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
     for &link in &LINKS {
         let net = NetworkModel::from_bits_per_second(link, a.alpha);
@@ -181,8 +202,8 @@ pub fn run(a: &Args) -> Result<()> {
             "\n**{}**: speedup over dense (throughput in examples/s for dense)\n",
             link_name(link)
         );
-        workers_header(&mut md, "method");
-        for m in &ms {
+        workers_header(md, "method");
+        for m in ms {
             let _ = write!(md, "| {} |", m.label);
             let mut pts = Vec::new();
             for n in WORKERS {
@@ -208,7 +229,12 @@ pub fn run(a: &Args) -> Result<()> {
             }
         }
     }
-    // TernGrad's own comparison (§5): both through the same parameter server.
+    fig_series
+}
+
+/// TernGrad's own comparison (§5): TernGrad over dense, both through the
+/// parameter server, per link and worker count (nothing if either is missing).
+fn terngrad_table(md: &mut String, p: &Profile, ms: &[Method], alpha: f64) {
     if let (Some(dense_ps), Some(tern)) = (
         ms.iter().find(|m| {
             m.route == Route::ParameterServer && matches!(m.compressor, CompressorConfig::Dense {})
@@ -219,9 +245,9 @@ pub fn run(a: &Args) -> Result<()> {
             md,
             "\n**TernGrad over fp32, both through the parameter server** (the paper's §5 setting)\n"
         );
-        workers_header(&mut md, "link");
+        workers_header(md, "link");
         for &link in &LINKS {
-            let net = NetworkModel::from_bits_per_second(link, a.alpha);
+            let net = NetworkModel::from_bits_per_second(link, alpha);
             let _ = write!(md, "| {} |", link_name(link));
             for n in WORKERS {
                 let _ = write!(
@@ -233,23 +259,22 @@ pub fn run(a: &Args) -> Result<()> {
             md.push('\n');
         }
     }
-    if !a.json {
-        println!("{md}");
-    }
-    if let Some(out) = &a.out {
-        std::fs::create_dir_all(out)?;
-        let fig = Figure::Lines(Lines {
-            title: "predicted speedup over dense at 1 Gbit/s".into(),
-            x_label: "workers N".into(),
-            y_label: "speedup".into(),
-            log_x: true,
-            log_y: true,
-            series: fig_series,
-        });
-        fig.write(out, "model_speedup_1gbps")?;
-        std::fs::write(out.join("model.md"), &md)?;
-        eprintln!("wrote {}/model.md and model_speedup_1gbps.png", out.display());
-    }
+}
+
+/// `--out`: the speedup figure at 1 Gbit/s and model.md.
+fn write_outputs(out: &Path, md: &str, fig_series: Vec<(String, Vec<(f64, f64)>)>) -> Result<()> {
+    std::fs::create_dir_all(out)?;
+    let fig = Figure::Lines(Lines {
+        title: "predicted speedup over dense at 1 Gbit/s".into(),
+        x_label: "workers N".into(),
+        y_label: "speedup".into(),
+        log_x: true,
+        log_y: true,
+        series: fig_series,
+    });
+    fig.write(out, "model_speedup_1gbps")?;
+    std::fs::write(out.join("model.md"), md)?;
+    eprintln!("wrote {}/model.md and model_speedup_1gbps.png", out.display());
     Ok(())
 }
 
@@ -276,6 +301,41 @@ fn serial_timeline(stages: &[[f64; 3]]) -> Vec<[[f64; 2]; 3]> {
         .collect()
 }
 
+/// Each bucket's predicted [compress, wire, decode] seconds for method `m`
+/// on `route` with `n` workers over `net`: the measured compression time,
+/// the link model's wire time, and the measured decode time once per
+/// message a worker decodes.
+fn bucket_stages(
+    route: Route,
+    m: &Method,
+    p: &Profile,
+    buckets: &[std::ops::Range<usize>],
+    n: usize,
+    net: &NetworkModel,
+) -> Vec<[f64; 3]> {
+    buckets
+        .iter()
+        .map(|r| {
+            let us = &m.units[r.clone()];
+            let upload: u64 = us.iter().map(|u| u.upload).sum();
+            let (wire, decoders) = match route {
+                Route::Allreduce => (net.allreduce(n, upload * code_width(&m.compressor, n)), 1.0),
+                Route::Allgather => (net.allgatherv_uniform(n, upload), n as f64),
+                Route::ParameterServer => {
+                    let down = if matches!(m.compressor, CompressorConfig::Terngrad(_)) {
+                        ternary_download(&p.work.units[r.clone()], n)
+                    } else {
+                        upload
+                    };
+                    (net.push_pull(n, ServerPlacement::CoLocated, upload, down), n as f64 + 1.0)
+                }
+            };
+            let sum = |f: fn(&UnitCost) -> f64| us.iter().map(f).sum::<f64>();
+            [sum(|u| u.compress_s), wire, decoders * sum(|u| u.decode_s)]
+        })
+        .collect()
+}
+
 /// `--timeline`: per link speed, the configured method's step as the model
 /// predicts it: the measured compute, then per bucket its compression
 /// (measured on this machine), wire (the link's model, with the algorithm
@@ -291,27 +351,7 @@ fn timeline(cfg: &TrainConfig, p: &Profile) -> Result<()> {
     );
     let links = cfg.network.models().map_err(|e| crate::user_error::UserError(e.to_string()))?;
     for (bps, net) in links {
-        let stages: Vec<[f64; 3]> = buckets
-            .iter()
-            .map(|r| {
-                let us = &m.units[r.clone()];
-                let upload: u64 = us.iter().map(|u| u.upload).sum();
-                let (wire, decoders) = match route {
-                    Route::Allreduce => (net.allreduce(n, upload * code_width(&m.compressor, n)), 1.0),
-                    Route::Allgather => (net.allgatherv_uniform(n, upload), n as f64),
-                    Route::ParameterServer => {
-                        let down = if matches!(m.compressor, CompressorConfig::Terngrad(_)) {
-                            ternary_download(&p.work.units[r.clone()], n)
-                        } else {
-                            upload
-                        };
-                        (net.push_pull(n, ServerPlacement::CoLocated, upload, down), n as f64 + 1.0)
-                    }
-                };
-                let sum = |f: fn(&UnitCost) -> f64| us.iter().map(f).sum::<f64>();
-                [sum(|u| u.compress_s), wire, decoders * sum(|u| u.decode_s)]
-            })
-            .collect();
+        let stages = bucket_stages(route, &m, p, &buckets, n, &net);
         let pipelined = cfg.compression.pipeline && stages.len() > 1;
         let times =
             if pipelined { NetworkModel::pipelined_timeline(&stages) } else { serial_timeline(&stages) };

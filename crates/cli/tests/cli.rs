@@ -229,7 +229,14 @@ fn your_own_images_of_any_shape_and_class_count_train_and_evaluate() {
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("(400 examples)"), "{out}");
 
-    // A model that cannot take the data says so before any work, with exit code 2.
+    images_too_small_for_the_model_are_refused(&dir, &cfg);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A model that cannot take the data says so before any work, with exit
+/// code 2: 8×8 images (written under `dir`) for LeNet-5, which needs 16×16.
+fn images_too_small_for_the_model_are_refused(dir: &std::path::Path, cfg: &str) {
+    use gradcomp_train::data::{images_file, labels_file, synthetic};
     let small = dir.join("small");
     std::fs::create_dir_all(&small).unwrap();
     let d = synthetic::images(64, 1, 0, [1, 8, 8], 3);
@@ -244,7 +251,7 @@ fn your_own_images_of_any_shape_and_class_count_train_and_evaluate() {
     let (code, _, err) = gradcomp(&[
         "train",
         "--config",
-        &cfg,
+        cfg,
         "--set",
         "data.dataset=\"images\"",
         "--set",
@@ -256,7 +263,6 @@ fn your_own_images_of_any_shape_and_class_count_train_and_evaluate() {
     ]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("at least 16×16") && err.contains("8×8"), "{err}");
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
@@ -316,8 +322,13 @@ fn a_text_corpus_with_unseen_words_trains_and_counts_them() {
     // The vocabulary holds 17 words and <eos>, <unk>: a model that learned the
     // sentences is far below that; the test file's unseen words cost it a little.
     assert!(valid < 6.0 && test >= valid, "valid {valid}, test {test}");
-    // A test text too short for one evaluation batch is an error before any
-    // work, not a perplexity of 1.
+    a_test_text_too_short_for_one_batch_is_refused(&dir, &corpus);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A test text too short for one evaluation batch (written into `corpus`)
+/// is an error before any work, not a perplexity of 1.
+fn a_test_text_too_short_for_one_batch_is_refused(dir: &std::path::Path, corpus: &std::path::Path) {
     std::fs::write(corpus.join("short.txt"), "the cat sat\n").unwrap();
     let (code, _, err) = gradcomp(&[
         "train",
@@ -340,7 +351,6 @@ fn a_text_corpus_with_unseen_words_trains_and_counts_them() {
     ]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("test text (short.txt) holds 4 tokens") && err.contains("data.bptt"), "{err}");
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 /// SIGINT, SIGTERM, SIGHUP and SIGUSR1 stop a run the same way: the workers

@@ -17,12 +17,26 @@ fn ensure(ok: bool, what: impl FnOnce() -> String) -> Result<(), String> {
 /// Runs every operation on `c` and checks the results; returns a
 /// description of the first discrepancy.
 pub fn check_all(c: &mut dyn Collective) -> Result<(), String> {
-    let (rank, n) = (c.rank(), c.world_size());
-    let err = |e: crate::CommError| e.to_string();
     c.meter_mut().take_step();
-
     // Reductions, on a length that does not divide evenly among ranks.
     let len = 3001;
+    check_float_reductions(c, len)?;
+    check_integer_reductions(c, len)?;
+    check_half_reduction(c, len)?;
+    let root = c.world_size() - 1;
+    check_gather_and_broadcast(c, root)?;
+    check_push_pull(c)?;
+    check_bytes(c, len, root)
+}
+
+fn err(e: crate::CommError) -> String {
+    e.to_string()
+}
+
+/// `allreduce_sum_f32` (three times: once whole, twice framed in place) and
+/// `allreduce_max_f32` on `len` elements.
+fn check_float_reductions(c: &mut dyn Collective, len: usize) -> Result<(), String> {
+    let (rank, n) = (c.rank(), c.world_size());
     let mut f: Vec<f32> = (0..len).map(|i| (i * (rank + 1)) as f32).collect();
     c.allreduce_sum_f32(&mut f).map_err(err)?;
     let tri = (n * (n + 1) / 2) as f32;
@@ -50,6 +64,13 @@ pub fn check_all(c: &mut dyn Collective) -> Result<(), String> {
             .all(|(i, &v)| v == (0..n).map(|r| ((i + r * 7) % 13) as f32).fold(f32::MIN, f32::max)),
         || "allreduce_max_f32 result".into(),
     )?;
+    Ok(())
+}
+
+/// `allreduce_sum_i32`, and the narrow `i8` and `i16` sums TernGrad's codes
+/// travel in, on `len` elements.
+fn check_integer_reductions(c: &mut dyn Collective, len: usize) -> Result<(), String> {
+    let (rank, n) = (c.rank(), c.world_size());
     let mut z: Vec<i32> = (0..len).map(|i| if (i + rank) % 3 == 0 { 1 } else { -1 }).collect();
     c.allreduce_sum_i32(&mut z).map_err(err)?;
     ensure(
@@ -71,6 +92,12 @@ pub fn check_all(c: &mut dyn Collective) -> Result<(), String> {
     ensure(z16.iter().enumerate().all(|(i, &v)| i32::from(v) == 300 * want(i)), || {
         "allreduce_sum_i16 result".into()
     })?;
+    Ok(())
+}
+
+/// `allreduce_sum_f16` on `len` elements.
+fn check_half_reduction(c: &mut dyn Collective, len: usize) -> Result<(), String> {
+    let (rank, n) = (c.rank(), c.world_size());
     // Halves whose sums are exact in half precision, and one that rounds
     // (1025 on every rank: past 2048 halves are 2 apart, so each addition
     // rounds, to even, the same whatever the order of equal terms).
@@ -84,7 +111,13 @@ pub fn check_all(c: &mut dyn Collective) -> Result<(), String> {
             && h[len - 1] == rounded,
         || format!("allreduce_sum_f16 result (last: {} against {rounded})", h[len - 1]),
     )?;
+    Ok(())
+}
 
+/// `allgatherv` of messages of different lengths, `broadcast` from `root`,
+/// then a `barrier`.
+fn check_gather_and_broadcast(c: &mut dyn Collective, root: usize) -> Result<(), String> {
+    let (rank, n) = (c.rank(), c.world_size());
     // Messages of different lengths, including an empty one.
     let msg = vec![rank as u8; rank * 10];
     let mut g = Gathered::default();
@@ -93,12 +126,16 @@ pub fn check_all(c: &mut dyn Collective) -> Result<(), String> {
     for r in 0..n {
         ensure(g.get(r) == vec![r as u8; r * 10].as_slice(), || format!("allgatherv message of rank {r}"))?;
     }
-    let root = n - 1;
     let mut b = if rank == root { b"hello".to_vec() } else { vec![9; 100] };
     c.broadcast(&mut b, root).map_err(err)?;
     ensure(b == b"hello", || "broadcast result".into())?;
     c.barrier().map_err(err)?;
+    Ok(())
+}
 
+/// `push_pull` with a co-located and with a dedicated server.
+fn check_push_pull(c: &mut dyn Collective) -> Result<(), String> {
+    let (rank, n) = (c.rank(), c.world_size());
     for placement in [ServerPlacement::CoLocated, ServerPlacement::Dedicated] {
         let server = placement.server_rank(n);
         let dedicated_server = placement == ServerPlacement::Dedicated && rank == server;
@@ -120,7 +157,13 @@ pub fn check_all(c: &mut dyn Collective) -> Result<(), String> {
         ensure(down == want, || format!("{placement:?} push_pull download {down:?}, want {want:?}"))?;
         ensure(calls == usize::from(rank == server), || "aggregate ran off the server".into())?;
     }
+    Ok(())
+}
 
+/// The byte meter's counts for everything the other checks ran since
+/// [`check_all`] began.
+fn check_bytes(c: &mut dyn Collective, len: usize, root: usize) -> Result<(), String> {
+    let (rank, n) = (c.rank(), c.world_size());
     // Bytes: logical message sizes.
     let s = c.meter_mut().take_step();
     let ag = s.get(OpKind::Allgatherv);

@@ -31,11 +31,7 @@ fn benches(c: &mut Criterion) {
         g.bench_function(BenchmarkId::new("compress", name), |b| {
             b.iter(|| {
                 step += 1;
-                let ctx = UnitContext {
-                    key: RngKey::new(0, 0, step, 0),
-                    shared_scalar: None,
-                    ..Default::default()
-                };
+                let ctx = UnitContext { key: RngKey::new(0, 0, step, 0), ..Default::default() };
                 comp.compress(black_box(&x), &ctx, &mut msg);
             })
         });

@@ -128,18 +128,16 @@ mod tests {
         let grads: Vec<Vec<f32>> =
             (0..n).map(|w| (0..len).map(|j| ((j * 7 + w * 13) % 17) as f32 - 8.0).collect()).collect();
         let t = TernGrad::default();
-        let shared = grads.iter().map(|g| t.local_scalar(g).unwrap()).fold(0.0f32, f32::max);
+        let shared = grads.iter().map(|g| t.scaler(g)).fold(0.0f32, f32::max);
         let mut server = TernarySum::default();
         server.reset(len);
         let mut want = vec![0.0f32; len];
         for (w, g) in grads.iter().enumerate() {
             let mut msg = Message::default();
-            let ctx = UnitContext {
-                key: RngKey::new(0, w as u32, 0, 0),
-                shared_scalar: Some(shared),
-                ..Default::default()
-            };
-            TernGrad::default().compress(g, &ctx, &mut msg);
+            let ctx = UnitContext { key: RngKey::new(0, w as u32, 0, 0), ..Default::default() };
+            let mut t = TernGrad::default();
+            t.round_result(0, &[shared], n);
+            t.compress(g, &ctx, &mut msg);
             msg.add_to(1.0 / n as f32, &mut want);
             let mut bytes = Vec::new();
             codec::encode(&msg, 0, &mut bytes);

@@ -1,8 +1,9 @@
-//! The one API the trainer drives per compression unit.
+//! The one API a compressor implements per compression unit.
 //!
 //! # Protocol
 //! For every unit (a tensor, or the whole flattened model at `global`
-//! granularity), every step, on every worker:
+//! granularity), every step, on every worker (written once, in
+//! [`CompressionUnit`](crate::unit::CompressionUnit), which every caller drives):
 //!
 //! 1. `memory.compensate(grad)` gives the buffer to compress (see [`crate::memory`]).
 //! 2. Agreement rounds, if the compressor has any ([`Compressor::rounds`]):
@@ -11,10 +12,7 @@
 //!    (a sum or a max, [`ReduceOp`]) and hands the result back through
 //!    [`Compressor::round_result`]; a round may read the previous one's
 //!    result (PowerSGD: P = MQ is summed, orthogonalized, then Q = MᵀP is
-//!    summed). TernGrad's shared scaler is the one-value form of this, kept as
-//!    [`Compressor::local_scalar`] and [`UnitContext::shared_scalar`] (the
-//!    device kernels speak it): the caller max-reduces the local scalar and
-//!    passes the result; a caller that does not share passes `None`.
+//!    summed; TernGrad's shared scaler is one max round of one value).
 //! 3. [`Compressor::compress`] writes a [`Message`] into a caller-owned buffer.
 //!    It never allocates once that buffer has grown to its steady-state size,
 //!    never fails, and never panics on any finite or non-finite input (NaN
@@ -36,8 +34,6 @@ use crate::rng::RngKey;
 pub struct UnitContext {
     /// Seeds this unit's random stream (ALGORITHMS.md §6.7).
     pub key: RngKey,
-    /// The max over workers of [`Compressor::local_scalar`], if the caller shares.
-    pub shared_scalar: Option<f32>,
     /// This worker's training loss at this step (eSGD's selection rule reads it).
     pub loss: Option<f64>,
 }
@@ -86,12 +82,6 @@ pub trait Compressor: Send {
 
     /// How messages from different workers combine.
     fn combine(&self) -> Combine;
-
-    /// Phase one of a two-phase compressor: the value this worker contributes
-    /// to a max-reduce before compressing. `None` for one-phase compressors.
-    fn local_scalar(&self, _input: &[f32]) -> Option<f32> {
-        None
-    }
 
     /// Agreement rounds before [`Compressor::compress`] (0: none).
     fn rounds(&self) -> usize {
@@ -153,9 +143,6 @@ impl<C: Compressor + ?Sized> Compressor for Box<C> {
     fn combine(&self) -> Combine {
         (**self).combine()
     }
-    fn local_scalar(&self, input: &[f32]) -> Option<f32> {
-        (**self).local_scalar(input)
-    }
     fn rounds(&self) -> usize {
         (**self).rounds()
     }
@@ -195,14 +182,27 @@ impl<C: Compressor + ?Sized> Compressor for Box<C> {
 /// combined values are this worker's own contribution. For tests,
 /// benchmarks and single-worker tools; the exchange runs the rounds itself.
 pub fn compress_as_sole_worker(c: &mut dyn Compressor, input: &[f32], ctx: &UnitContext, out: &mut Message) {
-    let mut values = Vec::new();
+    agree_alone(c, input, ctx, &mut Vec::new(), |_, _| {});
+    c.compress(input, ctx, out);
+}
+
+/// Runs `c`'s agreement rounds for `input` as the only worker (the combined
+/// values are its own contribution, over 1 worker), showing each round's
+/// values to `seen` (round, values); `scratch` holds them.
+pub(crate) fn agree_alone(
+    c: &mut dyn Compressor,
+    input: &[f32],
+    ctx: &UnitContext,
+    scratch: &mut Vec<f32>,
+    mut seen: impl FnMut(usize, &[f32]),
+) {
     for round in 0..c.rounds() {
-        values.clear();
-        if c.round_contribution(round, input, ctx, &mut values).is_some() {
-            c.round_result(round, &values, 1);
+        scratch.clear();
+        if c.round_contribution(round, input, ctx, scratch).is_some() {
+            seen(round, scratch);
+            c.round_result(round, scratch, 1);
         }
     }
-    c.compress(input, ctx, out);
 }
 
 /// `k = max(1, floor(ρ·d))`, capped at `d` (ALGORITHMS.md, notation).

@@ -22,6 +22,12 @@ use crate::sparsify::{
     ThresholdConfig, TopK, TopKConfig, TrimmedK, TrimmedKConfig,
 };
 
+impl From<PowerSgdConfig> for CompressorConfig {
+    fn from(c: PowerSgdConfig) -> Self {
+        CompressorConfig::Powersgd(c)
+    }
+}
+
 /// Every compressor and its options, tagged by `name`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "name", rename_all = "lowercase", deny_unknown_fields)]
@@ -125,8 +131,9 @@ impl CompressorConfig {
     pub fn esgd(density: f64) -> Self {
         Self::Esgd(EsgdConfig { density, ..Default::default() })
     }
-    /// PowerSGD at `rank`, every other option at PyTorch's default (plain
-    /// allreduce for the first 1000 steps).
+    /// PowerSGD at `rank`, every other option at PyTorch's default: plain
+    /// allreduce (dense bytes) for the first 1000 steps. To compress sooner:
+    /// `PowerSgdConfig::new(rank).with_start_iter(2).into()`.
     pub fn powersgd(rank: u32) -> Self {
         Self::Powersgd(PowerSgdConfig { rank, ..Default::default() })
     }

@@ -32,8 +32,10 @@ pub mod reduce;
 pub mod rng;
 pub mod sparsify;
 pub mod stats;
+pub mod unit;
 
 pub use compressor::{compress_as_sole_worker, k_for, Combine, Compressor, Dense, ReduceOp, UnitContext};
 pub use config::CompressorConfig;
 pub use message::Message;
 pub use rng::{RngKey, UnitRng};
+pub use unit::CompressionUnit;

@@ -59,11 +59,7 @@ fn steady_state_calls_do_not_allocate() {
         let mut out = vec![0.0f32; x.len()];
         let mut server = TernarySum::default();
         let mut step = |s: u64, c: &mut Box<dyn gradcomp_compress::Compressor>| {
-            let ctx = UnitContext {
-                key: RngKey::new(3, 0, s, 0),
-                shared_scalar: c.local_scalar(&x),
-                ..Default::default()
-            };
+            let ctx = UnitContext { key: RngKey::new(3, 0, s, 0), ..Default::default() };
             // Same input each step, so data-dependent counts repeat. One
             // worker's rounds: the combined values are its own.
             for round in 0..c.rounds() {

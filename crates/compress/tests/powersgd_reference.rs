@@ -81,7 +81,7 @@ fn check(file: &str) {
         }
     }
     for (step, entry) in doc["steps"].as_array().unwrap().iter().enumerate() {
-        let ctx = UnitContext { key: RngKey::new(0, 0, step as u64, 0), shared_scalar: None, loss: None };
+        let ctx = UnitContext { key: RngKey::new(0, 0, step as u64, 0), loss: None };
         for name in shapes.keys() {
             let inputs: Vec<Vec<f32>> = (0..2).map(|w| floats(&entry["inputs"][w][name])).collect();
             let want = floats(&entry["outputs"][name]);

@@ -15,7 +15,7 @@ use gradcomp_compress::{
 use proptest::prelude::*;
 
 fn ctx(rank: u32, step: u64) -> UnitContext {
-    UnitContext { key: RngKey::new(17, rank, step, 3), shared_scalar: None, ..Default::default() }
+    UnitContext { key: RngKey::new(17, rank, step, 3), ..Default::default() }
 }
 
 fn gaussian(n: usize, seed: u64) -> Vec<f32> {

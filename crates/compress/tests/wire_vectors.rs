@@ -64,8 +64,7 @@ fn run(table: &Value) -> Value {
         let mut wires = Vec::new();
         for (rank, (c, m)) in workers.iter_mut().enumerate() {
             let g = gradient(rank, step);
-            let ctx =
-                UnitContext { key: RngKey::new(SEED, rank as u32, step, 0), shared_scalar: None, loss: None };
+            let ctx = UnitContext { key: RngKey::new(SEED, rank as u32, step, 0), loss: None };
             let mut msg = Message::default();
             c.compress(m.compensate(&g, 1.0), &ctx, &mut msg);
             m.update(&msg);

@@ -15,64 +15,34 @@ use burn::tensor::{DType, Tensor};
 use burn_cubecl::{Cube, CubeBackend};
 use gradcomp_kernels::{Client, DeviceF32};
 
-use crate::exchange::Unit;
 use crate::params::{self, GradSource};
+use gradcomp_exchange::{DeviceGrad, Unit};
 
-/// One worker's gradient on its device: a buffer per compression unit, in
-/// unit order, each holding exactly the unit's elements in layout order.
-pub struct DeviceGrad {
-    pub client: Client,
-    pub units: Vec<DeviceF32>,
-}
-
-impl DeviceGrad {
-    /// The gradients `grads` of `model`'s trainable parameters, cut by
-    /// `units` (which cover the layout in order, as the exchange builds
-    /// them); `None` when they do not live on a cubecl device in f32.
-    pub fn from_burn<M: Module, G: GradSource>(model: &M, grads: &G, units: &[Unit]) -> Option<Self> {
-        let mut tensors = params::grad_tensors(model, grads).into_iter().peekable();
-        let mut client = None;
-        let mut out = Vec::with_capacity(units.len());
-        for unit in units {
-            // The tensors of this unit: consecutive slots until its length is filled.
-            let mut parts = Vec::new();
-            let mut filled = 0;
-            while filled < unit.len {
-                let t = tensors.next()?;
-                filled += t.dims()[0];
-                parts.push(t);
-            }
-            if filled != unit.len {
-                return None;
-            }
-            let flat = if parts.len() == 1 { parts.pop()? } else { Tensor::cat(parts, 0) };
-            let (c, buf) = resolve(flat)?;
-            client.get_or_insert(c);
-            out.push(buf);
+/// The gradients `grads` of `model`'s trainable parameters, cut by `units`
+/// (which cover the layout in order, as the exchange builds them); `None`
+/// when they do not live on a cubecl device in f32.
+pub fn from_burn<M: Module, G: GradSource>(model: &M, grads: &G, units: &[Unit]) -> Option<DeviceGrad> {
+    let mut tensors = params::grad_tensors(model, grads).into_iter().peekable();
+    let mut client = None;
+    let mut out = Vec::with_capacity(units.len());
+    for unit in units {
+        // The tensors of this unit: consecutive slots until its length is filled.
+        let mut parts = Vec::new();
+        let mut filled = 0;
+        while filled < unit.len {
+            let t = tensors.next()?;
+            filled += t.dims()[0];
+            parts.push(t);
         }
-        Some(Self { client: client?, units: out })
-    }
-
-    /// The whole gradient on the host, in layout order (measured steps and
-    /// error reports only: this is the copy the device path otherwise avoids).
-    pub fn read(&self, out: &mut Vec<f32>) -> Result<(), gradcomp_kernels::KernelError> {
-        out.clear();
-        for u in &self.units {
-            out.extend(u.read(&self.client)?);
+        if filled != unit.len {
+            return None;
         }
-        Ok(())
+        let flat = if parts.len() == 1 { parts.pop()? } else { Tensor::cat(parts, 0) };
+        let (c, buf) = resolve(flat)?;
+        client.get_or_insert(c);
+        out.push(buf);
     }
-
-    /// Whether every element is finite: one scaled-sum pass per unit on the
-    /// device (`gradcomp_kernels::reduce::all_finite`), nothing read back.
-    pub fn all_finite(&self) -> Result<bool, gradcomp_kernels::KernelError> {
-        for u in &self.units {
-            if !gradcomp_kernels::reduce::all_finite(&self.client, u)? {
-                return Ok(false);
-            }
-        }
-        Ok(true)
-    }
+    Some(DeviceGrad { client: client?, units: out })
 }
 
 /// A one-dimensional f32 tensor's device buffer, contiguous, if it lives on

@@ -1,5 +1,7 @@
 //! gradcomp-dp: compressed data-parallel training for any burn model and
-//! any training loop.
+//! any training loop; gradcomp's burn front over the framework-agnostic
+//! core, `gradcomp-exchange` (re-exported here: [`config`], [`exchange`],
+//! [`predict`], ...).
 //!
 //! Each worker (a thread with an in-process collective, or an MPI rank)
 //! builds a [`DataParallelConfig`], calls [`DataParallelConfig::init`] with
@@ -24,51 +26,56 @@
 //! does the step size: CELGC's clipped step and lr-scaled error feedback
 //! reach the optimizer without the caller seeing them.
 //!
-//! Modules by job:
-//! - [`config`]: [`DataParallelConfig`] and every option it reads.
-//! - `handle`: [`DataParallel`], one worker's handle.
+//! Modules by job (this crate's own: what knows burn):
+//! - `handle`: [`DataParallel`], one worker's handle, and
+//!   `DataParallelConfig::init` (through [`InitDataParallel`]).
 //! - [`backward`]: what a step takes ([`Backward`]) and the staged backward
 //!   pass ([`Cuts`]) that lets the exchange overlap it.
-//! - [`exchange`]: the compressed exchange, one schedule for the host and
-//!   the device; `strategy`: synchronous exchange and CELGC behind one trait.
-//! - [`params`], [`layout`]: burn parameters and gradients ↔ flat buffers.
-//! - [`custom`]: a compressor of the user's own.
-//! - [`predict`]: the performance model's methods and step times.
+//! - [`params`]: burn parameters and gradients ↔ flat buffers.
+//! - `device_grad` (feature `device-kernels`): burn's gradient tensors as
+//!   the core's per-unit device buffers, with no copy.
 //! - `learner` (feature `learner`): a burn-train training strategy.
+//!
+//! From the core (`gradcomp-exchange`): [`config`] ([`DataParallelConfig`]
+//! and every option it reads), [`exchange`] (the compressed exchange, one
+//! schedule for the host and the device, and the strategies), [`layout`],
+//! [`custom`] (a compressor of the user's own) and [`predict`] (the
+//! performance model's methods and step times).
 
 pub mod backward;
-mod checksum;
-pub mod config;
-pub mod custom;
 #[cfg(feature = "device-kernels")]
 pub mod device_grad;
-mod error;
-pub mod exchange;
-pub mod grad_stages;
 mod handle;
-pub mod layout;
 #[cfg(feature = "learner")]
 pub mod learner;
 pub mod params;
-pub mod predict;
-mod strategy;
+
+pub use gradcomp_exchange as exchange;
+pub use gradcomp_exchange::{checksum, config, custom, grad_stages, layout, predict, strategy};
 
 pub use backward::{Backward, Cuts, StagedBackward};
 pub use config::{DataParallelConfig, OnNonFinite, Topology};
 pub use custom::CustomCompressor;
-pub use error::{ExchangeError, SyncError};
-pub use handle::{CompressionLocation, DataParallel, DataParallelState, StepStats};
+pub use gradcomp_exchange::{DataParallelError, ExchangeError};
+/// The handle's error was called `SyncError` before the fourth round.
+#[deprecated(since = "0.1.0", note = "renamed DataParallelError: it is every error of the handle")]
+pub type SyncError = DataParallelError;
+pub use handle::{CompressionLocation, DataParallel, DataParallelState, InitDataParallel, StepStats};
 pub use layout::{GradientLayout, ParamSlot};
 
 /// Everything a burn user needs for compressed data-parallel training.
 pub mod prelude {
+    pub use crate::config::{CompressionConfig, Granularity, StrategyConfig};
     pub use crate::{
-        Backward, CompressionLocation, CustomCompressor, Cuts, DataParallel, DataParallelConfig, OnNonFinite,
-        SyncError, Topology,
+        Backward, CompressionLocation, CustomCompressor, Cuts, DataParallel, DataParallelConfig,
+        DataParallelError, InitDataParallel, OnNonFinite, Topology,
     };
     pub use gradcomp_comm::{Collective, InProcessGroup};
-    pub use gradcomp_compress::memory::{ErrorFeedback, Memory, ResidualForm};
-    pub use gradcomp_compress::{Compressor, CompressorConfig};
+    pub use gradcomp_compress::lowrank::PowerSgdConfig;
+    pub use gradcomp_compress::memory::{DensitySchedule, ErrorFeedback, Memory, MemoryKind, ResidualForm};
+    pub use gradcomp_compress::message::Message;
+    pub use gradcomp_compress::{Combine, Compressor, CompressorConfig, UnitContext};
+    pub use gradcomp_exchange::run_in_process;
 }
 
 /// The compute device gradcomp trains on by default: burn's pure-Rust CPU

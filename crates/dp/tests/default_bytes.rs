@@ -11,7 +11,7 @@ use burn::optim::SgdConfig;
 use burn::tensor::Device;
 use gradcomp_comm::InProcessGroup;
 use gradcomp_compress::{CompressorConfig, UnitRng};
-use gradcomp_dp::{params, DataParallelConfig};
+use gradcomp_dp::{params, DataParallelConfig, InitDataParallel};
 
 /// The reference model: an MLP of 784×256, 256, 256×10 and 10 parameters.
 #[derive(Module, Debug)]
@@ -38,7 +38,7 @@ fn bytes_per_step(cfg: &DataParallelConfig, n: usize) -> Vec<u64> {
         .run(|c| {
             let rank = gradcomp_comm::Collective::rank(&c);
             let (mut dp, mut model) = cfg.clone().with_checksum_every(0).init(c, model.clone()).unwrap();
-            let mut state = dp.state();
+            let mut state = dp.state().unwrap();
             state.step = cfg.compressor.first_compressed_step();
             dp.restore(&state).unwrap();
             let mut optim = SgdConfig::new().init();

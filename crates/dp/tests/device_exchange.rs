@@ -16,7 +16,9 @@ use gradcomp_compress::sparsify::dgck::DgcKConfig;
 use gradcomp_compress::sparsify::randk::RandKConfig;
 use gradcomp_compress::CompressorConfig;
 use gradcomp_dp::config::{Exclusions, Granularity, Topology};
-use gradcomp_dp::{params, CompressionLocation, DataParallel, DataParallelConfig, SyncError};
+use gradcomp_dp::{
+    params, CompressionLocation, DataParallel, DataParallelConfig, DataParallelError, InitDataParallel,
+};
 
 #[derive(Module, Debug)]
 struct Mlp {
@@ -162,7 +164,7 @@ fn the_device_exchange_gives_the_host_exchanges_result_bit_for_bit() {
             assert!(same_bits(a, b), "{name}: step {step}: the device and host exchanges differ");
         }
         // The memories (error feedback, DGC momentum) agree bit for bit too.
-        assert_eq!(dev.state().buffers, host.state().buffers, "{name}: memories differ");
+        assert_eq!(dev.state().unwrap().buffers, host.state().unwrap().buffers, "{name}: memories differ");
         let (da, ha) = (&dev.last_step().exchange, &host.last_step().exchange);
         assert_eq!((da.wire_bytes, da.selected), (ha.wire_bytes, ha.selected), "{name}");
         assert!((da.residual_norm - ha.residual_norm).abs() <= 1e-6 * ha.residual_norm.max(1.0), "{name}");
@@ -230,7 +232,7 @@ fn checkpoints_move_between_the_device_and_the_host() {
         let name = compressor.name();
         let cfg = DataParallelConfig::new(compressor);
         let (dev, host, _) = run_both(&cfg, 3);
-        let saved = dev.state();
+        let saved = dev.state().unwrap();
         assert!(
             saved.buffers.values().any(|b| b.iter().any(|&v| v != 0.0)),
             "{name}: no state was read back"
@@ -242,12 +244,12 @@ fn checkpoints_move_between_the_device_and_the_host() {
         let (mut dev2, mut host2) = pair(&cfg, &model);
         dev2.restore(&saved).unwrap();
         host2.restore(&saved).unwrap();
-        assert_eq!(dev2.state().buffers, saved.buffers, "{name}: the device did not take the state");
+        assert_eq!(dev2.state().unwrap().buffers, saved.buffers, "{name}: the device did not take the state");
         let grads = GradientsParams::from_grads(model.loss(9, &d).backward(), &model);
         let a = combined(&mut dev2, &model, &grads);
         let b = combined(&mut host2, &model, &grads);
         assert!(same_bits(&a, &b), "{name}");
-        assert_eq!(dev2.state().buffers, host2.state().buffers, "{name}");
+        assert_eq!(dev2.state().unwrap().buffers, host2.state().unwrap().buffers, "{name}");
         drop((dev, host));
     }
 }
@@ -298,5 +300,5 @@ fn a_non_finite_gradient_on_the_device_names_its_tensor() {
     // The gradients alone: a NaN loss would be named before any tensor.
     let grads = (model.loss(1, &d) * f32::NAN).backward();
     let e = dp.step(model.clone(), grads, &mut SgdConfig::new().init(), 0.05).unwrap_err();
-    assert!(matches!(&e, SyncError::NonFinite { tensor, .. } if tensor.starts_with("a.")), "{e}");
+    assert!(matches!(&e, DataParallelError::NonFinite { tensor, .. } if tensor.starts_with("a.")), "{e}");
 }

@@ -11,7 +11,7 @@ use burn::tensor::{Device, Tensor};
 use gradcomp_comm::InProcessGroup;
 use gradcomp_compress::lowrank::PowerSgdConfig;
 use gradcomp_compress::CompressorConfig;
-use gradcomp_dp::{params, DataParallelConfig};
+use gradcomp_dp::{params, DataParallelConfig, InitDataParallel};
 use serde_json::Value;
 
 /// The recorded parameters, named as the vectors name them less the dots.
@@ -58,7 +58,7 @@ fn updates(doc: &Value) -> Vec<Vec<Vec<f32>>> {
                 DataParallelConfig::new(CompressorConfig::Powersgd(cfg.clone())).with_checksum_every(0);
             let (mut dp, mut model) = dp_cfg.init(c, model.clone()).unwrap();
             // The hook's starting Q, where gradcomp would draw its own.
-            let mut state = dp.state();
+            let mut state = dp.state().unwrap();
             for unit in dp.units() {
                 if let Some(q0) = doc["q0"].get(vector_name(&unit.name)) {
                     let key =

@@ -24,6 +24,8 @@ pub struct DeviceCompressor {
     signum: Option<DeviceSignum>,
     /// The agreed scalar of the last round (TernGrad's shared scaler).
     shared: Option<f32>,
+    /// The CPU compressor's agreement rounds for this unit.
+    rounds: usize,
 }
 
 impl DeviceCompressor {
@@ -44,17 +46,14 @@ impl DeviceCompressor {
             CompressorConfig::Signum(c) => Some(DeviceSignum::new(c)),
             _ => None,
         };
-        Ok(Self { config: config.clone(), lowrank, signum, shared: None })
+        let rounds = config.build_for(shape).rounds();
+        Ok(Self { config: config.clone(), lowrank, signum, shared: None, rounds })
     }
 
-    /// Agreement rounds before `compress` (the CPU compressor's `rounds`,
-    /// with TernGrad's scaler round counted): PowerSGD's two, TernGrad's one.
+    /// Agreement rounds before `compress`: the CPU compressor's own
+    /// (PowerSGD's two, TernGrad's shared scaler's one), asked of it.
     pub fn rounds(&self) -> usize {
-        match &self.config {
-            CompressorConfig::Powersgd(_) => 2,
-            CompressorConfig::Terngrad(c) if c.share_scaler => 1,
-            _ => 0,
-        }
+        self.rounds
     }
 
     /// This worker's contribution to agreement round `round`, appended to
@@ -128,7 +127,6 @@ impl DeviceCompressor {
         ctx: &UnitContext,
         out: &mut Message,
     ) -> Result<(), KernelError> {
-        let ctx = &UnitContext { shared_scalar: self.shared.or(ctx.shared_scalar), ..*ctx };
         if let Some(p) = &mut self.lowrank {
             p.message(ctx, out);
             return Ok(());
@@ -140,7 +138,7 @@ impl DeviceCompressor {
             }
             CompressorConfig::Fp16 {} => fp16::compress(client, g, out),
             CompressorConfig::Terngrad(c) => {
-                DeviceTernGrad::new(c.clone()).compress(client, g, ctx.shared_scalar, &ctx.key, out)
+                DeviceTernGrad::new(c.clone()).compress(client, g, self.shared.take(), &ctx.key, out)
             }
             CompressorConfig::Qsgd(c) => DeviceQsgd::new(c.clone()).compress(client, g, &ctx.key, out),
             CompressorConfig::Onebit(_) => onebit::compress(client, g, SignValues::Means, out),

@@ -61,7 +61,7 @@ impl DeviceTernGrad {
     }
 
     /// [`Message::Ternary`] for `g`, with `shared` the max-reduced scaler when
-    /// the workers share one (the CPU's `UnitContext::shared_scalar`).
+    /// the workers share one (agreed in the CPU compressor's round).
     pub fn compress(
         &self,
         client: &Client,

@@ -90,7 +90,7 @@ impl Path {
         }
     }
 
-    /// Compensates, agrees on the shared scalar if the method shares one,
+    /// Compensates, runs the method's rounds (TernGrad's shared scalar),
     /// compresses and updates the memory.
     fn step(&mut self, g: &[f32], key: RngKey, comm: &mut dyn Collective, out: &mut Message) {
         match self {
@@ -99,8 +99,15 @@ impl Path {
                     Some(m) => m.compensate(g, LR).to_vec(),
                     None => g.to_vec(),
                 };
-                let shared_scalar = share(comm, compressor.local_scalar(&acc));
-                compressor.compress(&acc, &UnitContext { key, shared_scalar, loss: None }, out);
+                let ctx = UnitContext { key, loss: None };
+                for round in 0..compressor.rounds() {
+                    let mut part = Vec::new();
+                    let op = compressor.round_contribution(round, &acc, &ctx, &mut part);
+                    assert_eq!(op, Some(ReduceOp::Max), "TernGrad's one round is its scaler's max");
+                    let shared = share(comm, part.first().copied());
+                    compressor.round_result(round, &[shared.unwrap()], 2);
+                }
+                compressor.compress(&acc, &ctx, out);
                 if let Some(m) = memory {
                     m.update(out);
                 }
@@ -111,7 +118,7 @@ impl Path {
                     Some(m) => m.compensate(client, &g, LR).clone(),
                     None => g,
                 };
-                let ctx = UnitContext { key, shared_scalar: None, loss: None };
+                let ctx = UnitContext { key, loss: None };
                 for round in 0..compressor.rounds() {
                     let mut part = Vec::new();
                     let op = compressor.round_contribution(client, round, &acc, &ctx, &mut part).unwrap();

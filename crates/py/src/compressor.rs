@@ -10,8 +10,8 @@
 use std::sync::Mutex;
 
 use gradcomp_compress::aggregate::combine_encoded;
-use gradcomp_compress::memory::{Memory, ResidualForm};
-use gradcomp_compress::{codec, Combine, Compressor, Message, RngKey, UnitContext};
+use gradcomp_compress::memory::{MemoryKind, ResidualForm};
+use gradcomp_compress::{codec, Combine, CompressionUnit, Message, RngKey, UnitContext};
 use numpy::{PyArray1, PyReadonlyArray1};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
@@ -26,8 +26,7 @@ pub struct PyCompressor {
 }
 
 struct Inner {
-    compressor: Box<dyn Compressor>,
-    memory: Box<dyn Memory>,
+    unit: CompressionUnit,
     combine: Combine,
     msg: Message,
     /// The random streams' seed and this worker's rank.
@@ -53,15 +52,21 @@ impl PyCompressor {
             value_error(format!("memory: {memory:?} is not auto, none, error-feedback or dgc-momentum"))
         })?;
         let compressor = cfg.build_for(&shape);
-        if compressor.rounds() > 0 || compressor.combine() == Combine::Agreed {
+        if compressor.combine() == Combine::Agreed {
             return Err(value_error(format!(
                 "compressor {} exchanges in allreduce rounds, not one message; use gradcomp.torch.hook",
                 cfg.name()
             )));
         }
-        let memory = cfg.resolve_memory(kind).build(ResidualForm::Raw, 0.9);
+        // A compressor's own rounds (TernGrad's shared scaler) run as this
+        // worker alone: each message carries its own scale.
+        let memory = match cfg.resolve_memory(kind) {
+            MemoryKind::None | MemoryKind::Auto => None,
+            kind => Some(kind.build(ResidualForm::Raw, 0.9)),
+        };
         let combine = compressor.combine();
-        let inner = Inner { compressor, memory, combine, msg: Message::default(), seed, rank };
+        let unit = CompressionUnit::new(compressor, memory);
+        let inner = Inner { unit, combine, msg: Message::default(), seed, rank };
         Ok(PyCompressor {
             inner: Mutex::new(inner),
             name: cfg.name().to_string(),
@@ -88,14 +93,8 @@ impl PyCompressor {
         let wire = py.detach(|| -> PyResult<Vec<u8>> {
             let mut guard = self.lock()?;
             let inner = &mut *guard;
-            let ctx = UnitContext {
-                key: RngKey::new(inner.seed, inner.rank, step, 0),
-                shared_scalar: None,
-                loss: None,
-            };
-            let acc = inner.memory.compensate(x, 1.0);
-            inner.compressor.compress(acc, &ctx, &mut inner.msg);
-            inner.memory.update(&inner.msg);
+            let ctx = UnitContext { key: RngKey::new(inner.seed, inner.rank, step, 0), loss: None };
+            inner.unit.step_alone(x, 1.0, &ctx, &mut inner.msg, |_, _| {});
             let mut wire = Vec::new();
             codec::encode(&inner.msg, 0, &mut wire);
             Ok(wire)
@@ -121,10 +120,10 @@ impl PyCompressor {
     fn state_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let inner = self.lock()?;
         let d = PyDict::new(py);
-        for (i, b) in inner.memory.state().into_iter().enumerate() {
+        for (i, b) in inner.unit.memory().state().into_iter().enumerate() {
             d.set_item(format!("memory.{i}"), PyArray1::from_slice(py, b))?;
         }
-        for (i, b) in inner.compressor.state().into_iter().enumerate() {
+        for (i, b) in inner.unit.compressor().state().into_iter().enumerate() {
             d.set_item(format!("compressor.{i}"), PyArray1::from_slice(py, b))?;
         }
         Ok(d)
@@ -140,13 +139,13 @@ impl PyCompressor {
                 })
                 .collect()
         };
-        let mem = pick("memory", inner.memory.state().len())?;
+        let mem = pick("memory", inner.unit.memory().state().len())?;
         if mem.iter().any(|b| !b.is_empty() && b.len() != self.len) {
             return Err(value_error(format!("state: a memory buffer is not {} values long", self.len)));
         }
-        inner.memory.restore(&mem).map_err(value_error)?;
-        let comp = pick("compressor", inner.compressor.state().len())?;
-        inner.compressor.restore(&comp).map_err(value_error)
+        inner.unit.memory_mut().restore(&mem).map_err(value_error)?;
+        let comp = pick("compressor", inner.unit.compressor().state().len())?;
+        inner.unit.compressor_mut().restore(&comp).map_err(value_error)
     }
 }
 

@@ -4,8 +4,8 @@
 //! DDP hook cannot do.
 
 use gradcomp_compress::CompressorConfig;
-use gradcomp_dp::config::{StrategyKind, Topology};
-use gradcomp_dp::DataParallelConfig;
+use gradcomp_exchange::config::{StrategyKind, Topology};
+use gradcomp_exchange::DataParallelConfig;
 use pyo3::exceptions::PyValueError;
 use pyo3::PyErr;
 use serde_json::{Map, Value};

@@ -14,9 +14,11 @@
 use std::collections::{BTreeMap, HashMap};
 
 use gradcomp_comm::Collective;
-use gradcomp_dp::exchange::{ExchangeStats, Gradient, GradientExchange, StateBuffers, StepInput};
-use gradcomp_dp::grad_stages::CompleteGrad;
-use gradcomp_dp::{DataParallelConfig, GradientLayout};
+use gradcomp_exchange::grad_stages::CompleteGrad;
+use gradcomp_exchange::{DataParallelConfig, GradientLayout};
+use gradcomp_exchange::{
+    ExchangeStats, Gradient, GradientExchange, StateBuffers, StateKey, StateKind, StepInput,
+};
 
 /// Each tensor's (or global unit's) buffers: `{"memory.0": [...], "compressor.0": [...]}`.
 pub type UnitState = BTreeMap<String, Vec<f32>>;
@@ -70,7 +72,7 @@ impl Buckets {
             self.live.keys().filter(|b| b.iter().any(|k| keys.contains(k))).cloned().collect();
         for old in overlapping {
             let b = self.live.remove(&old).expect("listed above");
-            self.parked.extend(unit_states(&b));
+            self.parked.extend(unit_states(&b)?);
         }
         let layout = GradientLayout::new(keys.iter().map(|k| k.to_string()).zip(shapes.iter().cloned()));
         let mut exchange = GradientExchange::new(&layout, &self.cfg, self.world, self.cfg.seed);
@@ -94,12 +96,12 @@ impl Buckets {
     }
 
     /// Every tensor's state: the live buckets' and the parked.
-    pub fn state(&self) -> BTreeMap<String, UnitState> {
+    pub fn state(&self) -> Result<BTreeMap<String, UnitState>, String> {
         let mut all = self.parked.clone();
         for b in self.live.values() {
-            all.extend(unit_states(b));
+            all.extend(unit_states(b)?);
         }
-        all
+        Ok(all)
     }
 
     /// Replaces all state with `state` (as [`Buckets::state`] gave it); the
@@ -110,32 +112,45 @@ impl Buckets {
     }
 }
 
+/// A unit's buffer name in the hook's per-tensor state: `memory.{i}` or
+/// `compressor.{i}` (the exchange's [`StateKey`] without the unit).
+fn tensor_key(kind: StateKind, buffer: usize) -> String {
+    format!("{}.{buffer}", kind.name())
+}
+
+/// [`tensor_key`] read back: `None` for a name that is not one.
+fn parse_tensor_key(name: &str) -> Option<(StateKind, usize)> {
+    let (kind, buffer) = name.split_once('.')?;
+    Some((StateKind::named(kind)?, buffer.parse().ok()?))
+}
+
 /// A bucket's state by storage name: its exchange's `memory.{u}.{i}` is
 /// unit u's `memory.{i}`.
-fn unit_states(b: &Bucket) -> BTreeMap<String, UnitState> {
+fn unit_states(b: &Bucket) -> Result<BTreeMap<String, UnitState>, String> {
     let mut flat = StateBuffers::new();
-    b.exchange.state("", &mut flat);
+    b.exchange.state("", &mut flat).map_err(|e| e.to_string())?;
     let mut out: BTreeMap<String, UnitState> = BTreeMap::new();
-    for (key, v) in flat {
-        let mut parts = key.splitn(3, '.');
-        let (Some(kind), Some(u), Some(i)) = (parts.next(), parts.next(), parts.next()) else { continue };
-        let Some(name) = u.parse::<usize>().ok().and_then(|u| b.names.get(u)) else { continue };
-        out.entry(name.clone()).or_default().insert(format!("{kind}.{i}"), v);
+    for (name, v) in flat {
+        let key = StateKey::parse(&name)
+            .ok_or_else(|| format!("the exchange's state holds {name}, not a unit's"))?;
+        let tensor =
+            b.names.get(key.unit).ok_or_else(|| format!("the exchange's state names unit {}", key.unit))?;
+        out.entry(tensor.clone()).or_default().insert(tensor_key(key.kind, key.buffer), v);
     }
-    out
+    Ok(out)
 }
 
 /// Gives the bucket the parked state of its units (taking it out of
 /// `parked`); units with none keep their fresh state.
 fn restore(b: &mut Bucket, parked: &mut BTreeMap<String, UnitState>) -> Result<(), String> {
     let mut flat = StateBuffers::new();
-    b.exchange.state("", &mut flat);
+    b.exchange.state("", &mut flat).map_err(|e| e.to_string())?;
     let mut any = false;
     for (u, name) in b.names.iter().enumerate() {
         let Some(bufs) = parked.remove(name) else { continue };
         for (k, v) in bufs {
-            let (kind, i) = k.split_once('.').ok_or_else(|| format!("{name}: no buffer {k}"))?;
-            let key = format!("{kind}.{u}.{i}");
+            let (kind, i) = parse_tensor_key(&k).ok_or_else(|| format!("tensor {name}: no buffer {k}"))?;
+            let key = StateKey::new("", kind, u, i).to_string();
             if !flat.contains_key(&key) {
                 return Err(format!(
                     "tensor {name}: the state holds {k}, which this compressor does not keep"

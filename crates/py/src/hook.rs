@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard};
 
 use gradcomp_comm::{Collective, OpKind};
-use gradcomp_dp::exchange::{ExchangeStats, StepInput};
+use gradcomp_exchange::{ExchangeStats, StepInput};
 use numpy::{PyArray1, PyReadonlyArray1, PyReadwriteArray1};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
@@ -67,7 +67,8 @@ impl Hook {
     /// Every tensor's state: `{name: {"memory.0": array, ...}}`.
     fn state<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let out = PyDict::new(py);
-        for (name, bufs) in self.lock().map_err(PyRuntimeError::new_err)?.state() {
+        let state = self.lock().map_err(PyRuntimeError::new_err)?.state().map_err(PyRuntimeError::new_err)?;
+        for (name, bufs) in state {
             let d = PyDict::new(py);
             for (k, v) in bufs {
                 d.set_item(k, PyArray1::from_vec(py, v))?;

@@ -1,8 +1,8 @@
 //! [`predict`]: the network model from Python, with gradcomp-dp's
-//! [`predict`](gradcomp_dp::predict) (the code `gradcomp model` runs).
+//! [`predict`](gradcomp_exchange::predict) (the code `gradcomp model` runs).
 
 use gradcomp_comm::NetworkModel;
-use gradcomp_dp::predict::{methods, step_seconds, Workload};
+use gradcomp_exchange::predict::{methods, step_seconds, Workload};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;

@@ -3,7 +3,7 @@
 //! DDP run recorded, so a test can check the hook against it.
 
 use gradcomp_comm::{Collective, InProcessGroup};
-use gradcomp_dp::exchange::StepInput;
+use gradcomp_exchange::StepInput;
 use numpy::{PyArray1, PyReadonlyArray1};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;

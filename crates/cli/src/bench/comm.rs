@@ -308,38 +308,9 @@ fn measure(c: &mut dyn Collective, args: &Args, backend: &'static str) -> Result
         let mut f = vec![1.0f32; bytes / 4];
         allreduce.push((bytes as u64, timed(c, args, |c| Ok(c.allreduce_sum_f32(black_box(&mut f))?))?));
     }
-    let algorithms = NetworkModel::from_bits_per_second(1e12, 0.0)
-        .with_allreduce(match args.allreduce_algorithm {
-            Algorithm::Ring => AllreduceAlgorithm::Ring,
-            Algorithm::RecursiveDoubling => AllreduceAlgorithm::RecursiveDoubling,
-            Algorithm::Rabenseifner => AllreduceAlgorithm::Rabenseifner,
-            Algorithm::Nonoverlapping => AllreduceAlgorithm::Nonoverlapping,
-            Algorithm::OpenMpi => AllreduceAlgorithm::OpenMpi,
-        })
-        .with_allgatherv(match args.allgatherv_algorithm {
-            GatherAlgorithm::Ring => AllgathervAlgorithm::Ring,
-            GatherAlgorithm::Neighbor => AllgathervAlgorithm::Neighbor,
-            GatherAlgorithm::Bruck => AllgathervAlgorithm::Bruck,
-            GatherAlgorithm::GatherBroadcast => AllgathervAlgorithm::GatherBroadcast,
-            GatherAlgorithm::OpenMpi => AllgathervAlgorithm::OpenMpi,
-        });
+    let algorithms = configured_algorithms(args);
     // Then the other collectives, each checked against the model out of sample.
-    let mut measured = Vec::new();
-    for &bytes in &sizes {
-        let msg = vec![7u8; bytes];
-        let mut g = Gathered::default();
-        let gather = timed(c, args, |c| Ok(c.allgatherv(&msg, &mut g)?))?;
-        let mut b = msg.clone();
-        let broadcast = timed(c, args, |c| Ok(c.broadcast(&mut b, 0)?))?;
-        let mut down = Vec::new();
-        let mut first = |ups: &Gathered, out: &mut Vec<u8>| {
-            out.extend_from_slice(ups.get(0));
-            Ok(())
-        };
-        let push_pull =
-            timed(c, args, |c| Ok(c.push_pull(ServerPlacement::CoLocated, &msg, &mut first, &mut down)?))?;
-        measured.push([gather, broadcast, push_pull]);
-    }
+    let measured = measure_others(c, args, &sizes)?;
     // The model: α, B and ρ fitted to the allreduce; with the calibration,
     // the measured exchange rounds (allreduce) and one-way messages
     // (parameter server) as curves.
@@ -372,35 +343,83 @@ fn measure(c: &mut dyn Collective, args: &Args, backend: &'static str) -> Result
         rows.push(row("push_pull", backend, n, bytes, m[2], predicted));
     }
     if c.rank() == 0 {
-        if !args.json {
-            println!(
-                "model: alpha = {:.1} us, bandwidth = {:.3} GB/s, rendezvous = {:.1} us per message over {} KiB ({}), allreduce {:?}, allgatherv {:?}",
-                model.alpha * 1e6,
-                model.bandwidth / 1e9,
-                model.rendezvous * 1e6,
-                model.eager_limit >> 10,
-                if args.link_bits_per_second.is_some() {
-                    "nominal link rate"
-                } else if args.calibration.is_some() {
-                    "the saved calibration"
-                } else {
-                    "fitted to this run's allreduce"
-                },
-                model.allreduce,
-                model.allgatherv
-            );
-        }
-        if let Some(path) = &args.calibrate_out {
-            let link_bps = args
-                .nominal_bps
-                .context("--calibrate-out needs --nominal-bps (the link's rate, e.g. 1e8)")?;
-            let cal = Calibration { link_bps, workers: n, model: model.clone(), samples: allreduce };
-            std::fs::write(path, serde_json::to_string_pretty(&cal)? + "\n")
-                .with_context(|| format!("writing {}", path.display()))?;
-            eprintln!("calibration written to {}", path.display());
-        }
+        report_model(args, n, &model, allreduce)?;
     }
     Ok(rows)
+}
+
+/// The model's algorithms as `--allreduce-algorithm` and
+/// `--allgatherv-algorithm` choose them, on a placeholder link.
+fn configured_algorithms(args: &Args) -> NetworkModel {
+    NetworkModel::from_bits_per_second(1e12, 0.0)
+        .with_allreduce(match args.allreduce_algorithm {
+            Algorithm::Ring => AllreduceAlgorithm::Ring,
+            Algorithm::RecursiveDoubling => AllreduceAlgorithm::RecursiveDoubling,
+            Algorithm::Rabenseifner => AllreduceAlgorithm::Rabenseifner,
+            Algorithm::Nonoverlapping => AllreduceAlgorithm::Nonoverlapping,
+            Algorithm::OpenMpi => AllreduceAlgorithm::OpenMpi,
+        })
+        .with_allgatherv(match args.allgatherv_algorithm {
+            GatherAlgorithm::Ring => AllgathervAlgorithm::Ring,
+            GatherAlgorithm::Neighbor => AllgathervAlgorithm::Neighbor,
+            GatherAlgorithm::Bruck => AllgathervAlgorithm::Bruck,
+            GatherAlgorithm::GatherBroadcast => AllgathervAlgorithm::GatherBroadcast,
+            GatherAlgorithm::OpenMpi => AllgathervAlgorithm::OpenMpi,
+        })
+}
+
+/// Per size, the median times of allgatherv, broadcast and push_pull (in
+/// that order), each with a message of that many bytes.
+fn measure_others(c: &mut dyn Collective, args: &Args, sizes: &[usize]) -> Result<Vec<[f64; 3]>> {
+    let mut measured = Vec::new();
+    for &bytes in sizes {
+        let msg = vec![7u8; bytes];
+        let mut g = Gathered::default();
+        let gather = timed(c, args, |c| Ok(c.allgatherv(&msg, &mut g)?))?;
+        let mut b = msg.clone();
+        let broadcast = timed(c, args, |c| Ok(c.broadcast(&mut b, 0)?))?;
+        let mut down = Vec::new();
+        let mut first = |ups: &Gathered, out: &mut Vec<u8>| {
+            out.extend_from_slice(ups.get(0));
+            Ok(())
+        };
+        let push_pull =
+            timed(c, args, |c| Ok(c.push_pull(ServerPlacement::CoLocated, &msg, &mut first, &mut down)?))?;
+        measured.push([gather, broadcast, push_pull]);
+    }
+    Ok(measured)
+}
+
+/// Rank 0's account of the model: its parameters (unless `--json`), and
+/// the calibration file `--calibrate-out` asks for, with `allreduce` as its samples.
+fn report_model(args: &Args, n: usize, model: &NetworkModel, allreduce: Vec<(u64, f64)>) -> Result<()> {
+    if !args.json {
+        println!(
+            "model: alpha = {:.1} us, bandwidth = {:.3} GB/s, rendezvous = {:.1} us per message over {} KiB ({}), allreduce {:?}, allgatherv {:?}",
+            model.alpha * 1e6,
+            model.bandwidth / 1e9,
+            model.rendezvous * 1e6,
+            model.eager_limit >> 10,
+            if args.link_bits_per_second.is_some() {
+                "nominal link rate"
+            } else if args.calibration.is_some() {
+                "the saved calibration"
+            } else {
+                "fitted to this run's allreduce"
+            },
+            model.allreduce,
+            model.allgatherv
+        );
+    }
+    if let Some(path) = &args.calibrate_out {
+        let link_bps =
+            args.nominal_bps.context("--calibrate-out needs --nominal-bps (the link's rate, e.g. 1e8)")?;
+        let cal = Calibration { link_bps, workers: n, model: model.clone(), samples: allreduce };
+        std::fs::write(path, serde_json::to_string_pretty(&cal)? + "\n")
+            .with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("calibration written to {}", path.display());
+    }
+    Ok(())
 }
 
 fn print_rows(rows: &[Row], json: bool) {

@@ -173,7 +173,7 @@ fn measure(
     let mut msg = Message::default();
     let mut step = cfg.first_compressed_step();
     let mut compress = |msg: &mut Message| {
-        let ctx = UnitContext { key: RngKey::new(7, 0, step, 0), shared_scalar: None, ..Default::default() };
+        let ctx = UnitContext { key: RngKey::new(7, 0, step, 0), ..Default::default() };
         step += 1;
         compress_as_sole_worker(c.as_mut(), black_box(x), &ctx, msg);
     };

@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use anyhow::{anyhow, Result};
-use gradcomp_compress::{codec, Message, RngKey, UnitContext, UnitRng};
+use gradcomp_compress::{codec, CompressorConfig, Message, RngKey, UnitContext, UnitRng};
 use gradcomp_kernels::aggregate::TernaryCodes;
 use gradcomp_kernels::{reduce, DeviceCompressor, DeviceF32};
 
@@ -57,51 +57,16 @@ pub fn run(
             selected: msg.selected(),
             wire_bytes: codec::encoded_len(msg),
         };
-        let print = |r: &Row| {
-            if json {
-                emit(true, r);
-            } else {
-                let density = r.density.map_or("-".to_string(), |d| d.to_string());
-                println!(
-                    "{:<10} {:<17} {:>10} {:>8} {:>11.4} {:>9.2} {:>8.3} {:>10}",
-                    r.compressor,
-                    r.op,
-                    r.elements,
-                    density,
-                    r.seconds * 1e3,
-                    r.gbytes_per_s,
-                    r.ratio_to_read_pass,
-                    r.selected
-                );
-            }
-        };
-        print(&row("read_pass", "stats", None, read, &Message::Dense(Default::default())));
+        print_row(&row("read_pass", "stats", None, read, &Message::Dense(Default::default())), json);
         for &name in &on_device {
             for density in density_cases(name, densities) {
                 let config = config_for(name, density);
-                // PowerSGD sees the squarest matrix, as on the CPU; every
-                // compressor runs its rounds as the sole worker.
-                let mut compressor =
-                    DeviceCompressor::new(&config, &matrix_shape(n)).map_err(|e| anyhow!("{e}"))?;
                 let mut msg = Message::default();
-                let mut step = config.first_compressed_step();
-                let mut values = Vec::new();
-                let secs = median_seconds(min_time, 5, || {
-                    let ctx = UnitContext { key: RngKey::new(7, 0, step, 0), ..UnitContext::default() };
-                    step += 1;
-                    for round in 0..compressor.rounds() {
-                        values.clear();
-                        let op = compressor.round_contribution(&client, round, &x, &ctx, &mut values);
-                        if op.expect("device round").is_some() {
-                            compressor.round_result(round, &values, 1);
-                        }
-                    }
-                    compressor.compress(&client, &x, &ctx, &mut msg).expect("device compress");
-                });
-                print(&row(name, "compress", density, secs, &msg));
+                let secs = time_compress(&client, &x, &config, n, min_time, &mut msg)?;
+                print_row(&row(name, "compress", density, secs, &msg), json);
                 if name == "terngrad" {
                     let secs = ternary_aggregate(&client, &msg, n, min_time)?;
-                    print(&row(name, "decode_aggregate", None, secs, &msg));
+                    print_row(&row(name, "decode_aggregate", None, secs, &msg), json);
                 }
             }
         }
@@ -110,6 +75,56 @@ pub fn run(
         println!("\nno device kernel (CPU only): {}", missing.join(", "));
     }
     Ok(())
+}
+
+/// Prints one row: a JSON line, or a line of the table.
+fn print_row(r: &Row, json: bool) {
+    if json {
+        emit(true, r);
+    } else {
+        let density = r.density.map_or("-".to_string(), |d| d.to_string());
+        println!(
+            "{:<10} {:<17} {:>10} {:>8} {:>11.4} {:>9.2} {:>8.3} {:>10}",
+            r.compressor,
+            r.op,
+            r.elements,
+            density,
+            r.seconds * 1e3,
+            r.gbytes_per_s,
+            r.ratio_to_read_pass,
+            r.selected
+        );
+    }
+}
+
+/// Median seconds of one compression of `x` (`n` elements) on the device
+/// with `config`, its payload on the host, into `msg`: every call runs the
+/// compressor's rounds as the sole worker.
+fn time_compress(
+    client: &gradcomp_kernels::Client,
+    x: &DeviceF32,
+    config: &CompressorConfig,
+    n: usize,
+    min_time: Duration,
+    msg: &mut Message,
+) -> Result<f64> {
+    // PowerSGD sees the squarest matrix, as on the CPU; every
+    // compressor runs its rounds as the sole worker.
+    let mut compressor = DeviceCompressor::new(config, &matrix_shape(n)).map_err(|e| anyhow!("{e}"))?;
+    let mut step = config.first_compressed_step();
+    let mut values = Vec::new();
+    Ok(median_seconds(min_time, 5, || {
+        let ctx = UnitContext { key: RngKey::new(7, 0, step, 0), ..UnitContext::default() };
+        step += 1;
+        for round in 0..compressor.rounds() {
+            values.clear();
+            let op = compressor.round_contribution(client, round, x, &ctx, &mut values);
+            if op.expect("device round").is_some() {
+                compressor.round_result(round, &values, 1);
+            }
+        }
+        compressor.compress(client, x, &ctx, msg).expect("device compress");
+    }))
 }
 
 /// Seconds to decode and sum 4 workers' ternary messages into a device

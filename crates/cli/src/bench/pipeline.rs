@@ -200,16 +200,17 @@ fn measure_model<M: Net>(c: &mut dyn Collective, a: &Args, model: M, device: &De
                     let total = start.elapsed().as_secs_f64();
                     step += 1;
                     // The slowest rank's figures, agreed outside the timing.
-                    let mut f = [
-                        compute,
-                        st.compress_seconds,
-                        st.communicate_seconds,
-                        st.decode_seconds,
-                        total,
-                        forward,
-                    ]
-                    .map(|v| v as f32);
-                    c.allreduce_max_f32(&mut f)?;
+                    let f = slowest_rank(
+                        c,
+                        [
+                            compute,
+                            st.compress_seconds,
+                            st.communicate_seconds,
+                            st.decode_seconds,
+                            total,
+                            forward,
+                        ],
+                    )?;
                     // Round 0 warms both modes up (buffers grow, caches fill).
                     if round > 0 {
                         per_step[mode].push(f.map(f64::from));
@@ -217,37 +218,46 @@ fn measure_model<M: Net>(c: &mut dyn Collective, a: &Args, model: M, device: &De
                 }
             }
         }
-        let figures = |steps: &[[f64; 6]]| {
-            let col = |j: usize| median(steps.iter().map(|s| s[j]).collect());
-            Figures {
-                forward: col(5),
-                compute: col(0),
-                compress: col(1),
-                wire: col(2),
-                decode: col(3),
-                step: col(4),
-            }
-        };
-        let [seq, pip, ovl] = [0, 1, 2].map(|m| figures(&per_step[m]));
-        let target = 1.15 * (seq.compute + seq.compress).max(seq.wire);
-        rows.push(Row {
-            model: a.model.clone(),
-            compressor: name.to_string(),
-            workers: n,
-            buckets,
-            bucket_mb: a.bucket_mb,
-            stages: stages + 1,
-            sequential: seq,
-            pipelined: pip,
-            overlapped: ovl,
-            target,
-            bound_without_backward_overlap: seq.compute + (seq.compress + seq.decode).max(seq.wire),
-            bound_with_backward_overlap: seq.forward
-                + (seq.compute - seq.forward + seq.compress + seq.decode).max(seq.wire),
-            met: ovl.step <= target,
-        });
+        rows.push(row(a, name, n, buckets, stages + 1, &per_step));
     }
     Ok(rows)
+}
+
+/// Each rank's per-step `figures` as `f32`, replaced by their maximum over
+/// the ranks (the slowest rank's).
+fn slowest_rank(c: &mut dyn Collective, figures: [f64; 6]) -> Result<[f32; 6]> {
+    let mut f = figures.map(|v| v as f32);
+    c.allreduce_max_f32(&mut f)?;
+    Ok(f)
+}
+
+/// The medians of steps' [compute, compress, wire, decode, step, forward].
+fn median_figures(steps: &[[f64; 6]]) -> Figures {
+    let col = |j: usize| median(steps.iter().map(|s| s[j]).collect());
+    Figures { forward: col(5), compute: col(0), compress: col(1), wire: col(2), decode: col(3), step: col(4) }
+}
+
+/// One compressor's row from its kept steps in each mode (sequential,
+/// pipelined, overlapped): the medians, the target and the bounds.
+fn row(a: &Args, name: &str, n: usize, buckets: usize, stages: usize, per_step: &[Vec<[f64; 6]>; 3]) -> Row {
+    let [seq, pip, ovl] = [0, 1, 2].map(|m| median_figures(&per_step[m]));
+    let target = 1.15 * (seq.compute + seq.compress).max(seq.wire);
+    Row {
+        model: a.model.clone(),
+        compressor: name.to_string(),
+        workers: n,
+        buckets,
+        bucket_mb: a.bucket_mb,
+        stages,
+        sequential: seq,
+        pipelined: pip,
+        overlapped: ovl,
+        target,
+        bound_without_backward_overlap: seq.compute + (seq.compress + seq.decode).max(seq.wire),
+        bound_with_backward_overlap: seq.forward
+            + (seq.compute - seq.forward + seq.compress + seq.decode).max(seq.wire),
+        met: ovl.step <= target,
+    }
 }
 
 fn print_rows(rows: &[Row], json: bool) {

@@ -13,6 +13,7 @@
 //! `--model` picks LeNet-5 (the default) or ResNet-18, `--device` where it
 //! trains, `--compressor` what the API loop compresses with.
 
+use std::path::Path;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
@@ -22,7 +23,7 @@ use burn::tensor::Device;
 use clap::Args as ClapArgs;
 use gradcomp_comm::InProcessGroup;
 use gradcomp_compress::CompressorConfig;
-use gradcomp_dp::{CompressionLocation, DataParallelConfig};
+use gradcomp_dp::{CompressionLocation, DataParallelConfig, InitDataParallel};
 use gradcomp_train::config::TrainConfig;
 use gradcomp_train::data::{synthetic, ImageLoader};
 use gradcomp_train::device::DeviceSpec;
@@ -77,12 +78,7 @@ impl Args {
     }
 }
 
-fn base_config(
-    run_dir: &std::path::Path,
-    a: &Args,
-    steps: usize,
-    extra: &[(&str, &str)],
-) -> Result<TrainConfig> {
+fn base_config(run_dir: &Path, a: &Args, steps: usize, extra: &[(&str, &str)]) -> Result<TrainConfig> {
     let batch = a.batch;
     let mut ov: Vec<(String, String)> = vec![
         ("device".into(), format!("\"{}\"", String::from(a.device))),
@@ -224,6 +220,23 @@ pub fn run(a: &Args) -> Result<()> {
     // 1. Alternate the plain burn loop, the loop with the API and the
     // trainer, `rounds` times each, so machine noise hits all alike; report
     // each round and the medians.
+    overhead(a, &tmp)?;
+
+    // 2. Compression overhead against compute, one worker so nothing else competes for the cores.
+    compression_overhead(a, &tmp)?;
+    std::fs::remove_dir_all(&tmp).ok();
+
+    // 3. Peak memory of N in-process workers, in a child process so the figure is its own.
+    if a.memory_workers > 0 {
+        peak_memory(a, &tmp)?;
+    }
+    Ok(())
+}
+
+/// Prints the plain burn loop's, the API loop's and the trainer's speeds,
+/// round by round (the trainer's runs under `tmp`), then the medians of
+/// their ratios, the parts of `sync` and its share of the API loop's step.
+fn overhead(a: &Args, tmp: &Path) -> Result<()> {
     let (mut ratios, mut api_ratios, mut syncs) = (Vec::new(), Vec::new(), Vec::new());
     let mut api_site = (String::new(), 0, 0.0);
     println!(
@@ -278,8 +291,12 @@ pub fn run(a: &Args) -> Result<()> {
         share * 100.0,
         if share <= 0.05 { "met" } else { "MISSED" }
     );
+    Ok(())
+}
 
-    // 2. Compression overhead against compute, one worker so nothing else competes for the cores.
+/// Prints the time TernGrad and Gaussian-k spend compressing and decoding
+/// against the compute time, from trainer runs under `tmp`.
+fn compression_overhead(a: &Args, tmp: &Path) -> Result<()> {
     println!("compression overhead ({}, 1 worker; median per step):", a.model_label());
     for (name, extra) in [
         ("terngrad", vec![("compressor.name", "\"terngrad\"")]),
@@ -310,37 +327,37 @@ pub fn run(a: &Args) -> Result<()> {
             if frac <= 0.10 { "met" } else { "MISSED" }
         );
     }
-    std::fs::remove_dir_all(&tmp).ok();
+    Ok(())
+}
 
-    // 3. Peak memory of N in-process workers, in a child process so the figure is its own.
-    if a.memory_workers > 0 {
-        let exe = std::env::current_exe().context("locating the gradcomp binary")?;
-        let dir = tmp.join("memory");
-        let cfg = tmp.join("memory.toml");
-        std::fs::create_dir_all(&tmp)?;
-        std::fs::write(
-            &cfg,
-            base_config(&dir, a, a.memory_workers * 20, &[("workers", &a.memory_workers.to_string())])?
-                .to_toml(),
-        )?;
-        let out =
-            std::process::Command::new(exe).args(["train", "--quiet", "--config"]).arg(&cfg).output()?;
-        let text = String::from_utf8_lossy(&out.stdout);
-        if !out.status.success() {
-            bail!("the memory run failed: {}", String::from_utf8_lossy(&out.stderr));
-        }
-        let peak = text.lines().find_map(|l| l.strip_prefix("peak memory: ")).unwrap_or("?").to_string();
-        println!(
-            "peak memory with {} in-process {} workers: {peak} (target <= 2048 MB)",
-            a.memory_workers,
-            a.model_label()
-        );
-        std::fs::remove_dir_all(&tmp).ok();
+/// Prints the peak memory of `--memory-workers` in-process workers: a child
+/// `gradcomp train` with its configuration and run directory under `tmp`
+/// (removed afterwards).
+fn peak_memory(a: &Args, tmp: &Path) -> Result<()> {
+    let exe = std::env::current_exe().context("locating the gradcomp binary")?;
+    let dir = tmp.join("memory");
+    let cfg = tmp.join("memory.toml");
+    std::fs::create_dir_all(tmp)?;
+    std::fs::write(
+        &cfg,
+        base_config(&dir, a, a.memory_workers * 20, &[("workers", &a.memory_workers.to_string())])?.to_toml(),
+    )?;
+    let out = std::process::Command::new(exe).args(["train", "--quiet", "--config"]).arg(&cfg).output()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        bail!("the memory run failed: {}", String::from_utf8_lossy(&out.stderr));
     }
+    let peak = text.lines().find_map(|l| l.strip_prefix("peak memory: ")).unwrap_or("?").to_string();
+    println!(
+        "peak memory with {} in-process {} workers: {peak} (target <= 2048 MB)",
+        a.memory_workers,
+        a.model_label()
+    );
+    std::fs::remove_dir_all(tmp).ok();
     Ok(())
 }
 
 /// A run's step records.
-fn read_steps(dir: &std::path::Path) -> Result<Vec<StepRecord>> {
+fn read_steps(dir: &Path) -> Result<Vec<StepRecord>> {
     Ok(read_jsonl(&dir.join("steps.jsonl"))?)
 }

@@ -5,6 +5,7 @@
 //! ratio per layer.
 
 mod plot;
+mod runs;
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -12,11 +13,13 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use clap::Args as ClapArgs;
 use gradcomp_train::config::{StrategyKind, TrainConfig};
-use gradcomp_train::records::{read_json, read_jsonl, EpochRecord, Manifest, StepRecord};
+use gradcomp_train::records::{read_jsonl, EpochRecord, StepRecord};
 
 use crate::bench::timing::median;
 
 pub use plot::{Bars, Figure, Lines};
+pub use runs::Run;
+use runs::{human_link, links, metric_label};
 
 #[derive(ClapArgs)]
 pub struct Args {
@@ -43,89 +46,6 @@ pub struct Args {
     selection_time: Option<PathBuf>,
 }
 
-/// One run's records, read through the trainer's own types.
-pub struct Run {
-    pub name: String,
-    pub config: TrainConfig,
-    pub manifest: Option<Manifest>,
-    pub epochs: Vec<EpochRecord>,
-    /// `evals.jsonl` (`train.eval_every`), when the run has one.
-    pub evals: Vec<EpochRecord>,
-    pub steps: Vec<StepRecord>,
-}
-
-impl Run {
-    pub fn load(dir: &Path) -> Result<Self> {
-        if !dir.join("epochs.jsonl").is_file() {
-            bail!("{} is not a run directory (no epochs.jsonl); pass runs/<name>", dir.display());
-        }
-        let path = dir.join("config.toml");
-        let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-        // The trainer's own parser: one-line errors that name the key.
-        let config =
-            TrainConfig::from_toml(&text, &[]).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-        let manifest = read_json(&dir.join("manifest.json")).ok();
-        Ok(Self {
-            name: config.name.clone(),
-            config,
-            manifest,
-            epochs: read_jsonl(&dir.join("epochs.jsonl"))?,
-            evals: if dir.join("evals.jsonl").is_file() {
-                read_jsonl(&dir.join("evals.jsonl"))?
-            } else {
-                Vec::new()
-            },
-            steps: read_jsonl(&dir.join("steps.jsonl"))?,
-        })
-    }
-
-    pub fn is_lm(&self) -> bool {
-        self.epochs.iter().any(|e| e.test_perplexity.is_some())
-    }
-
-    /// (epoch number from 1, test metric): accuracy in % or perplexity.
-    pub fn metric(&self) -> Vec<(f64, f64)> {
-        self.epochs.iter().filter_map(|e| Some((f64::from(e.epoch) + 1.0, e.metric()?))).collect()
-    }
-
-    /// (x of an evaluation, its test metric), for the evaluations that have
-    /// both: every `evals.jsonl` line when the run has them, else the epochs.
-    fn series(&self, x: impl Fn(&EpochRecord) -> Option<f64>) -> Vec<(f64, f64)> {
-        let curve = if self.evals.is_empty() { &self.epochs } else { &self.evals };
-        curve.iter().filter_map(|e| Some((x(e)?, e.metric()?))).collect()
-    }
-
-    fn step_bytes(&self) -> f64 {
-        let total: u64 = self.steps.iter().map(StepRecord::bytes_sent).sum();
-        total as f64 / self.steps.len().max(1) as f64
-    }
-}
-
-fn metric_label(lm: bool) -> &'static str {
-    if lm {
-        "test perplexity"
-    } else {
-        "test accuracy (%)"
-    }
-}
-
-fn human_link(bps: &str) -> String {
-    let b: f64 = bps.parse().unwrap_or(0.0);
-    if b >= 1e9 {
-        format!("{} Gbit/s", b / 1e9)
-    } else {
-        format!("{} Mbit/s", b / 1e6)
-    }
-}
-
-/// The link speeds (bit/s keys) the first run predicted its wall-clock for.
-fn links(runs: &[Run]) -> Vec<String> {
-    runs.first()
-        .and_then(|r| r.epochs.last().or(r.evals.last()))
-        .map(|e| e.predicted_wall_seconds.keys().cloned().collect())
-        .unwrap_or_default()
-}
-
 /// The figures for a set of runs, written into `dir`; returns (stem, caption) pairs.
 pub fn figures(runs: &[Run], dir: &Path) -> Result<Vec<(String, String)>> {
     std::fs::create_dir_all(dir)?;
@@ -137,17 +57,43 @@ pub fn figures(runs: &[Run], dir: &Path) -> Result<Vec<(String, String)>> {
         out.push((stem.to_string(), caption));
         Ok(())
     };
-    let line =
-        |title: &str, x: &str, y: &str, log_x: bool, log_y: bool, series: Vec<(String, Vec<(f64, f64)>)>| {
-            Figure::Lines(Lines {
-                title: title.into(),
-                x_label: x.into(),
-                y_label: y.into(),
-                log_x,
-                log_y,
-                series,
-            })
-        };
+    metric_figures(runs, lm, ml, &mut add)?;
+    predicted_figures(runs, lm, ml, &mut add)?;
+    add(
+        "bytes_per_step",
+        "Mean bytes sent per step, all workers".into(),
+        Figure::Bars(Bars {
+            title: "bytes sent per step".into(),
+            y_label: "MB per step (all workers)".into(),
+            log_y: true,
+            bars: runs.iter().map(|r| (r.name.clone(), r.step_bytes() / 1e6)).collect(),
+        }),
+    )?;
+    contraction_figure(runs, &mut add)?;
+    histogram_figure(runs, &mut add)?;
+    bound_ratio_figure(runs, &mut add)?;
+    Ok(out)
+}
+
+/// What [`figures`]' helpers hand each figure to: writes it under its stem
+/// and records its caption.
+type AddFigure<'a> = dyn FnMut(&str, String, Figure) -> Result<()> + 'a;
+
+/// A line figure: one `(name, points)` series per line.
+fn line(
+    title: &str,
+    x: &str,
+    y: &str,
+    log_x: bool,
+    log_y: bool,
+    series: Vec<(String, Vec<(f64, f64)>)>,
+) -> Figure {
+    Figure::Lines(Lines { title: title.into(), x_label: x.into(), y_label: y.into(), log_x, log_y, series })
+}
+
+/// Training loss per epoch, and the test metric `ml` (log scale if `lm`) per
+/// epoch, against bytes sent and against measured wall-clock.
+fn metric_figures(runs: &[Run], lm: bool, ml: &str, add: &mut AddFigure) -> Result<()> {
     add(
         "loss_epochs",
         "Training loss per epoch".into(),
@@ -194,6 +140,12 @@ pub fn figures(runs: &[Run], dir: &Path) -> Result<Vec<(String, String)>> {
             runs.iter().map(|r| (r.name.clone(), r.series(|e| Some(e.wall_seconds)))).collect(),
         ),
     )?;
+    Ok(())
+}
+
+/// The test metric against the wall-clock predicted at each link the first
+/// run predicts for.
+fn predicted_figures(runs: &[Run], lm: bool, ml: &str, add: &mut AddFigure) -> Result<()> {
     let links = links(runs);
     for link in &links {
         add(
@@ -211,17 +163,12 @@ pub fn figures(runs: &[Run], dir: &Path) -> Result<Vec<(String, String)>> {
             ),
         )?;
     }
-    add(
-        "bytes_per_step",
-        "Mean bytes sent per step, all workers".into(),
-        Figure::Bars(Bars {
-            title: "bytes sent per step".into(),
-            y_label: "MB per step (all workers)".into(),
-            log_y: true,
-            bars: runs.iter().map(|r| (r.name.clone(), r.step_bytes() / 1e6)).collect(),
-        }),
-    )?;
-    // The bounds are those of keeping k of d elements: sparsifiers only.
+    Ok(())
+}
+
+/// The measured contraction against its classic and tight bounds, for the
+/// runs that record them (sparsifiers only); nothing if none does.
+fn contraction_figure(runs: &[Run], add: &mut AddFigure) -> Result<()> {
     let with_contraction: Vec<&Run> =
         runs.iter().filter(|r| r.steps.iter().any(|s| s.bound_tight.is_some())).collect();
     if !with_contraction.is_empty() {
@@ -245,6 +192,12 @@ pub fn figures(runs: &[Run], dir: &Path) -> Result<Vec<(String, String)>> {
             line("contraction ratio", "step", "ratio", false, true, series),
         )?;
     }
+    Ok(())
+}
+
+/// The gradient histograms of the first run that records them, at its
+/// first, middle and last measured steps; nothing if none does.
+fn histogram_figure(runs: &[Run], add: &mut AddFigure) -> Result<()> {
     if let Some(r) = runs.iter().find(|r| r.steps.iter().any(|s| s.histogram.is_some())) {
         let measured: Vec<&StepRecord> = r.steps.iter().filter(|s| s.histogram.is_some()).collect();
         let picks = [0, measured.len() / 2, measured.len() - 1];
@@ -265,6 +218,12 @@ pub fn figures(runs: &[Run], dir: &Path) -> Result<Vec<(String, String)>> {
             line("gradient histogram", "gradient value", "count", false, true, series),
         )?;
     }
+    Ok(())
+}
+
+/// TernGrad's bound ratio per tensor, mean over the measured steps of the
+/// first run that records it; nothing if none does.
+fn bound_ratio_figure(runs: &[Run], add: &mut AddFigure) -> Result<()> {
     if let Some(r) = runs.iter().find(|r| r.steps.iter().any(|s| !s.bound_ratio.is_empty())) {
         let names: Vec<String> =
             r.manifest.iter().flat_map(|m| &m.units).filter(|u| !u.dense).map(|u| u.name.clone()).collect();
@@ -290,7 +249,7 @@ pub fn figures(runs: &[Run], dir: &Path) -> Result<Vec<(String, String)>> {
             }),
         )?;
     }
-    Ok(out)
+    Ok(())
 }
 
 /// Compression (selection) time against d, log–log, from `bench compress

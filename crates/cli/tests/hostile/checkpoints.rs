@@ -44,74 +44,7 @@ fn latest(run: &Path) -> std::path::PathBuf {
 /// Damaged checkpoints, each tried by `--resume` and by `eval`.
 pub fn checkpoint_cases(root: &Path, cases: &mut Vec<Case>) {
     let base = base_run(root);
-    let state = std::fs::read(latest(&base).join("state.bin")).unwrap();
-    let rank1 = std::fs::read(latest(&base).join("rank-1.bin")).unwrap();
-    let flip = |mut b: Vec<u8>, at: usize| {
-        b[at] ^= 0x10;
-        b
-    };
-    type Damage = Box<dyn Fn(&Path)>;
-    let file = |name: &'static str, bytes: Vec<u8>| -> Damage {
-        Box::new(move |run: &Path| write(&latest(run).join(name), &bytes))
-    };
-    let damages: Vec<(&str, Damage, &[&str])> = vec![
-        ("state.bin empty", file("state.bin", vec![]), &["state.bin"]),
-        ("state.bin of 10 bytes", file("state.bin", state[..10].to_vec()), &["state.bin"]),
-        ("state.bin cut in half", file("state.bin", state[..state.len() / 2].to_vec()), &["state.bin"]),
-        ("state.bin short by one byte", file("state.bin", state[..state.len() - 1].to_vec()), &["state.bin"]),
-        (
-            "state.bin with a flipped bit",
-            file("state.bin", flip(state.clone(), state.len() / 3)),
-            &["state.bin"],
-        ),
-        (
-            "state.bin with a flipped bit in its header",
-            file("state.bin", flip(state.clone(), 9)),
-            &["state.bin"],
-        ),
-        (
-            "state.bin with trailing bytes",
-            file("state.bin", [&state[..], b"trailing"].concat()),
-            &["state.bin"],
-        ),
-        (
-            "state.bin of random bytes",
-            file("state.bin", (0..state.len()).map(|i| (i * 7919 % 251) as u8).collect()),
-            &["state.bin"],
-        ),
-        (
-            "state.bin missing",
-            Box::new(|run: &Path| std::fs::remove_file(latest(run).join("state.bin")).unwrap()),
-            &["state.bin"],
-        ),
-        ("rank-1.bin cut short", file("rank-1.bin", rank1[..rank1.len() / 2].to_vec()), &["rank-1.bin"]),
-        (
-            "rank-1.bin with a flipped bit",
-            file("rank-1.bin", flip(rank1.clone(), rank1.len() / 2)),
-            &["rank-1.bin"],
-        ),
-        ("latest empty", Box::new(|run: &Path| write(&run.join("checkpoints/latest"), "")), &["latest"]),
-        (
-            "latest names a missing step",
-            Box::new(|run: &Path| write(&run.join("checkpoints/latest"), "step-000099999")),
-            &["step-000099999"],
-        ),
-        (
-            "latest climbs out of the run",
-            Box::new(|run: &Path| write(&run.join("checkpoints/latest"), "../../../etc")),
-            &["latest"],
-        ),
-        (
-            "latest holds binary garbage",
-            Box::new(|run: &Path| write(&run.join("checkpoints/latest"), [0xffu8, 0, 0xfe])),
-            &["latest"],
-        ),
-        (
-            "no checkpoints directory",
-            Box::new(|run: &Path| std::fs::remove_dir_all(run.join("checkpoints")).unwrap()),
-            &["checkpoint"],
-        ),
-    ];
+    let damages = [file_damages(&base), pointer_damages()].into_iter().flatten();
     for (what, damage, needles) in damages {
         for how in ["resume", "eval"] {
             let id = format!("ckpt-{}-{how}", cases.len());
@@ -151,6 +84,90 @@ pub fn checkpoint_cases(root: &Path, cases: &mut Vec<Case>) {
             expect: error(&[needle]),
         });
     }
+}
+
+/// Damage done to a copy of a run, given its directory.
+type Damage = Box<dyn Fn(&Path)>;
+
+/// A damage's name, the damage, and what the error must name.
+type NamedDamage = (&'static str, Damage, &'static [&'static str]);
+
+/// The checkpoint's files damaged: cut, extended, flipped, replaced or
+/// missing, from the latest checkpoint of `base`.
+fn file_damages(base: &Path) -> Vec<NamedDamage> {
+    let state = std::fs::read(latest(base).join("state.bin")).unwrap();
+    let rank1 = std::fs::read(latest(base).join("rank-1.bin")).unwrap();
+    let flip = |mut b: Vec<u8>, at: usize| {
+        b[at] ^= 0x10;
+        b
+    };
+    let file = |name: &'static str, bytes: Vec<u8>| -> Damage {
+        Box::new(move |run: &Path| write(&latest(run).join(name), &bytes))
+    };
+    vec![
+        ("state.bin empty", file("state.bin", vec![]), &["state.bin"]),
+        ("state.bin of 10 bytes", file("state.bin", state[..10].to_vec()), &["state.bin"]),
+        ("state.bin cut in half", file("state.bin", state[..state.len() / 2].to_vec()), &["state.bin"]),
+        ("state.bin short by one byte", file("state.bin", state[..state.len() - 1].to_vec()), &["state.bin"]),
+        (
+            "state.bin with a flipped bit",
+            file("state.bin", flip(state.clone(), state.len() / 3)),
+            &["state.bin"],
+        ),
+        (
+            "state.bin with a flipped bit in its header",
+            file("state.bin", flip(state.clone(), 9)),
+            &["state.bin"],
+        ),
+        (
+            "state.bin with trailing bytes",
+            file("state.bin", [&state[..], b"trailing"].concat()),
+            &["state.bin"],
+        ),
+        (
+            "state.bin of random bytes",
+            file("state.bin", (0..state.len()).map(|i| (i * 7919 % 251) as u8).collect()),
+            &["state.bin"],
+        ),
+        (
+            "state.bin missing",
+            Box::new(|run: &Path| std::fs::remove_file(latest(run).join("state.bin")).unwrap()),
+            &["state.bin"],
+        ),
+        ("rank-1.bin cut short", file("rank-1.bin", rank1[..rank1.len() / 2].to_vec()), &["rank-1.bin"]),
+        (
+            "rank-1.bin with a flipped bit",
+            file("rank-1.bin", flip(rank1.clone(), rank1.len() / 2)),
+            &["rank-1.bin"],
+        ),
+    ]
+}
+
+/// The `latest` pointer damaged, and the checkpoints directory missing.
+fn pointer_damages() -> Vec<NamedDamage> {
+    vec![
+        ("latest empty", Box::new(|run: &Path| write(&run.join("checkpoints/latest"), "")), &["latest"]),
+        (
+            "latest names a missing step",
+            Box::new(|run: &Path| write(&run.join("checkpoints/latest"), "step-000099999")),
+            &["step-000099999"],
+        ),
+        (
+            "latest climbs out of the run",
+            Box::new(|run: &Path| write(&run.join("checkpoints/latest"), "../../../etc")),
+            &["latest"],
+        ),
+        (
+            "latest holds binary garbage",
+            Box::new(|run: &Path| write(&run.join("checkpoints/latest"), [0xffu8, 0, 0xfe])),
+            &["latest"],
+        ),
+        (
+            "no checkpoints directory",
+            Box::new(|run: &Path| std::fs::remove_dir_all(run.join("checkpoints")).unwrap()),
+            &["checkpoint"],
+        ),
+    ]
 }
 
 /// `train --resume` of `run_dir` from its own config, for one more epoch.

@@ -5,7 +5,7 @@
 use super::error::{CodecError, Header};
 use super::parse::{exactly_one, f32s, for_each_index, sparse_values, u16s, View};
 use super::{bits, ternary};
-use crate::message::{Message, TernaryPacking};
+use crate::message::{Message, QsgdMessage, TernaryMessage, TernaryPacking, TernarySumMessage};
 
 /// Decodes one message (all of `bytes`) into `msg`, reusing its buffers.
 pub fn decode(bytes: &[u8], msg: &mut Message) -> Result<Header, CodecError> {
@@ -23,30 +23,10 @@ pub fn decode(bytes: &[u8], msg: &mut Message) -> Result<Header, CodecError> {
             m.values.extend(u16s(b));
         }
         View::Ternary { scale, packing, codes } => {
-            let m = msg.ternary_mut();
-            m.len = n;
-            m.scale = scale;
-            m.packing = packing;
-            m.packed.clear();
-            match packing {
-                TernaryPacking::TwoBit => {
-                    ternary::check_two_bit(codes, n)?;
-                    m.packed.extend_from_slice(codes);
-                }
-                TernaryPacking::Base3 => ternary::from_base3(codes, n, &mut m.packed)?,
-            }
+            decode_ternary(scale, packing, codes, n, msg.ternary_mut())?
         }
         View::TernarySum { scale, workers, packed } => {
-            let m = msg.ternary_sum_mut();
-            m.scale = scale;
-            m.workers = workers;
-            m.sums.clear();
-            m.sums.resize(n, 0);
-            let sums = &mut m.sums;
-            bits::unpack(packed, bits::width_for(2 * workers), n, |i, v| {
-                sums[i] = centered(v, workers, "integer sum exceeds ±workers")?;
-                Ok(())
-            })?;
+            decode_ternary_sum(scale, workers, packed, n, msg.ternary_sum_mut())?
         }
         View::Sparse { wire, count, indices, values } => {
             let m = msg.sparse_mut();
@@ -60,21 +40,7 @@ pub fn decode(bytes: &[u8], msg: &mut Message) -> Result<Header, CodecError> {
             m.values.extend(sparse_values(wire, values));
         }
         View::Qsgd { levels, bucket, norms, packed } => {
-            let m = msg.qsgd_mut();
-            m.levels = levels;
-            m.bucket = bucket;
-            m.norms.clear();
-            m.norms.extend(f32s(norms));
-            if m.norms.iter().any(|v| !v.is_finite() || *v < 0.0) {
-                return Err(CodecError::Invalid("qsgd norm is negative or not finite"));
-            }
-            m.codes.clear();
-            m.codes.resize(n, 0);
-            let codes = &mut m.codes;
-            bits::unpack(packed, bits::width_for(2 * levels), n, |i, v| {
-                codes[i] = centered(v, levels, "qsgd level exceeds ±levels")?;
-                Ok(())
-            })?;
+            decode_qsgd(levels, bucket, norms, packed, n, msg.qsgd_mut())?
         }
         View::Sign { positive, negative, bits } => {
             let m = msg.sign_mut();
@@ -109,6 +75,76 @@ pub fn decode(bytes: &[u8], msg: &mut Message) -> Result<Header, CodecError> {
     Ok(h)
 }
 
+/// Fills `m` with a ternary message's scale and 2-bit codes (base-3 codes
+/// are unpacked to 2-bit), checking the codes.
+fn decode_ternary(
+    scale: f32,
+    packing: TernaryPacking,
+    codes: &[u8],
+    n: usize,
+    m: &mut TernaryMessage,
+) -> Result<(), CodecError> {
+    m.len = n;
+    m.scale = scale;
+    m.packing = packing;
+    m.packed.clear();
+    match packing {
+        TernaryPacking::TwoBit => {
+            ternary::check_two_bit(codes, n)?;
+            m.packed.extend_from_slice(codes);
+        }
+        TernaryPacking::Base3 => ternary::from_base3(codes, n, &mut m.packed)?,
+    }
+    Ok(())
+}
+
+/// Fills `m` with a ternary-sum message's scale, worker count and integer
+/// sums, checking that each sum lies in `−workers..=workers`.
+fn decode_ternary_sum(
+    scale: f32,
+    workers: u32,
+    packed: &[u8],
+    n: usize,
+    m: &mut TernarySumMessage,
+) -> Result<(), CodecError> {
+    m.scale = scale;
+    m.workers = workers;
+    m.sums.clear();
+    m.sums.resize(n, 0);
+    let sums = &mut m.sums;
+    bits::unpack(packed, bits::width_for(2 * workers), n, |i, v| {
+        sums[i] = centered(v, workers, "integer sum exceeds ±workers")?;
+        Ok(())
+    })
+}
+
+/// Fills `m` with a QSGD message's parameters, norms and levels, checking
+/// that every norm is finite and non-negative and every level lies in
+/// `−levels..=levels`.
+fn decode_qsgd(
+    levels: u32,
+    bucket: u32,
+    norms: &[u8],
+    packed: &[u8],
+    n: usize,
+    m: &mut QsgdMessage,
+) -> Result<(), CodecError> {
+    m.levels = levels;
+    m.bucket = bucket;
+    m.norms.clear();
+    m.norms.extend(f32s(norms));
+    if m.norms.iter().any(|v| !v.is_finite() || *v < 0.0) {
+        return Err(CodecError::Invalid("qsgd norm is negative or not finite"));
+    }
+    m.codes.clear();
+    m.codes.resize(n, 0);
+    let codes = &mut m.codes;
+    bits::unpack(packed, bits::width_for(2 * levels), n, |i, v| {
+        codes[i] = centered(v, levels, "qsgd level exceeds ±levels")?;
+        Ok(())
+    })
+}
+
 /// `v − center` for an offset-coded integer, checked to lie in `−center..=center`.
 fn centered(v: u32, center: u32, err: &'static str) -> Result<i16, CodecError> {
     if v > 2 * center {
@@ -137,17 +173,7 @@ pub fn accumulate(bytes: &[u8], weight: f32, out: &mut [f32]) -> Result<Header, 
             }
             TernaryPacking::Base3 => ternary::add_base3(codes, weight * scale, out)?,
         },
-        View::TernarySum { scale, workers, packed } => {
-            let width = bits::width_for(2 * workers);
-            bits::unpack(packed, width, out.len(), |_, v| {
-                centered(v, workers, "integer sum exceeds ±workers").map(drop)
-            })?;
-            let w = weight * scale / workers as f32;
-            bits::unpack(packed, width, out.len(), |i, v| {
-                out[i] += w * (v as i32 - workers as i32) as f32;
-                Ok(())
-            })?;
-        }
+        View::TernarySum { scale, workers, packed } => add_ternary_sum(scale, workers, packed, weight, out)?,
         View::Sparse { wire, count, indices, values } => {
             for_each_index(wire, count, indices, h.len, drop)?;
             let mut vals = sparse_values(wire, values);
@@ -155,25 +181,7 @@ pub fn accumulate(bytes: &[u8], weight: f32, out: &mut [f32]) -> Result<Header, 
                 out[i as usize] += weight * vals.next().expect("count checked by parse");
             })?;
         }
-        View::Qsgd { levels, bucket, norms, packed } => {
-            if f32s(norms).any(|v| !v.is_finite() || v < 0.0) {
-                return Err(CodecError::Invalid("qsgd norm is negative or not finite"));
-            }
-            let width = bits::width_for(2 * levels);
-            bits::unpack(packed, width, out.len(), |_, v| {
-                centered(v, levels, "qsgd level exceeds ±levels").map(drop)
-            })?;
-            let b = bucket as usize;
-            let inv = weight / levels as f32;
-            let norm_at = |i: usize| {
-                let o = i / b * 4;
-                f32::from_le_bytes([norms[o], norms[o + 1], norms[o + 2], norms[o + 3]])
-            };
-            bits::unpack(packed, width, out.len(), |i, v| {
-                out[i] += norm_at(i) * inv * (v as i32 - levels as i32) as f32;
-                Ok(())
-            })?;
-        }
+        View::Qsgd { levels, bucket, norms, packed } => add_qsgd(levels, bucket, norms, packed, weight, out)?,
         View::Sign { positive, negative, bits } => {
             let (p, n) = (weight * positive, weight * negative);
             for (o, &byte) in out.chunks_mut(8).zip(bits) {
@@ -182,22 +190,7 @@ pub fn accumulate(bytes: &[u8], weight: f32, out: &mut [f32]) -> Result<Header, 
                 }
             }
         }
-        View::LowRank { cols, rank, p, q, .. } => {
-            // P Qᵀ straight from the bytes, each element's products summed in
-            // order as `add_low_rank` sums them.
-            let (cols, rank) = (cols as usize, rank as usize);
-            let at =
-                |b: &[u8], i: usize| f32::from_le_bytes([b[4 * i], b[4 * i + 1], b[4 * i + 2], b[4 * i + 3]]);
-            for (i, row) in out.chunks_mut(cols.max(1)).enumerate() {
-                for (j, o) in row.iter_mut().enumerate() {
-                    let mut v = 0.0f32;
-                    for k in 0..rank {
-                        v += at(p, i * rank + k) * at(q, j * rank + k);
-                    }
-                    *o += weight * v;
-                }
-            }
-        }
+        View::LowRank { cols, rank, p, q, .. } => add_low_rank_bytes(cols, rank, p, q, weight, out),
         View::Natural(codes) => {
             for (o, &c) in out.iter_mut().zip(codes) {
                 *o += weight * crate::codebook::natural_value(c);
@@ -215,4 +208,74 @@ pub fn accumulate(bytes: &[u8], weight: f32, out: &mut [f32]) -> Result<Header, 
         }
     }
     Ok(h)
+}
+
+/// Adds `weight ×` a ternary-sum message into `out`, after checking every
+/// sum (`out` is untouched on error).
+#[inline]
+fn add_ternary_sum(
+    scale: f32,
+    workers: u32,
+    packed: &[u8],
+    weight: f32,
+    out: &mut [f32],
+) -> Result<(), CodecError> {
+    let width = bits::width_for(2 * workers);
+    bits::unpack(packed, width, out.len(), |_, v| {
+        centered(v, workers, "integer sum exceeds ±workers").map(drop)
+    })?;
+    let w = weight * scale / workers as f32;
+    bits::unpack(packed, width, out.len(), |i, v| {
+        out[i] += w * (v as i32 - workers as i32) as f32;
+        Ok(())
+    })
+}
+
+/// Adds `weight ×` a QSGD message into `out`, after checking every norm and
+/// level (`out` is untouched on error).
+#[inline]
+fn add_qsgd(
+    levels: u32,
+    bucket: u32,
+    norms: &[u8],
+    packed: &[u8],
+    weight: f32,
+    out: &mut [f32],
+) -> Result<(), CodecError> {
+    if f32s(norms).any(|v| !v.is_finite() || v < 0.0) {
+        return Err(CodecError::Invalid("qsgd norm is negative or not finite"));
+    }
+    let width = bits::width_for(2 * levels);
+    bits::unpack(packed, width, out.len(), |_, v| {
+        centered(v, levels, "qsgd level exceeds ±levels").map(drop)
+    })?;
+    let b = bucket as usize;
+    let inv = weight / levels as f32;
+    let norm_at = |i: usize| {
+        let o = i / b * 4;
+        f32::from_le_bytes([norms[o], norms[o + 1], norms[o + 2], norms[o + 3]])
+    };
+    bits::unpack(packed, width, out.len(), |i, v| {
+        out[i] += norm_at(i) * inv * (v as i32 - levels as i32) as f32;
+        Ok(())
+    })
+}
+
+/// Adds `weight × P Qᵀ` into `out` (row-major, `cols` wide), reading the
+/// factors straight from the bytes.
+#[inline]
+fn add_low_rank_bytes(cols: u32, rank: u32, p: &[u8], q: &[u8], weight: f32, out: &mut [f32]) {
+    // P Qᵀ straight from the bytes, each element's products summed in
+    // order as `add_low_rank` sums them.
+    let (cols, rank) = (cols as usize, rank as usize);
+    let at = |b: &[u8], i: usize| f32::from_le_bytes([b[4 * i], b[4 * i + 1], b[4 * i + 2], b[4 * i + 3]]);
+    for (i, row) in out.chunks_mut(cols.max(1)).enumerate() {
+        for (j, o) in row.iter_mut().enumerate() {
+            let mut v = 0.0f32;
+            for k in 0..rank {
+                v += at(p, i * rank + k) * at(q, j * rank + k);
+            }
+            *o += weight * v;
+        }
+    }
 }

@@ -2,7 +2,7 @@
 
 use super::error::{FLAG_BASE3, FLAG_F16, FLAG_VARINT, HEADER_LEN, MAGIC, VERSION};
 use super::{bits, ternary};
-use crate::message::{IndexEncoding, Message, TernaryPacking, ValueEncoding};
+use crate::message::{IndexEncoding, Message, SparseMessage, TernaryPacking, ValueEncoding};
 
 /// The exact number of bytes [`encode`] writes for `msg`.
 pub fn encoded_len(msg: &Message) -> usize {
@@ -50,19 +50,35 @@ fn varint_indices_len(indices: &[u32]) -> usize {
 pub fn encode(msg: &Message, unit: u32, out: &mut Vec<u8>) -> usize {
     let start = out.len();
     let len = u32::try_from(msg.len()).expect("a unit holds at most u32::MAX elements");
-    let flags = match msg {
+    let flags = header_flags(msg);
+    out.reserve(encoded_len(msg));
+    out.extend_from_slice(&[MAGIC, VERSION, msg.kind() as u8, flags]);
+    out.extend_from_slice(&len.to_le_bytes());
+    out.extend_from_slice(&unit.to_le_bytes());
+    put_payload(msg, out);
+    debug_assert_eq!(out.len() - start, encoded_len(msg));
+    out.len() - start
+}
+
+/// The header's flags byte: which optional wire encoding the payload uses.
+fn header_flags(msg: &Message) -> u8 {
+    match msg {
         Message::Ternary(m) if m.packing == TernaryPacking::Base3 => FLAG_BASE3,
         Message::Sparse(m) => {
             (if m.wire.indices == IndexEncoding::Varint { FLAG_VARINT } else { 0 })
                 | (if m.wire.values == ValueEncoding::F16 { FLAG_F16 } else { 0 })
         }
         _ => 0,
-    };
-    out.reserve(encoded_len(msg));
-    out.extend_from_slice(&[MAGIC, VERSION, msg.kind() as u8, flags]);
-    out.extend_from_slice(&len.to_le_bytes());
-    out.extend_from_slice(&unit.to_le_bytes());
-    let put_f32 = |out: &mut Vec<u8>, v: f32| out.extend_from_slice(&v.to_le_bytes());
+    }
+}
+
+#[inline]
+fn put_f32(out: &mut Vec<u8>, v: f32) {
+    out.extend_from_slice(&v.to_le_bytes());
+}
+
+/// Appends the kind-specific payload of `msg` (everything after the header).
+fn put_payload(msg: &Message, out: &mut Vec<u8>) {
     match msg {
         Message::Dense(m) => m.values.iter().for_each(|&v| put_f32(out, v)),
         Message::Half(m) => m.values.iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
@@ -84,24 +100,7 @@ pub fn encode(msg: &Message, unit: u32, out: &mut Vec<u8>) -> usize {
                 out,
             );
         }
-        Message::Sparse(m) => {
-            assert_eq!(m.indices.len(), m.values.len(), "sparse indices and values differ in length");
-            out.extend_from_slice(&(m.indices.len() as u32).to_le_bytes());
-            match m.wire.indices {
-                IndexEncoding::U32 => m.indices.iter().for_each(|i| out.extend_from_slice(&i.to_le_bytes())),
-                IndexEncoding::Varint => {
-                    out.extend_from_slice(&(varint_indices_len(&m.indices) as u32).to_le_bytes());
-                    varint_gaps(&m.indices).for_each(|g| bits::put_varint(g, out));
-                }
-            }
-            match m.wire.values {
-                ValueEncoding::F32 => m.values.iter().for_each(|&v| put_f32(out, v)),
-                ValueEncoding::F16 => m
-                    .values
-                    .iter()
-                    .for_each(|&v| out.extend_from_slice(&half::f16::from_f32(v).to_bits().to_le_bytes())),
-            }
-        }
+        Message::Sparse(m) => put_sparse(m, out),
         Message::Qsgd(m) => {
             out.extend_from_slice(&m.levels.to_le_bytes());
             out.extend_from_slice(&m.bucket.to_le_bytes());
@@ -136,6 +135,25 @@ pub fn encode(msg: &Message, unit: u32, out: &mut Vec<u8>) -> usize {
             out.extend_from_slice(&m.codes);
         }
     }
-    debug_assert_eq!(out.len() - start, encoded_len(msg));
-    out.len() - start
+}
+
+/// Appends a sparse payload: the count, the indices (u32 or varint gaps),
+/// then the values (f32 or f16).
+fn put_sparse(m: &SparseMessage, out: &mut Vec<u8>) {
+    assert_eq!(m.indices.len(), m.values.len(), "sparse indices and values differ in length");
+    out.extend_from_slice(&(m.indices.len() as u32).to_le_bytes());
+    match m.wire.indices {
+        IndexEncoding::U32 => m.indices.iter().for_each(|i| out.extend_from_slice(&i.to_le_bytes())),
+        IndexEncoding::Varint => {
+            out.extend_from_slice(&(varint_indices_len(&m.indices) as u32).to_le_bytes());
+            varint_gaps(&m.indices).for_each(|g| bits::put_varint(g, out));
+        }
+    }
+    match m.wire.values {
+        ValueEncoding::F32 => m.values.iter().for_each(|&v| put_f32(out, v)),
+        ValueEncoding::F16 => m
+            .values
+            .iter()
+            .for_each(|&v| out.extend_from_slice(&half::f16::from_f32(v).to_bits().to_le_bytes())),
+    }
 }

@@ -79,7 +79,7 @@ pub fn valid_messages() -> Vec<Vec<u8>> {
         let mut msg = Message::default();
         // One worker; PowerSGD sees a one-column matrix.
         let mut c = cfg.build_for(&[x.len(), 1]);
-        let ctx = UnitContext { key: RngKey::default(), shared_scalar: None, ..Default::default() };
+        let ctx = UnitContext { key: RngKey::default(), ..Default::default() };
         let mut values = Vec::new();
         for round in 0..c.rounds() {
             values.clear();

@@ -54,26 +54,8 @@ pub(super) enum View<'a> {
 
 pub(super) fn parse(bytes: &[u8]) -> Result<(Header, View<'_>, &[u8]), CodecError> {
     let mut r = Reader { bytes };
-    let h = r.take(4, "header")?;
-    if h[0] != MAGIC {
-        return Err(CodecError::BadMagic(h[0]));
-    }
-    if h[1] != VERSION {
-        return Err(CodecError::Version(h[1]));
-    }
-    let kind = MessageKind::from_u8(h[2]).ok_or(CodecError::UnknownKind(h[2]))?;
-    let flags = h[3];
-    let len = r.u32("header")?;
-    let unit = r.u32("header")?;
-    let header = Header { kind, flags, len, unit };
-    let allowed = match kind {
-        MessageKind::Ternary => FLAG_BASE3,
-        MessageKind::Sparse => FLAG_VARINT | FLAG_F16,
-        _ => 0,
-    };
-    if flags & !allowed != 0 {
-        return Err(CodecError::Flags { kind, flags });
-    }
+    let header = header(&mut r)?;
+    let Header { kind, flags, len, .. } = header;
     let n = len as usize;
     let view = match kind {
         MessageKind::Dense => {
@@ -99,51 +81,8 @@ pub(super) fn parse(bytes: &[u8]) -> Result<(Header, View<'_>, &[u8]), CodecErro
             let packed = r.take(bits::packed_len(n, bits::width_for(2 * workers)), "integer sums")?;
             View::TernarySum { scale, workers, packed }
         }
-        MessageKind::Sparse => {
-            let count = r.u32("sparse count")? as usize;
-            if count > n {
-                return Err(CodecError::Invalid("sparse count exceeds the unit length"));
-            }
-            let wire = SparseWire {
-                indices: if flags & FLAG_VARINT != 0 { IndexEncoding::Varint } else { IndexEncoding::U32 },
-                values: if flags & FLAG_F16 != 0 { ValueEncoding::F16 } else { ValueEncoding::F32 },
-            };
-            let indices = match wire.indices {
-                IndexEncoding::U32 => r.take(count * 4, "sparse indices")?,
-                IndexEncoding::Varint => {
-                    let nbytes = r.u32("varint length")? as usize;
-                    // Each varint is 1..=5 bytes.
-                    if nbytes < count || nbytes > count * 5 {
-                        return Err(CodecError::Invalid("varint byte length inconsistent with count"));
-                    }
-                    r.take(nbytes, "sparse varint indices")?
-                }
-            };
-            let vsize = match wire.values {
-                ValueEncoding::F32 => 4,
-                ValueEncoding::F16 => 2,
-            };
-            let values = r.take(count * vsize, "sparse values")?;
-            match wire.values {
-                ValueEncoding::F32 => finite_f32s(values, "non-finite sparse value")?,
-                ValueEncoding::F16 => finite_f16s(values, "non-finite sparse value")?,
-            };
-            View::Sparse { wire, count, indices, values }
-        }
-        MessageKind::Qsgd => {
-            let levels = r.u32("qsgd levels")?;
-            let bucket = r.u32("qsgd bucket")?;
-            if levels == 0 || levels > crate::quantize::qsgd::MAX_LEVELS {
-                return Err(CodecError::Invalid("qsgd levels outside 1..=32767"));
-            }
-            if bucket == 0 {
-                return Err(CodecError::Invalid("qsgd bucket size 0"));
-            }
-            let nb = n.div_ceil(bucket as usize);
-            let norms = r.take(nb * 4, "qsgd norms")?;
-            let packed = r.take(bits::packed_len(n, bits::width_for(2 * levels)), "qsgd levels")?;
-            View::Qsgd { levels, bucket, norms, packed }
-        }
+        MessageKind::Sparse => sparse(&mut r, flags, n)?,
+        MessageKind::Qsgd => qsgd(&mut r, n)?,
         MessageKind::Sign => {
             let positive = r.finite_f32("sign mean")?;
             let negative = r.finite_f32("sign mean")?;
@@ -174,6 +113,85 @@ pub(super) fn parse(bytes: &[u8]) -> Result<(Header, View<'_>, &[u8]), CodecErro
         }
     };
     Ok((header, view, r.bytes))
+}
+
+/// The 12-byte header, checked: magic, version, a known kind, and only the
+/// flags that kind allows.
+fn header(r: &mut Reader<'_>) -> Result<Header, CodecError> {
+    let h = r.take(4, "header")?;
+    if h[0] != MAGIC {
+        return Err(CodecError::BadMagic(h[0]));
+    }
+    if h[1] != VERSION {
+        return Err(CodecError::Version(h[1]));
+    }
+    let kind = MessageKind::from_u8(h[2]).ok_or(CodecError::UnknownKind(h[2]))?;
+    let flags = h[3];
+    let len = r.u32("header")?;
+    let unit = r.u32("header")?;
+    let allowed = match kind {
+        MessageKind::Ternary => FLAG_BASE3,
+        MessageKind::Sparse => FLAG_VARINT | FLAG_F16,
+        _ => 0,
+    };
+    if flags & !allowed != 0 {
+        return Err(CodecError::Flags { kind, flags });
+    }
+    Ok(Header { kind, flags, len, unit })
+}
+
+/// A sparse message's indices and values (`flags` choose their encodings),
+/// checked: the count fits the unit, the varint byte length fits the count,
+/// and every value is finite. The indices are checked where they are read
+/// ([`for_each_index`]).
+fn sparse<'a>(r: &mut Reader<'a>, flags: u8, n: usize) -> Result<View<'a>, CodecError> {
+    let count = r.u32("sparse count")? as usize;
+    if count > n {
+        return Err(CodecError::Invalid("sparse count exceeds the unit length"));
+    }
+    let wire = SparseWire {
+        indices: if flags & FLAG_VARINT != 0 { IndexEncoding::Varint } else { IndexEncoding::U32 },
+        values: if flags & FLAG_F16 != 0 { ValueEncoding::F16 } else { ValueEncoding::F32 },
+    };
+    let indices = match wire.indices {
+        IndexEncoding::U32 => r.take(count * 4, "sparse indices")?,
+        IndexEncoding::Varint => {
+            let nbytes = r.u32("varint length")? as usize;
+            // Each varint is 1..=5 bytes.
+            if nbytes < count || nbytes > count * 5 {
+                return Err(CodecError::Invalid("varint byte length inconsistent with count"));
+            }
+            r.take(nbytes, "sparse varint indices")?
+        }
+    };
+    let vsize = match wire.values {
+        ValueEncoding::F32 => 4,
+        ValueEncoding::F16 => 2,
+    };
+    let values = r.take(count * vsize, "sparse values")?;
+    match wire.values {
+        ValueEncoding::F32 => finite_f32s(values, "non-finite sparse value")?,
+        ValueEncoding::F16 => finite_f16s(values, "non-finite sparse value")?,
+    };
+    Ok(View::Sparse { wire, count, indices, values })
+}
+
+/// A QSGD message's norms and codes, sized and checked: levels in
+/// 1..=MAX_LEVELS, a nonzero bucket. The norms and codes themselves are
+/// checked where they are decoded.
+fn qsgd<'a>(r: &mut Reader<'a>, n: usize) -> Result<View<'a>, CodecError> {
+    let levels = r.u32("qsgd levels")?;
+    let bucket = r.u32("qsgd bucket")?;
+    if levels == 0 || levels > crate::quantize::qsgd::MAX_LEVELS {
+        return Err(CodecError::Invalid("qsgd levels outside 1..=32767"));
+    }
+    if bucket == 0 {
+        return Err(CodecError::Invalid("qsgd bucket size 0"));
+    }
+    let nb = n.div_ceil(bucket as usize);
+    let norms = r.take(nb * 4, "qsgd norms")?;
+    let packed = r.take(bits::packed_len(n, bits::width_for(2 * levels)), "qsgd levels")?;
+    Ok(View::Qsgd { levels, bucket, norms, packed })
 }
 
 /// A low-rank message's factors, checked: the shape covers `len` exactly,

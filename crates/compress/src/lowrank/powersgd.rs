@@ -59,6 +59,35 @@ impl Default for PowerSgdConfig {
 }
 
 impl PowerSgdConfig {
+    /// Rank `rank`, every other option at PyTorch's default: note that
+    /// compression then starts at step 1000 (`start_iter`); a shorter run
+    /// wants `.with_start_iter(..)`.
+    pub fn new(rank: u32) -> Self {
+        Self { rank, ..Default::default() }
+    }
+
+    /// Steps of plain allreduce before compression starts (≥ 2 with error
+    /// feedback or warm start, as PyTorch requires).
+    pub fn with_start_iter(mut self, steps: u64) -> Self {
+        self.start_iter = steps;
+        self
+    }
+
+    pub fn with_error_feedback(mut self, on: bool) -> Self {
+        self.error_feedback = on;
+        self
+    }
+
+    pub fn with_warm_start(mut self, on: bool) -> Self {
+        self.warm_start = on;
+        self
+    }
+
+    pub fn with_min_compression_rate(mut self, rate: f64) -> Self {
+        self.min_compression_rate = rate;
+        self
+    }
+
     /// A tensor of `shape` as the matrix PowerSGD sees: its first dimension
     /// by the product of the rest.
     pub fn matrix(shape: &[usize]) -> (usize, usize) {

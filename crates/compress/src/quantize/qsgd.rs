@@ -113,7 +113,7 @@ mod tests {
         let g: Vec<f32> = (0..1100).map(|i| ((i * 37) % 101) as f32 - 50.0).collect();
         let mut q = Qsgd::new(QsgdConfig { levels: 4, bucket: 512 });
         let mut msg = Message::default();
-        let ctx = UnitContext { key: RngKey::new(0, 0, 0, 0), shared_scalar: None, ..Default::default() };
+        let ctx = UnitContext { key: RngKey::new(0, 0, 0, 0), ..Default::default() };
         q.compress(&g, &ctx, &mut msg);
         let Message::Qsgd(m) = &msg else { panic!() };
         assert_eq!(m.norms.len(), 3);

@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::compressor::{Combine, Compressor, UnitContext};
+use crate::compressor::{Combine, Compressor, ReduceOp, UnitContext};
 use crate::message::{Message, TernaryPacking};
 use crate::reduce;
 use crate::rng::{LaneRng, UnitRng, LANES};
@@ -31,15 +31,19 @@ impl Default for TernGradConfig {
     }
 }
 
-/// The TernGrad quantizer.
+/// The TernGrad quantizer. With `share_scaler` it has one agreement round:
+/// each worker contributes its scaler, max-reduced (ALGORITHMS.md §1.2), and
+/// compresses under the result.
 #[derive(Clone, Debug, Default)]
 pub struct TernGrad {
     pub config: TernGradConfig,
+    /// The scaler agreed in this step's round, taken by the next `compress`.
+    shared: Option<f32>,
 }
 
 impl TernGrad {
     pub fn new(config: TernGradConfig) -> Self {
-        Self { config }
+        Self { config, shared: None }
     }
 
     /// This worker's scaler `s_i` for `g`.
@@ -65,12 +69,33 @@ impl Compressor for TernGrad {
         }
     }
 
-    fn local_scalar(&self, input: &[f32]) -> Option<f32> {
-        self.config.share_scaler.then(|| self.scaler(input))
+    fn rounds(&self) -> usize {
+        usize::from(self.config.share_scaler)
     }
 
+    /// Round 0: this worker's scaler, max-reduced into the shared one.
+    fn round_contribution(
+        &mut self,
+        round: usize,
+        input: &[f32],
+        _ctx: &UnitContext,
+        out: &mut Vec<f32>,
+    ) -> Option<ReduceOp> {
+        self.shared = None;
+        (self.config.share_scaler && round == 0).then(|| {
+            out.push(self.scaler(input));
+            ReduceOp::Max
+        })
+    }
+
+    fn round_result(&mut self, _round: usize, combined: &[f32], _workers: usize) {
+        self.shared = combined.first().copied();
+    }
+
+    /// Quantizes under the agreed scaler, or this worker's own when no round
+    /// ran (a sole worker, or `share_scaler` off).
     fn compress(&mut self, input: &[f32], ctx: &UnitContext, out: &mut Message) {
-        let s = ctx.shared_scalar.unwrap_or_else(|| self.scaler(input));
+        let s = self.shared.take().unwrap_or_else(|| self.scaler(input));
         let m = out.ternary_mut();
         m.len = input.len();
         m.packing = self.config.packing;
@@ -140,7 +165,7 @@ mod tests {
     use crate::rng::RngKey;
 
     fn ctx(step: u64) -> UnitContext {
-        UnitContext { key: RngKey::new(1, 0, step, 0), shared_scalar: None, ..Default::default() }
+        UnitContext { key: RngKey::new(1, 0, step, 0), ..Default::default() }
     }
 
     #[test]
@@ -177,17 +202,27 @@ mod tests {
     }
 
     #[test]
-    fn shared_scalar_overrides_local_one() {
+    fn the_agreed_scalar_overrides_the_local_one_for_one_step() {
         let g = vec![1.0f32; 8];
         let mut t = TernGrad::default();
         assert_eq!(t.combine(), Combine::TernarySum);
-        let mut msg = Message::default();
-        let c = UnitContext { shared_scalar: Some(4.0), ..ctx(0) };
-        t.compress(&g, &c, &mut msg);
-        match &msg {
-            Message::Ternary(m) => assert_eq!(m.scale, 4.0),
+        assert_eq!(t.rounds(), 1);
+        let mut mine = Vec::new();
+        assert_eq!(t.round_contribution(0, &g, &ctx(0), &mut mine), Some(ReduceOp::Max));
+        assert_eq!(mine, [t.scaler(&g)]);
+        t.round_result(0, &[4.0], 2);
+        let scale = |msg: &Message| match msg {
+            Message::Ternary(m) => m.scale,
             _ => panic!("not ternary"),
-        }
+        };
+        let mut msg = Message::default();
+        t.compress(&g, &ctx(0), &mut msg);
+        assert_eq!(scale(&msg), 4.0);
+        // The next step without a round quantizes under its own scaler.
+        t.compress(&g, &ctx(1), &mut msg);
+        assert_eq!(scale(&msg), t.scaler(&g));
+        let unshared = TernGrad::new(TernGradConfig { share_scaler: false, ..Default::default() });
+        assert_eq!(unshared.rounds(), 0);
     }
 
     #[test]

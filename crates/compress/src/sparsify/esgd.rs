@@ -22,7 +22,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::compressor::{k_for, Combine, Compressor, UnitContext};
-use crate::message::{IndexEncoding, Message, SparseWire, ValueEncoding};
+use crate::message::{IndexEncoding, Message, SparseMessage, SparseWire, ValueEncoding};
 use crate::reduce;
 use crate::rng::UnitRng;
 
@@ -124,6 +124,92 @@ impl Esgd {
         out.extend(self.keys[d - k..].iter().map(|&(_, j)| j));
         out.sort_unstable();
     }
+
+    /// Algorithm 1: chooses `S` (`k` indices, into `s`) and returns how (the
+    /// [`EsgdStats::choice`] code); reinforces `H[S]` when the loss fell.
+    fn choose(&mut self, g: &[f32], k: usize, loss: f64, rng: &mut UnitRng, s: &mut Vec<u32>) -> u8 {
+        if self.steps <= 1 || self.prev.len() != k {
+            self.uniform(g.len(), k, rng, s);
+            0
+        } else if self.prev_loss.is_some_and(|p| loss < p) {
+            s.extend_from_slice(&self.prev);
+            for &j in s.iter() {
+                self.h[j as usize] += match self.config.importance {
+                    Importance::Count => 1.0,
+                    Importance::Magnitude => g[j as usize].abs(),
+                };
+            }
+            1
+        } else {
+            self.weighted(k, rng, s);
+            2
+        }
+    }
+
+    /// Algorithm 2: `r_j = β·r_j + g_j` for every `j ∉ S`, collecting into
+    /// `candidates` those whose `|r_j|` exceeds the mean `|g|`.
+    fn accumulate_residuals(&mut self, g: &[f32], s: &[u32]) {
+        let d = g.len();
+        self.in_s.clear();
+        self.in_s.resize(d, false);
+        for &j in s {
+            self.in_s[j as usize] = true;
+        }
+        let beta = self.config.beta;
+        let (abs_sum, _) = reduce::abs_sum_and_max(g);
+        let thr = (abs_sum / d.max(1) as f64) as f32;
+        self.candidates.clear();
+        for (j, (r, &gj)) in self.r.iter_mut().zip(g).enumerate() {
+            if !self.in_s[j] {
+                *r = beta * *r + gj;
+                if r.abs() > thr {
+                    self.candidates.push(j as u32);
+                }
+            }
+        }
+    }
+
+    /// The largest residuals replace the lowest-importance members of `S`:
+    /// afterwards `s[..n]` holds the replacements and `s[n..]` the kept
+    /// members, each run ascending; returns `n`.
+    fn replace_by_residuals(&mut self, s: &mut [u32]) -> usize {
+        let r = &self.r;
+        self.candidates
+            .sort_unstable_by(|&a, &b| r[b as usize].abs().total_cmp(&r[a as usize].abs()).then(a.cmp(&b)));
+        let h = &self.h;
+        // S by H ascending: the front is replaced first.
+        s.sort_unstable_by(|&a, &b| h[a as usize].total_cmp(&h[b as usize]).then(a.cmp(&b)));
+        let replacements = self.candidates.len().min(s.len());
+        for (slot, &j) in s.iter_mut().zip(&self.candidates).take(replacements) {
+            *slot = j;
+        }
+        s[..replacements].sort_unstable();
+        s[replacements..].sort_unstable();
+        replacements
+    }
+
+    /// Appends to `m`, ascending, `r_j` for the replacements `s[..replacements]`
+    /// (clearing their residual) and `g_j` for the kept members `s[replacements..]`.
+    fn emit(&mut self, g: &[f32], s: &[u32], replacements: usize, m: &mut SparseMessage) {
+        // Merge the two ascending runs into one ascending list with values.
+        let (a, b) = s.split_at(replacements);
+        let (mut i, mut jb) = (0, 0);
+        while i < a.len() || jb < b.len() {
+            let take_a = jb >= b.len() || (i < a.len() && a[i] < b[jb]);
+            if take_a {
+                let j = a[i] as usize;
+                m.indices.push(a[i]);
+                m.values.push(self.r[j]);
+                self.r[j] = 0.0;
+                i += 1;
+            } else {
+                let j = b[jb] as usize;
+                m.indices.push(b[jb]);
+                m.values.push(g[j]);
+                jb += 1;
+            }
+        }
+    }
 }
 
 impl Compressor for Esgd {
@@ -156,72 +242,10 @@ impl Compressor for Esgd {
         let loss = ctx.loss.unwrap_or(f64::NAN);
         let mut s = std::mem::take(&mut self.sel);
         s.clear();
-        // Algorithm 1: choose S.
-        let choice = if self.steps <= 1 || self.prev.len() != k {
-            self.uniform(d, k, &mut rng, &mut s);
-            0
-        } else if self.prev_loss.is_some_and(|p| loss < p) {
-            s.extend_from_slice(&self.prev);
-            for &j in &s {
-                self.h[j as usize] += match self.config.importance {
-                    Importance::Count => 1.0,
-                    Importance::Magnitude => g[j as usize].abs(),
-                };
-            }
-            1
-        } else {
-            self.weighted(k, &mut rng, &mut s);
-            2
-        };
-        // Algorithm 2: momentum residuals of the coordinates not chosen.
-        self.in_s.clear();
-        self.in_s.resize(d, false);
-        for &j in &s {
-            self.in_s[j as usize] = true;
-        }
-        let beta = self.config.beta;
-        let (abs_sum, _) = reduce::abs_sum_and_max(g);
-        let thr = (abs_sum / d.max(1) as f64) as f32;
-        self.candidates.clear();
-        for (j, (r, &gj)) in self.r.iter_mut().zip(g).enumerate() {
-            if !self.in_s[j] {
-                *r = beta * *r + gj;
-                if r.abs() > thr {
-                    self.candidates.push(j as u32);
-                }
-            }
-        }
-        // Largest residuals replace the lowest-importance members of S.
-        let r = &self.r;
-        self.candidates
-            .sort_unstable_by(|&a, &b| r[b as usize].abs().total_cmp(&r[a as usize].abs()).then(a.cmp(&b)));
-        let h = &self.h;
-        // S by H ascending: the front is replaced first.
-        s.sort_unstable_by(|&a, &b| h[a as usize].total_cmp(&h[b as usize]).then(a.cmp(&b)));
-        let replacements = self.candidates.len().min(s.len());
-        for (slot, &j) in s.iter_mut().zip(&self.candidates).take(replacements) {
-            *slot = j;
-        }
-        s[..replacements].sort_unstable();
-        s[replacements..].sort_unstable();
-        // Merge the two ascending runs into one ascending list with values.
-        let (a, b) = s.split_at(replacements);
-        let (mut i, mut jb) = (0, 0);
-        while i < a.len() || jb < b.len() {
-            let take_a = jb >= b.len() || (i < a.len() && a[i] < b[jb]);
-            if take_a {
-                let j = a[i] as usize;
-                m.indices.push(a[i]);
-                m.values.push(self.r[j]);
-                self.r[j] = 0.0;
-                i += 1;
-            } else {
-                let j = b[jb] as usize;
-                m.indices.push(b[jb]);
-                m.values.push(g[j]);
-                jb += 1;
-            }
-        }
+        let choice = self.choose(g, k, loss, &mut rng, &mut s);
+        self.accumulate_residuals(g, &s);
+        let replacements = self.replace_by_residuals(&mut s);
+        self.emit(g, &s, replacements, m);
         m.round_to_wire();
         self.prev.clear();
         self.prev.extend_from_slice(&m.indices);
@@ -257,7 +281,7 @@ mod tests {
     use crate::rng::RngKey;
 
     fn ctx(step: u64, loss: f64) -> UnitContext {
-        UnitContext { key: RngKey::new(1, 0, step, 0), shared_scalar: None, loss: Some(loss) }
+        UnitContext { key: RngKey::new(1, 0, step, 0), loss: Some(loss) }
     }
 
     fn sent(m: &Message) -> (Vec<u32>, Vec<f32>) {

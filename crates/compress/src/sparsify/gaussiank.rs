@@ -85,6 +85,58 @@ impl GaussianK {
             out.values.push(c.values[p as usize]);
         }
     }
+
+    /// The paper's correction rounds from threshold `thr`: the set above it
+    /// goes into `out` once its size is within `[2k/3, 4k/3]`, else the
+    /// threshold is halved or raised by half, and the third round's set is
+    /// final. While `thr ≥ bound` and the candidate list is `complete`, a
+    /// round filters the candidates instead of passing over `x`.
+    fn correct(
+        &self,
+        x: &[f32],
+        k: usize,
+        mut thr: f32,
+        bound: f32,
+        complete: bool,
+        out: &mut SparseMessage,
+    ) {
+        let (low, high) = (2.0 * k as f64 / 3.0, 4.0 * k as f64 / 3.0);
+        // Rounds 0 and 1 may move the threshold; round 2's set is final.
+        for round in 0..3 {
+            out.indices.clear();
+            out.values.clear();
+            let last = round == 2;
+            let count = if complete && thr >= bound {
+                // Every element above thr is a candidate: filter the list.
+                let c = &self.candidates;
+                let cap = if last { usize::MAX } else { high as usize + 1 };
+                let n =
+                    reduce::collect_abs_above(&c.values, thr, false, cap, &mut out.indices, &mut out.values);
+                // Positions in the candidate list -> indices into x.
+                for i in &mut out.indices {
+                    *i = c.indices[*i as usize];
+                }
+                n as f64
+            } else {
+                // A full pass. Count first (vectorized); collect only the set that is kept.
+                let n = reduce::count_abs_above(x, thr) as f64;
+                if last || (n >= low && n <= high) {
+                    reduce::collect_abs_above(x, thr, false, usize::MAX, &mut out.indices, &mut out.values);
+                }
+                n
+            };
+            if last {
+                break;
+            }
+            if count < low {
+                thr *= 0.5;
+            } else if count > high {
+                thr *= 1.5;
+            } else {
+                break;
+            }
+        }
+    }
 }
 
 /// Elements in the strided sample that sets the provisional bound.
@@ -154,44 +206,8 @@ impl Selector for GaussianK {
             return;
         }
         let (mu, sd) = (m.mean, m.sample_std());
-        let mut thr = (mu + z * sd) as f32;
-
-        let (low, high) = (2.0 * k as f64 / 3.0, 4.0 * k as f64 / 3.0);
-        // Rounds 0 and 1 may move the threshold; round 2's set is final.
-        for round in 0..3 {
-            out.indices.clear();
-            out.values.clear();
-            let last = round == 2;
-            let count = if complete && thr >= bound {
-                // Every element above thr is a candidate: filter the list.
-                let c = &self.candidates;
-                let cap = if last { usize::MAX } else { high as usize + 1 };
-                let n =
-                    reduce::collect_abs_above(&c.values, thr, false, cap, &mut out.indices, &mut out.values);
-                // Positions in the candidate list -> indices into x.
-                for i in &mut out.indices {
-                    *i = c.indices[*i as usize];
-                }
-                n as f64
-            } else {
-                // A full pass. Count first (vectorized); collect only the set that is kept.
-                let n = reduce::count_abs_above(x, thr) as f64;
-                if last || (n >= low && n <= high) {
-                    reduce::collect_abs_above(x, thr, false, usize::MAX, &mut out.indices, &mut out.values);
-                }
-                n
-            };
-            if last {
-                break;
-            }
-            if count < low {
-                thr *= 0.5;
-            } else if count > high {
-                thr *= 1.5;
-            } else {
-                break;
-            }
-        }
+        let thr = (mu + z * sd) as f32;
+        self.correct(x, k, thr, bound, complete, out);
     }
 }
 

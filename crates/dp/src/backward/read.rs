@@ -7,10 +7,10 @@ use std::time::Instant;
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::tensor::Tensor;
 
-use crate::error::ExchangeError;
 use crate::grad_stages::GradStages;
 use crate::layout::GradientLayout;
 use crate::params::GradSource;
+use crate::ExchangeError;
 
 /// Reads each stage's gradients into their places in a flat buffer, for
 /// [`GradStages`]: the adaptor between a burn backward pass in stages and

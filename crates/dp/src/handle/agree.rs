@@ -9,8 +9,8 @@ use gradcomp_comm::Collective;
 
 use super::DataParallel;
 use crate::config::OnNonFinite;
-use crate::error::SyncError;
 use crate::params;
+use crate::DataParallelError;
 
 /// Runs `op`, a control collective (agreement, checksums, a consensus
 /// model) whose bytes are not the step's, keeping what the meter counted
@@ -38,7 +38,7 @@ impl DataParallel {
         step: u64,
         bad: Option<(&'static str, String)>,
         loss: Option<f64>,
-    ) -> Result<Agreed, SyncError> {
+    ) -> Result<Agreed, DataParallelError> {
         let t = Instant::now();
         let (rank, n) = (self.rank(), self.world_size());
         // [stop, loss sum, losses, previous step's bytes, one non-finite flag per rank]
@@ -52,15 +52,15 @@ impl DataParallel {
         control[3] = self.last.bytes.sent() as f32;
         control[FLAGS + rank] = f32::from(u8::from(bad.is_some()));
         unmetered(&mut *self.c, |c| c.allreduce_sum_f32(&mut control))
-            .map_err(|source| SyncError::Comm { rank, source })?;
+            .map_err(|source| DataParallelError::Comm { rank, source })?;
         self.stop = false;
         self.stop_agreed = control[0] > 0.0;
         self.group_sent += control[3] as u64;
         let bad_ranks: Vec<usize> = (0..n).filter(|&r| control[FLAGS + r] > 0.0).collect();
         if !bad_ranks.is_empty() && self.cfg.on_nonfinite == OnNonFinite::Stop {
             return Err(match bad {
-                Some((what, tensor)) => SyncError::NonFinite { step, rank, what, tensor },
-                None => SyncError::PeerNonFinite { step, ranks: bad_ranks },
+                Some((what, tensor)) => DataParallelError::NonFinite { step, rank, what, tensor },
+                None => DataParallelError::PeerNonFinite { step, ranks: bad_ranks },
             });
         }
         Ok(Agreed {
@@ -77,14 +77,14 @@ impl DataParallel {
 
     /// Averages the workers' models now (CELGC's round); checksums compared
     /// right after, when due.
-    pub(super) fn average_round<M: Module>(&mut self, model: M) -> Result<M, SyncError> {
+    pub(super) fn average_round<M: Module>(&mut self, model: M) -> Result<M, DataParallelError> {
         self.discard_foreign_bytes();
         let t = Instant::now();
         params::read_params(&model, &mut self.params);
         let (step, rank) = (self.step, self.rank());
         self.strategy
             .average_models(step, &mut self.params, &mut *self.c)
-            .map_err(|e| SyncError::from_exchange(rank, e))?;
+            .map_err(|e| DataParallelError::from_exchange(rank, e))?;
         self.pending.add(&self.c.meter_mut().take_step());
         self.pending_seconds += t.elapsed().as_secs_f64();
         self.averaged_at = Some(step);
@@ -101,7 +101,7 @@ impl DataParallel {
     /// identical, else (CELGC between rounds) the average of the workers'
     /// models, leaving each worker's own model as it is. For evaluation and
     /// the final result.
-    pub fn consensus_model<M: Module>(&mut self, model: &M) -> Result<M, SyncError> {
+    pub fn consensus_model<M: Module>(&mut self, model: &M) -> Result<M, DataParallelError> {
         if self.strategy.identical_replicas() {
             return Ok(model.clone());
         }
@@ -109,7 +109,7 @@ impl DataParallel {
         params::read_params(model, &mut self.params);
         let rank = self.rank();
         unmetered(&mut *self.c, |c| c.allreduce_sum_f32(&mut self.params))
-            .map_err(|source| SyncError::Comm { rank, source })?;
+            .map_err(|source| DataParallelError::Comm { rank, source })?;
         let n = self.world_size() as f32;
         self.params.iter_mut().for_each(|p| *p /= n);
         Ok(params::write_params(model.clone(), &self.params))
@@ -122,18 +122,18 @@ impl DataParallel {
     }
 
     /// Compares the checksum of `self.params` across workers; a difference
-    /// is [`SyncError::ReplicaMismatch`] on every worker.
-    pub(super) fn compare_checksums(&mut self, step: u64) -> Result<(), SyncError> {
+    /// is [`DataParallelError::ReplicaMismatch`] on every worker.
+    pub(super) fn compare_checksums(&mut self, step: u64) -> Result<(), DataParallelError> {
         let rank = self.rank();
         let sum = params::checksum(&self.params).to_le_bytes();
         unmetered(&mut *self.c, |c| c.allgatherv(&sum, &mut self.gathered))
-            .map_err(|source| SyncError::Comm { rank, source })?;
+            .map_err(|source| DataParallelError::Comm { rank, source })?;
         let first = self.gathered.get(0).to_vec();
         let ranks: Vec<usize> = (0..self.gathered.len()).filter(|&r| self.gathered.get(r) != first).collect();
         if ranks.is_empty() {
             Ok(())
         } else {
-            Err(SyncError::ReplicaMismatch { step, ranks })
+            Err(DataParallelError::ReplicaMismatch { step, ranks })
         }
     }
 }

@@ -1,27 +1,40 @@
-//! Joining the group: [`DataParallelConfig::init`].
+//! Joining the group: `DataParallelConfig::init`, a burn front's method on
+//! the core's configuration ([`InitDataParallel`]).
 
 use burn::module::Module;
 use gradcomp_comm::{Collective, Gathered, StepBytes};
 
 use super::{CompressionLocation, DataParallel, StepStats};
 use crate::config::DataParallelConfig;
-use crate::error::SyncError;
 use crate::params;
+use crate::DataParallelError;
 
-impl DataParallelConfig {
+/// `DataParallelConfig::init`: the configuration lives in the
+/// framework-agnostic core, joining a group with a burn model is this
+/// front's (in the prelude, so `DataParallelConfig::new(..).init(..)` reads
+/// as before).
+pub trait InitDataParallel {
     /// Joins this worker to the group: checks that every worker has the same
     /// model layout and configuration, and replaces `model`'s trainable
     /// parameters by rank 0's so the replicas start identical. Every worker
     /// calls it with its own collective handle.
-    pub fn init<M: Module>(
+    fn init<M: Module>(
         self,
         collective: impl Collective + 'static,
         model: M,
-    ) -> Result<(DataParallel, M), SyncError> {
+    ) -> Result<(DataParallel, M), DataParallelError>;
+}
+
+impl InitDataParallel for DataParallelConfig {
+    fn init<M: Module>(
+        self,
+        collective: impl Collective + 'static,
+        model: M,
+    ) -> Result<(DataParallel, M), DataParallelError> {
         self.validate()?;
         let mut c: Box<dyn Collective> = Box::new(collective);
         let rank = c.rank();
-        let comm = |source| SyncError::Comm { rank, source };
+        let comm = |source| DataParallelError::Comm { rank, source };
         let layout = params::layout(&model);
         // Same model and configuration everywhere, or a clear error on every worker.
         let mut mine = layout.fingerprint().to_le_bytes().to_vec();
@@ -29,12 +42,12 @@ impl DataParallelConfig {
         let mut all = Gathered::default();
         c.allgatherv(&mine, &mut all).map_err(comm)?;
         if let Some(r) = all.iter().position(|m| m[..8] != mine[..8]) {
-            return Err(SyncError::Mismatch(format!(
+            return Err(DataParallelError::Mismatch(format!(
                 "worker {r}'s model has other parameters (names or shapes) than worker {rank}'s"
             )));
         }
         if let Some(r) = all.iter().position(|m| m[8..] != mine[8..]) {
-            return Err(SyncError::Mismatch(format!(
+            return Err(DataParallelError::Mismatch(format!(
                 "worker {r}'s DataParallelConfig differs from worker {rank}'s"
             )));
         }
@@ -43,7 +56,7 @@ impl DataParallelConfig {
         let mut bytes: Vec<u8> = values.iter().flat_map(|p| p.to_le_bytes()).collect();
         c.broadcast(&mut bytes, 0).map_err(comm)?;
         if bytes.len() != values.len() * 4 {
-            return Err(SyncError::Mismatch("rank 0 broadcast parameters of another size".into()));
+            return Err(DataParallelError::Mismatch("rank 0 broadcast parameters of another size".into()));
         }
         let values: Vec<f32> =
             bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();

@@ -5,14 +5,14 @@
 use burn::module::Module;
 
 use super::{CompressionLocation, DataParallel};
-use crate::error::SyncError;
 use crate::params::{self, GradSource};
+use crate::DataParallelError;
 
 /// This step's gradient: read into `DataParallel::grad`, or left on the device.
 pub(super) enum StepGrad {
     Host,
     #[cfg(feature = "device-kernels")]
-    Device(crate::device_grad::DeviceGrad),
+    Device(gradcomp_exchange::DeviceGrad),
 }
 
 impl DataParallel {
@@ -23,7 +23,7 @@ impl DataParallel {
         &mut self,
         model: &M,
         grads: &G,
-    ) -> Result<StepGrad, SyncError> {
+    ) -> Result<StepGrad, DataParallelError> {
         #[cfg(feature = "device-kernels")]
         if matches!(self.location, CompressionLocation::Undecided | CompressionLocation::Device) {
             if let Some(g) = self.device_grad(model, grads)? {
@@ -49,16 +49,16 @@ impl DataParallel {
         &mut self,
         model: &M,
         grads: &G,
-    ) -> Result<Option<crate::device_grad::DeviceGrad>, SyncError> {
-        use crate::device_grad::DeviceGrad;
+    ) -> Result<Option<gradcomp_exchange::DeviceGrad>, DataParallelError> {
+        use crate::device_grad::from_burn;
         if !self.cfg.compression.on_device {
             return Ok(None);
         }
         if self.location == CompressionLocation::Device {
             // The memories live on the device now: a gradient that left it
             // (a model moved to the CPU mid-run) cannot go back to the host path.
-            return DeviceGrad::from_burn(model, grads, self.strategy.units())
-                .ok_or_else(|| SyncError::Device {
+            return from_burn(model, grads, self.strategy.units())
+                .ok_or_else(|| DataParallelError::Device {
                     rank: self.rank(),
                     message: "the gradients left the GPU after the exchange moved its memories there".into(),
                 })
@@ -71,7 +71,7 @@ impl DataParallel {
             ));
             return Ok(None);
         }
-        let Some(g) = DeviceGrad::from_burn(model, grads, self.strategy.units()) else {
+        let Some(g) = from_burn(model, grads, self.strategy.units()) else {
             self.location = CompressionLocation::Host(
                 "the gradients are not f32 tensors on a GPU (cuda, wgpu) device".into(),
             );
@@ -90,13 +90,13 @@ impl DataParallel {
     }
 
     /// Copies a device gradient into `self.grad` (measured steps, error reports).
-    pub(super) fn grad_on_host(&mut self, grad: &StepGrad) -> Result<(), SyncError> {
+    pub(super) fn grad_on_host(&mut self, grad: &StepGrad) -> Result<(), DataParallelError> {
         match grad {
             StepGrad::Host => Ok(()),
             #[cfg(feature = "device-kernels")]
             StepGrad::Device(g) => g
                 .read(&mut self.grad)
-                .map_err(|e| SyncError::Device { rank: self.rank(), message: e.to_string() }),
+                .map_err(|e| DataParallelError::Device { rank: self.rank(), message: e.to_string() }),
         }
     }
 
@@ -105,7 +105,7 @@ impl DataParallel {
         &mut self,
         grad: &StepGrad,
         loss: Option<f64>,
-    ) -> Result<Option<(&'static str, String)>, SyncError> {
+    ) -> Result<Option<(&'static str, String)>, DataParallelError> {
         if loss.is_some_and(|l| !l.is_finite()) {
             return Ok(Some(("loss", "(loss)".to_string())));
         }
@@ -113,7 +113,7 @@ impl DataParallel {
             StepGrad::Host => {}
             #[cfg(feature = "device-kernels")]
             StepGrad::Device(g) => {
-                let device = |e: gradcomp_kernels::KernelError| SyncError::Device {
+                let device = |e: gradcomp_kernels::KernelError| DataParallelError::Device {
                     rank: self.rank(),
                     message: e.to_string(),
                 };

@@ -8,6 +8,7 @@
 
 mod agree;
 mod init;
+pub use init::InitDataParallel;
 mod location;
 mod step;
 
@@ -18,10 +19,10 @@ use gradcomp_compress::stats::Histogram;
 use serde::{Deserialize, Serialize};
 
 use crate::config::DataParallelConfig;
-use crate::error::SyncError;
 use crate::exchange::{ExchangeStats, Unit};
 use crate::layout::GradientLayout;
 use crate::strategy::Strategy;
+use crate::DataParallelError;
 
 /// What the last step did on this worker, for records.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -83,7 +84,7 @@ impl DataParallelState {
     /// mass this worker still owes the model. The compressors' own state
     /// (PowerSGD's Q, Signum's momentum) is not one.
     pub fn is_memory(name: &str) -> bool {
-        name.starts_with("memory.")
+        gradcomp_exchange::StateKey::names_memory(name)
     }
 
     /// The state a worker that joins the run starts from, made from a
@@ -133,6 +134,11 @@ pub enum CompressionLocation {
 /// Per step, every worker calls [`begin_step`](Self::begin_step) before its
 /// forward pass and [`step`](Self::step) with the loss (or the gradients)
 /// and its burn optimizer, which the handle applies to the combined gradient.
+///
+/// **Evaluate [`consensus_model`](Self::consensus_model)**, not a worker's
+/// own model: under CELGC (and any strategy whose
+/// [`identical_replicas`](Self::identical_replicas) is false) the replicas
+/// differ between averaging rounds, and the consensus is their average.
 pub struct DataParallel {
     cfg: DataParallelConfig,
     c: Box<dyn Collective>,
@@ -246,21 +252,22 @@ impl DataParallel {
     }
 
     /// The state an exact resume needs.
-    pub fn state(&self) -> DataParallelState {
-        DataParallelState {
+    pub fn state(&self) -> Result<DataParallelState, DataParallelError> {
+        let buffers = self.strategy.state().map_err(|e| DataParallelError::from_exchange(self.rank(), e))?;
+        Ok(DataParallelState {
             step: self.step,
             bytes_sent: self.bytes_sent(),
             bytes_received: self.bytes_received(),
             group_bytes_sent: self.group_sent,
-            buffers: self.strategy.state(),
+            buffers,
             averaged_at: self.averaged_at,
-        }
+        })
     }
 
     /// Restores [`DataParallel::state`] (made by the same model and
     /// configuration); a missing or misshapen buffer is an error naming it.
-    pub fn restore(&mut self, state: &DataParallelState) -> Result<(), SyncError> {
-        self.strategy.restore(&state.buffers).map_err(SyncError::State)?;
+    pub fn restore(&mut self, state: &DataParallelState) -> Result<(), DataParallelError> {
+        self.strategy.restore(&state.buffers).map_err(DataParallelError::State)?;
         self.step = state.step;
         self.averaged_at = state.averaged_at;
         self.earlier = (state.bytes_sent, state.bytes_received);

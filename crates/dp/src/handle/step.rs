@@ -14,10 +14,10 @@ use super::{CompressionLocation, DataParallel, StepStats};
 use crate::backward::read::BurnStages;
 use crate::backward::{Backward, Pass, StagedBackward};
 use crate::config::OnNonFinite;
-use crate::error::SyncError;
 use crate::exchange::{ExchangeStats, Gradient, StepInput};
 use crate::grad_stages::CompleteGrad;
 use crate::params::{self, GradSource};
+use crate::DataParallelError;
 
 /// What the exchange made of a step: the combined gradient and the step
 /// size to apply it at.
@@ -34,8 +34,10 @@ impl DataParallel {
     /// What the strategy needs before a step's forward pass, in `epoch`
     /// (from 0): the sparsifiers' density for the epoch (density warm-up),
     /// and, when the step begins a CELGC round, the averaging of the
-    /// workers' models (returned). Call it at the top of every step.
-    pub fn begin_step<M: Module>(&mut self, model: M, epoch: u32) -> Result<M, SyncError> {
+    /// workers' models (returned). Call it at the top of every step. The
+    /// epoch only drives a per-epoch warm-up: a loop counted in steps, with
+    /// no warm-up, passes 0.
+    pub fn begin_step<M: Module>(&mut self, model: M, epoch: u32) -> Result<M, DataParallelError> {
         if self.epoch != Some(epoch) {
             self.set_epoch(epoch);
         }
@@ -52,13 +54,14 @@ impl DataParallel {
     /// gradients, or a staged backward pass ([`Backward`]). A step that every
     /// worker skips (a non-finite value under `on_nonfinite = skip`)
     /// returns `model` unchanged.
+    #[doc(alias = "sync")]
     pub fn step<M: Module, B: Backward>(
         &mut self,
         model: M,
         backward: B,
         optim: &mut ModuleOptimizer,
         lr: f64,
-    ) -> Result<M, SyncError> {
+    ) -> Result<M, DataParallelError> {
         let synced = self.sync(&model, backward, lr)?;
         if synced.skipped {
             return Ok(model);
@@ -73,7 +76,7 @@ impl DataParallel {
     /// `strategy.average_at_epoch_end` asks for one (a no-op otherwise,
     /// where replicas are identical anyway, and when this step's round is
     /// done).
-    pub fn end_epoch<M: Module>(&mut self, model: M) -> Result<M, SyncError> {
+    pub fn end_epoch<M: Module>(&mut self, model: M) -> Result<M, DataParallelError> {
         if !self.cfg.strategy.average_at_epoch_end
             || self.strategy.identical_replicas()
             || self.averaged_at == Some(self.step)
@@ -91,7 +94,7 @@ impl DataParallel {
         model: &M,
         backward: B,
         lr: f64,
-    ) -> Result<Synced, SyncError> {
+    ) -> Result<Synced, DataParallelError> {
         let pass = backward.into_pass();
         self.begin_sync(model, lr, pass.loss)?;
         match pass.grads {
@@ -101,7 +104,7 @@ impl DataParallel {
                 self.sync_staged(model, *stages, pass.loss, lr)
             }
             Pass::Staged(stages) => {
-                let merged = params::merge_stages(model, *stages).map_err(SyncError::Usage)?;
+                let merged = params::merge_stages(model, *stages).map_err(DataParallelError::Usage)?;
                 self.sync_whole(model, merged, pass.loss, lr)
             }
         }
@@ -114,7 +117,7 @@ impl DataParallel {
         grads: G,
         loss: Option<f64>,
         lr: f64,
-    ) -> Result<Synced, SyncError> {
+    ) -> Result<Synced, DataParallelError> {
         let step = self.step;
         let t = Instant::now();
         let grad = self.take_grad(model, &grads)?;
@@ -155,7 +158,7 @@ impl DataParallel {
                 self.strategy.combine(&input, Gradient::Device(g), &mut self.out, &mut *self.c)
             }
         }
-        .map_err(|e| SyncError::from_exchange(rank, e))?;
+        .map_err(|e| DataParallelError::from_exchange(rank, e))?;
         let t = Instant::now();
         let grads = params::grads_params(model, &self.out);
         stats.write_seconds = t.elapsed().as_secs_f64();
@@ -181,18 +184,23 @@ impl DataParallel {
         stages: StagedBackward,
         loss: Option<f64>,
         lr: f64,
-    ) -> Result<Synced, SyncError> {
+    ) -> Result<Synced, DataParallelError> {
         let (step, rank) = (self.step, self.rank());
         let measure = self.measures(step);
         let input = StepInput { step, lr, loss, measure };
         // Skipping must undo the memories' update, which has happened by the agreement.
-        let before = (self.cfg.on_nonfinite == OnNonFinite::Skip).then(|| self.strategy.state());
+        let before = match self.cfg.on_nonfinite {
+            OnNonFinite::Skip => {
+                Some(self.strategy.state().map_err(|e| DataParallelError::from_exchange(rank, e))?)
+            }
+            OnNonFinite::Stop => None,
+        };
         let mut source = BurnStages::new(model, stages, &self.layout, &mut self.grad);
         let combined =
             self.strategy.combine(&input, Gradient::Host(&mut source), &mut self.out, &mut *self.c);
         let (nonfinite, backward_seconds, read_seconds) =
             (source.nonfinite.take(), source.backward_seconds, source.read_seconds);
-        let combined = combined.map_err(|e| SyncError::from_exchange(rank, e))?;
+        let combined = combined.map_err(|e| DataParallelError::from_exchange(rank, e))?;
         let t = Instant::now();
         let bad = if loss.is_some_and(|l| !l.is_finite()) {
             Some(("loss", "(loss)".to_string()))
@@ -215,7 +223,7 @@ impl DataParallel {
         };
         if agreed.skip {
             if let Some(state) = &before {
-                self.strategy.restore(state).map_err(SyncError::Usage)?;
+                self.strategy.restore(state).map_err(DataParallelError::Usage)?;
             }
             return Ok(self.skip_step(stats, lr));
         }
@@ -231,12 +239,19 @@ impl DataParallel {
     }
 
     /// The checks and the replica comparison every step begins with.
-    fn begin_sync<M: Module>(&mut self, model: &M, lr: f64, loss: Option<f64>) -> Result<(), SyncError> {
+    fn begin_sync<M: Module>(
+        &mut self,
+        model: &M,
+        lr: f64,
+        loss: Option<f64>,
+    ) -> Result<(), DataParallelError> {
         if !(lr > 0.0 && lr.is_finite()) {
-            return Err(SyncError::Usage(format!("the learning rate must be positive and finite, got {lr}")));
+            return Err(DataParallelError::Usage(format!(
+                "the learning rate must be positive and finite, got {lr}"
+            )));
         }
         if self.averages_now() {
-            return Err(SyncError::Usage(format!(
+            return Err(DataParallelError::Usage(format!(
                 "step {} begins with model averaging (CELGC): call begin_step before the step's forward pass",
                 self.step
             )));
@@ -245,7 +260,7 @@ impl DataParallel {
             && matches!(self.cfg.compressor, CompressorConfig::Esgd(_))
             && loss.is_none()
         {
-            return Err(SyncError::Usage(
+            return Err(DataParallelError::Usage(
                 "eSGD selects by the loss: pass the loss tensor (or (gradients, loss)) to step".into(),
             ));
         }

@@ -42,7 +42,7 @@ mod step_size;
 
 pub use step_size::GradcompOptimizer;
 
-use crate::{DataParallel, DataParallelConfig};
+use crate::{DataParallel, DataParallelConfig, InitDataParallel};
 
 /// N in-process workers joined by gradcomp's compressed exchange.
 #[derive(Clone, Debug)]

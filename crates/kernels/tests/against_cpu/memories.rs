@@ -20,8 +20,8 @@ fn error_feedback_on_the_device_tracks_the_cpu_bit_for_bit() {
                 let g = gaussian(n, 40 + step);
                 let lr = 0.1;
                 let acc = cpu_ef.compensate(&g, lr).to_vec();
-                let s = TernGrad::default().scaler(&acc);
-                let ctx = UnitContext { key: RngKey::new(1, 0, step, 0), shared_scalar: Some(s), loss: None };
+                // One worker: TernGrad quantizes under its own scaler.
+                let ctx = UnitContext { key: RngKey::new(1, 0, step, 0), loss: None };
                 let mut cpu = Message::default();
                 cpu_c.compress(&acc, &ctx, &mut cpu);
                 cpu_ef.update(&cpu);

@@ -180,8 +180,10 @@ fn ternary_aggregation_is_bit_identical_to_the_cpu_sum() {
     for r in 0..workers {
         let g = gaussian(n, 100 + r);
         let mut msg = Message::default();
-        let ctx = UnitContext { key: RngKey::new(2, r as u32, 0, 0), shared_scalar: Some(s), loss: None };
-        TernGrad::default().compress(&g, &ctx, &mut msg);
+        let ctx = UnitContext { key: RngKey::new(2, r as u32, 0, 0), loss: None };
+        let mut t = TernGrad::default();
+        t.round_result(0, &[s], workers as usize);
+        t.compress(&g, &ctx, &mut msg);
         messages.push(msg);
     }
     let ternaries: Vec<&TernaryMessage> =

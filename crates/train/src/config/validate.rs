@@ -61,33 +61,7 @@ impl TrainConfig {
         if self.data.bptt == 0 {
             return Err(err("data.bptt", "must be at least 1"));
         }
-        if let Some(n) = &self.data.normalize {
-            if n.mean.is_empty() || n.mean.len() != n.std.len() {
-                return Err(err(
-                    "data.normalize",
-                    format!(
-                        "{} mean(s) and {} std(s): give one value, or one per channel, of each",
-                        n.mean.len(),
-                        n.std.len()
-                    ),
-                ));
-            }
-            if let Some(m) = n.mean.iter().find(|m| !m.is_finite()) {
-                return Err(err("data.normalize.mean", format!("{m} is not finite")));
-            }
-            if let Some(s) = n.std.iter().find(|s| !(s.is_finite() && **s > 0.0)) {
-                return Err(err(
-                    "data.normalize.std",
-                    format!("{s} is out of range: must be finite and > 0"),
-                ));
-            }
-            if self.data.dataset.is_text() {
-                return Err(err(
-                    "data.normalize",
-                    "applies to image datasets; a language model's inputs are tokens",
-                ));
-            }
-        }
+        self.validate_normalize()?;
         if self.data.augment.is_on() && self.data.dataset.is_text() {
             return Err(err(
                 "data.augment",
@@ -133,6 +107,39 @@ impl TrainConfig {
             && self.data.synthetic_size == 0
         {
             return Err(err("data.synthetic_size", "must be at least 1"));
+        }
+        Ok(())
+    }
+
+    /// `[data.normalize]`: one mean and std, or one per channel, each finite
+    /// (the stds > 0), and an image dataset to apply them to.
+    fn validate_normalize(&self) -> Result<(), ConfigError> {
+        if let Some(n) = &self.data.normalize {
+            if n.mean.is_empty() || n.mean.len() != n.std.len() {
+                return Err(err(
+                    "data.normalize",
+                    format!(
+                        "{} mean(s) and {} std(s): give one value, or one per channel, of each",
+                        n.mean.len(),
+                        n.std.len()
+                    ),
+                ));
+            }
+            if let Some(m) = n.mean.iter().find(|m| !m.is_finite()) {
+                return Err(err("data.normalize.mean", format!("{m} is not finite")));
+            }
+            if let Some(s) = n.std.iter().find(|s| !(s.is_finite() && **s > 0.0)) {
+                return Err(err(
+                    "data.normalize.std",
+                    format!("{s} is out of range: must be finite and > 0"),
+                ));
+            }
+            if self.data.dataset.is_text() {
+                return Err(err(
+                    "data.normalize",
+                    "applies to image datasets; a language model's inputs are tokens",
+                ));
+            }
         }
         Ok(())
     }

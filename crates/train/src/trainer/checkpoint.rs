@@ -23,7 +23,7 @@ use crate::config::{TrainConfig, RESUME_SAFE_KEYS};
 use crate::records::write_atomic;
 use crate::sections::{Sections, Values};
 use gradcomp_dp::params;
-use gradcomp_dp::{DataParallel, DataParallelState, SyncError};
+use gradcomp_dp::{DataParallel, DataParallelError, DataParallelState};
 
 /// The run's counters a resume continues from (rank 0's `state.bin`).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -281,7 +281,7 @@ impl Snapshot {
         let rank = dp.rank();
         let replica = Replica::of(model, optim)?;
         let mut mine = Sections::default();
-        let mut state = dp.state();
+        let mut state = dp.state()?;
         for (k, v) in std::mem::take(&mut state.buffers) {
             mine.put(&format!("dp.{k}"), Values::F32(v));
         }
@@ -352,7 +352,7 @@ pub(super) fn write<M: Module>(
     let snapshot = Snapshot::take(sh, dp, model, optim, counters)?;
     snapshot.write_files()?;
     let rank = snapshot.rank;
-    dp.collective_mut().barrier().map_err(|source| SyncError::Comm { rank, source })?;
+    dp.collective_mut().barrier().map_err(|source| DataParallelError::Comm { rank, source })?;
     if rank == 0 {
         snapshot.commit()?;
     }

@@ -9,7 +9,7 @@ use super::run::{Shared, TrainError};
 use crate::config::TrainConfig;
 use crate::data::{eval_batches, ImageDataset, TokenLoader, TrainData};
 use crate::models::{EvalStats, Net};
-use gradcomp_dp::{DataParallel, SyncError};
+use gradcomp_dp::{DataParallel, DataParallelError};
 
 /// Images per evaluation batch.
 const IMAGE_BATCH: usize = 500;
@@ -61,9 +61,9 @@ pub fn share<M: Net>(model: &M, set: EvalSet<'_>, rank: usize, workers: usize) -
 
 /// Sums every worker's share. Counts are exact in f64 from their f32 sums
 /// up to 2^24; the loss is good to about 7 digits.
-fn sum(stats: EvalStats, c: &mut dyn Collective) -> Result<EvalStats, SyncError> {
+fn sum(stats: EvalStats, c: &mut dyn Collective) -> Result<EvalStats, DataParallelError> {
     let mut v = [stats.loss_sum as f32, stats.correct as f32, stats.count as f32];
-    c.allreduce_sum_f32(&mut v).map_err(|source| SyncError::Comm { rank: c.rank(), source })?;
+    c.allreduce_sum_f32(&mut v).map_err(|source| DataParallelError::Comm { rank: c.rank(), source })?;
     Ok(EvalStats {
         loss_sum: f64::from(v[0]),
         correct: f64::from(v[1]).round() as u64,

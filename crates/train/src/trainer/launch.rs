@@ -10,7 +10,7 @@ use super::run::{RunSummary, Shared, TrainError};
 use super::worker;
 use crate::config::Backend;
 use crate::models::Net;
-use gradcomp_dp::SyncError;
+use gradcomp_dp::DataParallelError;
 
 pub(super) fn run<M: Net>(
     sh: &Shared<'_>,
@@ -30,7 +30,7 @@ fn in_process<M: Net>(
         InProcessGroup::new(sh.cfg.workers).timeout(Duration::from_secs_f64(sh.cfg.comm.timeout_seconds));
     let results = group
         .run(|c| worker::run(gradcomp_comm::Collective::rank(&c), c, sh, make.clone()))
-        .map_err(|source| SyncError::Comm { rank: 0, source })?;
+        .map_err(|source| DataParallelError::Comm { rank: 0, source })?;
     let results = results
         .into_iter()
         .map(|r| r.unwrap_or_else(|p| Err(TrainError::Panic { rank: p.rank, message: p.message })))
@@ -64,7 +64,7 @@ fn mpi_rank<M: Net>(
 ) -> Result<RunSummary, TrainError> {
     let timeout = Duration::from_secs_f64(sh.cfg.comm.timeout_seconds);
     let c = gradcomp_comm::mpi::MpiCollective::init(Some(sh.cfg.workers), timeout)
-        .map_err(|source| SyncError::Comm { rank: 0, source })?
+        .map_err(|source| DataParallelError::Comm { rank: 0, source })?
         .heartbeat_bound(Duration::from_secs_f64(sh.cfg.comm.heartbeat_seconds));
     // Other ranks return no summary: theirs is rank 0's.
     let rank = gradcomp_comm::Collective::rank(&c);

@@ -16,7 +16,7 @@ use crate::config::TrainConfig;
 use crate::records::{link_key, EpochRecord, JsonLines, StepRecord};
 use gradcomp_comm::CollectiveCall;
 use gradcomp_dp::exchange::BucketTimes;
-use gradcomp_dp::{DataParallel, StepStats, SyncError};
+use gradcomp_dp::{DataParallel, DataParallelError, StepStats};
 
 const OPS: usize = OpKind::ALL.len();
 
@@ -181,7 +181,7 @@ impl Recorder {
         dp: &DataParallel,
         resume_at: Option<u64>,
     ) -> Result<Self, TrainError> {
-        let compressed_elems = dp.units().iter().filter(|u| !u.dense).map(|u| u.len).sum();
+        let compressed_elems = dp.units().iter().filter(|u| !u.excluded).map(|u| u.len).sum();
         let mut r = Recorder {
             steps: Vec::new(),
             totals: Counters { workers: sh.cfg.workers, ..Default::default() },
@@ -222,7 +222,7 @@ impl Recorder {
         let mine = serde_json::to_vec(&self.steps).expect("step records serialize");
         let mut g = Gathered::default();
         let c = dp.collective_mut();
-        c.allgatherv(&mine, &mut g).map_err(|source| SyncError::Comm { rank, source })?;
+        c.allgatherv(&mine, &mut g).map_err(|source| DataParallelError::Comm { rank, source })?;
         let steps = std::mem::take(&mut self.steps);
         if rank != 0 {
             return Ok(());

@@ -13,7 +13,7 @@ use crate::config::{ConfigError, TrainConfig};
 use crate::data::{DataError, TrainData};
 use crate::models::Net;
 use crate::records::EpochRecord;
-use gradcomp_dp::SyncError;
+use gradcomp_dp::DataParallelError;
 
 /// Why a run stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -23,7 +23,7 @@ pub enum TrainError {
     #[error(transparent)]
     Data(#[from] DataError),
     #[error(transparent)]
-    Sync(#[from] SyncError),
+    DataParallel(#[from] DataParallelError),
     #[error("checkpoint: {0}")]
     Checkpoint(String),
     #[error("records: {0}")]
@@ -37,7 +37,7 @@ pub enum TrainError {
 impl TrainError {
     /// Whether this error only reports another worker's failure.
     pub(super) fn is_secondary(&self) -> bool {
-        matches!(self, TrainError::Sync(e) if e.is_secondary())
+        matches!(self, TrainError::DataParallel(e) if e.is_secondary())
     }
 }
 

@@ -19,7 +19,7 @@ use crate::data::Loader;
 use crate::models::Net;
 use crate::records::{git_revision, write_atomic, EpochRecord, Hardware, Manifest, UnitRecord};
 use crate::schedule::Schedule;
-use gradcomp_dp::{Cuts, DataParallel, DataParallelState, SyncError};
+use gradcomp_dp::{Cuts, DataParallel, DataParallelError, DataParallelState, InitDataParallel};
 
 /// Runs worker `rank` to the end; rank 0 returns the run's summary.
 pub(super) fn run<M: Net>(
@@ -448,7 +448,7 @@ impl<'a, 's, M: Net> Worker<'a, 's, M> {
         let mut params = Vec::new();
         gradcomp_dp::params::read_params(&consensus, &mut params);
         let rank = self.dp.rank();
-        self.dp.collective_mut().barrier().map_err(|source| SyncError::Comm { rank, source })?;
+        self.dp.collective_mut().barrier().map_err(|source| DataParallelError::Comm { rank, source })?;
         Ok((rank == 0).then(|| RunSummary {
             run_dir: self.sh.run_dir.clone(),
             epochs: self.epoch_records,
@@ -487,7 +487,7 @@ fn write_manifest(sh: &Shared<'_>, dp: &DataParallel) -> Result<(), TrainError> 
                 name: u.name.clone(),
                 len: u.len,
                 shape: u.shape.clone(),
-                dense: u.dense,
+                dense: u.excluded,
             })
             .collect(),
         data: sh.data.summary(),

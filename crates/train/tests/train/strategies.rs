@@ -65,7 +65,7 @@ fn invalid_strategy_combinations_are_config_errors() {
         ("[strategy]\nkind = \"celgc\"\ngamma = -1.0", "strategy.gamma"),
         ("[compressor]\nname = \"esgd\"\nbeta = 1.0", "compressor.beta"),
         ("[strategy]\nkind = \"celgc\"\nperiod = 2\naverage = \"gradients\"", "strategy.average"),
-        ("[strategy]\nkind = \"celgc\"\n[compressor]\nname = \"topk\"", "compressor.name"),
+        ("[strategy]\nkind = \"celgc\"\n[compressor]\nname = \"topk\"", "strategy.compress_delta"),
     ] {
         let base = format!("name = \"x\"\nrun_dir = \"{}\"\n", d.path().display());
         let e = TrainConfig::from_toml(&format!("{base}{extra}"), &[]).unwrap_err();

@@ -30,7 +30,7 @@ pub(crate) fn aggregate(
 ) -> Result<(), CodecError> {
     let n = ups.len();
     let mut cursors: Vec<&[u8]> = ups.iter().collect();
-    for u in plan.buckets[b].clone().filter(|&u| plan.route[u] == Route::Server) {
+    for u in plan.buckets[b].clone().filter(|&u| plan.units[u].route == Route::Server) {
         let unit = &plan.units[u];
         let firsts: Vec<&[u8]> = cursors
             .iter_mut()
@@ -44,7 +44,7 @@ pub(crate) fn aggregate(
         let scales = firsts.iter().map(|b| codec::ternary_scale(b)).collect::<Result<Vec<_>, _>>()?;
         let same_scale = scales.iter().all(|s| s.is_some())
             && scales.windows(2).all(|w| w[0].map(f32::to_bits) == w[1].map(f32::to_bits));
-        if plan.vote[u] {
+        if plan.units[u].vote {
             s.avg.clear();
             s.avg.resize(unit.len, 0.0);
             for b in &firsts {

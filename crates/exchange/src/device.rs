@@ -71,12 +71,12 @@ impl DeviceUnits {
     /// Uploads the host compressors' and memories' state (a checkpoint
     /// restored into them), so that either path continues the other's run.
     pub(super) fn load(&mut self, host: &HostCompression) -> Result<(), String> {
-        for (dev, host) in self.compressors.iter_mut().zip(&host.compressors) {
-            let state: Vec<Vec<f32>> = host.state().into_iter().map(<[f32]>::to_vec).collect();
+        for (dev, host) in self.compressors.iter_mut().zip(&host.units) {
+            let state: Vec<Vec<f32>> = host.compressor().state().into_iter().map(<[f32]>::to_vec).collect();
             dev.restore(&self.client, &state)?;
         }
-        for (dev, host) in self.memories.iter_mut().zip(&host.memories) {
-            let state = host.state();
+        for (dev, host) in self.memories.iter_mut().zip(&host.units) {
+            let state = host.memory().state();
             match dev {
                 DeviceMemory::None => {}
                 DeviceMemory::ErrorFeedback(ef) => {
@@ -105,7 +105,7 @@ impl DeviceUnits {
         density: Option<f64>,
         host: &HostCompression,
     ) -> Result<Self, String> {
-        if plan.raw.iter().all(|&r| r) {
+        if plan.units.iter().all(|u| u.raw) {
             return Err("every unit travels uncompressed: one read-back on the host is cheapest".into());
         }
         if let Some(c) = &recipe.custom {
@@ -123,9 +123,9 @@ impl DeviceUnits {
             })
             .collect::<Result<_, String>>()?;
         let memories = plan
-            .has_memory
+            .units
             .iter()
-            .map(|&m| match (m, recipe.memory) {
+            .map(|u| match (u.has_memory, recipe.memory) {
                 (true, MemoryKind::ErrorFeedback) => {
                     DeviceMemory::ErrorFeedback(DeviceErrorFeedback::new(recipe.residual))
                 }
@@ -180,15 +180,15 @@ impl<'a> DeviceCompression<'a> {
 }
 
 impl LocalCompression for DeviceCompression<'_> {
-    /// The compressors' rounds (PowerSGD's two), or TernGrad's one.
+    /// The compressors' rounds: PowerSGD's two, TernGrad's shared scaler's one.
     fn rounds(&self) -> usize {
-        self.units.compressors.iter().map(|c| c.rounds()).max().unwrap_or(0).max(1)
+        self.units.compressors.iter().map(|c| c.rounds()).max().unwrap_or(0)
     }
 
     fn compensate(&mut self, plan: &Plan, u: usize, _grad: &[f32], lr: f32) -> Result<(), ExchangeError> {
         let d = &mut *self.units;
         let g = &self.grad.units[u];
-        if plan.raw[u] {
+        if plan.units[u].raw {
             let unit = &plan.units[u];
             let host = g.read(&d.client).map_err(device_error)?;
             d.raw_host[unit.offset..unit.offset + unit.len].copy_from_slice(&host);
@@ -212,7 +212,7 @@ impl LocalCompression for DeviceCompression<'_> {
         ctx: &UnitContext,
         out: &mut Vec<f32>,
     ) -> Result<Option<ReduceOp>, ExchangeError> {
-        if plan.raw[u] {
+        if plan.units[u].raw {
             return Ok(None);
         }
         let input = self.input(u)?.clone();

@@ -129,7 +129,7 @@ impl GradientExchange {
     }
 
     pub fn set_density(&mut self, rho: f64) {
-        self.host.compressors.iter_mut().for_each(|c| c.set_density(rho));
+        self.host.units.iter_mut().for_each(|c| c.compressor_mut().set_density(rho));
         self.density = Some(rho);
         #[cfg(feature = "device-kernels")]
         if let Some(d) = &mut self.device {

@@ -52,7 +52,7 @@ impl RoundValues {
                 let values = &mut self.values[slot(op)];
                 self.parts[slot(op)].push((u, values.len()..values.len() + self.unit.len()));
                 values.extend_from_slice(&self.unit);
-                if plan.route[u] == Route::Agreed {
+                if plan.units[u].route == Route::Agreed {
                     agreed += self.unit.len();
                 }
             }

@@ -136,6 +136,18 @@ impl DataParallelConfig {
         self
     }
 
+    /// DGC momentum's correction factor (`compression.dgc_momentum`, in [0, 1)).
+    pub fn with_dgc_momentum(mut self, momentum: f32) -> Self {
+        self.compression.dgc_momentum = momentum;
+        self
+    }
+
+    /// DGC's local gradient clipping at `local_clip · N^(−1/2)` (0: off).
+    pub fn with_local_clip(mut self, local_clip: f64) -> Self {
+        self.compression.local_clip = local_clip;
+        self
+    }
+
     /// Whether to compress on the model's GPU when it can (`compression.on_device`).
     pub fn with_on_device(mut self, on_device: bool) -> Self {
         self.compression.on_device = on_device;
@@ -165,6 +177,14 @@ impl DataParallelConfig {
     pub fn with_celgc(mut self, period: u64, gamma: f64, base_lr: f64) -> Self {
         self.strategy = StrategyConfig { kind: StrategyKind::Celgc, period, gamma, ..Default::default() };
         self.base_lr = Some(base_lr);
+        self
+    }
+
+    /// CELGC (or any model averaging): send the periodic model change
+    /// through the compressor with error feedback instead of averaging the
+    /// models densely (`strategy.compress_delta`).
+    pub fn with_compress_delta(mut self, compress_delta: bool) -> Self {
+        self.strategy.compress_delta = compress_delta;
         self
     }
 

@@ -12,15 +12,6 @@ use crate::error::ExchangeError;
 /// Both reduce operations, in the order a round runs their collectives.
 pub(crate) const REDUCE_OPS: [ReduceOp; 2] = [ReduceOp::Max, ReduceOp::Sum];
 
-/// A two-phase compressor's contribution to round 0: its local scalar,
-/// max-reduced (TernGrad's shared scaler, ALGORITHMS.md §1.2).
-pub(crate) fn scalar_round(scalar: Option<f32>, out: &mut Vec<f32>) -> Option<ReduceOp> {
-    scalar.map(|s| {
-        out.push(s);
-        ReduceOp::Max
-    })
-}
-
 /// Each unit's memory and compressor, wherever they live. Units are
 /// indices into the [`Plan`]; `grad` is the host gradient as filled so far
 /// (empty where the gradient lives on the device, which then holds its own).

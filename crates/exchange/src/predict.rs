@@ -15,7 +15,7 @@ use std::time::Instant;
 use gradcomp_comm::{NetworkModel, ServerPlacement};
 use gradcomp_compress::codec;
 use gradcomp_compress::message::TernarySumMessage;
-use gradcomp_compress::{Combine, CompressorConfig, Message, RngKey, UnitContext, UnitRng};
+use gradcomp_compress::{Combine, CompressionUnit, CompressorConfig, Message, RngKey, UnitContext, UnitRng};
 
 /// What a step computes and the tensors it exchanges.
 #[derive(Clone, Debug, PartialEq)]
@@ -87,18 +87,18 @@ pub fn measure(label: &str, compressor: CompressorConfig, route: Route, shapes: 
     let mut rng = UnitRng::from_parts(&[7]);
     let grads: Vec<Vec<f32>> =
         units.iter().map(|&n| (0..n).map(|_| rng.next_gaussian() as f32 * 1e-3).collect()).collect();
-    let mut comps: Vec<_> = shapes
+    let mut comps: Vec<CompressionUnit> = shapes
         .iter()
         .map(|s| {
-            if compressor.compresses(s) {
+            let c = if compressor.compresses(s) {
                 compressor.build_for(s)
             } else {
                 CompressorConfig::Dense {}.build()
-            }
+            };
+            CompressionUnit::new(c, None)
         })
         .collect();
     let mut rounds: Vec<u64> = Vec::new();
-    let mut values = Vec::new();
     let first = compressor.first_compressed_step();
     let mut msgs: Vec<Message> = units.iter().map(|_| Message::default()).collect();
     let mut wires: Vec<Vec<u8>> = units.iter().map(|_| Vec::new()).collect();
@@ -108,23 +108,14 @@ pub fn measure(label: &str, compressor: CompressorConfig, route: Route, shapes: 
     for rep in 0..REPS as u64 {
         for (u, g) in grads.iter().enumerate() {
             let t = Instant::now();
-            let ctx = UnitContext {
-                key: RngKey::new(1, 0, first + rep, u as u32),
-                shared_scalar: None,
-                loss: Some(1.0),
-            };
+            let ctx = UnitContext { key: RngKey::new(1, 0, first + rep, u as u32), loss: Some(1.0) };
             // The agreement rounds as the sole worker, their bytes counted once.
-            for round in 0..comps[u].rounds() {
-                values.clear();
-                if comps[u].round_contribution(round, g, &ctx, &mut values).is_some() {
-                    comps[u].round_result(round, &values, 1);
-                    if rep == 0 {
-                        rounds.resize(rounds.len().max(round + 1), 0);
-                        rounds[round] += 4 * values.len() as u64;
-                    }
+            comps[u].step_alone(g, 1.0, &ctx, &mut msgs[u], |round, values| {
+                if rep == 0 {
+                    rounds.resize(rounds.len().max(round + 1), 0);
+                    rounds[round] += 4 * values.len() as u64;
                 }
-            }
-            comps[u].compress(g, &ctx, &mut msgs[u]);
+            });
             wires[u].clear();
             codec::encode(&msgs[u], u as u32, &mut wires[u]);
             ctimes[u].push(t.elapsed().as_secs_f64());
@@ -135,7 +126,7 @@ pub fn measure(label: &str, compressor: CompressorConfig, route: Route, shapes: 
     }
     let costs: Vec<UnitCost> = (0..units.len())
         .map(|u| UnitCost {
-            upload: match (comps[u].combine(), route) {
+            upload: match (comps[u].compressor().combine(), route) {
                 // The rounds carried it: each worker forms the result itself.
                 (Combine::Agreed, _) => 0,
                 (combine, Route::Allreduce) => allreduce_bytes(combine, units[u], &wires[u]),
@@ -207,8 +198,7 @@ pub fn allreduce_bytes(combine: Combine, d: usize, encoded: &[u8]) -> u64 {
 /// every other compressor.
 pub fn code_width(compressor: &CompressorConfig, n: usize) -> u64 {
     match compressor {
-        CompressorConfig::Terngrad(_) if n > i16::MAX as usize => 4,
-        CompressorConfig::Terngrad(_) if n > i8::MAX as usize => 2,
+        CompressorConfig::Terngrad(_) => crate::plan::CodeWidth::for_workers(n).bytes(),
         _ => 1,
     }
 }

@@ -1,6 +1,19 @@
-//! The compressed gradient exchange (ARCHITECTURE.md, "One synchronous
-//! step"): what [`Synchronous`](crate::strategy::Synchronous) runs every
-//! step, and CELGC runs to send compressed model changes.
+//! gradcomp-exchange: the framework-agnostic core of gradcomp. Everything
+//! between a worker's flat gradient and the update it applies, on `&[f32]`
+//! and the [`Collective`](gradcomp_comm::Collective) trait, with no deep
+//! learning framework in its dependency tree: the configuration
+//! ([`config`]), the plan of what travels ([`plan`]), buckets, agreement
+//! rounds, the schedule and its communication thread, host (and, with the
+//! feature `device-kernels`, cubecl device) compression, the strategies on
+//! flat buffers ([`strategy`]), compressor state and its checkpoint form,
+//! and the performance model's methods ([`predict`]). The fronts (the burn
+//! library `gradcomp-dp`, the PyTorch package `gradcomp-py`) read gradients
+//! and parameters from their framework, call this crate and write back.
+//!
+//! # The compressed gradient exchange
+//!
+//! What the synchronous strategy runs every step, and CELGC runs to send
+//! compressed model changes (ARCHITECTURE.md, "The path of one gradient").
 //!
 //! The model's flat gradient is cut into compression units (each tensor at
 //! `layer` granularity, the whole buffer at `global`). Excluded units travel
@@ -54,22 +67,41 @@
 //! None grows with the gradient.
 
 mod bucket;
+pub mod checksum;
+pub mod config;
+pub mod custom;
 #[cfg(feature = "device-kernels")]
 mod device;
+#[cfg(feature = "device-kernels")]
+pub mod device_grad;
+mod error;
+pub mod grad_stages;
 mod gradient_exchange;
+mod group;
 mod host;
+pub mod layout;
 mod local;
-mod plan;
+pub mod plan;
+pub mod predict;
 mod recipe;
 mod rounds;
 mod schedule;
 mod server;
 mod state;
 mod stats;
+pub mod strategy;
 #[cfg(test)]
 mod tests;
 mod wire;
 
+pub use config::{DataParallelConfig, OnNonFinite, Topology};
+pub use custom::CustomCompressor;
+#[cfg(feature = "device-kernels")]
+pub use device_grad::DeviceGrad;
+pub use error::{DataParallelError, ExchangeError};
 pub use gradient_exchange::{Gradient, GradientExchange, StateBuffers, StepInput};
+pub use group::run_in_process;
+pub use layout::{GradientLayout, ParamSlot};
 pub use plan::{bucket_bytes, cut_buckets, Unit};
+pub use state::{StateKey, StateKind};
 pub use stats::{BucketTimes, ExchangeStats};

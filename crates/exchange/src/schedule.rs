@@ -49,7 +49,7 @@ impl StepArgs {
     /// The context of the unit with id `unit`: its random stream (`key`
     /// with the unit's id), and the loss.
     fn unit_context(key: RngKey, loss: Option<f64>, unit: u32) -> UnitContext {
-        UnitContext { key: RngKey { unit, ..key }, shared_scalar: None, loss }
+        UnitContext { key: RngKey { unit, ..key }, loss }
     }
 }
 
@@ -209,7 +209,7 @@ impl ExchangeStep<'_> {
         let (plan, args) = (self.plan, &self.args);
         let t = Instant::now();
         for u in plan.buckets[b].clone() {
-            if plan.raw[u] {
+            if plan.units[u].raw {
                 // The server decodes what it is sent: raw units go as dense messages.
                 if plan.topology == Topology::ParameterServer {
                     let m = self.msgs[u].dense_mut();
@@ -220,7 +220,7 @@ impl ExchangeStep<'_> {
             }
             let ctx = StepArgs::unit_context(args.key, args.loss, plan.units[u].id);
             self.measured[u] = self.local.compress(plan, u, grad, &ctx, &mut self.msgs[u], args.measure)?;
-            st.count(&self.msgs[u], plan.route[u] != Route::Agreed);
+            st.count(&self.msgs[u], plan.units[u].route != Route::Agreed);
         }
         let mut p = self.buffers[b].take().ok_or_else(|| usage("a bucket was packed twice in one step"))?;
         bucket::pack(plan, b, self.msgs, &*self.local, grad, args.inv_n, &mut p);
@@ -251,7 +251,7 @@ impl ExchangeStep<'_> {
         self.in_flight -= 1;
         aggregated?;
         for u in plan.buckets[b].clone() {
-            if plan.has_memory[u] {
+            if plan.units[u].has_memory {
                 self.local.update(u, &self.msgs[u])?;
             }
             plan.to_gradient_units(u, out, self.args.lr);

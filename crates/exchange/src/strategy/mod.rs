@@ -5,7 +5,7 @@
 //! it:
 //!
 //! - `Synchronous`: compressed gradient exchange every step
-//!   ([`GradientExchange`](crate::exchange::GradientExchange): memory →
+//!   ([`GradientExchange`](crate::GradientExchange): memory →
 //!   compressor → codec → collective → decode → aggregate → memory update).
 //!   eSGD and DGC are compressors and memories inside it; DGC's local
 //!   clipping is an option of it.

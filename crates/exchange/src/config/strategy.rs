@@ -54,6 +54,34 @@ pub struct StrategyConfig {
     pub compress_delta: bool,
 }
 
+impl StrategyConfig {
+    /// CELGC: local steps clipped at `gamma` (0: no clipping), models
+    /// averaged every `period` steps, every other option at its default.
+    pub fn celgc(period: u64, gamma: f64) -> Self {
+        Self { kind: StrategyKind::Celgc, period, gamma, ..Default::default() }
+    }
+
+    pub fn with_clip_norm(mut self, clip_norm: ClipNorm) -> Self {
+        self.clip_norm = clip_norm;
+        self
+    }
+
+    pub fn with_average(mut self, average: Average) -> Self {
+        self.average = average;
+        self
+    }
+
+    pub fn with_average_at_epoch_end(mut self, on: bool) -> Self {
+        self.average_at_epoch_end = on;
+        self
+    }
+
+    pub fn with_compress_delta(mut self, on: bool) -> Self {
+        self.compress_delta = on;
+        self
+    }
+}
+
 impl Default for StrategyConfig {
     fn default() -> Self {
         Self {

@@ -4,8 +4,8 @@ use super::base::Strategy;
 use super::celgc::Celgc;
 use super::sync::Synchronous;
 use crate::config::{DataParallelConfig, StrategyKind};
-use crate::exchange::GradientExchange;
 use crate::layout::GradientLayout;
+use crate::GradientExchange;
 
 /// The strategy `cfg` describes, for a model of `layout` among `workers` workers.
 pub fn build(cfg: &DataParallelConfig, layout: &GradientLayout, workers: usize) -> Box<dyn Strategy> {

@@ -6,8 +6,8 @@ use gradcomp_comm::Collective;
 
 use super::base::{Combined, Strategy};
 use crate::error::ExchangeError;
-use crate::exchange::{Gradient, GradientExchange, StateBuffers, StepInput, Unit};
 use crate::grad_stages::CompleteGrad;
+use crate::{Gradient, GradientExchange, StateBuffers, StepInput, Unit};
 
 /// Synchronous exchange, with DGC's optional local gradient clipping.
 pub struct Synchronous {
@@ -122,10 +122,10 @@ impl Strategy for Synchronous {
         self.exchange.units()
     }
 
-    fn state(&self) -> StateBuffers {
+    fn state(&self) -> Result<StateBuffers, ExchangeError> {
         let mut s = StateBuffers::new();
-        self.exchange.state("", &mut s);
-        s
+        self.exchange.state("", &mut s)?;
+        Ok(s)
     }
 
     fn restore(&mut self, state: &StateBuffers) -> Result<(), String> {

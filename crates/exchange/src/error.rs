@@ -1,4 +1,4 @@
-//! Why a call failed: [`SyncError`], what a [`DataParallel`](crate::DataParallel)
+//! Why a call failed: [`DataParallelError`], what a [`DataParallel`](crate::DataParallel)
 //! call returns, and [`ExchangeError`], what the exchange and the strategies
 //! return inside it.
 
@@ -11,8 +11,9 @@ use crate::config::ConfigError;
 /// comes from the group (a peer's failure, a corrupt message, a non-finite
 /// value somewhere) is returned on every worker, so no worker is left waiting.
 #[derive(Debug, thiserror::Error)]
-pub enum SyncError {
-    #[error(transparent)]
+pub enum DataParallelError {
+    /// A configuration mistake, named by the builder call that sets it.
+    #[error("{}", .0.in_library_terms())]
     Config(#[from] ConfigError),
     #[error("worker {rank}: {source}")]
     Comm { rank: usize, source: CommError },
@@ -32,26 +33,32 @@ pub enum SyncError {
     State(String),
     #[error("worker {rank}: {message}; set compression.on_device = false to compress on the host")]
     Device { rank: usize, message: String },
+    /// An in-process worker's thread panicked ([`run_in_process`](crate::run_in_process)).
+    #[error("worker {rank} panicked: {message}")]
+    Panic { rank: usize, message: String },
 }
 
-impl SyncError {
+impl DataParallelError {
     /// Whether this error only reports another worker's failure (the
     /// collective's `PeerFailed`, a peer's non-finite value): when picking
     /// the error to show for a run, the original one is more useful.
     pub fn is_secondary(&self) -> bool {
         matches!(
             self,
-            SyncError::Comm { source: CommError::PeerFailed { .. }, .. } | SyncError::PeerNonFinite { .. }
+            DataParallelError::Comm { source: CommError::PeerFailed { .. }, .. }
+                | DataParallelError::PeerNonFinite { .. }
         )
     }
 
     /// The error worker `rank` reports for an exchange's error.
-    pub(crate) fn from_exchange(rank: usize, e: ExchangeError) -> Self {
+    pub fn from_exchange(rank: usize, e: ExchangeError) -> Self {
         match e {
-            ExchangeError::Comm(source) => SyncError::Comm { rank, source },
-            ExchangeError::Codec { rank: sender, source } => SyncError::Codec { rank, sender, source },
-            e @ ExchangeError::Device(_) => SyncError::Device { rank, message: e.to_string() },
-            ExchangeError::Usage(message) => SyncError::Usage(message),
+            ExchangeError::Comm(source) => DataParallelError::Comm { rank, source },
+            ExchangeError::Codec { rank: sender, source } => {
+                DataParallelError::Codec { rank, sender, source }
+            }
+            e @ ExchangeError::Device(_) => DataParallelError::Device { rank, message: e.to_string() },
+            ExchangeError::Usage(message) => DataParallelError::Usage(message),
         }
     }
 }

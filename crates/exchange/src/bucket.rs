@@ -161,8 +161,8 @@ pub(crate) fn pack(
     p.codes.clear();
     p.wire.clear();
     for u in plan.buckets[b].clone() {
-        match (plan.route[u], &msgs[u]) {
-            (Route::DenseSum, _) if plan.raw[u] => p.dense.extend_from_slice(local.raw(plan, u, grad)),
+        match (plan.units[u].route, &msgs[u]) {
+            (Route::DenseSum, _) if plan.units[u].raw => p.dense.extend_from_slice(local.raw(plan, u, grad)),
             (Route::DenseSum, Message::Dense(m)) => p.dense.extend_from_slice(&m.values),
             (Route::DenseSum, Message::Sparse(m)) => p.dense.extend_from_slice(&m.values),
             (Route::DenseSum, m) => {
@@ -250,8 +250,8 @@ pub(crate) fn aggregate(
     for u in plan.buckets[b].clone() {
         let unit = &plan.units[u];
         let dst = &mut out[unit.offset..unit.offset + unit.len];
-        match (plan.route[u], &msgs[u]) {
-            (Route::DenseSum, Message::Sparse(SparseMessage { indices, .. })) if !plan.raw[u] => {
+        match (plan.units[u].route, &msgs[u]) {
+            (Route::DenseSum, Message::Sparse(SparseMessage { indices, .. })) if !plan.units[u].raw => {
                 for (&i, &s) in indices.iter().zip(&p.dense[at_dense..at_dense + indices.len()]) {
                     dst[i as usize] = s * inv_n;
                 }
@@ -305,12 +305,12 @@ fn aggregate_gathered(
     for (rank, mut bytes) in gathered.iter().enumerate() {
         let codec_error = |source| ExchangeError::Codec { rank, source };
         for u in plan.buckets[b].clone() {
-            if plan.route[u] != Route::Gather {
+            if plan.units[u].route != Route::Gather {
                 continue;
             }
             let unit = &plan.units[u];
             let (first, rest) = codec::split_first(bytes).map_err(codec_error)?;
-            let weight = if plan.vote[u] { 1.0 } else { inv_n };
+            let weight = if plan.units[u].vote { 1.0 } else { inv_n };
             let h = codec::accumulate(first, weight, &mut out[unit.offset..unit.offset + unit.len])
                 .map_err(codec_error)?;
             if h.unit != unit.id {
@@ -322,7 +322,7 @@ fn aggregate_gathered(
             return Err(codec_error(CodecError::TrailingBytes(bytes.len())));
         }
     }
-    for u in plan.buckets[b].clone().filter(|&u| plan.route[u] == Route::Gather && plan.vote[u]) {
+    for u in plan.buckets[b].clone().filter(|&u| plan.units[u].route == Route::Gather && plan.units[u].vote) {
         let unit = &plan.units[u];
         majority_vote(&mut out[unit.offset..unit.offset + unit.len]);
     }

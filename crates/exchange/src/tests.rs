@@ -148,7 +148,7 @@ fn trace(
             steps.push((out.iter().map(|v| v.to_bits()).collect(), wire, st.wire_bytes));
         }
         let mut state = StateBuffers::new();
-        x.state("", &mut state);
+        x.state("", &mut state).unwrap();
         (steps, state)
     })
 }

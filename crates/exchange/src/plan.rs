@@ -10,7 +10,8 @@ use super::recipe::Recipe;
 use crate::config::{CompressionConfig, Granularity, Topology};
 use crate::layout::GradientLayout;
 
-/// One compression unit: a range of the flat gradient.
+/// One compression unit: a range of the flat gradient, and how it travels
+/// (the plan's record of it, fixed for the run).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Unit {
     pub id: u32,
@@ -19,13 +20,28 @@ pub struct Unit {
     pub len: usize,
     /// The tensor's shape (`[len]` for the global unit).
     pub shape: Vec<usize>,
-    /// Sent uncompressed (excluded by policy).
-    pub dense: bool,
+    /// Kept uncompressed by policy (`compression.exclude`).
+    pub excluded: bool,
+    /// Travels uncompressed: excluded, the dense compressor, or a tensor the
+    /// compressor leaves alone (PowerSGD's vectors). No memory; no message
+    /// unless the route needs an encoding.
+    pub raw: bool,
+    /// Has a memory that is not the identity; its compensated gradient is
+    /// the memory's buffer (`Memory::residual` between compensate and update).
+    pub has_memory: bool,
+    /// Its error feedback holds lr-scaled residuals: the aggregate is divided
+    /// by the learning rate to come back to gradient units.
+    pub lr_scaled: bool,
+    /// Its aggregate is the majority vote of the workers' signs (signSGD,
+    /// Signum): summed unweighted, then signed.
+    pub vote: bool,
+    /// The collective its message travels in.
+    pub route: Route,
 }
 
 /// The collective a unit's message travels in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Route {
+pub enum Route {
     /// Summed in one f32 allreduce: units that travel uncompressed, and
     /// Rand-k `same_seed` values.
     DenseSum,
@@ -46,13 +62,11 @@ pub(crate) enum Route {
 impl Route {
     /// `raw`: the unit travels uncompressed (excluded, or a tensor the
     /// compressor leaves alone).
-    fn of(unit: &Unit, raw: bool, topology: Topology, combine: Combine) -> Route {
+    fn of(raw: bool, topology: Topology, combine: Combine) -> Route {
         match topology {
             _ if combine == Combine::Agreed && !raw => Route::Agreed,
             Topology::ParameterServer => Route::Server,
-            _ if raw || unit.dense || matches!(combine, Combine::DenseSum | Combine::SharedIndexSum) => {
-                Route::DenseSum
-            }
+            _ if raw || matches!(combine, Combine::DenseSum | Combine::SharedIndexSum) => Route::DenseSum,
             _ if combine == Combine::HalfSum => Route::HalfSum,
             Topology::Allreduce if combine == Combine::TernarySum => Route::CodeSum,
             _ => Route::Gather,
@@ -63,14 +77,14 @@ impl Route {
 /// The integer TernGrad's code sums travel in: the sum of N codes in
 /// {−1, 0, +1} lies in −N..=N, which i8 holds while 2N + 1 ≤ 255.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum CodeWidth {
+pub enum CodeWidth {
     I8,
     I16,
     I32,
 }
 
 impl CodeWidth {
-    pub(crate) fn for_workers(n: usize) -> CodeWidth {
+    pub fn for_workers(n: usize) -> CodeWidth {
         if n <= i8::MAX as usize {
             CodeWidth::I8
         } else if n <= i16::MAX as usize {
@@ -79,24 +93,21 @@ impl CodeWidth {
             CodeWidth::I32
         }
     }
+
+    /// Bytes per code sum.
+    pub fn bytes(self) -> u64 {
+        match self {
+            CodeWidth::I8 => 1,
+            CodeWidth::I16 => 2,
+            CodeWidth::I32 => 4,
+        }
+    }
 }
 
 /// The units, their routes and the buckets, fixed for the run.
 pub(crate) struct Plan {
+    /// The units in layout order, each with how it travels.
     pub units: Vec<Unit>,
-    /// Units sent as they are (excluded, or the dense compressor): no
-    /// memory, no message unless the topology needs an encoding.
-    pub raw: Vec<bool>,
-    /// Units whose memory is not the identity; their compensated gradient is
-    /// the memory's buffer (`Memory::residual` between compensate and update).
-    pub has_memory: Vec<bool>,
-    /// Units whose error feedback holds lr-scaled residuals: their aggregate
-    /// is divided by the learning rate to come back to gradient units.
-    pub lr_scaled: Vec<bool>,
-    /// Units whose aggregate is the majority vote of the workers' signs
-    /// (signSGD, Signum): summed unweighted, then signed.
-    pub vote: Vec<bool>,
-    pub route: Vec<Route>,
     pub code_width: CodeWidth,
     pub topology: Topology,
     pub placement: ServerPlacement,
@@ -116,29 +127,19 @@ impl Plan {
         (topology, placement): (Topology, ServerPlacement),
         workers: usize,
     ) -> Plan {
-        let units = units(layout, c, granularity);
+        let mut units = units(layout, c, granularity);
         let identity = recipe.passes_through();
-        let raw: Vec<bool> =
-            units.iter().map(|u| u.dense || identity || !recipe.compresses(&u.shape)).collect();
-        let has_memory: Vec<bool> = raw.iter().map(|&r| !r && recipe.has_memory()).collect();
-        let lr_scaled = has_memory.iter().map(|&m| m && recipe.lr_scaled()).collect();
-        let combine = recipe.combine();
-        let vote = raw.iter().map(|&r| !r && combine == Combine::MajorityVote).collect();
-        let route = units.iter().zip(&raw).map(|(u, &r)| Route::of(u, r, topology, combine)).collect();
+        let combine = recipe.combine;
+        for u in &mut units {
+            u.raw = u.excluded || identity || !recipe.compresses(&u.shape);
+            u.has_memory = !u.raw && recipe.has_memory();
+            u.lr_scaled = u.has_memory && recipe.lr_scaled();
+            u.vote = !u.raw && combine == Combine::MajorityVote;
+            u.route = Route::of(u.raw, topology, combine);
+        }
         let lens: Vec<usize> = units.iter().map(|u| u.len).collect();
         let buckets = cut_buckets(&lens, bucket_bytes(c.bucket_mb));
-        Plan {
-            units,
-            raw,
-            has_memory,
-            lr_scaled,
-            vote,
-            route,
-            code_width: CodeWidth::for_workers(workers),
-            topology,
-            placement,
-            buckets,
-        }
+        Plan { units, code_width: CodeWidth::for_workers(workers), topology, placement, buckets }
     }
 
     /// Elements in all units: the flat gradient's length.
@@ -156,12 +157,12 @@ impl Plan {
     /// calls depends on the configuration only, so every worker calls the
     /// same ones.)
     pub(crate) fn has(&self, b: usize, route: Route) -> bool {
-        self.route[self.buckets[b].clone()].contains(&route)
+        self.units[self.buckets[b].clone()].iter().any(|u| u.route == route)
     }
 
     /// Bucket `b`'s units on `route`, in order.
     pub(crate) fn on_route(&self, b: usize, route: Route) -> impl Iterator<Item = &Unit> {
-        self.buckets[b].clone().filter(move |&u| self.route[u] == route).map(|u| &self.units[u])
+        self.units[self.buckets[b].clone()].iter().filter(move |u| u.route == route)
     }
 
     /// Adds the values of `ranges` (flat gradient ranges a stage filled) to
@@ -181,8 +182,8 @@ impl Plan {
 
     /// Divides unit `u`'s aggregate by `lr` if its residuals are lr-scaled.
     pub(crate) fn to_gradient_units(&self, u: usize, out: &mut [f32], lr: f32) {
-        if self.lr_scaled[u] {
-            let unit = &self.units[u];
+        let unit = &self.units[u];
+        if unit.lr_scaled {
             let inv = 1.0 / lr;
             out[unit.offset..unit.offset + unit.len].iter_mut().for_each(|o| *o *= inv);
         }
@@ -190,26 +191,35 @@ impl Plan {
 }
 
 /// The compression units of `layout`: one, or one per tensor with the
-/// excluded ones marked dense.
+/// excluded ones marked; how each travels is [`Plan::new`]'s to fill in.
 fn units(layout: &GradientLayout, c: &CompressionConfig, granularity: Granularity) -> Vec<Unit> {
+    let unit = |id, name: &str, offset, len, shape, excluded| Unit {
+        id,
+        name: name.to_string(),
+        offset,
+        len,
+        shape,
+        excluded,
+        raw: excluded,
+        has_memory: false,
+        lr_scaled: false,
+        vote: false,
+        route: Route::DenseSum,
+    };
     if granularity == Granularity::Global {
         let len = layout.total();
-        return vec![Unit { id: 0, name: "global".into(), offset: 0, len, shape: vec![len], dense: false }];
+        return vec![unit(0, "global", 0, len, vec![len], false)];
     }
     let output_start = layout.output_layer_start();
     layout
         .slots()
         .iter()
         .enumerate()
-        .map(|(i, s)| Unit {
-            id: i as u32,
-            name: s.name.clone(),
-            offset: s.offset,
-            len: s.len,
-            shape: s.shape.clone(),
-            dense: s.len < c.exclude.min_size
+        .map(|(i, s)| {
+            let excluded = s.len < c.exclude.min_size
                 || (c.exclude.last_layer && i >= output_start)
-                || (c.exclude.biases && s.shape.len() <= 1),
+                || (c.exclude.biases && s.shape.len() <= 1);
+            unit(i as u32, &s.name, s.offset, s.len, s.shape.clone(), excluded)
         })
         .collect()
 }

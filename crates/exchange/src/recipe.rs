@@ -17,6 +17,8 @@ pub(crate) struct Recipe {
     pub residual: ResidualForm,
     /// DGC momentum's factor.
     pub momentum: f32,
+    /// How the compressor's messages combine across workers.
+    pub combine: Combine,
 }
 
 impl Recipe {
@@ -28,6 +30,7 @@ impl Recipe {
             memory: cfg.compressor.resolve_memory(c.memory),
             residual: c.residual,
             momentum: c.dgc_momentum,
+            combine: cfg.combine(),
         }
     }
 
@@ -71,12 +74,5 @@ impl Recipe {
     /// Whether every unit travels as it is (the dense compressor).
     pub(crate) fn passes_through(&self) -> bool {
         self.custom.is_none() && matches!(self.compressor, CompressorConfig::Dense {})
-    }
-
-    pub(crate) fn combine(&self) -> Combine {
-        match &self.custom {
-            Some(c) => c.compressor().combine(),
-            None => self.compressor.build().combine(),
-        }
     }
 }

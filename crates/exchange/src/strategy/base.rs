@@ -3,7 +3,7 @@
 use gradcomp_comm::Collective;
 
 use crate::error::ExchangeError;
-use crate::exchange::{ExchangeStats, Gradient, StateBuffers, StepInput, Unit};
+use crate::{ExchangeStats, Gradient, StateBuffers, StepInput, Unit};
 
 /// What a strategy made of one step.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -90,8 +90,9 @@ pub trait Strategy: Send {
     /// The compression units of the gradient exchange, if the strategy has one.
     fn units(&self) -> &[Unit];
 
-    /// The state an exact resume needs (memories, CELGC's anchor and norm).
-    fn state(&self) -> StateBuffers;
+    /// The state an exact resume needs (memories, CELGC's anchor and norm);
+    /// an error if it lives on a device that cannot be read.
+    fn state(&self) -> Result<StateBuffers, ExchangeError>;
 
     /// Restores [`Strategy::state`]. Errors (naming the buffer) if a buffer
     /// is missing or its length does not fit this model and configuration.

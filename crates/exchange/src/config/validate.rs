@@ -109,8 +109,11 @@ impl DataParallelConfig {
         let dense = self.custom.is_none() && matches!(self.compressor, CompressorConfig::Dense {});
         if !st.compress_delta && !dense {
             return Err(err(
-                "compressor.name",
-                "CELGC averages models densely; set strategy.compress_delta = true to send the model change through a compressor",
+                "strategy.compress_delta",
+                format!(
+                    "CELGC averages models densely; to send the model change through compressor {} with error feedback, turn compress_delta on (TOML: strategy.compress_delta = true)",
+                    self.compressor_name()
+                ),
             ));
         }
         if st.gamma > 0.0 && !self.base_lr.is_some_and(|l| l > 0.0 && l.is_finite()) {

@@ -20,8 +20,8 @@ use gradcomp_comm::Collective;
 use super::base::{Combined, Strategy};
 use crate::config::{Average, ClipNorm, StrategyConfig};
 use crate::error::ExchangeError;
-use crate::exchange::{ExchangeStats, Gradient, GradientExchange, StateBuffers, StepInput, Unit};
 use crate::grad_stages::CompleteGrad;
+use crate::{ExchangeStats, Gradient, GradientExchange, StateBuffers, StepInput, Unit};
 
 /// The periodic model change sent through a compressor with error feedback.
 struct DeltaExchange {
@@ -177,14 +177,14 @@ impl Strategy for Celgc {
         self.delta.as_ref().map_or(&[], |d| d.exchange.units())
     }
 
-    fn state(&self) -> StateBuffers {
+    fn state(&self) -> Result<StateBuffers, ExchangeError> {
         let mut s = StateBuffers::new();
         s.insert("celgc.global_norm".into(), vec![self.global_norm.map_or(f32::NAN, |g| g as f32)]);
         if let Some(d) = &self.delta {
             s.insert("celgc.anchor".into(), d.anchor.clone());
-            d.exchange.state("delta.", &mut s);
+            d.exchange.state("delta.", &mut s)?;
         }
-        s
+        Ok(s)
     }
 
     fn restore(&mut self, s: &StateBuffers) -> Result<(), String> {

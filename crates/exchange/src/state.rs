@@ -1,0 +1,166 @@
+//! The exchange's state for checkpoints: each unit's memory buffers and the
+//! state a compressor carries between steps (PowerSGD's Q), named by
+//! [`StateKey`] (`{scope}memory.{unit}.{i}`, `{scope}compressor.{unit}.{i}`),
+//! the same whether the memories live on the host or on the device (so a run
+//! can move between the two).
+
+use std::fmt;
+
+use super::gradient_exchange::{GradientExchange, StateBuffers};
+use crate::error::ExchangeError;
+
+/// What a unit's state buffer holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StateKind {
+    /// A memory's buffer (error-feedback residual, DGC's momentum and
+    /// velocity, eSGD's residual): gradient mass this worker still owes.
+    Memory,
+    /// A compressor's own state (PowerSGD's Q, Signum's momentum).
+    Compressor,
+}
+
+impl StateKind {
+    /// How a buffer name spells the kind.
+    pub fn name(self) -> &'static str {
+        match self {
+            StateKind::Memory => "memory",
+            StateKind::Compressor => "compressor",
+        }
+    }
+
+    /// The kind a name spells, if any.
+    pub fn named(name: &str) -> Option<Self> {
+        [StateKind::Memory, StateKind::Compressor].into_iter().find(|k| k.name() == name)
+    }
+}
+
+/// The name of one unit's state buffer: `scope` (empty, or a strategy's
+/// `delta.`), its kind, the unit and the buffer's index. Its text form is
+/// what checkpoints store.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StateKey {
+    pub scope: String,
+    pub kind: StateKind,
+    pub unit: usize,
+    pub buffer: usize,
+}
+
+impl StateKey {
+    pub fn new(scope: &str, kind: StateKind, unit: usize, buffer: usize) -> Self {
+        StateKey { scope: scope.to_string(), kind, unit, buffer }
+    }
+
+    /// The key a buffer name spells, or `None` for a name that is not a
+    /// unit's state (CELGC's anchor, for one).
+    pub fn parse(name: &str) -> Option<Self> {
+        let mut parts = name.rsplitn(4, '.');
+        let buffer = parts.next()?.parse().ok()?;
+        let unit = parts.next()?.parse().ok()?;
+        let kind = StateKind::named(parts.next()?)?;
+        let scope = parts.next().map_or(String::new(), |s| format!("{s}."));
+        Some(StateKey { scope, kind, unit, buffer })
+    }
+
+    /// Whether buffer `name` is a memory's (gradient mass a worker owes).
+    pub fn names_memory(name: &str) -> bool {
+        Self::parse(name).is_some_and(|k| k.kind == StateKind::Memory)
+    }
+}
+
+impl fmt::Display for StateKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}{}.{}.{}", self.scope, self.kind.name(), self.unit, self.buffer)
+    }
+}
+
+/// Each unit's buffers of `kind` under `scope`.
+fn insert_units<B: Into<Vec<f32>>>(scope: &str, kind: StateKind, units: Vec<Vec<B>>, out: &mut StateBuffers) {
+    for (u, bufs) in units.into_iter().enumerate() {
+        for (i, b) in bufs.into_iter().enumerate() {
+            out.insert(StateKey::new(scope, kind, u, i).to_string(), b.into());
+        }
+    }
+}
+
+impl GradientExchange {
+    /// The memories' and compressors' state as named buffers, read from the
+    /// device when they live there (an error if the device cannot be read).
+    pub fn state(&self, scope: &str, out: &mut StateBuffers) -> Result<(), ExchangeError> {
+        #[cfg(feature = "device-kernels")]
+        if let Some(d) = &self.device {
+            let device = |e: gradcomp_kernels::KernelError| {
+                ExchangeError::Device(format!("reading the device state for a checkpoint: {e}"))
+            };
+            insert_units(scope, StateKind::Memory, d.state().map_err(device)?, out);
+            insert_units(scope, StateKind::Compressor, d.compressor_state().map_err(device)?, out);
+            return Ok(());
+        }
+        let memories = self.host.units.iter().map(|c| c.memory().state()).collect();
+        insert_units(scope, StateKind::Memory, memories, out);
+        let compressors = self.host.units.iter().map(|c| c.compressor().state()).collect();
+        insert_units(scope, StateKind::Compressor, compressors, out);
+        Ok(())
+    }
+
+    /// Restores [`GradientExchange::state`]; every buffer must be present and
+    /// empty (a memory that has not run yet) or exactly its unit's length.
+    pub fn restore(&mut self, scope: &str, state: &StateBuffers) -> Result<(), String> {
+        for (u, cu) in self.host.units.iter_mut().enumerate() {
+            let unit = &self.plan.units[u];
+            let get = |kind, i| {
+                let name = StateKey::new(scope, kind, u, i).to_string();
+                let what = if kind == StateKind::Memory { "memory" } else { "compressor state" };
+                state
+                    .get(&name)
+                    .ok_or_else(|| format!("the {what} of unit {} ({name}) is missing", unit.name))
+            };
+            let mut bufs = Vec::new();
+            for i in 0..cu.memory().state().len() {
+                let b = get(StateKind::Memory, i)?;
+                if !b.is_empty() && b.len() != unit.len {
+                    let name = StateKey::new(scope, StateKind::Memory, u, i);
+                    return Err(format!(
+                        "the memory of unit {} ({name}) holds {} values, the unit has {}",
+                        unit.name,
+                        b.len(),
+                        unit.len
+                    ));
+                }
+                bufs.push(b.clone());
+            }
+            cu.memory_mut().restore(&bufs)?;
+            let bufs = (0..cu.compressor().state().len())
+                .map(|i| get(StateKind::Compressor, i).cloned())
+                .collect::<Result<Vec<_>, _>>()?;
+            cu.compressor_mut().restore(&bufs).map_err(|e| format!("unit {}: {e}", unit.name))?;
+        }
+        // A device form takes the restored state from the host.
+        #[cfg(feature = "device-kernels")]
+        if let Some(d) = &mut self.device {
+            d.load(&self.host)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_round_trip_through_their_names() {
+        for key in [
+            StateKey::new("", StateKind::Memory, 0, 0),
+            StateKey::new("", StateKind::Compressor, 12, 1),
+            StateKey::new("delta.", StateKind::Memory, 3, 1),
+        ] {
+            assert_eq!(StateKey::parse(&key.to_string()), Some(key));
+        }
+        assert_eq!(StateKey::new("delta.", StateKind::Memory, 3, 1).to_string(), "delta.memory.3.1");
+        for other in ["celgc.anchor", "memory.x.0", "memory.0", "residual.0.0", ""] {
+            assert_eq!(StateKey::parse(other), None, "{other}");
+        }
+        assert!(StateKey::names_memory("delta.memory.0.0"));
+        assert!(!StateKey::names_memory("compressor.0.0"));
+    }
+}
