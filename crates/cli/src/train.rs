@@ -269,7 +269,9 @@ pub fn run(a: &TrainArgs) -> Result<()> {
     if let Some(peak) = peak_memory_mb() {
         println!("peak memory: {peak:.0} MB");
     }
-    println!("parameter checksum: {:016x}", summary.params_checksum);
+    // The same seeds give the same bits only on the same kind of CPU (RESULTS.md).
+    let (checksum, numerics) = (summary.params_checksum, gradcomp_train::machine::numerics());
+    println!("parameter checksum: {checksum:016x} (on {numerics})");
     println!(
         "steps: {}{}",
         summary.steps,

@@ -108,14 +108,17 @@ impl DeviceUnits {
         if plan.units.iter().all(|u| u.raw) {
             return Err("every unit travels uncompressed: one read-back on the host is cheapest".into());
         }
-        if let Some(c) = &recipe.custom {
-            return Err(format!("compressor `{}` is the user's own and has no device form", c.name()));
-        }
+        let Some(builtin) = recipe.compressor.builtin() else {
+            return Err(format!(
+                "compressor `{}` is the user's own and has no device form",
+                recipe.compressor.name()
+            ));
+        };
         let compressors = plan
             .units
             .iter()
             .map(|u| {
-                let mut c = DeviceCompressor::new(&recipe.compressor, &u.shape).map_err(|e| e.to_string())?;
+                let mut c = DeviceCompressor::new(builtin, &u.shape).map_err(|e| e.to_string())?;
                 if let Some(rho) = density {
                     c.set_density(rho);
                 }
@@ -125,7 +128,7 @@ impl DeviceUnits {
         let memories = plan
             .units
             .iter()
-            .map(|u| match (u.has_memory, recipe.memory) {
+            .map(|u| match (u.has_memory, recipe.memory_kind()) {
                 (true, MemoryKind::ErrorFeedback) => {
                     DeviceMemory::ErrorFeedback(DeviceErrorFeedback::new(recipe.residual))
                 }

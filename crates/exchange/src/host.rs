@@ -21,7 +21,12 @@ impl HostCompression {
         let units = plan
             .units
             .iter()
-            .map(|u| CompressionUnit::new(recipe.compressor(&u.shape), u.has_memory.then(|| recipe.memory())))
+            .map(|u| {
+                CompressionUnit::new(
+                    recipe.compressor(&u.shape),
+                    if u.has_memory { recipe.memory() } else { None },
+                )
+            })
             .collect();
         HostCompression { units, scratch: Vec::new() }
     }

@@ -87,6 +87,7 @@ mod recipe;
 mod rounds;
 mod schedule;
 mod server;
+pub mod spec;
 mod state;
 mod stats;
 pub mod strategy;
@@ -103,5 +104,6 @@ pub use gradient_exchange::{Gradient, GradientExchange, StateBuffers, StepInput}
 pub use group::run_in_process;
 pub use layout::{GradientLayout, ParamSlot};
 pub use plan::{bucket_bytes, cut_buckets, Unit};
+pub use spec::CompressorSpec;
 pub use state::{StateKey, StateKind};
 pub use stats::{BucketTimes, ExchangeStats};

@@ -52,7 +52,7 @@ pub fn parse(json: &str) -> Result<DataParallelConfig, PyErr> {
     let compressor = parse_compressor(&table)?;
     let mut cfg: DataParallelConfig = serde_path_to_error::deserialize(rest)
         .map_err(|e| value_error(format!("{}: {}", e.path(), e.inner())))?;
-    cfg.compressor = compressor;
+    cfg.compressor = compressor.into();
     cfg.compression.bucket_mb = 1e6;
     cfg.compression.pipeline = false;
     cfg.compression.on_device = false;

@@ -63,7 +63,7 @@ impl InitDataParallel for DataParallelConfig {
         let model = params::write_params(model, &values);
         c.meter_mut().take_step();
         let strategy = crate::strategy::build(&self, &layout, c.world_size());
-        let density = self.custom.is_none().then(|| self.compressor.density()).flatten();
+        let density = self.compressor.density();
         let n = layout.total();
         let dp = DataParallel {
             cfg: self,

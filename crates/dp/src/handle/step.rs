@@ -256,10 +256,7 @@ impl DataParallel {
                 self.step
             )));
         }
-        if self.cfg.custom.is_none()
-            && matches!(self.cfg.compressor, CompressorConfig::Esgd(_))
-            && loss.is_none()
-        {
+        if self.cfg.compressor.is(|c| matches!(c, CompressorConfig::Esgd(_))) && loss.is_none() {
             return Err(DataParallelError::Usage(
                 "eSGD selects by the loss: pass the loss tensor (or (gradients, loss)) to step".into(),
             ));
@@ -278,7 +275,7 @@ impl DataParallel {
     /// warm-up schedule (`compression.warmup`).
     fn set_epoch(&mut self, epoch: u32) {
         self.epoch = Some(epoch);
-        if let Some(rho) = self.cfg.custom.is_none().then(|| self.cfg.compressor.density()).flatten() {
+        if let Some(rho) = self.cfg.compressor.density() {
             let d = self.cfg.compression.warmup.density(epoch, rho);
             self.strategy.set_density(d);
             self.density = Some(d);

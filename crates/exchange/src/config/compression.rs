@@ -3,6 +3,8 @@
 
 use gradcomp_compress::memory::{DensitySchedule, MemoryKind, ResidualForm};
 use gradcomp_compress::CompressorConfig;
+
+use crate::spec::CompressorSpec;
 use serde::{Deserialize, Serialize};
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -20,9 +22,11 @@ pub enum Granularity {
 
 impl Granularity {
     /// The granularity in effect for `compressor`.
-    pub fn resolve(self, compressor: &CompressorConfig) -> Granularity {
+    pub fn resolve(self, compressor: &CompressorSpec) -> Granularity {
         match self {
-            Granularity::Auto if matches!(compressor, CompressorConfig::Esgd(_)) => Granularity::Global,
+            Granularity::Auto if compressor.is(|c| matches!(c, CompressorConfig::Esgd(_))) => {
+                Granularity::Global
+            }
             Granularity::Auto => Granularity::Layer,
             g => g,
         }

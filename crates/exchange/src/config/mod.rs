@@ -16,10 +16,11 @@ pub use topology::{ServerPlace, Topology};
 
 use gradcomp_comm::ServerPlacement;
 use gradcomp_compress::memory::{DensitySchedule, MemoryKind, ResidualForm};
-use gradcomp_compress::{Combine, CompressorConfig};
+use gradcomp_compress::Combine;
 use serde::{Deserialize, Serialize};
 
 use crate::custom::CustomCompressor;
+use crate::spec::CompressorSpec;
 
 /// What a NaN or Inf in any worker's gradient or loss does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -39,12 +40,9 @@ pub enum OnNonFinite {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct DataParallelConfig {
-    /// The compressor of every compression unit.
-    pub compressor: CompressorConfig,
-    /// A compressor of the user's own, used instead of `compressor` when set
-    /// (not serialized: it is code).
-    #[serde(skip)]
-    pub custom: Option<CustomCompressor>,
+    /// The compressor of every compression unit: a built-in method (the
+    /// TOML's `[compressor]`) or a compressor of the user's own.
+    pub compressor: CompressorSpec,
     /// Granularity, memory, residual form, density warm-up, exclusions, DGC's local clipping.
     pub compression: CompressionConfig,
     /// The collective pattern; `None` picks the one the compressor's
@@ -74,8 +72,7 @@ pub struct DataParallelConfig {
 impl Default for DataParallelConfig {
     fn default() -> Self {
         Self {
-            compressor: CompressorConfig::dense(),
-            custom: None,
+            compressor: CompressorSpec::default(),
             compression: CompressionConfig::default(),
             topology: None,
             server: ServerPlace::CoLocated,
@@ -90,15 +87,16 @@ impl Default for DataParallelConfig {
 }
 
 impl DataParallelConfig {
-    /// Synchronous data parallelism with `compressor` and every other option
-    /// at its default (the topology and granularity the compressor needs).
-    pub fn new(compressor: CompressorConfig) -> Self {
-        Self { compressor, ..Default::default() }
+    /// Synchronous data parallelism with `compressor` (a `CompressorConfig`,
+    /// or a `CustomCompressor`) and every other option at its default (the
+    /// topology and granularity the compressor needs).
+    pub fn new(compressor: impl Into<CompressorSpec>) -> Self {
+        Self { compressor: compressor.into(), ..Default::default() }
     }
 
     /// Synchronous data parallelism with a compressor of the user's own.
     pub fn custom(compressor: CustomCompressor) -> Self {
-        Self { custom: Some(compressor), ..Default::default() }
+        Self::new(compressor)
     }
 
     pub fn with_topology(mut self, topology: Topology) -> Self {
@@ -215,18 +213,12 @@ impl DataParallelConfig {
 
     /// How the compressor's messages combine across workers.
     pub fn combine(&self) -> Combine {
-        match &self.custom {
-            Some(c) => c.compressor().combine(),
-            None => self.compressor.build().combine(),
-        }
+        self.compressor.combine()
     }
 
     /// The compressor's name, as records and errors show it.
     pub fn compressor_name(&self) -> String {
-        match &self.custom {
-            Some(c) => c.name().to_string(),
-            None => self.compressor.name().to_string(),
-        }
+        self.compressor.name().to_string()
     }
 
     /// The topology in effect: the configured one, or the one the
@@ -251,8 +243,8 @@ impl DataParallelConfig {
     /// name), compared across workers.
     pub fn fingerprint(&self) -> u64 {
         let mut json = serde_json::to_string(self).expect("configurations serialize");
-        if let Some(c) = &self.custom {
-            json.push_str(&format!("custom:{c:?}"));
+        if let CompressorSpec::Custom(c) = &self.compressor {
+            json.push_str(&format!("{c:?}"));
         }
         crate::checksum::checksum_bytes(json.as_bytes())
     }

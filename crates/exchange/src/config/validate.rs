@@ -13,8 +13,8 @@ fn err(key: &str, problem: impl Into<String>) -> ConfigError {
 impl DataParallelConfig {
     /// Every check that can be made before any work starts.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        if self.custom.is_none() {
-            self.compressor.validate().map_err(|e| err(&format!("compressor.{}", e.key), e.problem))?;
+        if let Some(c) = self.compressor.builtin() {
+            c.validate().map_err(|e| err(&format!("compressor.{}", e.key), e.problem))?;
         }
         self.validate_compression()?;
         self.validate_strategy()?;
@@ -63,7 +63,7 @@ impl DataParallelConfig {
                 "must be > 0 and at most 1e6 MiB (25 is DDP's default; a value larger than the model sends one bucket)",
             ));
         }
-        if self.custom.is_none() && matches!(self.compressor, CompressorConfig::Esgd(_)) {
+        if self.compressor.is(|c| matches!(c, CompressorConfig::Esgd(_))) {
             if self.granularity() != Granularity::Global {
                 return Err(err(
                     "compression.granularity",
@@ -106,8 +106,7 @@ impl DataParallelConfig {
         if st.average == Average::Gradients && st.compress_delta {
             return Err(err("strategy.compress_delta", "applies to model averaging only"));
         }
-        let dense = self.custom.is_none() && matches!(self.compressor, CompressorConfig::Dense {});
-        if !st.compress_delta && !dense {
+        if !st.compress_delta && !self.compressor.sends_values_as_they_are() {
             return Err(err(
                 "strategy.compress_delta",
                 format!(

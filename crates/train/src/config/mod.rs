@@ -116,9 +116,8 @@ impl TrainConfig {
     /// The data-parallel part of the configuration, as the library API takes it.
     pub fn data_parallel(&self) -> DataParallelConfig {
         DataParallelConfig {
-            compressor: self.compressor.clone(),
+            compressor: self.compressor.clone().into(),
             compression: self.compression.clone(),
-            custom: None,
             topology: self.comm.topology,
             server: self.comm.server,
             strategy: self.strategy.clone(),
