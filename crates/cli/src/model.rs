@@ -142,7 +142,7 @@ pub fn run(a: &Args) -> Result<()> {
         "profile: {} parameters in {} tensors, {:.2} ms compute per step (batch {} per worker)",
         total,
         p.work.units.len(),
-        p.work.compute_s * 1e3,
+        p.work.compute_seconds * 1e3,
         p.batch
     );
     if a.dry_run {
@@ -170,7 +170,7 @@ fn methods_table(md: &mut String, p: &Profile, ms: &[Method], total: usize) {
     let _ = writeln!(
         md,
         "Compute {:.2} ms per step (batch {} per worker); {} parameters. Speedup = dense step time / method step time at the same N and link.\n",
-        p.work.compute_s * 1e3,
+        p.work.compute_seconds * 1e3,
         p.batch,
         total
     );
@@ -184,8 +184,8 @@ fn methods_table(md: &mut String, p: &Profile, ms: &[Method], total: usize) {
             "| {} | {} | {:.3} | {:.3} |",
             m.label,
             m.upload,
-            m.compress_s * 1e3,
-            m.decode_s * 1e3
+            m.compress_seconds * 1e3,
+            m.decode_seconds * 1e3
         );
     }
 }
@@ -331,7 +331,7 @@ fn bucket_stages(
                 }
             };
             let sum = |f: fn(&UnitCost) -> f64| us.iter().map(f).sum::<f64>();
-            [sum(|u| u.compress_s), wire, decoders * sum(|u| u.decode_s)]
+            [sum(|u| u.compress_seconds), wire, decoders * sum(|u| u.decode_seconds)]
         })
         .collect()
 }
@@ -359,7 +359,7 @@ fn timeline(cfg: &TrainConfig, p: &Profile) -> Result<()> {
         let span = times.last().map_or(0.0, |t| t[2][1]);
         // The agreement rounds run after the backward pass, before any bucket.
         let rounds = if n > 1 { rounds_seconds(&m, n, &net) } else { 0.0 };
-        let c = p.work.compute_s + rounds;
+        let c = p.work.compute_seconds + rounds;
         let ms = |x: f64| x * 1e3;
         println!(
             "{} with {n} workers at {}: {} bucket(s) of {} MiB, {} ({:?} allreduce, {:?} allgatherv; α {:.0} µs, {:.1} MB/s, ρ {:.0} µs)",
@@ -374,12 +374,12 @@ fn timeline(cfg: &TrainConfig, p: &Profile) -> Result<()> {
             net.bandwidth / 1e6,
             net.rendezvous * 1e6
         );
-        println!("  compute (forward, backward)      0.0 – {:>9.1} ms", ms(p.work.compute_s));
+        println!("  compute (forward, backward)      0.0 – {:>9.1} ms", ms(p.work.compute_seconds));
         if rounds > 0.0 {
             println!(
                 "  agreement rounds ({})  {:>9.1} – {:>9.1} ms",
                 m.rounds.len(),
-                ms(p.work.compute_s),
+                ms(p.work.compute_seconds),
                 ms(c)
             );
         }

@@ -12,7 +12,7 @@ use super::local::LocalCompression;
 use super::plan::{Plan, Unit};
 use super::recipe::Recipe;
 use super::rounds::RoundValues;
-use super::schedule::{self, ExchangeStep, StepArgs};
+use super::schedule::{self, BucketArgs, ExchangeStep};
 use super::server::ServerBuffers;
 use super::stats::{BucketTimes, ExchangeStats};
 use super::wire;
@@ -155,7 +155,7 @@ impl GradientExchange {
                 out.len()
             )));
         }
-        let args = StepArgs {
+        let args = BucketArgs {
             loss: input.loss,
             key: RngKey::new(self.seed, c.rank() as u32, input.step, 0),
             lr: input.lr as f32,
@@ -234,7 +234,7 @@ impl Working {
         &'a mut self,
         plan: &'a Plan,
         local: &'a mut dyn LocalCompression,
-        args: StepArgs,
+        args: BucketArgs,
     ) -> ExchangeStep<'a> {
         ExchangeStep {
             plan,

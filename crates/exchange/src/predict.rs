@@ -21,7 +21,7 @@ use gradcomp_compress::{Combine, CompressionUnit, CompressorConfig, Message, Rng
 #[derive(Clone, Debug, PartialEq)]
 pub struct Workload {
     /// Seconds of forward and backward pass per step on one worker.
-    pub compute_s: f64,
+    pub compute_seconds: f64,
     /// Each tensor's element count.
     pub units: Vec<usize>,
     /// Each tensor's shape (PowerSGD compresses by it).
@@ -29,9 +29,9 @@ pub struct Workload {
 }
 
 impl Workload {
-    pub fn new(compute_s: f64, shapes: Vec<Vec<usize>>) -> Self {
+    pub fn new(compute_seconds: f64, shapes: Vec<Vec<usize>>) -> Self {
         let units = shapes.iter().map(|s| s.iter().product()).collect();
-        Workload { compute_s, units, shapes }
+        Workload { compute_seconds, units, shapes }
     }
 }
 
@@ -63,9 +63,9 @@ pub struct Method {
     /// the buckets (TernGrad's scaler max, PowerSGD's P and Q sums).
     pub rounds: Vec<u64>,
     /// Seconds to compress one step's gradient.
-    pub compress_s: f64,
+    pub compress_seconds: f64,
     /// Seconds to decode and aggregate one worker's message.
-    pub decode_s: f64,
+    pub decode_seconds: f64,
     /// The same three per tensor (the timeline's buckets add them up).
     pub units: Vec<UnitCost>,
 }
@@ -74,8 +74,8 @@ pub struct Method {
 #[derive(Clone, Copy, Default)]
 pub struct UnitCost {
     pub upload: u64,
-    pub compress_s: f64,
-    pub decode_s: f64,
+    pub compress_seconds: f64,
+    pub decode_seconds: f64,
 }
 
 /// Builds the method, measuring its message size and speed (per tensor,
@@ -132,8 +132,8 @@ pub fn measure(label: &str, compressor: CompressorConfig, route: Route, shapes: 
                 (combine, Route::Allreduce) => allreduce_bytes(combine, units[u], &wires[u]),
                 _ => wires[u].len() as u64,
             },
-            compress_s: median(std::mem::take(&mut ctimes[u])),
-            decode_s: median(std::mem::take(&mut dtimes[u])),
+            compress_seconds: median(std::mem::take(&mut ctimes[u])),
+            decode_seconds: median(std::mem::take(&mut dtimes[u])),
         })
         .collect();
     Method {
@@ -142,8 +142,8 @@ pub fn measure(label: &str, compressor: CompressorConfig, route: Route, shapes: 
         route,
         upload: costs.iter().map(|c| c.upload).sum(),
         rounds,
-        compress_s: costs.iter().map(|c| c.compress_s).sum(),
-        decode_s: costs.iter().map(|c| c.decode_s).sum(),
+        compress_seconds: costs.iter().map(|c| c.compress_seconds).sum(),
+        decode_seconds: costs.iter().map(|c| c.decode_seconds).sum(),
         units: costs,
     }
 }
@@ -217,14 +217,14 @@ pub fn ternary_download(units: &[usize], n: usize) -> u64 {
 
 /// Predicted seconds per step for `m` with `n` workers on `net`.
 pub fn step_seconds(p: &Workload, m: &Method, n: usize, net: &NetworkModel) -> f64 {
-    let local = p.compute_s + m.compress_s;
+    let local = p.compute_seconds + m.compress_seconds;
     if n == 1 {
         return local;
     }
     let comm = rounds_seconds(m, n, net)
         + match m.route {
-            Route::Allreduce => net.allreduce(n, m.upload * code_width(&m.compressor, n)) + m.decode_s,
-            Route::Allgather => net.allgatherv_uniform(n, m.upload) + n as f64 * m.decode_s,
+            Route::Allreduce => net.allreduce(n, m.upload * code_width(&m.compressor, n)) + m.decode_seconds,
+            Route::Allgather => net.allgatherv_uniform(n, m.upload) + n as f64 * m.decode_seconds,
             Route::ParameterServer => {
                 // TernGrad downloads integer code sums; everything else the averaged
                 // values, as large as an upload.
@@ -234,7 +234,8 @@ pub fn step_seconds(p: &Workload, m: &Method, n: usize, net: &NetworkModel) -> f
                     m.upload
                 };
                 // The co-located server decodes N uploads; every worker decodes the download.
-                net.push_pull(n, ServerPlacement::CoLocated, m.upload, down) + (n as f64 + 1.0) * m.decode_s
+                net.push_pull(n, ServerPlacement::CoLocated, m.upload, down)
+                    + (n as f64 + 1.0) * m.decode_seconds
             }
         };
     local + comm

@@ -33,7 +33,7 @@ use crate::error::ExchangeError;
 use crate::grad_stages::GradStages;
 
 /// What every bucket of one step needs to know.
-pub(crate) struct StepArgs {
+pub(crate) struct BucketArgs {
     pub loss: Option<f64>,
     /// Seeds the units' randomness, with each unit's id.
     pub key: RngKey,
@@ -45,7 +45,7 @@ pub(crate) struct StepArgs {
     pub workers: usize,
 }
 
-impl StepArgs {
+impl BucketArgs {
     /// The context of the unit with id `unit`: its random stream (`key`
     /// with the unit's id), and the loss.
     fn unit_context(key: RngKey, loss: Option<f64>, unit: u32) -> UnitContext {
@@ -63,7 +63,7 @@ pub(crate) struct ExchangeStep<'a> {
     pub rounds: &'a mut RoundValues,
     /// Per unit, on a measured step: ‖x − C(x)‖², ‖x‖², TernGrad's bound ratio.
     pub measured: &'a mut [Option<[f64; 3]>],
-    pub args: StepArgs,
+    pub args: BucketArgs,
     /// Buckets handed to the wire and not back yet.
     pub in_flight: usize,
 }
@@ -150,7 +150,7 @@ impl ExchangeStep<'_> {
         }
         st.compress_seconds += t.elapsed().as_secs_f64();
         let (key, loss) = (self.args.key, self.args.loss);
-        let ctx = |u: usize| StepArgs::unit_context(key, loss, plan.units[u].id);
+        let ctx = |u: usize| BucketArgs::unit_context(key, loss, plan.units[u].id);
         for round in 0..self.local.rounds() {
             let t = Instant::now();
             let agreed = self.rounds.gather(self.local, plan, units.clone(), round, grad, &ctx)?;
@@ -218,7 +218,7 @@ impl ExchangeStep<'_> {
                 }
                 continue;
             }
-            let ctx = StepArgs::unit_context(args.key, args.loss, plan.units[u].id);
+            let ctx = BucketArgs::unit_context(args.key, args.loss, plan.units[u].id);
             self.measured[u] = self.local.compress(plan, u, grad, &ctx, &mut self.msgs[u], args.measure)?;
             st.count(&self.msgs[u], plan.units[u].route != Route::Agreed);
         }

@@ -55,8 +55,8 @@ pub fn predict<'py>(
             d.set_item("step_seconds", t)?;
             d.set_item("speedup_over_dense", dense / t)?;
             d.set_item("bytes_per_worker", m.upload + m.rounds.iter().sum::<u64>())?;
-            d.set_item("compress_seconds", m.compress_s)?;
-            d.set_item("decode_seconds", m.decode_s)?;
+            d.set_item("compress_seconds", m.compress_seconds)?;
+            d.set_item("decode_seconds", m.decode_seconds)?;
             Ok(d)
         })
         .collect()
