@@ -71,7 +71,7 @@ pub enum Combine {
     /// The agreement rounds are the exchange: every worker's message is
     /// already the aggregate (PowerSGD's P Qᵀ after two allreduces), and
     /// nothing more travels.
-    Agreed,
+    InRounds,
 }
 
 /// Compresses one unit's gradient into a [`Message`]. See the module docs for

@@ -85,7 +85,7 @@ impl CompressionUnit {
     }
 
     /// The values of round `round` combined over `workers` workers.
-    pub fn agreed(&mut self, round: usize, values: &[f32], workers: usize) {
+    pub fn round_result(&mut self, round: usize, values: &[f32], workers: usize) {
         self.compressor.round_result(round, values, workers);
     }
 

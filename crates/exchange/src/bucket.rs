@@ -185,7 +185,7 @@ pub(crate) fn pack(
             // The rounds were the exchange: nothing to pack. (A message of
             // another kind on a summing route cannot be built from a valid
             // configuration; the plan's routes follow `combine`.)
-            (Route::Agreed | Route::HalfSum | Route::CodeSum, _) => {}
+            (Route::InRounds | Route::HalfSum | Route::CodeSum, _) => {}
         }
     }
 }
@@ -272,7 +272,7 @@ pub(crate) fn aggregate(
                 at_codes += unit.len;
             }
             // Every worker's message is already the aggregate.
-            (Route::Agreed, m) => m.add_to(1.0, dst),
+            (Route::InRounds, m) => m.add_to(1.0, dst),
             _ => {}
         }
     }

@@ -223,7 +223,7 @@ impl LocalCompression for DeviceCompression<'_> {
         d.compressors[u].round_contribution(&d.client, round, &input, ctx, out).map_err(device_error)
     }
 
-    fn agreed(&mut self, u: usize, round: usize, values: &[f32], workers: usize) {
+    fn round_result(&mut self, u: usize, round: usize, values: &[f32], workers: usize) {
         self.units.compressors[u].round_result(round, values, workers);
     }
 

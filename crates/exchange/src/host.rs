@@ -64,8 +64,8 @@ impl LocalCompression for HostCompression {
         Ok(self.units[u].contribute(round, slice(plan, u, grad), ctx, out))
     }
 
-    fn agreed(&mut self, u: usize, round: usize, values: &[f32], workers: usize) {
-        self.units[u].agreed(round, values, workers);
+    fn round_result(&mut self, u: usize, round: usize, values: &[f32], workers: usize) {
+        self.units[u].round_result(round, values, workers);
     }
 
     fn compress(

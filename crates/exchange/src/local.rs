@@ -18,7 +18,7 @@ pub(crate) const REDUCE_OPS: [ReduceOp; 2] = [ReduceOp::Max, ReduceOp::Sum];
 ///
 /// The schedule calls, for a group of units that became ready: `compensate`
 /// for each; then, for each agreement round, `contribute` for each and,
-/// once the round's collectives are done, `agreed`; then `compress` for
+/// once the round's collectives are done, `round_result`; then `compress` for
 /// each unit (the raw ones excepted); and, once its bucket is back from the
 /// wire, `update`. Errors are the device's (the host's calls cannot fail).
 pub(crate) trait LocalCompression {
@@ -46,7 +46,7 @@ pub(crate) trait LocalCompression {
 
     /// The combined values (over `workers` workers) of unit `u`'s
     /// contribution to round `round`.
-    fn agreed(&mut self, u: usize, round: usize, values: &[f32], workers: usize);
+    fn round_result(&mut self, u: usize, round: usize, values: &[f32], workers: usize);
 
     /// Compresses unit `u`'s input into `msg` (`ctx` seeds its randomness;
     /// the rounds' results are the unit's own). On a measured step, returns

@@ -56,7 +56,7 @@ pub enum Route {
     Server,
     /// The agreement rounds were the exchange (PowerSGD): every worker's
     /// message is already the aggregate, and nothing more travels.
-    Agreed,
+    InRounds,
 }
 
 impl Route {
@@ -64,7 +64,7 @@ impl Route {
     /// compressor leaves alone).
     fn of(raw: bool, topology: Topology, combine: Combine) -> Route {
         match topology {
-            _ if combine == Combine::Agreed && !raw => Route::Agreed,
+            _ if combine == Combine::InRounds && !raw => Route::InRounds,
             Topology::ParameterServer => Route::Server,
             _ if raw || matches!(combine, Combine::DenseSum | Combine::SharedIndexSum) => Route::DenseSum,
             _ if combine == Combine::HalfSum => Route::HalfSum,

@@ -128,7 +128,7 @@ pub fn measure(label: &str, compressor: CompressorConfig, route: Route, shapes: 
         .map(|u| UnitCost {
             upload: match (comps[u].compressor().combine(), route) {
                 // The rounds carried it: each worker forms the result itself.
-                (Combine::Agreed, _) => 0,
+                (Combine::InRounds, _) => 0,
                 (combine, Route::Allreduce) => allreduce_bytes(combine, units[u], &wires[u]),
                 _ => wires[u].len() as u64,
             },
@@ -187,7 +187,7 @@ pub fn allreduce_bytes(combine: Combine, d: usize, encoded: &[u8]) -> u64 {
         Combine::HalfSum => 2 * d as u64,
         Combine::TernarySum => d as u64,
         Combine::DenseSum => 4 * d as u64,
-        Combine::SharedIndexSum | Combine::Gather | Combine::MajorityVote | Combine::Agreed => {
+        Combine::SharedIndexSum | Combine::Gather | Combine::MajorityVote | Combine::InRounds => {
             encoded.len() as u64
         }
     }

@@ -52,7 +52,7 @@ impl RoundValues {
                 let values = &mut self.values[slot(op)];
                 self.parts[slot(op)].push((u, values.len()..values.len() + self.unit.len()));
                 values.extend_from_slice(&self.unit);
-                if plan.units[u].route == Route::Agreed {
+                if plan.units[u].route == Route::InRounds {
                     agreed += self.unit.len();
                 }
             }
@@ -78,7 +78,7 @@ impl RoundValues {
         workers: usize,
     ) {
         for (u, range) in &self.parts[slot(op)] {
-            local.agreed(*u, round, &values[range.clone()], workers);
+            local.round_result(*u, round, &values[range.clone()], workers);
         }
         self.values[slot(op)] = values;
     }

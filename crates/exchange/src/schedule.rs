@@ -220,7 +220,7 @@ impl ExchangeStep<'_> {
             }
             let ctx = BucketArgs::unit_context(args.key, args.loss, plan.units[u].id);
             self.measured[u] = self.local.compress(plan, u, grad, &ctx, &mut self.msgs[u], args.measure)?;
-            st.count(&self.msgs[u], plan.units[u].route != Route::Agreed);
+            st.count(&self.msgs[u], plan.units[u].route != Route::InRounds);
         }
         let mut p = self.buffers[b].take().ok_or_else(|| usage("a bucket was packed twice in one step"))?;
         bucket::pack(plan, b, self.msgs, &*self.local, grad, args.inv_n, &mut p);

@@ -52,7 +52,7 @@ impl PyCompressor {
             value_error(format!("memory: {memory:?} is not auto, none, error-feedback or dgc-momentum"))
         })?;
         let compressor = cfg.build_for(&shape);
-        if compressor.combine() == Combine::Agreed {
+        if compressor.combine() == Combine::InRounds {
             return Err(value_error(format!(
                 "compressor {} exchanges in allreduce rounds, not one message; use gradcomp.torch.hook",
                 cfg.name()

@@ -8,7 +8,7 @@
 //! 2. round 1 sums Q = Mᵀ P, and Q is divided by N.
 //!
 //! The message is P Qᵀ, the same on every worker: the rounds were the
-//! exchange ([`Combine::Agreed`]), and error feedback keeps M − P Qᵀ. Before
+//! exchange ([`Combine::InRounds`]), and error feedback keeps M − P Qᵀ. Before
 //! step `start_iter` round 0 sums M itself and the message is the plain
 //! average (PyTorch's vanilla allreduce warm-up). Tensors that would not
 //! shrink by `min_compression_rate` (vectors, small matrices) are not given
@@ -258,7 +258,7 @@ impl Compressor for PowerSgd {
     }
 
     fn combine(&self) -> Combine {
-        Combine::Agreed
+        Combine::InRounds
     }
 
     fn rounds(&self) -> usize {

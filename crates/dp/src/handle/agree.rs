@@ -24,7 +24,7 @@ fn unmetered<T>(c: &mut dyn Collective, op: impl FnOnce(&mut dyn Collective) -> 
 }
 
 /// What the agreement round decided.
-pub(super) struct Agreed {
+pub(super) struct Agreement {
     pub skip: bool,
     pub mean_loss: Option<f64>,
     pub seconds: f64,
@@ -38,7 +38,7 @@ impl DataParallel {
         step: u64,
         bad: Option<(&'static str, String)>,
         loss: Option<f64>,
-    ) -> Result<Agreed, DataParallelError> {
+    ) -> Result<Agreement, DataParallelError> {
         let t = Instant::now();
         let (rank, n) = (self.rank(), self.world_size());
         // [stop, loss sum, losses, previous step's bytes, one non-finite flag per rank]
@@ -63,7 +63,7 @@ impl DataParallel {
                 None => DataParallelError::PeerNonFinite { step, ranks: bad_ranks },
             });
         }
-        Ok(Agreed {
+        Ok(Agreement {
             skip: !bad_ranks.is_empty(),
             mean_loss: (control[2] > 0.0).then(|| f64::from(control[1]) / f64::from(control[2])),
             seconds: t.elapsed().as_secs_f64(),

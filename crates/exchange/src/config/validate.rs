@@ -18,7 +18,7 @@ impl DataParallelConfig {
         }
         self.validate_compression()?;
         self.validate_strategy()?;
-        if self.topology() != Topology::Allreduce && self.combine() == Combine::Agreed {
+        if self.topology() != Topology::Allreduce && self.combine() == Combine::InRounds {
             return Err(err(
                 "comm.topology",
                 format!(
@@ -138,7 +138,7 @@ mod tests {
             let cfg = DataParallelConfig::new(CompressorConfig::named(name).unwrap());
             cfg.validate().unwrap_or_else(|e| panic!("{name}'s defaults: {e}"));
             let gathers = matches!(cfg.combine(), Combine::Gather | Combine::MajorityVote);
-            let agrees = cfg.combine() == Combine::Agreed;
+            let agrees = cfg.combine() == Combine::InRounds;
             for topology in [Topology::Allreduce, Topology::Allgather, Topology::ParameterServer] {
                 let refused = (gathers && topology == Topology::Allreduce)
                     || (agrees && topology != Topology::Allreduce);
