@@ -110,22 +110,7 @@ def crate_files(crate_dir):
 
 def expand_use(tree):
     """`a::{b, c::{d, e}}` -> ['a::b', 'a::c::d', 'a::c::e']."""
-    tree = re.sub(r"\s+", "", tree)
-    i = tree.find("{")
-    if i < 0:
-        return [tree]
-    prefix, body = tree[:i], tree[i + 1:tree.rfind("}")]
-    parts, depth, cur = [], 0, ""
-    for ch in body:
-        if ch == "," and depth == 0:
-            parts.append(cur)
-            cur = ""
-            continue
-        depth += ch == "{"
-        depth -= ch == "}"
-        cur += ch
-    parts.append(cur)
-    return [p for part in parts if part for p in expand_use(prefix + part)]
+    return expand_braces(re.sub(r"\s+", "", tree))
 
 
 def resolve(mods, here, path):
@@ -254,7 +239,8 @@ def long_functions(text):
 
 
 def expand_braces(tok):
-    """`a/{b,c}.rs` -> ['a/b.rs', 'a/c.rs'] (nested and repeated groups too)."""
+    """`a/{b,c}.rs` -> ['a/b.rs', 'a/c.rs'], nested and repeated groups too
+    (`a::{b, c::{d, e}}` as a use tree); empty parts (a trailing comma) name nothing."""
     i = tok.find("{")
     if i < 0:
         return [tok]
@@ -276,7 +262,7 @@ def expand_braces(tok):
         depth -= ch == "}"
         cur += ch
     parts.append(cur)
-    return [x for p in parts for x in expand_braces(head + p + tail)]
+    return [x for p in parts if p for x in expand_braces(head + p + tail)]
 
 
 def layout_entries(arch):
