@@ -7,12 +7,13 @@ cd "$(dirname "$0")/.."
 status=0
 for args in "-p gradcomp-exchange --all-features" "-p gradcomp-py"; do
     # shellcheck disable=SC2086
-    found=$(cargo tree $args -e normal,build --prefix none --format '{p}' | awk '{print $1}' | grep -E '^burn' | sort -u || true)
+    crates=$(cargo tree $args -e normal,build --prefix none --format '{p}' | awk '{print $1, $2}' | sort -u)
+    found=$(echo "$crates" | awk '{print $1}' | grep -E '^burn' | sort -u || true)
     if [ -n "$found" ]; then
         echo "cargo tree $args depends on burn: $(echo "$found" | tr '\n' ' ')" >&2
         status=1
     else
-        echo "cargo tree $args: no burn crate ($(cargo tree $args -e normal,build --prefix none --format '{p}' | awk '{print $1, $2}' | sort -u | wc -l) crates)"
+        echo "cargo tree $args: no burn crate ($(echo "$crates" | wc -l) crates)"
     fi
 done
 exit $status

@@ -12,7 +12,7 @@ use thiserror::Error;
 
 use crate::compressor::{Compressor, Dense};
 use crate::lowrank::{PowerSgd, PowerSgdConfig};
-use crate::memory::MemoryKind;
+use crate::memory::{Memory, MemoryKind, ResidualForm};
 use crate::quantize::{
     qsgd, EfSignSgd, EfSignSgdConfig, EightBit, EightBitConfig, Fp16, Natural, NaturalConfig, OneBit,
     OneBitConfig, Qsgd, QsgdConfig, SignSgd, SignSgdConfig, Signum, SignumConfig, TernGrad, TernGradConfig,
@@ -292,6 +292,21 @@ impl CompressorConfig {
         match requested {
             MemoryKind::Auto => self.default_memory(),
             k => k,
+        }
+    }
+
+    /// The memory in effect for `requested` (`auto` resolved), built with
+    /// error feedback's `residual` form and DGC's `momentum`; `None` where
+    /// there is none (the gradient is compressed as it is).
+    pub fn build_memory(
+        &self,
+        requested: MemoryKind,
+        residual: ResidualForm,
+        momentum: f32,
+    ) -> Option<Box<dyn Memory>> {
+        match self.resolve_memory(requested) {
+            MemoryKind::None | MemoryKind::Auto => None,
+            kind => Some(kind.build(residual, momentum)),
         }
     }
 

@@ -44,10 +44,6 @@ impl CompressionUnit {
         &mut *self.memory
     }
 
-    pub fn has_memory(&self) -> bool {
-        self.has_memory
-    }
-
     /// 1. Folds this step's gradient `grad` (the unit's slice) into the
     ///    memory at learning rate `lr` (lr-scaled residuals read it).
     pub fn compensate(&mut self, grad: &[f32], lr: f32) {
@@ -59,11 +55,7 @@ impl CompressionUnit {
     /// The buffer the compressor reads: the memory's compensated gradient,
     /// or `grad` itself for a unit without a memory.
     pub fn input<'a>(&'a self, grad: &'a [f32]) -> &'a [f32] {
-        if self.has_memory {
-            self.memory.residual()
-        } else {
-            grad
-        }
+        input(self.has_memory, &*self.memory, grad)
     }
 
     /// The compressor's agreement rounds (0: none).
@@ -80,7 +72,7 @@ impl CompressionUnit {
         ctx: &UnitContext,
         out: &mut Vec<f32>,
     ) -> Option<ReduceOp> {
-        let x = if self.has_memory { self.memory.residual() } else { grad };
+        let x = input(self.has_memory, &*self.memory, grad);
         self.compressor.round_contribution(round, x, ctx, out)
     }
 
@@ -91,7 +83,7 @@ impl CompressionUnit {
 
     /// 3. Compresses the unit's input (after its rounds) into `msg`.
     pub fn compress(&mut self, grad: &[f32], ctx: &UnitContext, msg: &mut Message) {
-        let x = if self.has_memory { self.memory.residual() } else { grad };
+        let x = input(self.has_memory, &*self.memory, grad);
         self.compressor.compress(x, ctx, msg);
     }
 
@@ -112,10 +104,20 @@ impl CompressionUnit {
         seen: impl FnMut(usize, &[f32]),
     ) {
         self.compensate(grad, lr);
-        let x = if self.has_memory { self.memory.residual() } else { grad };
+        let x = input(self.has_memory, &*self.memory, grad);
         agree_alone(&mut *self.compressor, x, ctx, &mut self.scratch, seen);
         self.compress(grad, ctx, msg);
         self.update(msg);
+    }
+}
+
+/// [`CompressionUnit::input`] from the fields it reads, so that methods
+/// holding the compressor mutably can borrow the memory beside it.
+fn input<'a>(has_memory: bool, memory: &'a dyn Memory, grad: &'a [f32]) -> &'a [f32] {
+    if has_memory {
+        memory.residual()
+    } else {
+        grad
     }
 }
 

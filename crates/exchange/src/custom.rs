@@ -50,6 +50,11 @@ impl CustomCompressor {
         (self.compressor)()
     }
 
+    /// Whether the user gave a memory.
+    pub fn has_memory(&self) -> bool {
+        self.memory.is_some()
+    }
+
     /// A unit's memory, if the user gave one.
     pub fn memory(&self) -> Option<Box<dyn Memory>> {
         self.memory.as_ref().map(|m| m())

@@ -53,7 +53,7 @@ impl Recipe {
     }
 
     pub(crate) fn has_memory(&self) -> bool {
-        self.memory().is_some()
+        self.compressor.has_memory(self.requested)
     }
 
     /// Whether memories hold lr-scaled residuals (gradcomp's error feedback

@@ -116,10 +116,18 @@ impl CompressorSpec {
     ) -> Option<Box<dyn Memory>> {
         match self {
             CompressorSpec::Custom(c) => c.memory(),
-            CompressorSpec::Builtin(_) => match self.memory_kind(requested) {
-                MemoryKind::None | MemoryKind::Auto => None,
-                kind => Some(kind.build(residual, momentum)),
-            },
+            CompressorSpec::Builtin(c) => c.build_memory(requested, residual, momentum),
+        }
+    }
+
+    /// Whether compressed units have a memory (what [`CompressorSpec::memory`]
+    /// would build), without building one.
+    pub fn has_memory(&self, requested: MemoryKind) -> bool {
+        match self {
+            CompressorSpec::Custom(c) => c.has_memory(),
+            CompressorSpec::Builtin(_) => {
+                !matches!(self.memory_kind(requested), MemoryKind::None | MemoryKind::Auto)
+            }
         }
     }
 }
@@ -158,6 +166,7 @@ mod tests {
         assert_eq!(topk.combine(), Combine::Gather);
         assert_eq!(topk.density(), Some(0.01));
         assert!(topk.memory(MemoryKind::Auto, ResidualForm::Raw, 0.9).is_some());
+        assert!(topk.has_memory(MemoryKind::Auto) && !topk.has_memory(MemoryKind::None));
         let mine = CompressorSpec::from(
             CustomCompressor::new("mine", || CompressorConfig::dense().build())
                 .with_memory(|| Box::new(ErrorFeedback::new(ResidualForm::Raw))),
@@ -167,6 +176,7 @@ mod tests {
         assert_eq!(mine.density(), None);
         assert!(mine.compresses(&[3]) && !mine.sends_values_as_they_are());
         assert!(mine.memory(MemoryKind::None, ResidualForm::Raw, 0.9).is_some());
+        assert!(mine.has_memory(MemoryKind::None));
         assert!(CompressorSpec::default().sends_values_as_they_are());
     }
 

@@ -10,7 +10,7 @@
 use std::sync::Mutex;
 
 use gradcomp_compress::aggregate::combine_encoded;
-use gradcomp_compress::memory::{MemoryKind, ResidualForm};
+use gradcomp_compress::memory::ResidualForm;
 use gradcomp_compress::{codec, Combine, CompressionUnit, Message, RngKey, UnitContext};
 use numpy::{PyArray1, PyReadonlyArray1};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
@@ -60,10 +60,7 @@ impl PyCompressor {
         }
         // A compressor's own rounds (TernGrad's shared scaler) run as this
         // worker alone: each message carries its own scale.
-        let memory = match cfg.resolve_memory(kind) {
-            MemoryKind::None | MemoryKind::Auto => None,
-            kind => Some(kind.build(ResidualForm::Raw, 0.9)),
-        };
+        let memory = cfg.build_memory(kind, ResidualForm::Raw, 0.9);
         let combine = compressor.combine();
         let unit = CompressionUnit::new(compressor, memory);
         let inner = Inner { unit, combine, msg: Message::default(), seed, rank };
