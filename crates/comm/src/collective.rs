@@ -3,8 +3,6 @@
 use half::f16;
 use thiserror::Error;
 
-use crate::meter::ByteMeter;
-
 /// Why a collective operation failed. Every rank taking part gets an error
 /// (never a hang) when any of them fails.
 #[derive(Debug, Error, Clone, PartialEq)]
@@ -124,9 +122,10 @@ pub type Aggregate<'a> = dyn FnMut(&Gathered, &mut Vec<u8>) -> Result<(), String
 ///   call once `Gathered` and download buffers have grown to size.
 /// - Results are bitwise identical on all ranks (every element of a reduction
 ///   is computed once and copied), so replicas stay identical.
-/// - Every operation records its bytes in [`Collective::meter`] (logical
-///   message sizes: what the codec produced, not backend-internal traffic,
-///   which the [`NetworkModel`](crate::NetworkModel) derives per algorithm).
+/// - A backend counts nothing: wrapped in [`Metered`](crate::Metered), any
+///   collective's operations are counted in logical message sizes (what the
+///   codec produced, not backend-internal traffic, which the
+///   [`NetworkModel`](crate::NetworkModel) derives per algorithm).
 pub trait Collective: Send {
     fn rank(&self) -> usize;
     fn world_size(&self) -> usize;
@@ -184,8 +183,35 @@ pub trait Collective: Send {
     /// backend ends the whole job with `code`, since MPI cannot cancel a
     /// collective a peer is blocked in.
     fn abandon(&mut self, _code: i32) {}
-
-    /// This rank's byte counts.
-    fn meter(&self) -> &ByteMeter;
-    fn meter_mut(&mut self) -> &mut ByteMeter;
 }
+
+/// Forwards every operation: a boxed or borrowed collective is one.
+macro_rules! forward_collective {
+    ($($ty:ty),*) => {$(
+        impl<C: Collective + ?Sized> Collective for $ty {
+            fn rank(&self) -> usize { (**self).rank() }
+            fn world_size(&self) -> usize { (**self).world_size() }
+            fn allreduce_sum_f32(&mut self, buf: &mut [f32]) -> Result<(), CommError> { (**self).allreduce_sum_f32(buf) }
+            fn allreduce_sum_i32(&mut self, buf: &mut [i32]) -> Result<(), CommError> { (**self).allreduce_sum_i32(buf) }
+            fn allreduce_sum_i16(&mut self, buf: &mut [i16]) -> Result<(), CommError> { (**self).allreduce_sum_i16(buf) }
+            fn allreduce_sum_i8(&mut self, buf: &mut [i8]) -> Result<(), CommError> { (**self).allreduce_sum_i8(buf) }
+            fn allreduce_sum_f16(&mut self, buf: &mut [f16]) -> Result<(), CommError> { (**self).allreduce_sum_f16(buf) }
+            fn allreduce_max_f32(&mut self, buf: &mut [f32]) -> Result<(), CommError> { (**self).allreduce_max_f32(buf) }
+            fn allgatherv(&mut self, send: &[u8], recv: &mut Gathered) -> Result<(), CommError> { (**self).allgatherv(send, recv) }
+            fn broadcast(&mut self, buf: &mut Vec<u8>, root: usize) -> Result<(), CommError> { (**self).broadcast(buf, root) }
+            fn barrier(&mut self) -> Result<(), CommError> { (**self).barrier() }
+            fn push_pull(
+                &mut self,
+                placement: ServerPlacement,
+                upload: &[u8],
+                aggregate: &mut Aggregate<'_>,
+                download: &mut Vec<u8>,
+            ) -> Result<(), CommError> {
+                (**self).push_pull(placement, upload, aggregate, download)
+            }
+            fn abandon(&mut self, code: i32) { (**self).abandon(code) }
+        }
+    )*};
+}
+
+forward_collective!(Box<C>, &mut C);

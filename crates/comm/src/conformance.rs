@@ -4,6 +4,7 @@
 //! `mpirun`. Every rank must call [`check_all`] at the same time.
 
 use crate::collective::{Collective, Gathered, ServerPlacement};
+use crate::meter::Metered;
 use crate::op::OpKind;
 
 fn ensure(ok: bool, what: impl FnOnce() -> String) -> Result<(), String> {
@@ -14,10 +15,10 @@ fn ensure(ok: bool, what: impl FnOnce() -> String) -> Result<(), String> {
     }
 }
 
-/// Runs every operation on `c` and checks the results; returns a
-/// description of the first discrepancy.
+/// Runs every operation on `c` and checks the results, and the counts of a
+/// [`Metered`] around it; returns a description of the first discrepancy.
 pub fn check_all(c: &mut dyn Collective) -> Result<(), String> {
-    c.meter_mut().take_step();
+    let c = &mut Metered::new(c);
     // Reductions, on a length that does not divide evenly among ranks.
     let len = 3001;
     check_float_reductions(c, len)?;
@@ -162,7 +163,7 @@ fn check_push_pull(c: &mut dyn Collective) -> Result<(), String> {
 
 /// The byte meter's counts for everything the other checks ran since
 /// [`check_all`] began.
-fn check_bytes(c: &mut dyn Collective, len: usize, root: usize) -> Result<(), String> {
+fn check_bytes(c: &mut Metered<&mut dyn Collective>, len: usize, root: usize) -> Result<(), String> {
     let (rank, n) = (c.rank(), c.world_size());
     // Bytes: logical message sizes.
     let s = c.meter_mut().take_step();

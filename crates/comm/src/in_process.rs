@@ -25,7 +25,6 @@ use half::f16;
 use thiserror::Error;
 
 use crate::collective::{Aggregate, Collective, CommError, Gathered, ServerPlacement};
-use crate::meter::ByteMeter;
 use crate::op::OpKind;
 
 /// Options of an in-process group; `build` makes the per-rank handles.
@@ -80,7 +79,6 @@ impl InProcessGroup {
                 rank,
                 shared: Arc::clone(&shared),
                 posts: vec![Post::default(); n],
-                meter: ByteMeter::default(),
                 uploads: Gathered::default(),
             })
             .collect())
@@ -183,7 +181,6 @@ pub struct InProcessCollective {
     shared: Arc<Shared>,
     /// This round's posts, copied out of the shared state (no allocation per call).
     posts: Vec<Post>,
-    meter: ByteMeter,
     /// The server's view of the uploads.
     uploads: Gathered,
 }
@@ -314,7 +311,6 @@ impl InProcessCollective {
         buf: &mut [T],
         combine: F,
     ) -> Result<(), CommError> {
-        let start = Instant::now();
         let post =
             Post { op: Some(op), addr: buf.as_mut_ptr() as usize, len: buf.len(), ..Default::default() };
         let (lo, hi) = self.chunk(buf.len());
@@ -325,10 +321,7 @@ impl InProcessCollective {
             // (the chunks of different ranks are disjoint), and slices are
             // made only over those elements.
             unsafe { reduce_chunk(posts, lo, hi, combine) }
-        })?;
-        let bytes = std::mem::size_of_val(buf);
-        self.meter.record(op, bytes, bytes, start.elapsed());
-        Ok(())
+        })
     }
 }
 
@@ -415,7 +408,6 @@ impl Collective for InProcessCollective {
     }
 
     fn allgatherv(&mut self, send: &[u8], recv: &mut Gathered) -> Result<(), CommError> {
-        let start = Instant::now();
         self.round(byte_post(OpKind::Allgatherv, send, 0, 0), |posts| {
             let dst = recv.set_from_parts(posts.iter().map(|p| p.len));
             let mut at = 0;
@@ -424,38 +416,27 @@ impl Collective for InProcessCollective {
                 dst[at..at + p.len].copy_from_slice(unsafe { bytes_of(p) });
                 at += p.len;
             }
-        })?;
-        let total = recv.total_bytes();
-        self.meter.record(OpKind::Allgatherv, send.len(), total - send.len(), start.elapsed());
-        Ok(())
+        })
     }
 
     fn broadcast(&mut self, buf: &mut Vec<u8>, root: usize) -> Result<(), CommError> {
         if root >= self.shared.n {
             return Err(CommError::Invalid(format!("broadcast root {root} outside 0..{}", self.shared.n)));
         }
-        let start = Instant::now();
         let me = self.rank;
         let post = byte_post(OpKind::Broadcast, buf, root, 0);
-        let len = self.round(post, |posts| {
+        self.round(post, |posts| {
             let src = posts[root];
             if me != root {
                 buf.clear();
                 // SAFETY: the root's buffer is live and unmodified until release.
                 buf.extend_from_slice(unsafe { bytes_of(&src) });
             }
-            src.len
-        })?;
-        let (sent, received) = if me == root { (len, 0) } else { (0, len) };
-        self.meter.record(OpKind::Broadcast, sent, received, start.elapsed());
-        Ok(())
+        })
     }
 
     fn barrier(&mut self) -> Result<(), CommError> {
-        let start = Instant::now();
-        self.round(Post { op: Some(OpKind::Barrier), ..Default::default() }, |_| ())?;
-        self.meter.record(OpKind::Barrier, 0, 0, start.elapsed());
-        Ok(())
+        self.round(Post { op: Some(OpKind::Barrier), ..Default::default() }, |_| ())
     }
 
     fn push_pull(
@@ -473,13 +454,12 @@ impl Collective for InProcessCollective {
             return Err(CommError::Invalid("a dedicated server uploads nothing".into()));
         }
         let code = dedicated as u8;
-        let start = Instant::now();
         // Round 1: uploads reach the server, which aggregates.
         let mut uploads = std::mem::take(&mut self.uploads);
         let shared = Arc::clone(&self.shared);
-        let received = self.round(byte_post(OpKind::PsPush, upload, server, code), |posts| {
+        let pushed = self.round(byte_post(OpKind::PsPush, upload, server, code), |posts| {
             if me != server {
-                return 0;
+                return;
             }
             uploads.clear();
             for (r, p) in posts.iter().enumerate() {
@@ -492,48 +472,29 @@ impl Collective for InProcessCollective {
             // Set or cleared every round; the workers read it after round 2,
             // before anyone can reach the next round's work phase.
             shared.lock().aggregate_error = aggregate(&uploads, download).err();
-            uploads.total_bytes() - if dedicated { 0 } else { upload.len() }
         });
         self.uploads = uploads;
-        let received = received?;
-        self.meter.record(
-            OpKind::PsPush,
-            if me == server { 0 } else { upload.len() },
-            received,
-            start.elapsed(),
-        );
+        pushed?;
 
         // Round 2: the download (or the server's error) reaches every rank.
-        let start = Instant::now();
         let post = if me == server {
             byte_post(OpKind::PsPull, download, server, code)
         } else {
             Post { op: Some(OpKind::PsPull), root: server, placement: code, ..Default::default() }
         };
-        let len = self.round(post, |posts| {
+        self.round(post, |posts| {
             let src = posts[server];
             if me != server {
                 download.clear();
                 // SAFETY: the server's download is live and unmodified until release.
                 download.extend_from_slice(unsafe { bytes_of(&src) });
             }
-            src.len
         })?;
         // Set in round 1's work phase, which ended before round 2 began.
         if let Some(e) = self.shared.lock().aggregate_error.clone() {
             return Err(CommError::Aggregate(e));
         }
-        let (sent, received) = if me == server { (len * (n - 1), 0) } else { (0, len) };
-        self.meter.record(OpKind::PsPull, sent, received, start.elapsed());
         Ok(())
-    }
-
-    fn meter(&self) -> &ByteMeter {
-        &self.meter
-    }
-
-    fn meter_mut(&mut self) -> &mut ByteMeter {
-        &mut self.meter
     }
 }
 

@@ -6,7 +6,8 @@
 //!   process (the default); `MpiCollective` (feature `mpi`) runs one worker
 //!   per MPI rank. Both implement the same trait, and the trainer cannot tell
 //!   them apart.
-//! - [`ByteMeter`]: exact bytes per rank, per operation kind, per step.
+//! - [`Metered`]: any collective with a [`ByteMeter`] around it: exact
+//!   bytes per rank, per operation kind, per step.
 //! - [`NetworkModel`]: α–β costs of ring and recursive-doubling allreduce,
 //!   allgatherv, broadcast and the parameter server, for N workers at
 //!   bandwidth B, and their calibration by measurement.
@@ -27,6 +28,6 @@ mod op;
 pub use collective::{Aggregate, Collective, CommError, Gathered, ServerPlacement};
 pub use half::f16;
 pub use in_process::{InProcessCollective, InProcessGroup, WorkerPanic};
-pub use meter::{ByteMeter, OpBytes, StepBytes};
+pub use meter::{ByteMeter, Metered, OpBytes, StepBytes};
 pub use netmodel::{AllgathervAlgorithm, AllreduceAlgorithm, Calibration, NetworkModel};
 pub use op::{CollectiveCall, OpKind};

@@ -9,8 +9,11 @@
 //! produced; what a backend moves internally (a ring's 2(N−1)/N·M per rank)
 //! is the network model's business.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use half::f16;
+
+use crate::collective::{Aggregate, Collective, CommError, Gathered, ServerPlacement};
 use crate::op::OpKind;
 
 /// Counts for one operation kind.
@@ -104,6 +107,146 @@ impl ByteMeter {
 
     pub fn total(&self) -> &StepBytes {
         &self.total
+    }
+}
+
+/// Any [`Collective`] with a [`ByteMeter`] around it: every operation that
+/// returns `Ok` is counted (calls, logical bytes sent and received, seconds
+/// inside the call), whatever the backend. Backends move bytes and never
+/// count them; this is the one place that does.
+///
+/// A parameter server's round trip counts as two kinds, as the network
+/// model prices it: [`OpKind::PsPush`] (the uploads, and the whole round
+/// trip's seconds) and [`OpKind::PsPull`] (the download, no seconds of its own).
+pub struct Metered<C> {
+    inner: C,
+    meter: ByteMeter,
+}
+
+impl<C: Collective> Metered<C> {
+    pub fn new(inner: C) -> Self {
+        Metered { inner, meter: ByteMeter::default() }
+    }
+
+    pub fn meter(&self) -> &ByteMeter {
+        &self.meter
+    }
+
+    pub fn meter_mut(&mut self) -> &mut ByteMeter {
+        &mut self.meter
+    }
+
+    /// The collective itself, for operations that are not to be counted
+    /// (a handle's own control traffic, which is not the method's).
+    pub fn unmetered(&mut self) -> &mut C {
+        &mut self.inner
+    }
+
+    pub fn into_inner(self) -> C {
+        self.inner
+    }
+
+    /// Runs `op` and, when it succeeds, records `bytes` of `kind` sent and received.
+    fn reduce<T>(
+        &mut self,
+        kind: OpKind,
+        buf: &mut [T],
+        op: impl FnOnce(&mut C, &mut [T]) -> Result<(), CommError>,
+    ) -> Result<(), CommError> {
+        let start = Instant::now();
+        op(&mut self.inner, buf)?;
+        let bytes = std::mem::size_of_val(buf);
+        self.meter.record(kind, bytes, bytes, start.elapsed());
+        Ok(())
+    }
+}
+
+impl<C: Collective> Collective for Metered<C> {
+    fn rank(&self) -> usize {
+        self.inner.rank()
+    }
+
+    fn world_size(&self) -> usize {
+        self.inner.world_size()
+    }
+
+    fn allreduce_sum_f32(&mut self, buf: &mut [f32]) -> Result<(), CommError> {
+        self.reduce(OpKind::AllreduceSumF32, buf, C::allreduce_sum_f32)
+    }
+
+    fn allreduce_sum_i32(&mut self, buf: &mut [i32]) -> Result<(), CommError> {
+        self.reduce(OpKind::AllreduceSumI32, buf, C::allreduce_sum_i32)
+    }
+
+    fn allreduce_sum_i16(&mut self, buf: &mut [i16]) -> Result<(), CommError> {
+        self.reduce(OpKind::AllreduceSumI16, buf, C::allreduce_sum_i16)
+    }
+
+    fn allreduce_sum_i8(&mut self, buf: &mut [i8]) -> Result<(), CommError> {
+        self.reduce(OpKind::AllreduceSumI8, buf, C::allreduce_sum_i8)
+    }
+
+    fn allreduce_sum_f16(&mut self, buf: &mut [f16]) -> Result<(), CommError> {
+        self.reduce(OpKind::AllreduceSumF16, buf, C::allreduce_sum_f16)
+    }
+
+    fn allreduce_max_f32(&mut self, buf: &mut [f32]) -> Result<(), CommError> {
+        self.reduce(OpKind::AllreduceMaxF32, buf, C::allreduce_max_f32)
+    }
+
+    fn allgatherv(&mut self, send: &[u8], recv: &mut Gathered) -> Result<(), CommError> {
+        let start = Instant::now();
+        self.inner.allgatherv(send, recv)?;
+        let others = recv.total_bytes() - send.len();
+        self.meter.record(OpKind::Allgatherv, send.len(), others, start.elapsed());
+        Ok(())
+    }
+
+    fn broadcast(&mut self, buf: &mut Vec<u8>, root: usize) -> Result<(), CommError> {
+        let start = Instant::now();
+        self.inner.broadcast(buf, root)?;
+        let (sent, received) = if self.rank() == root { (buf.len(), 0) } else { (0, buf.len()) };
+        self.meter.record(OpKind::Broadcast, sent, received, start.elapsed());
+        Ok(())
+    }
+
+    fn barrier(&mut self) -> Result<(), CommError> {
+        let start = Instant::now();
+        self.inner.barrier()?;
+        self.meter.record(OpKind::Barrier, 0, 0, start.elapsed());
+        Ok(())
+    }
+
+    fn push_pull(
+        &mut self,
+        placement: ServerPlacement,
+        upload: &[u8],
+        aggregate: &mut Aggregate<'_>,
+        download: &mut Vec<u8>,
+    ) -> Result<(), CommError> {
+        let start = Instant::now();
+        // The uploads reach the server's aggregation only: count them there.
+        let mut uploads = 0;
+        let mut counted = |ups: &Gathered, down: &mut Vec<u8>| {
+            uploads = ups.total_bytes();
+            aggregate(ups, down)
+        };
+        self.inner.push_pull(placement, upload, &mut counted, download)?;
+        let (n, server) = (self.world_size(), placement.server_rank(self.world_size()));
+        let seconds = start.elapsed();
+        if self.rank() == server {
+            let own = if placement == ServerPlacement::Dedicated { 0 } else { upload.len() };
+            self.meter.record(OpKind::PsPush, 0, uploads - own, seconds);
+            self.meter.record(OpKind::PsPull, download.len() * (n - 1), 0, Duration::ZERO);
+        } else {
+            self.meter.record(OpKind::PsPush, upload.len(), 0, seconds);
+            self.meter.record(OpKind::PsPull, 0, download.len(), Duration::ZERO);
+        }
+        Ok(())
+    }
+
+    fn abandon(&mut self, code: i32) {
+        self.inner.abandon(code)
     }
 }
 

@@ -1,7 +1,7 @@
-//! One bucket on the wire: packing its units' messages into the
-//! collectives' buffers ([`pack`]), the collectives themselves
-//! ([`run_collectives`], the only part the communication thread runs), and
-//! aggregating what came back ([`aggregate`]).
+//! [`Bucket`]: one bucket of units on the wire, in three moves: packing its
+//! units' messages into the collectives' buffers ([`Bucket::pack`]), the
+//! collectives themselves ([`Bucket::run`], the only part the communication
+//! thread runs), and aggregating what came back ([`Bucket::aggregate`]).
 
 use std::time::Instant;
 
@@ -96,42 +96,6 @@ impl CodeSums {
     }
 }
 
-/// One bucket's buffers, reused every step; moved to the communication
-/// thread and back when pipelining.
-pub(crate) struct BucketBuffers {
-    dense: Vec<f32>,
-    halves: Vec<f16>,
-    codes: CodeSums,
-    wire: Vec<u8>,
-    gathered: Gathered,
-    down: Vec<u8>,
-    /// What [`run_collectives`] called, and its seconds.
-    calls: Vec<CollectiveCall>,
-    seconds: f64,
-}
-
-impl BucketBuffers {
-    pub(crate) fn new(width: CodeWidth) -> Self {
-        BucketBuffers {
-            dense: Vec::new(),
-            halves: Vec::new(),
-            codes: CodeSums::new(width),
-            wire: Vec::new(),
-            gathered: Gathered::default(),
-            down: Vec::new(),
-            calls: Vec::new(),
-            seconds: 0.0,
-        }
-    }
-
-    /// Enters bucket `b`'s collectives, as [`run_collectives`] left them,
-    /// in the step's statistics: its wire seconds and its calls.
-    pub(crate) fn record(&self, b: usize, st: &mut ExchangeStats) {
-        st.buckets[b].wire = self.seconds;
-        st.calls.extend_from_slice(&self.calls);
-    }
-}
-
 /// `out = f16(f32(h) · s)`, a block at a time on the stack.
 fn scale_halves(h: &[f16], s: f32, out: &mut [f16]) {
     let mut wide = [0.0f32; 1024];
@@ -143,153 +107,203 @@ fn scale_halves(h: &[f16], s: f32, out: &mut [f16]) {
     }
 }
 
-/// Packs bucket `b`'s messages into `p`: the values that are summed (raw
-/// units as `local` holds them), the codes, and the encodings that are
-/// gathered or uploaded. `inv_n` pre-scales half-precision values, which
-/// are summed already averaged so their sum cannot overflow f16.
-pub(crate) fn pack(
-    plan: &Plan,
-    b: usize,
-    msgs: &[Message],
-    local: &dyn LocalCompression,
-    grad: &[f32],
-    inv_n: f32,
-    p: &mut BucketBuffers,
-) {
-    p.dense.clear();
-    p.halves.clear();
-    p.codes.clear();
-    p.wire.clear();
-    for u in plan.buckets[b].clone() {
-        match (plan.units[u].route, &msgs[u]) {
-            (Route::DenseSum, _) if plan.units[u].raw => p.dense.extend_from_slice(local.raw(plan, u, grad)),
-            (Route::DenseSum, Message::Dense(m)) => p.dense.extend_from_slice(&m.values),
-            (Route::DenseSum, Message::Sparse(m)) => p.dense.extend_from_slice(&m.values),
-            (Route::DenseSum, m) => {
-                let start = p.dense.len();
-                p.dense.resize(start + m.len(), 0.0);
-                m.add_to(1.0, &mut p.dense[start..]);
-            }
-            // f16(f16(g) · 1/N), as torch's fp16_compress_hook divides the
-            // halves; whole slices, so the conversions run as F16C where the
-            // CPU has it (element by element they are software).
-            (Route::HalfSum, Message::Half(m)) => {
-                let start = p.halves.len();
-                p.halves.resize(start + m.values.len(), f16::ZERO);
-                scale_halves(m.values.reinterpret_cast(), inv_n, &mut p.halves[start..]);
-            }
-            (Route::CodeSum, Message::Ternary(m)) => p.codes.push(m),
-            (Route::Gather | Route::Server, m) => {
-                codec::encode(m, plan.units[u].id, &mut p.wire);
-            }
-            // The rounds were the exchange: nothing to pack. (A message of
-            // another kind on a summing route cannot be built from a valid
-            // configuration; the plan's routes follow `combine`.)
-            (Route::InRounds | Route::HalfSum | Route::CodeSum, _) => {}
-        }
-    }
+/// One bucket (a run of units the plan cut) and its buffers, reused every
+/// step; moved to the communication thread and back when pipelining.
+pub(crate) struct Bucket {
+    /// Its index in the plan's buckets.
+    pub index: usize,
+    dense: Vec<f32>,
+    halves: Vec<f16>,
+    codes: CodeSums,
+    wire: Vec<u8>,
+    gathered: Gathered,
+    down: Vec<u8>,
+    /// What [`Bucket::run`] called, and its seconds.
+    calls: Vec<CollectiveCall>,
+    seconds: f64,
 }
 
-/// Bucket `b`'s collectives, in a fixed order: the f32 allreduce, the half
-/// allreduce, the code allreduce, then the allgatherv or the parameter
-/// server's round trip.
-pub(crate) fn run_collectives(
-    plan: &Plan,
-    b: usize,
-    p: &mut BucketBuffers,
-    server: &mut ServerBuffers,
-    c: &mut dyn Collective,
-) -> Result<(), CommError> {
-    let t = Instant::now();
-    p.calls.clear();
-    let bucket = Some(b as u32);
-    // The summed lengths are the same on every worker.
-    if !p.dense.is_empty() {
-        c.allreduce_sum_f32(&mut p.dense)?;
-        p.calls.push(CollectiveCall::allreduce(OpKind::AllreduceSumF32, 4 * p.dense.len() as u64, bucket));
+impl Bucket {
+    pub(crate) fn new(index: usize, width: CodeWidth) -> Self {
+        Bucket {
+            index,
+            dense: Vec::new(),
+            halves: Vec::new(),
+            codes: CodeSums::new(width),
+            wire: Vec::new(),
+            gathered: Gathered::default(),
+            down: Vec::new(),
+            calls: Vec::new(),
+            seconds: 0.0,
+        }
     }
-    if !p.halves.is_empty() {
-        c.allreduce_sum_f16(&mut p.halves)?;
-        p.calls.push(CollectiveCall::allreduce(OpKind::AllreduceSumF16, 2 * p.halves.len() as u64, bucket));
-    }
-    if p.codes.len() > 0 {
-        let (op, bytes) = p.codes.allreduce(c)?;
-        p.calls.push(CollectiveCall::allreduce(op, bytes as u64, bucket));
-    }
-    if plan.has(b, Route::Gather) {
-        c.allgatherv(&p.wire, &mut p.gathered)?;
-        let sizes = p.gathered.iter().map(|m| m.len() as u64).collect();
-        p.calls.push(CollectiveCall { op: OpKind::Allgatherv, sizes, download: 0, bucket });
-    }
-    if plan.has(b, Route::Server) {
-        let mut sizes = Vec::new();
-        let mut aggregate = |ups: &Gathered, down: &mut Vec<u8>| -> Result<(), String> {
-            sizes = ups.iter().map(|m| m.len() as u64).collect();
-            server::aggregate(plan, b, ups, down, server).map_err(|e| e.to_string())
-        };
-        c.push_pull(plan.placement, &p.wire, &mut aggregate, &mut p.down)?;
-        p.calls.push(CollectiveCall { op: OpKind::PsPush, sizes, download: p.down.len() as u64, bucket });
-    }
-    p.seconds = t.elapsed().as_secs_f64();
-    Ok(())
-}
 
-/// Aggregates bucket `b`'s results into `out` (zeroed by the caller): the
-/// summed values and codes scaled by `inv_n`, every worker's gathered
-/// messages decoded in rank order, or the server's download. Errors name the
-/// worker whose message does not decode (the server's download: rank 0).
-pub(crate) fn aggregate(
-    plan: &Plan,
-    msgs: &[Message],
-    b: usize,
-    p: &BucketBuffers,
-    out: &mut [f32],
-    inv_n: f32,
-) -> Result<(), ExchangeError> {
-    let (mut at_dense, mut at_halves, mut at_codes) = (0, 0, 0);
-    for u in plan.buckets[b].clone() {
-        let unit = &plan.units[u];
-        let dst = &mut out[unit.offset..unit.offset + unit.len];
-        match (plan.units[u].route, &msgs[u]) {
-            (Route::DenseSum, Message::Sparse(SparseMessage { indices, .. })) if !plan.units[u].raw => {
-                for (&i, &s) in indices.iter().zip(&p.dense[at_dense..at_dense + indices.len()]) {
-                    dst[i as usize] = s * inv_n;
+    /// Enters the bucket's collectives, as [`Bucket::run`] left them, in
+    /// the step's statistics: its wire seconds and its calls.
+    pub(crate) fn record(&self, st: &mut ExchangeStats) {
+        st.buckets[self.index].wire = self.seconds;
+        st.calls.extend_from_slice(&self.calls);
+    }
+
+    /// Packs the units' messages: the values that are summed (raw units as
+    /// `local` holds them), the codes, and the encodings that are gathered
+    /// or uploaded. `inv_n` pre-scales half-precision values, which are
+    /// summed already averaged so their sum cannot overflow f16.
+    pub(crate) fn pack(
+        &mut self,
+        plan: &Plan,
+        msgs: &[Message],
+        local: &dyn LocalCompression,
+        grad: &[f32],
+        inv_n: f32,
+    ) {
+        let (b, p) = (self.index, self);
+        p.dense.clear();
+        p.halves.clear();
+        p.codes.clear();
+        p.wire.clear();
+        for u in plan.buckets[b].clone() {
+            match (plan.units[u].route, &msgs[u]) {
+                (Route::DenseSum, _) if plan.units[u].raw => {
+                    p.dense.extend_from_slice(local.raw(plan, u, grad))
                 }
-                at_dense += indices.len();
-            }
-            (Route::DenseSum, _) => {
-                for (o, &s) in dst.iter_mut().zip(&p.dense[at_dense..at_dense + unit.len]) {
-                    *o = s * inv_n;
+                (Route::DenseSum, Message::Dense(m)) => p.dense.extend_from_slice(&m.values),
+                (Route::DenseSum, Message::Sparse(m)) => p.dense.extend_from_slice(&m.values),
+                (Route::DenseSum, m) => {
+                    let start = p.dense.len();
+                    p.dense.resize(start + m.len(), 0.0);
+                    m.add_to(1.0, &mut p.dense[start..]);
                 }
-                at_dense += unit.len;
+                // f16(f16(g) · 1/N), as torch's fp16_compress_hook divides the
+                // halves; whole slices, so the conversions run as F16C where the
+                // CPU has it (element by element they are software).
+                (Route::HalfSum, Message::Half(m)) => {
+                    let start = p.halves.len();
+                    p.halves.resize(start + m.values.len(), f16::ZERO);
+                    scale_halves(m.values.reinterpret_cast(), inv_n, &mut p.halves[start..]);
+                }
+                (Route::CodeSum, Message::Ternary(m)) => p.codes.push(m),
+                (Route::Gather | Route::Server, m) => {
+                    codec::encode(m, plan.units[u].id, &mut p.wire);
+                }
+                // The rounds were the exchange: nothing to pack. (A message of
+                // another kind on a summing route cannot be built from a valid
+                // configuration; the plan's routes follow `combine`.)
+                (Route::InRounds | Route::HalfSum | Route::CodeSum, _) => {}
             }
-            (Route::HalfSum, _) => {
-                p.halves[at_halves..at_halves + unit.len].convert_to_f32_slice(dst);
-                at_halves += unit.len;
-            }
-            (Route::CodeSum, Message::Ternary(m)) => {
-                p.codes.scale_into(at_codes, m.scale * inv_n, dst);
-                at_codes += unit.len;
-            }
-            // Every worker's message is already the aggregate.
-            (Route::InRounds, m) => m.add_to(1.0, dst),
-            _ => {}
         }
     }
-    if plan.has(b, Route::Gather) {
-        aggregate_gathered(plan, b, &p.gathered, out, inv_n)?;
-    }
-    if plan.has(b, Route::Server) {
-        let codec_error = |source| ExchangeError::Codec { rank: 0, source };
-        let mut bytes = &p.down[..];
-        for unit in plan.on_route(b, Route::Server) {
-            let (first, rest) = codec::split_first(bytes).map_err(codec_error)?;
-            codec::accumulate(first, 1.0, &mut out[unit.offset..unit.offset + unit.len])
-                .map_err(codec_error)?;
-            bytes = rest;
+
+    /// The bucket's collectives, in a fixed order: the f32 allreduce, the
+    /// half allreduce, the code allreduce, then the allgatherv or the
+    /// parameter server's round trip.
+    pub(crate) fn run(
+        &mut self,
+        plan: &Plan,
+        server: &mut ServerBuffers,
+        c: &mut dyn Collective,
+    ) -> Result<(), CommError> {
+        let (b, p) = (self.index, self);
+        let t = Instant::now();
+        p.calls.clear();
+        let bucket = Some(b as u32);
+        // The summed lengths are the same on every worker.
+        if !p.dense.is_empty() {
+            c.allreduce_sum_f32(&mut p.dense)?;
+            p.calls.push(CollectiveCall::allreduce(
+                OpKind::AllreduceSumF32,
+                4 * p.dense.len() as u64,
+                bucket,
+            ));
         }
+        if !p.halves.is_empty() {
+            c.allreduce_sum_f16(&mut p.halves)?;
+            p.calls.push(CollectiveCall::allreduce(
+                OpKind::AllreduceSumF16,
+                2 * p.halves.len() as u64,
+                bucket,
+            ));
+        }
+        if p.codes.len() > 0 {
+            let (op, bytes) = p.codes.allreduce(c)?;
+            p.calls.push(CollectiveCall::allreduce(op, bytes as u64, bucket));
+        }
+        if plan.has(b, Route::Gather) {
+            c.allgatherv(&p.wire, &mut p.gathered)?;
+            let sizes = p.gathered.iter().map(|m| m.len() as u64).collect();
+            p.calls.push(CollectiveCall { op: OpKind::Allgatherv, sizes, download: 0, bucket });
+        }
+        if plan.has(b, Route::Server) {
+            let mut sizes = Vec::new();
+            let mut aggregate = |ups: &Gathered, down: &mut Vec<u8>| -> Result<(), String> {
+                sizes = ups.iter().map(|m| m.len() as u64).collect();
+                server::aggregate(plan, b, ups, down, server).map_err(|e| e.to_string())
+            };
+            c.push_pull(plan.placement, &p.wire, &mut aggregate, &mut p.down)?;
+            p.calls.push(CollectiveCall { op: OpKind::PsPush, sizes, download: p.down.len() as u64, bucket });
+        }
+        p.seconds = t.elapsed().as_secs_f64();
+        Ok(())
     }
-    Ok(())
+
+    /// Aggregates the bucket's results into `out` (zeroed by the caller):
+    /// the summed values and codes scaled by `inv_n`, every worker's
+    /// gathered messages decoded in rank order, or the server's download.
+    /// Errors name the worker whose message does not decode (the server's
+    /// download: rank 0).
+    pub(crate) fn aggregate(
+        &self,
+        plan: &Plan,
+        msgs: &[Message],
+        out: &mut [f32],
+        inv_n: f32,
+    ) -> Result<(), ExchangeError> {
+        let (b, p) = (self.index, self);
+        let (mut at_dense, mut at_halves, mut at_codes) = (0, 0, 0);
+        for u in plan.buckets[b].clone() {
+            let unit = &plan.units[u];
+            let dst = &mut out[unit.offset..unit.offset + unit.len];
+            match (plan.units[u].route, &msgs[u]) {
+                (Route::DenseSum, Message::Sparse(SparseMessage { indices, .. })) if !plan.units[u].raw => {
+                    for (&i, &s) in indices.iter().zip(&p.dense[at_dense..at_dense + indices.len()]) {
+                        dst[i as usize] = s * inv_n;
+                    }
+                    at_dense += indices.len();
+                }
+                (Route::DenseSum, _) => {
+                    for (o, &s) in dst.iter_mut().zip(&p.dense[at_dense..at_dense + unit.len]) {
+                        *o = s * inv_n;
+                    }
+                    at_dense += unit.len;
+                }
+                (Route::HalfSum, _) => {
+                    p.halves[at_halves..at_halves + unit.len].convert_to_f32_slice(dst);
+                    at_halves += unit.len;
+                }
+                (Route::CodeSum, Message::Ternary(m)) => {
+                    p.codes.scale_into(at_codes, m.scale * inv_n, dst);
+                    at_codes += unit.len;
+                }
+                // Every worker's message is already the aggregate.
+                (Route::InRounds, m) => m.add_to(1.0, dst),
+                _ => {}
+            }
+        }
+        if plan.has(b, Route::Gather) {
+            aggregate_gathered(plan, b, &p.gathered, out, inv_n)?;
+        }
+        if plan.has(b, Route::Server) {
+            let codec_error = |source| ExchangeError::Codec { rank: 0, source };
+            let mut bytes = &p.down[..];
+            for unit in plan.on_route(b, Route::Server) {
+                let (first, rest) = codec::split_first(bytes).map_err(codec_error)?;
+                codec::accumulate(first, 1.0, &mut out[unit.offset..unit.offset + unit.len])
+                    .map_err(codec_error)?;
+                bytes = rest;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Decodes every worker's gathered messages of bucket `b` into `out`, in

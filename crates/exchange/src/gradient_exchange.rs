@@ -6,7 +6,7 @@ use std::time::Instant;
 use gradcomp_comm::Collective;
 use gradcomp_compress::{Message, RngKey};
 
-use super::bucket::BucketBuffers;
+use super::bucket::Bucket;
 use super::host::HostCompression;
 use super::local::LocalCompression;
 use super::plan::{Plan, Unit};
@@ -81,7 +81,7 @@ impl GradientExchange {
             host: HostCompression::new(&plan, &recipe),
             work: Working {
                 msgs: plan.units.iter().map(|_| Message::default()).collect(),
-                buffers: plan.buckets.iter().map(|_| Some(BucketBuffers::new(plan.code_width))).collect(),
+                buckets: (0..plan.buckets.len()).map(|b| Some(Bucket::new(b, plan.code_width))).collect(),
                 rounds: RoundValues::default(),
                 measured: Vec::new(),
             },
@@ -223,8 +223,8 @@ impl GradientExchange {
 /// The buffers one exchange works in, reused every step.
 pub(super) struct Working {
     pub msgs: Vec<Message>,
-    /// Each bucket's buffers, away while the bucket is on the wire.
-    buffers: Vec<Option<BucketBuffers>>,
+    /// The buckets, each away while it is on the wire.
+    buckets: Vec<Option<Bucket>>,
     rounds: RoundValues,
     measured: Vec<Option<[f64; 3]>>,
 }
@@ -240,7 +240,7 @@ impl Working {
             plan,
             local,
             msgs: &mut self.msgs,
-            buffers: &mut self.buffers,
+            buckets: &mut self.buckets,
             rounds: &mut self.rounds,
             measured: &mut self.measured,
             args,

@@ -22,7 +22,7 @@ use std::time::Instant;
 use gradcomp_comm::{CollectiveCall, CommError, OpKind};
 use gradcomp_compress::{Message, RngKey, UnitContext};
 
-use super::bucket::{self, BucketBuffers};
+use super::bucket::Bucket;
 use super::local::{LocalCompression, ReduceOp, REDUCE_OPS};
 use super::plan::{Plan, Route};
 use super::rounds::RoundValues;
@@ -58,8 +58,8 @@ pub(crate) struct ExchangeStep<'a> {
     pub plan: &'a Plan,
     pub local: &'a mut dyn LocalCompression,
     pub msgs: &'a mut [Message],
-    /// Each bucket's buffers, away while the bucket is on the wire.
-    pub buffers: &'a mut [Option<BucketBuffers>],
+    /// The buckets, each away while it is on the wire.
+    pub buckets: &'a mut [Option<Bucket>],
     pub rounds: &'a mut RoundValues,
     /// Per unit, on a measured step: ‖x − C(x)‖², ‖x‖², TernGrad's bound ratio.
     pub measured: &'a mut [Option<[f64; 3]>],
@@ -103,8 +103,8 @@ pub(crate) fn drive(
             x.prepare(next..end, stages.grad(), wire, out, st)?;
             for b in next..end {
                 st.buckets[b].ready_after = st.backward.len() as u32;
-                let p = x.pack(b, stages.grad(), st)?;
-                if !wire.send(WireTask::Bucket(b, p)) {
+                let bucket = x.pack(b, stages.grad(), st)?;
+                if !wire.send(WireTask::Bucket(bucket)) {
                     break; // the thread stopped on an error, which `recv` returns
                 }
                 x.in_flight += 1;
@@ -200,12 +200,7 @@ impl ExchangeStep<'_> {
 
     /// Compresses bucket `b`'s units (`args.key` with the unit's id seeds
     /// its randomness) and packs their messages, timing it.
-    fn pack(
-        &mut self,
-        b: usize,
-        grad: &[f32],
-        st: &mut ExchangeStats,
-    ) -> Result<BucketBuffers, ExchangeError> {
+    fn pack(&mut self, b: usize, grad: &[f32], st: &mut ExchangeStats) -> Result<Bucket, ExchangeError> {
         let (plan, args) = (self.plan, &self.args);
         let t = Instant::now();
         for u in plan.buckets[b].clone() {
@@ -222,10 +217,11 @@ impl ExchangeStep<'_> {
             self.measured[u] = self.local.compress(plan, u, grad, &ctx, &mut self.msgs[u], args.measure)?;
             st.count(&self.msgs[u], plan.units[u].route != Route::InRounds);
         }
-        let mut p = self.buffers[b].take().ok_or_else(|| usage("a bucket was packed twice in one step"))?;
-        bucket::pack(plan, b, self.msgs, &*self.local, grad, args.inv_n, &mut p);
+        let mut bucket =
+            self.buckets[b].take().ok_or_else(|| usage("a bucket was packed twice in one step"))?;
+        bucket.pack(plan, self.msgs, &*self.local, grad, args.inv_n);
         st.buckets[b].compress = t.elapsed().as_secs_f64();
-        Ok(p)
+        Ok(bucket)
     }
 
     /// Decodes and aggregates a bucket back from the wire, updates its
@@ -236,18 +232,18 @@ impl ExchangeStep<'_> {
         out: &mut [f32],
         st: &mut ExchangeStats,
     ) -> Result<(), ExchangeError> {
-        let WireDone::Bucket(b, p, moved) = done else {
+        let WireDone::Bucket(bucket, moved) = done else {
             return Err(ExchangeError::Comm(CommError::Invalid(
                 "an agreement round came back while none was pending".into(),
             )));
         };
-        let plan = self.plan;
+        let (plan, b) = (self.plan, bucket.index);
         let t = Instant::now();
         let aggregated = moved.map_err(ExchangeError::from).and_then(|()| {
-            p.record(b, st);
-            bucket::aggregate(plan, self.msgs, b, &p, out, self.args.inv_n)
+            bucket.record(st);
+            bucket.aggregate(plan, self.msgs, out, self.args.inv_n)
         });
-        self.buffers[b] = Some(p);
+        self.buckets[b] = Some(bucket);
         self.in_flight -= 1;
         aggregated?;
         for u in plan.buckets[b].clone() {

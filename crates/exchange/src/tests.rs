@@ -1,8 +1,7 @@
 use std::ops::Range;
 
 use gradcomp_comm::{
-    Aggregate, ByteMeter, Collective, CommError, Gathered, InProcessCollective, InProcessGroup,
-    ServerPlacement,
+    Aggregate, Collective, CommError, Gathered, InProcessCollective, InProcessGroup, ServerPlacement,
 };
 use gradcomp_compress::{codec, CompressorConfig};
 
@@ -260,12 +259,6 @@ impl Collective for Truncating {
         download: &mut Vec<u8>,
     ) -> Result<(), CommError> {
         self.0.push_pull(placement, upload, aggregate, download)
-    }
-    fn meter(&self) -> &ByteMeter {
-        self.0.meter()
-    }
-    fn meter_mut(&mut self) -> &mut ByteMeter {
-        self.0.meter_mut()
     }
 }
 

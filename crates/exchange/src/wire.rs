@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use gradcomp_comm::{Collective, CommError};
 
-use super::bucket::{self, BucketBuffers};
+use super::bucket::Bucket;
 use super::local::ReduceOp;
 use super::plan::Plan;
 use super::server::ServerBuffers;
@@ -22,13 +22,13 @@ pub(crate) enum WireTask {
     /// An agreement round's values of one operation.
     Round(ReduceOp, Vec<f32>),
     /// A packed bucket's collectives.
-    Bucket(usize, BucketBuffers),
+    Bucket(Bucket),
 }
 
 /// A task done, with its collectives' outcome.
 pub(crate) enum WireDone {
     Round(ReduceOp, Vec<f32>, f64, Result<(), CommError>),
-    Bucket(usize, BucketBuffers, Result<(), CommError>),
+    Bucket(Bucket, Result<(), CommError>),
 }
 
 impl WireDone {
@@ -47,9 +47,9 @@ fn run(plan: &Plan, task: WireTask, server: &mut ServerBuffers, c: &mut dyn Coll
             };
             WireDone::Round(op, values, t.elapsed().as_secs_f64(), done)
         }
-        WireTask::Bucket(b, mut p) => {
-            let done = bucket::run_collectives(plan, b, &mut p, server, c);
-            WireDone::Bucket(b, p, done)
+        WireTask::Bucket(mut bucket) => {
+            let done = bucket.run(plan, server, c);
+            WireDone::Bucket(bucket, done)
         }
     }
 }

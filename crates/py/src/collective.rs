@@ -9,13 +9,12 @@
 //! torch.distributed's allgather moves equal sizes only: per-worker
 //! messages are padded to the longest, after a round that gathers the
 //! sizes. Those bytes are real traffic but not the codec's: the meter
-//! counts the messages' own bytes (as every backend does) and
+//! ([`Metered`](gradcomp_comm::Metered)) counts the messages' own bytes and
 //! [`Overhead`] the padding and the size round apart.
 
 use std::os::raw::c_char;
-use std::time::Instant;
 
-use gradcomp_comm::{Aggregate, ByteMeter, Collective, CommError, Gathered, OpKind, ServerPlacement};
+use gradcomp_comm::{Aggregate, Collective, CommError, Gathered, OpKind, ServerPlacement};
 use half::f16;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
@@ -34,18 +33,16 @@ pub struct TorchCollective {
     comm: Py<PyAny>,
     rank: usize,
     world: usize,
-    meter: ByteMeter,
     pub overhead: Overhead,
 }
 
 impl TorchCollective {
     pub fn new(comm: Py<PyAny>, rank: usize, world: usize) -> Self {
-        TorchCollective { comm, rank, world, meter: ByteMeter::default(), overhead: Overhead::default() }
+        TorchCollective { comm, rank, world, overhead: Overhead::default() }
     }
 
     /// Calls `comm.all_reduce(view, dtype, op)` on `bytes` bytes at `ptr`, in place.
     fn all_reduce(&mut self, op: OpKind, ptr: *mut u8, bytes: usize, dtype: &str) -> Result<(), CommError> {
-        let start = Instant::now();
         let reduce = if op == OpKind::AllreduceMaxF32 { "max" } else { "sum" };
         Python::attach(|py| {
             let view = MemoryView::new(py, ptr, bytes)?;
@@ -54,7 +51,6 @@ impl TorchCollective {
             r.map(drop)
         })
         .map_err(comm_error)?;
-        self.meter.record(op, bytes, bytes, start.elapsed());
         Ok(())
     }
 }
@@ -134,7 +130,6 @@ impl Collective for TorchCollective {
     }
 
     fn allgatherv(&mut self, send: &[u8], recv: &mut Gathered) -> Result<(), CommError> {
-        let start = Instant::now();
         let longest = Python::attach(|py| -> PyResult<usize> {
             let out = self.comm.call_method1(py, "all_gather", (PyBytes::new(py, send),))?;
             let parts = out.bind(py).cast::<PyList>()?;
@@ -153,31 +148,23 @@ impl Collective for TorchCollective {
                 detail: format!("allgather returned {} messages for {} workers", recv.len(), self.world),
             });
         }
-        let total = recv.total_bytes();
-        self.meter.record(OpKind::Allgatherv, send.len(), total - send.len(), start.elapsed());
         self.overhead.padding += (longest - send.len()) as u64;
         self.overhead.sizes += 8;
         Ok(())
     }
 
     fn broadcast(&mut self, buf: &mut Vec<u8>, root: usize) -> Result<(), CommError> {
-        let start = Instant::now();
         let got = Python::attach(|py| -> PyResult<Vec<u8>> {
             let out = self.comm.call_method1(py, "broadcast", (PyBytes::new(py, buf), root))?;
             Ok(out.bind(py).cast::<PyBytes>()?.as_bytes().to_vec())
         })
         .map_err(comm_error)?;
         *buf = got;
-        let (sent, received) =
-            if self.rank == root { (buf.len() * (self.world - 1), 0) } else { (0, buf.len()) };
-        self.meter.record(OpKind::Broadcast, sent, received, start.elapsed());
         Ok(())
     }
 
     fn barrier(&mut self) -> Result<(), CommError> {
-        let start = Instant::now();
         Python::attach(|py| self.comm.call_method0(py, "barrier").map(drop)).map_err(comm_error)?;
-        self.meter.record(OpKind::Barrier, 0, 0, start.elapsed());
         Ok(())
     }
 
@@ -193,13 +180,5 @@ impl Collective for TorchCollective {
         Err(CommError::Invalid(
             "torch.distributed has no parameter server; use topology \"allreduce\" or \"allgather\"".into(),
         ))
-    }
-
-    fn meter(&self) -> &ByteMeter {
-        &self.meter
-    }
-
-    fn meter_mut(&mut self) -> &mut ByteMeter {
-        &mut self.meter
     }
 }

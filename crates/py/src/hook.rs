@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard};
 
-use gradcomp_comm::{Collective, OpKind};
+use gradcomp_comm::{Metered, OpKind};
 use gradcomp_exchange::{ExchangeStats, StepInput};
 use numpy::{PyArray1, PyReadonlyArray1, PyReadwriteArray1};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
@@ -57,7 +57,7 @@ impl Hook {
         let g = grad.as_slice().map_err(|e| PyValueError::new_err(format!("grad: {e}")))?;
         let o = out.as_slice_mut().map_err(|e| PyValueError::new_err(format!("out: {e}")))?;
         let input = StepInput { step, lr, loss: None, measure };
-        let mut c = TorchCollective::new(comm, self.rank, self.world);
+        let mut c = Metered::new(TorchCollective::new(comm, self.rank, self.world));
         let st = py
             .detach(|| self.lock()?.exchange(&keys, &shapes, g, o, &input, &mut c))
             .map_err(PyRuntimeError::new_err)?;
@@ -95,7 +95,7 @@ impl Hook {
 fn stats_dict<'py>(
     py: Python<'py>,
     st: &ExchangeStats,
-    c: &mut TorchCollective,
+    c: &mut Metered<TorchCollective>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
     let bytes = c.meter_mut().take_step();
@@ -106,7 +106,7 @@ fn stats_dict<'py>(
         ops.set_item(op.name(), (b.calls, b.sent, b.received))?;
     }
     d.set_item("ops", ops)?;
-    let Overhead { padding, sizes } = c.overhead;
+    let Overhead { padding, sizes } = c.unmetered().overhead;
     d.set_item("padding_bytes_sent", padding)?;
     d.set_item("size_bytes_sent", sizes)?;
     d.set_item("wire_bytes", st.wire_bytes)?;

@@ -31,7 +31,6 @@ use mpi::Count;
 
 use crate::collective::{Aggregate, Collective, CommError, Gathered, ServerPlacement};
 use crate::heartbeat::{self, Heartbeat};
-use crate::meter::ByteMeter;
 use crate::op::OpKind;
 
 /// Exit code of a rank whose collective timed out.
@@ -184,7 +183,6 @@ pub struct MpiCollective {
     timeout: Duration,
     max_message: usize,
     watchdog: Arc<Watchdog>,
-    meter: ByteMeter,
     /// (operation, length or root) signatures every rank has agreed on.
     agreed: Vec<(OpKind, usize)>,
     /// The (operation, length) pairs of every rank, from [`Self::gather_lengths`].
@@ -232,7 +230,6 @@ impl MpiCollective {
             timeout,
             max_message: 1 << 31,
             watchdog: Watchdog::start(rank, heartbeat),
-            meter: ByteMeter::default(),
             agreed: Vec::new(),
             pairs: Vec::new(),
             counts: Vec::new(),
@@ -261,7 +258,7 @@ impl MpiCollective {
         self.world.abort(code)
     }
 
-    /// `MPI_Allreduce` through the `mpi` crate with no checks, metering or
+    /// `MPI_Allreduce` through the `mpi` crate with no checks, agreement or
     /// watchdog: the baseline the benchmark compares this backend against.
     pub fn raw_allreduce_sum_f32(&self, send: &[f32], recv: &mut [f32]) {
         self.world.all_reduce_into(send, recv, mpi::collective::SystemOperation::sum());
@@ -350,7 +347,6 @@ impl MpiCollective {
         datatype: mpi::ffi::MPI_Datatype,
         op: mpi::ffi::MPI_Op,
     ) -> Result<(), CommError> {
-        let start = Instant::now();
         self.agree_once(kind, buf.len())?;
         let bytes = std::mem::size_of_val(buf);
         self.check_len(kind, bytes)?;
@@ -360,7 +356,6 @@ impl MpiCollective {
         if rc != mpi::ffi::MPI_SUCCESS as i32 {
             return Err(CommError::Mpi(format!("{} returned MPI error code {rc}", kind.name())));
         }
-        self.meter.record(kind, bytes, bytes, start.elapsed());
         Ok(())
     }
 
@@ -445,7 +440,6 @@ impl Collective for MpiCollective {
     }
 
     fn allgatherv(&mut self, send: &[u8], recv: &mut Gathered) -> Result<(), CommError> {
-        let start = Instant::now();
         self.check_len(OpKind::Allgatherv, send.len())?;
         self.gather_lengths(OpKind::Allgatherv, send.len())?;
         let dst = recv.set_from_parts(self.counts.iter().map(|&c| c as usize));
@@ -453,8 +447,6 @@ impl Collective for MpiCollective {
         self.watchdog.arm(OpKind::Allgatherv.name(), self.timeout);
         self.world.all_gather_varcount_into(send, &mut part);
         self.watchdog.disarm();
-        let total = recv.total_bytes();
-        self.meter.record(OpKind::Allgatherv, send.len(), total - send.len(), start.elapsed());
         Ok(())
     }
 
@@ -462,7 +454,6 @@ impl Collective for MpiCollective {
         if root >= self.size {
             return Err(CommError::Invalid(format!("broadcast root {root} outside 0..{}", self.size)));
         }
-        let start = Instant::now();
         self.agree_once(OpKind::Broadcast, root)?;
         let mut len = buf.len() as u64;
         self.guarded(OpKind::Broadcast, |w| w.process_at_rank(root as i32).broadcast_into(&mut len));
@@ -472,17 +463,13 @@ impl Collective for MpiCollective {
         self.watchdog.arm(OpKind::Broadcast.name(), self.timeout);
         self.world.process_at_rank(root as i32).broadcast_into(data);
         self.watchdog.disarm();
-        let (sent, received) = if self.rank == root { (buf.len(), 0) } else { (0, buf.len()) };
-        self.meter.record(OpKind::Broadcast, sent, received, start.elapsed());
         Ok(())
     }
 
     fn barrier(&mut self) -> Result<(), CommError> {
-        let start = Instant::now();
         // The agreement round is itself a barrier (an allgather completes only
         // when every rank contributed) and catches mismatched calls.
         self.agree(OpKind::Barrier, 0)?;
-        self.meter.record(OpKind::Barrier, 0, 0, start.elapsed());
         Ok(())
     }
 
@@ -498,12 +485,10 @@ impl Collective for MpiCollective {
         if dedicated && self.rank == server && !upload.is_empty() {
             return Err(CommError::Invalid("a dedicated server uploads nothing".into()));
         }
-        let start = Instant::now();
         self.agree_once(OpKind::PsPush, server)?;
         self.check_len(OpKind::PsPush, upload.len())?;
         self.gather_lengths(OpKind::PsPush, upload.len())?;
         let root = self.world.process_at_rank(server as i32);
-        let mut received = 0;
         if self.rank == server {
             let mut all = std::mem::take(&mut self.uploads);
             let total: usize = self.counts.iter().map(|&c| c as usize).sum();
@@ -521,7 +506,6 @@ impl Collective for MpiCollective {
                     all.push(&flat[d as usize..(d + c) as usize]);
                 }
             }
-            received = all.total_bytes() - if dedicated { 0 } else { upload.len() };
             download.clear();
             let status = aggregate(&all, download);
             self.uploads = all;
@@ -546,10 +530,7 @@ impl Collective for MpiCollective {
                 return Err(CommError::Aggregate(String::from_utf8_lossy(&msg).into_owned()));
             }
         }
-        let me_sent = if self.rank == server { 0 } else { upload.len() };
-        self.meter.record(OpKind::PsPush, me_sent, received, start.elapsed());
 
-        let start = Instant::now();
         let mut len = download.len() as u64;
         self.guarded(OpKind::PsPull, |w| w.process_at_rank(server as i32).broadcast_into(&mut len));
         download.resize(len as usize, 0);
@@ -557,18 +538,7 @@ impl Collective for MpiCollective {
         self.watchdog.arm(OpKind::PsPull.name(), self.timeout);
         self.world.process_at_rank(server as i32).broadcast_into(data);
         self.watchdog.disarm();
-        let (sent, received) =
-            if self.rank == server { (download.len() * (self.size - 1), 0) } else { (0, download.len()) };
-        self.meter.record(OpKind::PsPull, sent, received, start.elapsed());
         Ok(())
-    }
-
-    fn meter(&self) -> &ByteMeter {
-        &self.meter
-    }
-
-    fn meter_mut(&mut self) -> &mut ByteMeter {
-        &mut self.meter
     }
 }
 

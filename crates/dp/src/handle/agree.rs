@@ -1,6 +1,8 @@
 //! The rounds every worker takes part in besides the exchange: the step's
 //! agreement (non-finite values, losses, stop requests), parameter
-//! checksums, and the model-averaging rounds of CELGC.
+//! checksums, and the model-averaging rounds of CELGC. Only the last are
+//! the strategy's bytes; the others go round the meter
+//! ([`Metered::unmetered`](gradcomp_comm::Metered::unmetered)).
 
 use std::time::Instant;
 
@@ -11,17 +13,6 @@ use super::DataParallel;
 use crate::config::OnNonFinite;
 use crate::params;
 use crate::DataParallelError;
-
-/// Runs `op`, a control collective (agreement, checksums, a consensus
-/// model) whose bytes are not the step's, keeping what the meter counted
-/// before it: a staged step's exchange runs before its agreement round.
-fn unmetered<T>(c: &mut dyn Collective, op: impl FnOnce(&mut dyn Collective) -> T) -> T {
-    let counted = c.meter_mut().take_step();
-    let result = op(&mut *c);
-    c.meter_mut().take_step();
-    c.meter_mut().restore_step(counted);
-    result
-}
 
 /// What the agreement round decided.
 pub(super) struct Agreement {
@@ -51,7 +42,9 @@ impl DataParallel {
         }
         control[3] = self.last.bytes.sent() as f32;
         control[FLAGS + rank] = f32::from(u8::from(bad.is_some()));
-        unmetered(&mut *self.c, |c| c.allreduce_sum_f32(&mut control))
+        self.c
+            .unmetered()
+            .allreduce_sum_f32(&mut control)
             .map_err(|source| DataParallelError::Comm { rank, source })?;
         self.stop = false;
         self.stop_agreed = control[0] > 0.0;
@@ -78,12 +71,11 @@ impl DataParallel {
     /// Averages the workers' models now (CELGC's round); checksums compared
     /// right after, when due.
     pub(super) fn average_round<M: Module>(&mut self, model: M) -> Result<M, DataParallelError> {
-        self.discard_foreign_bytes();
         let t = Instant::now();
         params::read_params(&model, &mut self.params);
         let (step, rank) = (self.step, self.rank());
         self.strategy
-            .average_models(step, &mut self.params, &mut *self.c)
+            .average_models(step, &mut self.params, &mut self.c)
             .map_err(|e| DataParallelError::from_exchange(rank, e))?;
         self.pending.add(&self.c.meter_mut().take_step());
         self.pending_seconds += t.elapsed().as_secs_f64();
@@ -105,20 +97,15 @@ impl DataParallel {
         if self.strategy.identical_replicas() {
             return Ok(model.clone());
         }
-        self.discard_foreign_bytes();
         params::read_params(model, &mut self.params);
         let rank = self.rank();
-        unmetered(&mut *self.c, |c| c.allreduce_sum_f32(&mut self.params))
+        self.c
+            .unmetered()
+            .allreduce_sum_f32(&mut self.params)
             .map_err(|source| DataParallelError::Comm { rank, source })?;
         let n = self.world_size() as f32;
         self.params.iter_mut().for_each(|p| *p /= n);
         Ok(params::write_params(model.clone(), &self.params))
-    }
-
-    /// Drops meter counts that are not the strategy's (the caller's own
-    /// collectives since the last call).
-    pub(super) fn discard_foreign_bytes(&mut self) {
-        self.c.meter_mut().take_step();
     }
 
     /// Compares the checksum of `self.params` across workers; a difference
@@ -126,7 +113,9 @@ impl DataParallel {
     pub(super) fn compare_checksums(&mut self, step: u64) -> Result<(), DataParallelError> {
         let rank = self.rank();
         let sum = params::checksum(&self.params).to_le_bytes();
-        unmetered(&mut *self.c, |c| c.allgatherv(&sum, &mut self.gathered))
+        self.c
+            .unmetered()
+            .allgatherv(&sum, &mut self.gathered)
             .map_err(|source| DataParallelError::Comm { rank, source })?;
         let first = self.gathered.get(0).to_vec();
         let ranks: Vec<usize> = (0..self.gathered.len()).filter(|&r| self.gathered.get(r) != first).collect();

@@ -2,7 +2,7 @@
 //! the core's configuration ([`InitDataParallel`]).
 
 use burn::module::Module;
-use gradcomp_comm::{Collective, Gathered, StepBytes};
+use gradcomp_comm::{Collective, Gathered, Metered, StepBytes};
 
 use super::{CompressionLocation, DataParallel, StepStats};
 use crate::config::DataParallelConfig;
@@ -61,13 +61,12 @@ impl InitDataParallel for DataParallelConfig {
         let values: Vec<f32> =
             bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
         let model = params::write_params(model, &values);
-        c.meter_mut().take_step();
         let strategy = crate::strategy::build(&self, &layout, c.world_size());
         let density = self.compressor.density();
         let n = layout.total();
         let dp = DataParallel {
             cfg: self,
-            c,
+            c: Metered::new(c),
             strategy,
             layout,
             step: 0,

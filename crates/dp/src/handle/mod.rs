@@ -14,7 +14,7 @@ mod step;
 
 use std::collections::BTreeMap;
 
-use gradcomp_comm::{Collective, Gathered, StepBytes};
+use gradcomp_comm::{Collective, Gathered, Metered, StepBytes};
 use gradcomp_compress::stats::Histogram;
 use serde::{Deserialize, Serialize};
 
@@ -141,7 +141,8 @@ pub enum CompressionLocation {
 /// differ between averaging rounds, and the consensus is their average.
 pub struct DataParallel {
     cfg: DataParallelConfig,
-    c: Box<dyn Collective>,
+    /// The collective, metered: what passes through it is the strategy's bytes.
+    c: Metered<Box<dyn Collective>>,
     strategy: Box<dyn Strategy>,
     layout: GradientLayout,
     step: u64,
@@ -234,9 +235,10 @@ impl DataParallel {
     }
 
     /// The collective, for the caller's own operations (evaluation sums,
-    /// records). Its bytes are not counted as the strategy's.
+    /// records). It is the one under the meter: its bytes are not the
+    /// strategy's.
     pub fn collective_mut(&mut self) -> &mut dyn Collective {
-        &mut *self.c
+        &mut **self.c.unmetered()
     }
 
     /// Asks every worker to stop: after the next step,

@@ -14,10 +14,19 @@ use super::{CompressionLocation, DataParallel, StepStats};
 use crate::backward::read::BurnStages;
 use crate::backward::{Backward, Pass, StagedBackward};
 use crate::config::OnNonFinite;
-use crate::exchange::{ExchangeStats, Gradient, StepInput};
+use crate::exchange::{ExchangeStats, Gradient, StateBuffers, StepInput};
 use crate::grad_stages::CompleteGrad;
 use crate::params::{self, GradSource};
+use crate::strategy::Combined;
 use crate::DataParallelError;
+
+/// How a step's gradient reaches the exchange.
+enum Arrival {
+    /// Read whole into `self.grad`, or held on the device.
+    Whole(StepGrad),
+    /// A staged backward pass, streamed into the host exchange.
+    Streamed(Box<StagedBackward>),
+}
 
 /// What the exchange made of a step: the combined gradient and the step
 /// size to apply it at.
@@ -89,6 +98,14 @@ impl DataParallel {
     /// The combined gradient of a step, and the step size to apply it at:
     /// [`step`](Self::step) without the optimizer, for callers that apply
     /// it themselves (burn-train's `Learner`).
+    ///
+    /// Every step takes this one path: the gradient arrives (read whole, or
+    /// streamed stage by stage into the exchange), the workers agree on
+    /// non-finite values, the strategy combines, and the result is written
+    /// back. Only the agreement's place depends on how the gradient arrives:
+    /// a whole gradient is agreed on before the exchange; a streamed one
+    /// after it (a worker's non-finite stage travels as zeros, and a
+    /// skipped step restores the memories to their state before it).
     pub(crate) fn sync<M: Module, B: Backward>(
         &mut self,
         model: &M,
@@ -96,138 +113,37 @@ impl DataParallel {
         lr: f64,
     ) -> Result<Synced, DataParallelError> {
         let pass = backward.into_pass();
-        self.begin_sync(model, lr, pass.loss)?;
-        match pass.grads {
-            Pass::Whole(grads) => self.sync_whole(model, grads, pass.loss, lr),
-            // Streaming needs to know, before the first stage, that the host compresses.
-            Pass::Staged(stages) if matches!(self.location, CompressionLocation::Host(_)) => {
-                self.sync_staged(model, *stages, pass.loss, lr)
-            }
-            Pass::Staged(stages) => {
-                let merged = params::merge_stages(model, *stages).map_err(DataParallelError::Usage)?;
-                self.sync_whole(model, merged, pass.loss, lr)
-            }
-        }
-    }
-
-    /// A whole gradient: non-finite values are agreed on before the exchange.
-    fn sync_whole<M: Module, G: GradSource>(
-        &mut self,
-        model: &M,
-        grads: G,
-        loss: Option<f64>,
-        lr: f64,
-    ) -> Result<Synced, DataParallelError> {
+        let loss = pass.loss;
+        self.begin_sync(model, lr, loss)?;
         let step = self.step;
-        let t = Instant::now();
-        let grad = self.take_grad(model, &grads)?;
-        // burn's gradients are read (or their device buffers held): free them before the exchange.
-        drop(grads);
-        let read_seconds = t.elapsed().as_secs_f64();
-        let t = Instant::now();
-        let bad = self.find_nonfinite(&grad, loss)?;
-        let check_seconds = t.elapsed().as_secs_f64();
-        let agreed = self.agree(step, bad, loss)?;
-        let mut stats = StepStats {
-            step,
-            loss,
-            mean_loss: agreed.mean_loss,
-            lr,
-            density: self.density,
-            read_seconds,
-            control_seconds: check_seconds + agreed.seconds,
-            ..Default::default()
-        };
-        if agreed.skip {
-            return Ok(self.skip_step(stats, lr));
-        }
-        let measure = self.measures(step);
-        if measure && self.rank() == 0 {
-            self.grad_on_host(&grad)?;
-            stats.histogram = Some(Histogram::symmetric(&self.grad, 41));
-        }
-        let input = StepInput { step, lr, loss, measure };
-        let rank = self.rank();
-        let combined = match &grad {
-            StepGrad::Host => {
-                let g = Gradient::Host(&mut CompleteGrad(&self.grad));
-                self.strategy.combine(&input, g, &mut self.out, &mut *self.c)
+        let input = StepInput { step, lr, loss, measure: self.measures(step) };
+        let mut stats = StepStats { step, loss, lr, density: self.density, ..Default::default() };
+        let arrival = self.arrival(model, pass.grads, &mut stats)?;
+        if let Arrival::Whole(grad) = &arrival {
+            let t = Instant::now();
+            let bad = self.find_nonfinite(grad, loss)?;
+            stats.control_seconds = t.elapsed().as_secs_f64();
+            if self.agree_on(&mut stats, bad)? {
+                return Ok(self.skip_step(stats, lr));
             }
-            #[cfg(feature = "device-kernels")]
-            StepGrad::Device(g) => {
-                self.strategy.combine(&input, Gradient::Device(g), &mut self.out, &mut *self.c)
+            if input.measure && self.rank() == 0 {
+                self.grad_on_host(grad)?;
             }
         }
-        .map_err(|e| DataParallelError::from_exchange(rank, e))?;
-        let t = Instant::now();
-        let grads = params::grads_params(model, &self.out);
-        stats.write_seconds = t.elapsed().as_secs_f64();
+        let before = self.state_to_restore(&arrival)?;
+        let (combined, streamed_bad) = self.combine(model, arrival, &input, &mut stats)?;
         stats.lr = combined.lr;
         stats.exchange = combined.stats;
         stats.extra = combined.extra;
-        self.finish(stats);
-        Ok(Synced { grads, lr: combined.lr, skipped: false })
-    }
-
-    /// A backward pass in stages on the host: each bucket goes on the wire
-    /// as soon as its stage is done, while the next stage's backward pass
-    /// runs (strategies that need the whole gradient complete it first). The
-    /// result is bitwise what the whole backward pass gives.
-    ///
-    /// Non-finite values are agreed on after the exchange rather than
-    /// before it: a worker's non-finite stage travels as zeros, and the
-    /// agreement then skips the step everywhere (the memories are restored
-    /// to their state before it) or stops the run, as `on_nonfinite` says.
-    fn sync_staged<M: Module>(
-        &mut self,
-        model: &M,
-        stages: StagedBackward,
-        loss: Option<f64>,
-        lr: f64,
-    ) -> Result<Synced, DataParallelError> {
-        let (step, rank) = (self.step, self.rank());
-        let measure = self.measures(step);
-        let input = StepInput { step, lr, loss, measure };
-        // Skipping must undo the memories' update, which has happened by the agreement.
-        let before = match self.cfg.on_nonfinite {
-            OnNonFinite::Skip => {
-                Some(self.strategy.state().map_err(|e| DataParallelError::from_exchange(rank, e))?)
+        if let Some(bad) = streamed_bad {
+            if self.agree_on(&mut stats, bad)? {
+                if let Some(state) = &before {
+                    self.strategy.restore(state).map_err(DataParallelError::Usage)?;
+                }
+                return Ok(self.skip_step(stats, lr));
             }
-            OnNonFinite::Stop => None,
-        };
-        let mut source = BurnStages::new(model, stages, &self.layout, &mut self.grad);
-        let combined =
-            self.strategy.combine(&input, Gradient::Host(&mut source), &mut self.out, &mut *self.c);
-        let (nonfinite, backward_seconds, read_seconds) =
-            (source.nonfinite.take(), source.backward_seconds, source.read_seconds);
-        let combined = combined.map_err(|e| DataParallelError::from_exchange(rank, e))?;
-        let t = Instant::now();
-        let bad = if loss.is_some_and(|l| !l.is_finite()) {
-            Some(("loss", "(loss)".to_string()))
-        } else {
-            nonfinite.map(|tensor| ("gradient", tensor))
-        };
-        let agreed = self.agree(step, bad, loss)?;
-        let mut stats = StepStats {
-            step,
-            loss,
-            mean_loss: agreed.mean_loss,
-            lr: combined.lr,
-            density: self.density,
-            read_seconds,
-            backward_seconds,
-            control_seconds: t.elapsed().as_secs_f64(),
-            exchange: combined.stats,
-            extra: combined.extra,
-            ..Default::default()
-        };
-        if agreed.skip {
-            if let Some(state) = &before {
-                self.strategy.restore(state).map_err(DataParallelError::Usage)?;
-            }
-            return Ok(self.skip_step(stats, lr));
         }
-        if measure && rank == 0 {
+        if input.measure && self.rank() == 0 {
             stats.histogram = Some(Histogram::symmetric(&self.grad, 41));
         }
         let t = Instant::now();
@@ -236,6 +152,93 @@ impl DataParallel {
         let lr = stats.lr;
         self.finish(stats);
         Ok(Synced { grads, lr, skipped: false })
+    }
+
+    /// How this step's gradient reaches the exchange: streamed, when the
+    /// pass is staged and the host compresses (streaming must know that
+    /// before the first stage); read whole otherwise (a staged pass on the
+    /// device merged first).
+    fn arrival<M: Module, G: GradSource>(
+        &mut self,
+        model: &M,
+        grads: Pass<G>,
+        stats: &mut StepStats,
+    ) -> Result<Arrival, DataParallelError> {
+        let t = Instant::now();
+        let grad = match grads {
+            Pass::Staged(stages) if matches!(self.location, CompressionLocation::Host(_)) => {
+                return Ok(Arrival::Streamed(stages));
+            }
+            Pass::Staged(stages) => {
+                let merged = params::merge_stages(model, *stages).map_err(DataParallelError::Usage)?;
+                self.take_grad(model, &merged)?
+            }
+            Pass::Whole(grads) => self.take_grad(model, &grads)?,
+        };
+        // burn's gradients are read (or their device buffers held) and freed here, before the exchange.
+        stats.read_seconds = t.elapsed().as_secs_f64();
+        Ok(Arrival::Whole(grad))
+    }
+
+    /// The agreement round on this worker's first non-finite value `bad`,
+    /// into `stats`; true when every worker skips the step.
+    fn agree_on(
+        &mut self,
+        stats: &mut StepStats,
+        bad: Option<(&'static str, String)>,
+    ) -> Result<bool, DataParallelError> {
+        let agreed = self.agree(stats.step, bad, stats.loss)?;
+        stats.mean_loss = agreed.mean_loss;
+        stats.control_seconds += agreed.seconds;
+        Ok(agreed.skip)
+    }
+
+    /// The strategy's state before a streamed step that may be skipped:
+    /// its memories are updated by the time the workers agree.
+    fn state_to_restore(&self, arrival: &Arrival) -> Result<Option<StateBuffers>, DataParallelError> {
+        if !matches!(arrival, Arrival::Streamed(_)) || self.cfg.on_nonfinite == OnNonFinite::Stop {
+            return Ok(None);
+        }
+        let rank = self.rank();
+        self.strategy.state().map(Some).map_err(|e| DataParallelError::from_exchange(rank, e))
+    }
+
+    /// The strategy's combination of the gradient into `self.out`; for a
+    /// streamed gradient also this worker's first non-finite value, found
+    /// on the way (`None` for a whole one, agreed on already).
+    #[allow(clippy::type_complexity)]
+    fn combine<M: Module>(
+        &mut self,
+        model: &M,
+        arrival: Arrival,
+        input: &StepInput,
+        stats: &mut StepStats,
+    ) -> Result<(Combined, Option<Option<(&'static str, String)>>), DataParallelError> {
+        let rank = self.rank();
+        let exchange_error = |e| DataParallelError::from_exchange(rank, e);
+        let (strategy, out, c) = (&mut self.strategy, &mut self.out, &mut self.c);
+        match arrival {
+            Arrival::Whole(StepGrad::Host) => {
+                let g = Gradient::Host(&mut CompleteGrad(&self.grad));
+                Ok((strategy.combine(input, g, out, c).map_err(exchange_error)?, None))
+            }
+            #[cfg(feature = "device-kernels")]
+            Arrival::Whole(StepGrad::Device(g)) => {
+                Ok((strategy.combine(input, Gradient::Device(&g), out, c).map_err(exchange_error)?, None))
+            }
+            Arrival::Streamed(stages) => {
+                let mut source = BurnStages::new(model, *stages, &self.layout, &mut self.grad);
+                let combined = strategy.combine(input, Gradient::Host(&mut source), out, c);
+                stats.backward_seconds = source.backward_seconds;
+                stats.read_seconds = source.read_seconds;
+                let bad = if input.loss.is_some_and(|l| !l.is_finite()) {
+                    Some(("loss", "(loss)".to_string()))
+                } else {
+                    source.nonfinite.take().map(|tensor| ("gradient", tensor))
+                };
+                Ok((combined.map_err(exchange_error)?, Some(bad)))
+            }
+        }
     }
 
     /// The checks and the replica comparison every step begins with.
@@ -261,7 +264,6 @@ impl DataParallel {
                 "eSGD selects by the loss: pass the loss tensor (or (gradients, loss)) to step".into(),
             ));
         }
-        self.discard_foreign_bytes();
         let step = self.step;
         let due = self.cfg.checksum_every > 0 && step > 0 && step.is_multiple_of(self.cfg.checksum_every);
         if due && self.strategy.identical_replicas() {
