@@ -13,7 +13,10 @@ of their own.
 
 And the map is true to the tree: every path docs/ARCHITECTURE.md's "Layout"
 block names exists, and every top-level source file and folder of a crate
-whose sources it lists is named there (`check_layout`).
+whose sources it lists is named there (`check_layout`); the table of "The
+path of one gradient" names functions that exist in the files it gives, in
+at most MAX_PATH_ROWS rows and MAX_FORMS forms, and states its count of
+calls rightly (`check_path`).
 
 Prints every circle, long file, long function and layout mismatch; exits 1 if
 there is any.
@@ -25,6 +28,8 @@ import sys
 
 MAX_FILE = 600
 MAX_FN = 80
+MAX_PATH_ROWS = 15
+MAX_FORMS = 6
 LIBRARY_CRATES = None  # every crate
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 
@@ -324,6 +329,57 @@ def check_layout(problems):
                     problems.append(f"{rel} is not in docs/ARCHITECTURE.md's Layout")
 
 
+def defines(path, name):
+    """Whether the Rust file at `path` defines a function `name`."""
+    with open(path, encoding="utf-8") as f:
+        return re.search(r"\bfn " + re.escape(name) + r"\b", f.read()) is not None
+
+
+def source_files_ending(suffix):
+    """Every crate source file whose path ends with `/suffix`."""
+    found = []
+    for dirpath, _, files in os.walk(os.path.join(ROOT, "crates")):
+        for f in files:
+            path = os.path.join(dirpath, f)
+            if path.endswith(os.sep + suffix) and os.sep + "src" + os.sep in path:
+                found.append(path)
+    return found
+
+
+def check_path(problems):
+    """The table of the gradient's path is true to the code (see the module doc)."""
+    with open(os.path.join(ROOT, "docs", "ARCHITECTURE.md"), encoding="utf-8") as f:
+        arch = f.read()
+    m = re.search(r"^## The path of one gradient\n(.*?)^## ", arch, re.M | re.S)
+    if not m:
+        problems.append("docs/ARCHITECTURE.md: no \"## The path of one gradient\" section")
+        return
+    section = m.group(1)
+    rows = re.findall(r"^\| (\d+) \| `([^`]+)` \| ([^|]*)\| ([^|]*)\| ([^|]*)\|$", section, re.M)
+    where = "docs/ARCHITECTURE.md's path of one gradient"
+    calls, forms = 0, set()
+    for num, call, file, inside, form in rows:
+        calls += 1
+        name = call.split("::")[-1]
+        file = file.strip().strip("`")
+        if file.startswith("crates/") and not defines(os.path.join(ROOT, file), name):
+            problems.append(f"{where}, row {num}: {file} has no fn {name}")
+        for item in [i.strip() for i in inside.split(",") if i.strip()]:
+            calls += 1
+            ref = re.match(r"`([\w/]+\.rs)::(\w+)`", item)
+            if ref and not any(defines(p, ref.group(2)) for p in source_files_ending(ref.group(1))):
+                problems.append(f"{where}, row {num}: no {ref.group(1)} defines fn {ref.group(2)}")
+        if form.strip():
+            forms.add(form.strip())
+    if not rows or len(rows) > MAX_PATH_ROWS:
+        problems.append(f"{where}: {len(rows)} rows (1 to {MAX_PATH_ROWS})")
+    if len(forms) > MAX_FORMS:
+        problems.append(f"{where}: {len(forms)} forms (limit {MAX_FORMS})")
+    stated = re.search(r"\*\*(\d+) calls\*\*", section)
+    if not stated or int(stated.group(1)) != calls:
+        problems.append(f"{where}: the table holds {calls} calls; the text must say **{calls} calls**")
+
+
 def main():
     report = "--report" in sys.argv
     problems = []
@@ -363,6 +419,7 @@ def main():
                 if n > MAX_FILE:
                     problems.append(f"{os.path.relpath(path, ROOT)}: {n} lines (limit {MAX_FILE})")
     check_layout(problems)
+    check_path(problems)
     for p in problems:
         print(p)
     print(f"check-shape: {len(files_seen)} files, {len(problems)} problem(s)")

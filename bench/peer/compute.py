@@ -10,8 +10,8 @@ and batch per worker), each thread count and each round, PyTorch's pass and
 `BIN bench compute` (every burn backend) run one after another, so drift hits
 both alike; medians over `--steps` timed steps after 3 untimed. PyTorch runs
 `torch.set_num_threads(T)`, burn `RAYON_NUM_THREADS=T`. Each record is one JSON
-line (framework, backend, model, batch, threads, round, forward_s, backward_s,
-step_s); the summary table takes the median over rounds.
+line (framework, backend, model, batch, threads, round, forward_seconds, backward_seconds,
+step_seconds); the summary table takes the median over rounds.
 """
 import argparse
 import json
@@ -95,7 +95,7 @@ def main():
                 f, b, s = torch_pass(model, data)
                 emit({"framework": "pytorch", "backend": f"torch {torch.__version__}", "config": cfg["name"],
                       "model": cfg["model"]["name"], "batch": cfg["data"]["batch_size"], "threads": threads,
-                      "round": rnd, "params": params, "forward_s": f, "backward_s": b, "step_s": s})
+                      "round": rnd, "params": params, "forward_seconds": f, "backward_seconds": b, "step_seconds": s})
                 env = dict(os.environ, RAYON_NUM_THREADS=str(threads))
                 run = subprocess.run([a.bin, "bench", "compute", "--config", path, "--json", "--steps", str(a.steps),
                                       "--device", a.burn_devices], env=env, capture_output=True, text=True)
@@ -118,12 +118,13 @@ def summary(records):
         by = {}
         for r in rows:
             by.setdefault(r["backend"] if r["framework"] == "burn" else "pytorch", []).append(r)
-        base = statistics.median(r["step_s"] for r in by["pytorch"])
+        base = statistics.median(r["step_seconds"] for r in by["pytorch"])
         for name, rs in by.items():
-            med = {k: statistics.median(r[k] for r in rs) * 1e3 for k in ("forward_s", "backward_s", "step_s")}
+            keys = ("forward_seconds", "backward_seconds", "step_seconds")
+            med = {k: statistics.median(r[k] for r in rs) * 1e3 for k in keys}
             label = "PyTorch" if name == "pytorch" else f"burn {name}"
-            print(f"| {model} | {batch} | {threads} | {label} | {med['forward_s']:.1f} | {med['backward_s']:.1f} | "
-                  f"{med['step_s']:.1f} | {med['step_s'] / 1e3 / base:.2f}× |")
+            print(f"| {model} | {batch} | {threads} | {label} | {med['forward_seconds']:.1f} | {med['backward_seconds']:.1f} | "
+                  f"{med['step_seconds']:.1f} | {med['step_seconds'] / 1e3 / base:.2f}× |")
 
 
 if __name__ == "__main__":

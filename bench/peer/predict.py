@@ -91,7 +91,7 @@ def main():
             out = subprocess.run(cmd, capture_output=True, text=True)
             if out.returncode:
                 sys.exit(f"error: {' '.join(cmd)}\n{out.stderr}")
-            total += count * json.loads(out.stdout.splitlines()[0])["step_s"]
+            total += count * json.loads(out.stdout.splitlines()[0])["step_seconds"]
         measured = shaped["wall_seconds"]
         print(f"| {method} | {rate} | {steps} | {compute_ms:.1f} | {1e3 * total / steps:.1f} | "
               f"{1e3 * measured / steps:.1f} | {100 * (total - measured) / measured:+.0f}% | {total:.1f} | "

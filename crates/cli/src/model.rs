@@ -109,7 +109,7 @@ fn profile(cfg: &TrainConfig, steps: u64) -> Result<Profile> {
     p.train.checkpoint_every_epochs = 0;
     trainer::train(&p, RunOptions::default(), Box::new(Silent)).context("measuring the compute profile")?;
     let steps: Vec<StepRecord> = read_jsonl(&dir.join("steps.jsonl"))?;
-    let compute: Vec<f64> = steps.iter().skip(3).filter_map(|s| s.compute_s.first().copied()).collect();
+    let compute: Vec<f64> = steps.iter().skip(3).filter_map(|s| s.compute_seconds.first().copied()).collect();
     let manifest: Manifest = read_json(&dir.join("manifest.json"))?;
     let shapes = manifest.units.iter().map(|u| u.shape.clone()).collect();
     std::fs::remove_dir_all(&dir).ok();
@@ -450,8 +450,8 @@ fn peer(cfg: &TrainConfig, compute_ms: f64, a: &Args) -> Result<()> {
         if a.json {
             println!(
                 "{}",
-                serde_json::json!({"link_bps": bps, "workers": n, "compute_s": compute_ms / 1e3,
-                                   "wire_s": wire, "step_s": step, "algorithm": a.peer_algorithm})
+                serde_json::json!({"link_bps": bps, "workers": n, "compute_seconds": compute_ms / 1e3,
+                                   "wire_seconds": wire, "step_seconds": step, "algorithm": a.peer_algorithm})
             );
         } else {
             println!(

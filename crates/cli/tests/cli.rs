@@ -460,8 +460,8 @@ fn model_prices_another_systems_step() {
     assert_eq!(code, 0, "{err}");
     let v: serde_json::Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
     let ring = 6.0 * (1e-4 + 250_000.0 / 1.25e8);
-    assert!((v["wire_s"].as_f64().unwrap() - ring).abs() < 1e-6 * ring.max(1.0), "{v}");
-    assert!((v["step_s"].as_f64().unwrap() - (0.010 + ring)).abs() < 1e-6, "{v}");
+    assert!((v["wire_seconds"].as_f64().unwrap() - ring).abs() < 1e-6 * ring.max(1.0), "{v}");
+    assert!((v["step_seconds"].as_f64().unwrap() - (0.010 + ring)).abs() < 1e-6, "{v}");
     let (code, _, err) = gradcomp(&[&args[..], &["--peer-call", "broadcast:12"]].concat());
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("allreduce or allgather"), "{err}");
@@ -479,7 +479,10 @@ fn bench_compute_times_the_forward_and_backward_pass() {
         (v["framework"].as_str(), v["backend"].as_str(), v["model"].as_str()),
         (Some("burn"), Some("flex"), Some("fcn5"))
     );
-    let (f, b, s) =
-        (v["forward_s"].as_f64().unwrap(), v["backward_s"].as_f64().unwrap(), v["step_s"].as_f64().unwrap());
+    let (f, b, s) = (
+        v["forward_seconds"].as_f64().unwrap(),
+        v["backward_seconds"].as_f64().unwrap(),
+        v["step_seconds"].as_f64().unwrap(),
+    );
     assert!(f > 0.0 && b > 0.0 && s >= f.max(b), "{v}");
 }

@@ -141,11 +141,11 @@ impl Bucket {
     /// Enters the bucket's collectives, as [`Bucket::run`] left them, in
     /// the step's statistics: its wire seconds and its calls.
     pub(crate) fn record(&self, st: &mut ExchangeStats) {
-        st.buckets[self.index].wire = self.seconds;
+        st.buckets[self.index].wire_seconds = self.seconds;
         st.calls.extend_from_slice(&self.calls);
     }
 
-    /// Packs the units' messages: the values that are summed (raw units as
+    /// Packs the units' messages: the values that are summed (uncompressed units as
     /// `local` holds them), the codes, and the encodings that are gathered
     /// or uploaded. `inv_n` pre-scales half-precision values, which are
     /// summed already averaged so their sum cannot overflow f16.
@@ -164,8 +164,8 @@ impl Bucket {
         p.wire.clear();
         for u in plan.buckets[b].clone() {
             match (plan.units[u].route, &msgs[u]) {
-                (Route::DenseSum, _) if plan.units[u].raw => {
-                    p.dense.extend_from_slice(local.raw(plan, u, grad))
+                (Route::DenseSum, _) if plan.units[u].uncompressed => {
+                    p.dense.extend_from_slice(local.uncompressed(plan, u, grad))
                 }
                 (Route::DenseSum, Message::Dense(m)) => p.dense.extend_from_slice(&m.values),
                 (Route::DenseSum, Message::Sparse(m)) => p.dense.extend_from_slice(&m.values),
@@ -264,7 +264,9 @@ impl Bucket {
             let unit = &plan.units[u];
             let dst = &mut out[unit.offset..unit.offset + unit.len];
             match (plan.units[u].route, &msgs[u]) {
-                (Route::DenseSum, Message::Sparse(SparseMessage { indices, .. })) if !plan.units[u].raw => {
+                (Route::DenseSum, Message::Sparse(SparseMessage { indices, .. }))
+                    if !plan.units[u].uncompressed =>
+                {
                     for (&i, &s) in indices.iter().zip(&p.dense[at_dense..at_dense + indices.len()]) {
                         dst[i as usize] = s * inv_n;
                     }

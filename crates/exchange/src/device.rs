@@ -32,7 +32,7 @@ pub(crate) struct DeviceUnits {
     memories: Vec<DeviceMemory>,
     /// The units that travel uncompressed, copied to the host at their
     /// layout offsets (the rest of the buffer is unused).
-    raw_host: Vec<f32>,
+    uncompressed_on_host: Vec<f32>,
     scratch: Vec<f32>,
 }
 
@@ -105,7 +105,7 @@ impl DeviceUnits {
         density: Option<f64>,
         host: &HostCompression,
     ) -> Result<Self, String> {
-        if plan.units.iter().all(|u| u.raw) {
+        if plan.units.iter().all(|u| u.uncompressed) {
             return Err("every unit travels uncompressed: one read-back on the host is cheapest".into());
         }
         let Some(builtin) = recipe.compressor.builtin() else {
@@ -142,7 +142,7 @@ impl DeviceUnits {
             client: client.clone(),
             compressors,
             memories,
-            raw_host: vec![0.0; plan.total()],
+            uncompressed_on_host: vec![0.0; plan.total()],
             scratch: Vec::new(),
         };
         units.load(host)?;
@@ -191,10 +191,10 @@ impl LocalCompression for DeviceCompression<'_> {
     fn compensate(&mut self, plan: &Plan, u: usize, _grad: &[f32], lr: f32) -> Result<(), ExchangeError> {
         let d = &mut *self.units;
         let g = &self.grad.units[u];
-        if plan.units[u].raw {
+        if plan.units[u].uncompressed {
             let unit = &plan.units[u];
             let host = g.read(&d.client).map_err(device_error)?;
-            d.raw_host[unit.offset..unit.offset + unit.len].copy_from_slice(&host);
+            d.uncompressed_on_host[unit.offset..unit.offset + unit.len].copy_from_slice(&host);
         }
         self.inputs[u] = Some(match &mut d.memories[u] {
             DeviceMemory::None => g.clone(),
@@ -215,7 +215,7 @@ impl LocalCompression for DeviceCompression<'_> {
         ctx: &UnitContext,
         out: &mut Vec<f32>,
     ) -> Result<Option<ReduceOp>, ExchangeError> {
-        if plan.units[u].raw {
+        if plan.units[u].uncompressed {
             return Ok(None);
         }
         let input = self.input(u)?.clone();
@@ -246,9 +246,9 @@ impl LocalCompression for DeviceCompression<'_> {
         Ok(Some(measure(&x, msg, &mut d.scratch)))
     }
 
-    fn raw<'b>(&'b self, plan: &Plan, u: usize, _grad: &'b [f32]) -> &'b [f32] {
+    fn uncompressed<'b>(&'b self, plan: &Plan, u: usize, _grad: &'b [f32]) -> &'b [f32] {
         let unit = &plan.units[u];
-        &self.units.raw_host[unit.offset..unit.offset + unit.len]
+        &self.units.uncompressed_on_host[unit.offset..unit.offset + unit.len]
     }
 
     fn update(&mut self, u: usize, msg: &Message) -> Result<(), ExchangeError> {

@@ -170,7 +170,9 @@ impl GradientExchange {
         self.work.measured.clear();
         self.work.measured.resize(self.plan.units.len(), None);
         let (plan, work, server) = (&self.plan, &mut self.work, &mut self.server);
-        match grad {
+        #[cfg(feature = "device-kernels")]
+        let (mut on_device, mut nothing_on_host);
+        let (local, stages): (&mut dyn LocalCompression, &mut dyn GradStages) = match grad {
             Gradient::Host(stages) => {
                 if stages.grad().len() != total {
                     return Err(ExchangeError::Usage(format!(
@@ -178,17 +180,27 @@ impl GradientExchange {
                         stages.grad().len()
                     )));
                 }
-                run(work.step(plan, &mut self.host, args), server, stages, out, c, &mut st)?;
+                (&mut self.host, stages)
             }
             #[cfg(feature = "device-kernels")]
             Gradient::Device(g) => {
                 let units = self.device.as_mut().ok_or_else(|| {
                     ExchangeError::Device("a device gradient before the exchange moved to the device".into())
                 })?;
-                let mut local = super::device::DeviceCompression::new(units, plan, g)?;
-                run(work.step(plan, &mut local, args), server, &mut CompleteGrad(&[]), out, c, &mut st)?;
+                on_device = super::device::DeviceCompression::new(units, plan, g)?;
+                nothing_on_host = CompleteGrad(&[]);
+                (&mut on_device, &mut nothing_on_host)
             }
+        };
+        let mut step = work.step(plan, local, args);
+        wire::with_wire(st.pipelined, plan, server, c, |wire| {
+            schedule::drive(&mut step, stages, wire, out, &mut st)
+        })?;
+        if step.args.measure {
+            st.fold_measured(step.measured);
         }
+        st.extra = step.local.extra();
+        st.residual_norm = step.local.residual_norm()?;
         st.sum_buckets();
         st.wall_seconds = wall.elapsed().as_secs_f64();
         Ok(st)
@@ -247,24 +259,4 @@ impl Working {
             in_flight: 0,
         }
     }
-}
-
-/// Runs the schedule for `step` on a wire (a communication thread when
-/// pipelined), then the statistics that are per unit, in unit order.
-fn run(
-    mut step: ExchangeStep<'_>,
-    server: &mut ServerBuffers,
-    stages: &mut dyn GradStages,
-    out: &mut [f32],
-    c: &mut dyn Collective,
-    st: &mut ExchangeStats,
-) -> Result<(), ExchangeError> {
-    let plan = step.plan;
-    wire::with_wire(st.pipelined, plan, server, c, |wire| schedule::drive(&mut step, stages, wire, out, st))?;
-    if step.args.measure {
-        st.fold_measured(step.measured);
-    }
-    st.extra = step.local.extra();
-    st.residual_norm = step.local.residual_norm()?;
-    Ok(())
 }

@@ -58,7 +58,7 @@ impl LocalCompression for HostCompression {
         ctx: &UnitContext,
         out: &mut Vec<f32>,
     ) -> Result<Option<ReduceOp>, ExchangeError> {
-        if plan.units[u].raw {
+        if plan.units[u].uncompressed {
             return Ok(None);
         }
         Ok(self.units[u].contribute(round, slice(plan, u, grad), ctx, out))
@@ -82,7 +82,7 @@ impl LocalCompression for HostCompression {
         Ok(measured.then(|| measure(self.units[u].input(grad), msg, &mut self.scratch)))
     }
 
-    fn raw<'a>(&'a self, plan: &Plan, u: usize, grad: &'a [f32]) -> &'a [f32] {
+    fn uncompressed<'a>(&'a self, plan: &Plan, u: usize, grad: &'a [f32]) -> &'a [f32] {
         slice(plan, u, grad)
     }
 

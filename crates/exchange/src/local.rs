@@ -19,7 +19,7 @@ pub(crate) const REDUCE_OPS: [ReduceOp; 2] = [ReduceOp::Max, ReduceOp::Sum];
 /// The schedule calls, for a group of units that became ready: `compensate`
 /// for each; then, for each agreement round, `contribute` for each and,
 /// once the round's collectives are done, `round_result`; then `compress` for
-/// each unit (the raw ones excepted); and, once its bucket is back from the
+/// each unit (the uncompressed ones excepted); and, once its bucket is back from the
 /// wire, `update`. Errors are the device's (the host's calls cannot fail).
 pub(crate) trait LocalCompression {
     /// Agreement rounds before the compressors run (0: none).
@@ -62,7 +62,7 @@ pub(crate) trait LocalCompression {
     ) -> Result<Option<[f64; 3]>, ExchangeError>;
 
     /// The values of unit `u`, which travels uncompressed, on the host.
-    fn raw<'a>(&'a self, plan: &Plan, u: usize, grad: &'a [f32]) -> &'a [f32];
+    fn uncompressed<'a>(&'a self, plan: &Plan, u: usize, grad: &'a [f32]) -> &'a [f32];
 
     /// Unit `u`'s memory keeps what `msg` did not send.
     fn update(&mut self, u: usize, msg: &Message) -> Result<(), ExchangeError>;

@@ -20,12 +20,12 @@ pub struct Unit {
     pub len: usize,
     /// The tensor's shape (`[len]` for the global unit).
     pub shape: Vec<usize>,
-    /// Kept uncompressed by policy (`compression.exclude`).
+    /// Kept uncompressed by policy (`compression.exclude`): one reason for `uncompressed`.
     pub excluded: bool,
     /// Travels uncompressed: excluded, the dense compressor, or a tensor the
     /// compressor leaves alone (PowerSGD's vectors). No memory; no message
     /// unless the route needs an encoding.
-    pub raw: bool,
+    pub uncompressed: bool,
     /// Has a memory that is not the identity; its compensated gradient is
     /// the memory's buffer (`Memory::residual` between compensate and update).
     pub has_memory: bool,
@@ -60,13 +60,15 @@ pub enum Route {
 }
 
 impl Route {
-    /// `raw`: the unit travels uncompressed (excluded, or a tensor the
+    /// `uncompressed`: the unit travels uncompressed (excluded, or a tensor the
     /// compressor leaves alone).
-    fn of(raw: bool, topology: Topology, combine: Combine) -> Route {
+    fn of(uncompressed: bool, topology: Topology, combine: Combine) -> Route {
         match topology {
-            _ if combine == Combine::InRounds && !raw => Route::InRounds,
+            _ if combine == Combine::InRounds && !uncompressed => Route::InRounds,
             Topology::ParameterServer => Route::Server,
-            _ if raw || matches!(combine, Combine::DenseSum | Combine::SharedIndexSum) => Route::DenseSum,
+            _ if uncompressed || matches!(combine, Combine::DenseSum | Combine::SharedIndexSum) => {
+                Route::DenseSum
+            }
             _ if combine == Combine::HalfSum => Route::HalfSum,
             Topology::Allreduce if combine == Combine::TernarySum => Route::CodeSum,
             _ => Route::Gather,
@@ -128,14 +130,14 @@ impl Plan {
         workers: usize,
     ) -> Plan {
         let mut units = units(layout, c, granularity);
-        let identity = recipe.passes_through();
+        let nothing = recipe.compresses_nothing();
         let combine = recipe.combine;
         for u in &mut units {
-            u.raw = u.excluded || identity || !recipe.compresses(&u.shape);
-            u.has_memory = !u.raw && recipe.has_memory();
+            u.uncompressed = u.excluded || nothing || !recipe.compresses(&u.shape);
+            u.has_memory = !u.uncompressed && recipe.has_memory();
             u.lr_scaled = u.has_memory && recipe.lr_scaled();
-            u.vote = !u.raw && combine == Combine::MajorityVote;
-            u.route = Route::of(u.raw, topology, combine);
+            u.vote = !u.uncompressed && combine == Combine::MajorityVote;
+            u.route = Route::of(u.uncompressed, topology, combine);
         }
         let lens: Vec<usize> = units.iter().map(|u| u.len).collect();
         let buckets = cut_buckets(&lens, bucket_bytes(c.bucket_mb));
@@ -200,7 +202,7 @@ fn units(layout: &GradientLayout, c: &CompressionConfig, granularity: Granularit
         len,
         shape,
         excluded,
-        raw: excluded,
+        uncompressed: excluded,
         has_memory: false,
         lr_scaled: false,
         vote: false,

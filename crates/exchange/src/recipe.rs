@@ -63,7 +63,7 @@ impl Recipe {
     }
 
     /// Whether every unit travels as it is (the dense method).
-    pub(crate) fn passes_through(&self) -> bool {
+    pub(crate) fn compresses_nothing(&self) -> bool {
         self.compressor.sends_values_as_they_are()
     }
 }

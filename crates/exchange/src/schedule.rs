@@ -90,7 +90,7 @@ pub(crate) fn drive(
             let t = Instant::now();
             more = stages.next_stage(&mut ranges)?;
             if more {
-                st.backward.push(t.elapsed().as_secs_f64());
+                st.backward_seconds.push(t.elapsed().as_secs_f64());
             }
             plan.count_filled(&ranges, &mut filled);
         }
@@ -102,7 +102,7 @@ pub(crate) fn drive(
         if end > next {
             x.prepare(next..end, stages.grad(), wire, out, st)?;
             for b in next..end {
-                st.buckets[b].ready_after = st.backward.len() as u32;
+                st.buckets[b].ready_after = st.backward_seconds.len() as u32;
                 let bucket = x.pack(b, stages.grad(), st)?;
                 if !wire.send(WireTask::Bucket(bucket)) {
                     break; // the thread stopped on an error, which `recv` returns
@@ -204,12 +204,12 @@ impl ExchangeStep<'_> {
         let (plan, args) = (self.plan, &self.args);
         let t = Instant::now();
         for u in plan.buckets[b].clone() {
-            if plan.units[u].raw {
-                // The server decodes what it is sent: raw units go as dense messages.
+            if plan.units[u].uncompressed {
+                // The server decodes what it is sent: uncompressed units go as dense messages.
                 if plan.topology == Topology::ParameterServer {
                     let m = self.msgs[u].dense_mut();
                     m.values.clear();
-                    m.values.extend_from_slice(self.local.raw(plan, u, grad));
+                    m.values.extend_from_slice(self.local.uncompressed(plan, u, grad));
                 }
                 continue;
             }
@@ -220,7 +220,7 @@ impl ExchangeStep<'_> {
         let mut bucket =
             self.buckets[b].take().ok_or_else(|| usage("a bucket was packed twice in one step"))?;
         bucket.pack(plan, self.msgs, &*self.local, grad, args.inv_n);
-        st.buckets[b].compress = t.elapsed().as_secs_f64();
+        st.buckets[b].compress_seconds = t.elapsed().as_secs_f64();
         Ok(bucket)
     }
 
@@ -252,7 +252,7 @@ impl ExchangeStep<'_> {
             }
             plan.to_gradient_units(u, out, self.args.lr);
         }
-        st.buckets[b].decode = t.elapsed().as_secs_f64();
+        st.buckets[b].decode_seconds = t.elapsed().as_secs_f64();
         Ok(())
     }
 }

@@ -25,7 +25,7 @@ pub struct ExchangeStats {
     pub wall_seconds: f64,
     /// Seconds of each stage of a staged backward pass computed inside the
     /// exchange, in order (empty for a whole gradient).
-    pub backward: Vec<f64>,
+    pub backward_seconds: Vec<f64>,
     /// ‖residual‖₂ over all units with a memory.
     pub residual_norm: f64,
     /// Σ‖acc − C(acc)‖² / Σ‖acc‖² over compressed units (when measured).
@@ -47,11 +47,11 @@ pub struct ExchangeStats {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct BucketTimes {
     /// Compressing its units and packing their messages.
-    pub compress: f64,
+    pub compress_seconds: f64,
     /// Inside its collectives (on the communication thread when pipelined).
-    pub wire: f64,
+    pub wire_seconds: f64,
     /// Decoding, aggregating, and the memories' update.
-    pub decode: f64,
+    pub decode_seconds: f64,
     /// The stages of a staged backward pass computed before the bucket
     /// was complete (0 for a whole gradient).
     #[serde(default)]
@@ -83,9 +83,9 @@ impl ExchangeStats {
 
     /// Adds the buckets' phase times to the phase totals.
     pub(crate) fn sum_buckets(&mut self) {
-        self.compress_seconds += self.buckets.iter().map(|b| b.compress).sum::<f64>();
-        self.communicate_seconds += self.buckets.iter().map(|b| b.wire).sum::<f64>();
-        self.decode_seconds += self.buckets.iter().map(|b| b.decode).sum::<f64>();
+        self.compress_seconds += self.buckets.iter().map(|b| b.compress_seconds).sum::<f64>();
+        self.communicate_seconds += self.buckets.iter().map(|b| b.wire_seconds).sum::<f64>();
+        self.decode_seconds += self.buckets.iter().map(|b| b.decode_seconds).sum::<f64>();
     }
 }
 

@@ -37,19 +37,26 @@ pub struct StepRecord {
     pub bytes_up: BTreeMap<String, u64>,
     pub bytes_down: BTreeMap<String, u64>,
     /// Per worker, in rank order.
-    pub compute_s: Vec<f64>,
-    pub compress_s: Vec<f64>,
-    pub communicate_s: Vec<f64>,
-    pub decode_s: Vec<f64>,
-    pub optimizer_s: Vec<f64>,
+    #[serde(alias = "compute_s")]
+    pub compute_seconds: Vec<f64>,
+    #[serde(alias = "compress_s")]
+    pub compress_seconds: Vec<f64>,
+    #[serde(alias = "communicate_s")]
+    pub communicate_seconds: Vec<f64>,
+    #[serde(alias = "decode_s")]
+    pub decode_seconds: Vec<f64>,
+    #[serde(alias = "optimizer_s")]
+    pub optimizer_seconds: Vec<f64>,
     /// Measured wall-clock of the step on rank 0.
-    pub wall_s: f64,
+    #[serde(alias = "wall_s")]
+    pub wall_seconds: f64,
     /// Stages of a staged backward pass run inside the exchange on rank 0
-    /// (their seconds are in `compute_s`); 0 when the backward pass ran whole.
+    /// (their seconds are in `compute_seconds`); 0 when the backward pass ran whole.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub backward_stages: u32,
     /// Predicted step time on a cluster at each link speed (bit/s → s).
-    pub predicted_s: BTreeMap<String, f64>,
+    #[serde(alias = "predicted_s")]
+    pub predicted_seconds: BTreeMap<String, f64>,
     pub residual_norm: f64,
     /// ‖u − C(u)‖²/‖u‖² and its two bounds (1 − k/d), (1 − k/d)², when measured.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -85,7 +92,12 @@ impl StepRecord {
 
     /// The slowest rank's local work: compute, compression, decoding and the optimizer.
     pub fn slowest_local(&self) -> Option<f64> {
-        self.slowest(&[&self.compute_s, &self.compress_s, &self.decode_s, &self.optimizer_s])
+        self.slowest(&[
+            &self.compute_seconds,
+            &self.compress_seconds,
+            &self.decode_seconds,
+            &self.optimizer_seconds,
+        ])
     }
 }
 
@@ -308,7 +320,7 @@ mod tests {
 
     #[test]
     fn records_round_trip_through_json() {
-        let mut s = StepRecord { step: 3, loss: 0.5, compute_s: vec![0.1, 0.3], ..Default::default() };
+        let mut s = StepRecord { step: 3, loss: 0.5, compute_seconds: vec![0.1, 0.3], ..Default::default() };
         s.extra.insert("eta_eff".into(), 0.25);
         s.bytes_up.insert("allgatherv".into(), 10);
         let text = serde_json::to_string(&s).unwrap();
@@ -317,7 +329,22 @@ mod tests {
         let e = EpochRecord { test_perplexity: Some(80.0), ..Default::default() };
         assert_eq!(serde_json::from_str::<EpochRecord>(&serde_json::to_string(&e).unwrap()).unwrap(), e);
         assert_eq!(e.metric(), Some(80.0));
-        assert_eq!(s.slowest(&[&s.compute_s]), Some(0.3));
+        assert_eq!(s.slowest(&[&s.compute_seconds]), Some(0.3));
+    }
+
+    #[test]
+    fn step_records_written_before_the_times_were_renamed_still_read() {
+        let mut old = serde_json::to_value(StepRecord::default()).unwrap();
+        let fields = old.as_object_mut().unwrap();
+        for name in ["compute", "compress", "communicate", "decode", "optimizer", "wall", "predicted"] {
+            let v = fields.remove(&format!("{name}_seconds")).unwrap();
+            fields.insert(format!("{name}_s"), v);
+        }
+        fields.insert("compute_s".into(), serde_json::json!([0.1, 0.3]));
+        fields.insert("wall_s".into(), serde_json::json!(0.5));
+        let s: StepRecord = serde_json::from_value(old).unwrap();
+        assert_eq!((s.compute_seconds, s.wall_seconds), (vec![0.1, 0.3], 0.5));
+        assert!(s.extra.is_empty(), "the old names are the fields', not extra figures: {:?}", s.extra);
     }
 
     #[test]

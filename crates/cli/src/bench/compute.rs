@@ -136,8 +136,8 @@ pub fn run(a: &Args) -> Result<()> {
                         "framework": "burn", "backend": backend, "config": cfg.name,
                         "model": format!("{:?}", cfg.model.name).to_lowercase(),
                         "batch": cfg.data.batch_size, "threads": threads, "round": round,
-                        "params": t.params, "forward_s": t.forward, "backward_s": t.backward,
-                        "step_s": t.step,
+                        "params": t.params, "forward_seconds": t.forward, "backward_seconds": t.backward,
+                        "step_seconds": t.step,
                     })
                 );
             } else {

@@ -252,7 +252,7 @@ fn overhead(a: &Args, tmp: &Path) -> Result<()> {
         let dir = tmp.join(format!("dense-{round}"));
         let cfg = base_config(&dir, a, a.steps, &[("compressor.name", "\"dense\"")])?;
         trainer::train(&cfg, RunOptions::default(), Box::new(Silent))?;
-        let walls: Vec<f64> = read_steps(&dir)?.iter().map(|s| s.wall_s).collect();
+        let walls: Vec<f64> = read_steps(&dir)?.iter().map(|s| s.wall_seconds).collect();
         let ours = 1.0 / median(walls[WARM..].to_vec());
         println!(
             "  round {}: plain burn loop {plain:7.1} steps/s, with DataParallel::sync {:7.1} steps/s ({:.3}), gradcomp trainer {ours:7.1} steps/s ({:.3})",
@@ -314,9 +314,9 @@ fn compression_overhead(a: &Args, tmp: &Path) -> Result<()> {
         trainer::train(&cfg, RunOptions::default(), Box::new(Silent))?;
         let steps = read_steps(&dir)?;
         let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
-        let compute = median(steps.iter().map(|s| mean(&s.compute_s)).collect());
-        let compress = median(steps.iter().map(|s| mean(&s.compress_s)).collect());
-        let decode = median(steps.iter().map(|s| mean(&s.decode_s)).collect());
+        let compute = median(steps.iter().map(|s| mean(&s.compute_seconds)).collect());
+        let compress = median(steps.iter().map(|s| mean(&s.compress_seconds)).collect());
+        let decode = median(steps.iter().map(|s| mean(&s.decode_seconds)).collect());
         let frac = (compress + decode) / compute;
         println!(
             "  {name:<10} compute {:7.2} ms  compress {:6.3} ms  memory update {:6.3} ms  = {:5.1}% of compute (target <= 10%: {})",

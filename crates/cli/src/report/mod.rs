@@ -394,17 +394,17 @@ pub fn validation_table(runs: &[Run]) -> String {
          |---|---:|---|---:|---:|---:|---:|---:|---:|\n",
     );
     for r in runs {
-        let Some(link) = r.steps.first().and_then(|st| st.predicted_s.keys().next().cloned()) else {
+        let Some(link) = r.steps.first().and_then(|st| st.predicted_seconds.keys().next().cloned()) else {
             continue;
         };
         let steps = || r.steps.iter().skip(5);
-        let predicted_at = |st: &StepRecord| st.predicted_s.get(&link).copied();
-        let measured = median(steps().map(|st| st.wall_s).collect());
+        let predicted_at = |st: &StepRecord| st.predicted_seconds.get(&link).copied();
+        let measured = median(steps().map(|st| st.wall_seconds).collect());
         let predicted = median(steps().filter_map(predicted_at).collect());
-        let comm = median(steps().filter_map(|st| st.slowest(&[&st.communicate_s])).collect());
+        let comm = median(steps().filter_map(|st| st.slowest(&[&st.communicate_seconds])).collect());
         let predicted_comm =
             median(steps().filter_map(|st| Some(predicted_at(st)? - st.slowest_local()?)).collect());
-        let compute = median(steps().filter_map(|st| st.slowest(&[&st.compute_s])).collect());
+        let compute = median(steps().filter_map(|st| st.slowest(&[&st.compute_seconds])).collect());
         let _ = writeln!(
             s,
             "| {} | {} | {} | {:.4} | {:.4} | {:+.0}% | {:.1} | {:.1} | {:.1} |",

@@ -7,13 +7,13 @@ use super::{
 fn validation_table_splits_the_step_into_communication_and_compute() {
     // Two ranks; rank 1 is the slowest locally (4 + 1 + 0 + 1 = 6 ms).
     let step = StepRecord {
-        wall_s: 0.020,
-        predicted_s: [("100000000".to_string(), 0.022)].into(),
-        compute_s: vec![0.003, 0.004],
-        compress_s: vec![0.001, 0.001],
-        decode_s: vec![0.0, 0.0],
-        optimizer_s: vec![0.001, 0.001],
-        communicate_s: vec![0.014, 0.012],
+        wall_seconds: 0.020,
+        predicted_seconds: [("100000000".to_string(), 0.022)].into(),
+        compute_seconds: vec![0.003, 0.004],
+        compress_seconds: vec![0.001, 0.001],
+        decode_seconds: vec![0.0, 0.0],
+        optimizer_seconds: vec![0.001, 0.001],
+        communicate_seconds: vec![0.014, 0.012],
         ..Default::default()
     };
     let run = Run {

@@ -1,33 +1,60 @@
 //! Where the exchange compresses ([`CompressionLocation`]), decided at the
 //! first step from where burn left the gradient and whether the strategy
-//! has a device form, and the step's gradient there.
+//! has a device form, and how the step's gradient arrives there
+//! ([`Arrival`]).
 
 use burn::module::Module;
 
 use super::{CompressionLocation, DataParallel};
+use crate::backward::{Pass, StagedBackward};
 use crate::params::{self, GradSource};
 use crate::DataParallelError;
 
-/// This step's gradient: read into `DataParallel::grad`, or left on the device.
-pub(super) enum StepGrad {
+/// How a step's gradient reaches the exchange.
+pub(super) enum Arrival {
+    /// Read whole into `DataParallel::grad`.
     Host,
+    /// Left on the device, one buffer per unit.
     #[cfg(feature = "device-kernels")]
     Device(gradcomp_exchange::DeviceGrad),
+    /// A staged backward pass, streamed stage by stage into the host exchange.
+    Streamed(Box<StagedBackward>),
 }
 
 impl DataParallel {
-    /// This step's gradient where the exchange compresses it: on the device
-    /// (left where burn put it), or read into `self.grad`. The first step
-    /// decides the [`CompressionLocation`].
-    pub(super) fn take_grad<M: Module, G: GradSource>(
+    /// This step's gradient where the exchange compresses it: streamed,
+    /// when the pass is staged and the host compresses (streaming must know
+    /// that before the first stage); otherwise whole, on the device (left
+    /// where burn put it) or read into `self.grad` (a staged pass merged
+    /// first). The first step decides the [`CompressionLocation`]. burn's
+    /// gradients are read (or their device buffers held) and freed here.
+    pub(super) fn arrival<M: Module, G: GradSource>(
+        &mut self,
+        model: &M,
+        grads: Pass<G>,
+    ) -> Result<Arrival, DataParallelError> {
+        match grads {
+            Pass::Staged(stages) if matches!(self.location, CompressionLocation::Host(_)) => {
+                Ok(Arrival::Streamed(stages))
+            }
+            Pass::Staged(stages) => {
+                let merged = params::merge_stages(model, *stages).map_err(DataParallelError::Usage)?;
+                self.whole(model, &merged)
+            }
+            Pass::Whole(grads) => self.whole(model, &grads),
+        }
+    }
+
+    /// A whole gradient where the exchange compresses it.
+    fn whole<M: Module, G: GradSource>(
         &mut self,
         model: &M,
         grads: &G,
-    ) -> Result<StepGrad, DataParallelError> {
+    ) -> Result<Arrival, DataParallelError> {
         #[cfg(feature = "device-kernels")]
         if matches!(self.location, CompressionLocation::Undecided | CompressionLocation::Device) {
             if let Some(g) = self.device_grad(model, grads)? {
-                return Ok(StepGrad::Device(g));
+                return Ok(Arrival::Device(g));
             }
         }
         if self.location == CompressionLocation::Undecided {
@@ -38,7 +65,7 @@ impl DataParallel {
             });
         }
         params::read_grads(model, grads, &mut self.grad);
-        Ok(StepGrad::Host)
+        Ok(Arrival::Host)
     }
 
     /// The gradient as device buffers, one per unit, when the exchange runs
@@ -90,11 +117,11 @@ impl DataParallel {
     }
 
     /// Copies a device gradient into `self.grad` (measured steps, error reports).
-    pub(super) fn grad_on_host(&mut self, grad: &StepGrad) -> Result<(), DataParallelError> {
+    pub(super) fn grad_on_host(&mut self, grad: &Arrival) -> Result<(), DataParallelError> {
         match grad {
-            StepGrad::Host => Ok(()),
+            Arrival::Host | Arrival::Streamed(_) => Ok(()),
             #[cfg(feature = "device-kernels")]
-            StepGrad::Device(g) => g
+            Arrival::Device(g) => g
                 .read(&mut self.grad)
                 .map_err(|e| DataParallelError::Device { rank: self.rank(), message: e.to_string() }),
         }
@@ -103,16 +130,16 @@ impl DataParallel {
     /// This worker's first non-finite value: the loss, or the tensor holding it.
     pub(super) fn find_nonfinite(
         &mut self,
-        grad: &StepGrad,
+        grad: &Arrival,
         loss: Option<f64>,
     ) -> Result<Option<(&'static str, String)>, DataParallelError> {
         if loss.is_some_and(|l| !l.is_finite()) {
             return Ok(Some(("loss", "(loss)".to_string())));
         }
         match grad {
-            StepGrad::Host => {}
+            Arrival::Host | Arrival::Streamed(_) => {}
             #[cfg(feature = "device-kernels")]
-            StepGrad::Device(g) => {
+            Arrival::Device(g) => {
                 let device = |e: gradcomp_kernels::KernelError| DataParallelError::Device {
                     rank: self.rank(),
                     message: e.to_string(),

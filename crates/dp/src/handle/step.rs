@@ -9,24 +9,16 @@ use burn::optim::{GradientsParams, ModuleOptimizer};
 use gradcomp_compress::stats::Histogram;
 use gradcomp_compress::CompressorConfig;
 
-use super::location::StepGrad;
-use super::{CompressionLocation, DataParallel, StepStats};
+use super::location::Arrival;
+use super::{DataParallel, StepStats};
 use crate::backward::read::BurnStages;
-use crate::backward::{Backward, Pass, StagedBackward};
+use crate::backward::Backward;
 use crate::config::OnNonFinite;
 use crate::exchange::{ExchangeStats, Gradient, StateBuffers, StepInput};
 use crate::grad_stages::CompleteGrad;
-use crate::params::{self, GradSource};
-use crate::strategy::Combined;
+use crate::params;
+use crate::strategy::StepResult;
 use crate::DataParallelError;
-
-/// How a step's gradient reaches the exchange.
-enum Arrival {
-    /// Read whole into `self.grad`, or held on the device.
-    Whole(StepGrad),
-    /// A staged backward pass, streamed into the host exchange.
-    Streamed(Box<StagedBackward>),
-}
 
 /// What the exchange made of a step: the combined gradient and the step
 /// size to apply it at.
@@ -101,7 +93,7 @@ impl DataParallel {
     ///
     /// Every step takes this one path: the gradient arrives (read whole, or
     /// streamed stage by stage into the exchange), the workers agree on
-    /// non-finite values, the strategy combines, and the result is written
+    /// non-finite values, the strategy takes its step, and the result is written
     /// back. Only the agreement's place depends on how the gradient arrives:
     /// a whole gradient is agreed on before the exchange; a streamed one
     /// after it (a worker's non-finite stage travels as zeros, and a
@@ -118,20 +110,22 @@ impl DataParallel {
         let step = self.step;
         let input = StepInput { step, lr, loss, measure: self.measures(step) };
         let mut stats = StepStats { step, loss, lr, density: self.density, ..Default::default() };
-        let arrival = self.arrival(model, pass.grads, &mut stats)?;
-        if let Arrival::Whole(grad) = &arrival {
+        let t = Instant::now();
+        let arrival = self.arrival(model, pass.grads)?;
+        stats.read_seconds = t.elapsed().as_secs_f64();
+        if !matches!(arrival, Arrival::Streamed(_)) {
             let t = Instant::now();
-            let bad = self.find_nonfinite(grad, loss)?;
+            let bad = self.find_nonfinite(&arrival, loss)?;
             stats.control_seconds = t.elapsed().as_secs_f64();
             if self.agree_on(&mut stats, bad)? {
                 return Ok(self.skip_step(stats, lr));
             }
             if input.measure && self.rank() == 0 {
-                self.grad_on_host(grad)?;
+                self.grad_on_host(&arrival)?;
             }
         }
         let before = self.state_to_restore(&arrival)?;
-        let (combined, streamed_bad) = self.combine(model, arrival, &input, &mut stats)?;
+        let (combined, streamed_bad) = self.strategy_step(model, arrival, &input, &mut stats)?;
         stats.lr = combined.lr;
         stats.exchange = combined.stats;
         stats.extra = combined.extra;
@@ -152,32 +146,6 @@ impl DataParallel {
         let lr = stats.lr;
         self.finish(stats);
         Ok(Synced { grads, lr, skipped: false })
-    }
-
-    /// How this step's gradient reaches the exchange: streamed, when the
-    /// pass is staged and the host compresses (streaming must know that
-    /// before the first stage); read whole otherwise (a staged pass on the
-    /// device merged first).
-    fn arrival<M: Module, G: GradSource>(
-        &mut self,
-        model: &M,
-        grads: Pass<G>,
-        stats: &mut StepStats,
-    ) -> Result<Arrival, DataParallelError> {
-        let t = Instant::now();
-        let grad = match grads {
-            Pass::Staged(stages) if matches!(self.location, CompressionLocation::Host(_)) => {
-                return Ok(Arrival::Streamed(stages));
-            }
-            Pass::Staged(stages) => {
-                let merged = params::merge_stages(model, *stages).map_err(DataParallelError::Usage)?;
-                self.take_grad(model, &merged)?
-            }
-            Pass::Whole(grads) => self.take_grad(model, &grads)?,
-        };
-        // burn's gradients are read (or their device buffers held) and freed here, before the exchange.
-        stats.read_seconds = t.elapsed().as_secs_f64();
-        Ok(Arrival::Whole(grad))
     }
 
     /// The agreement round on this worker's first non-finite value `bad`,
@@ -207,28 +175,28 @@ impl DataParallel {
     /// streamed gradient also this worker's first non-finite value, found
     /// on the way (`None` for a whole one, agreed on already).
     #[allow(clippy::type_complexity)]
-    fn combine<M: Module>(
+    fn strategy_step<M: Module>(
         &mut self,
         model: &M,
         arrival: Arrival,
         input: &StepInput,
         stats: &mut StepStats,
-    ) -> Result<(Combined, Option<Option<(&'static str, String)>>), DataParallelError> {
+    ) -> Result<(StepResult, Option<Option<(&'static str, String)>>), DataParallelError> {
         let rank = self.rank();
         let exchange_error = |e| DataParallelError::from_exchange(rank, e);
         let (strategy, out, c) = (&mut self.strategy, &mut self.out, &mut self.c);
         match arrival {
-            Arrival::Whole(StepGrad::Host) => {
+            Arrival::Host => {
                 let g = Gradient::Host(&mut CompleteGrad(&self.grad));
-                Ok((strategy.combine(input, g, out, c).map_err(exchange_error)?, None))
+                Ok((strategy.step(input, g, out, c).map_err(exchange_error)?, None))
             }
             #[cfg(feature = "device-kernels")]
-            Arrival::Whole(StepGrad::Device(g)) => {
-                Ok((strategy.combine(input, Gradient::Device(&g), out, c).map_err(exchange_error)?, None))
+            Arrival::Device(g) => {
+                Ok((strategy.step(input, Gradient::Device(&g), out, c).map_err(exchange_error)?, None))
             }
             Arrival::Streamed(stages) => {
                 let mut source = BurnStages::new(model, *stages, &self.layout, &mut self.grad);
-                let combined = strategy.combine(input, Gradient::Host(&mut source), out, c);
+                let combined = strategy.step(input, Gradient::Host(&mut source), out, c);
                 stats.backward_seconds = source.backward_seconds;
                 stats.read_seconds = source.read_seconds;
                 let bad = if input.loss.is_some_and(|l| !l.is_finite()) {

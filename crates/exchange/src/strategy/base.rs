@@ -7,7 +7,7 @@ use crate::{ExchangeStats, Gradient, StateBuffers, StepInput, Unit};
 
 /// What a strategy made of one step.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct Combined {
+pub struct StepResult {
     /// The learning rate to apply to the combined gradient: the caller's,
     /// or CELGC's clipped step `min(η, γ/‖g‖)`.
     pub lr: f64,
@@ -19,7 +19,7 @@ pub struct Combined {
     pub extra: Vec<(&'static str, f64)>,
 }
 
-/// How the workers' gradients (or models) are combined.
+/// How the workers' gradients (or models) come together each step.
 ///
 /// # Contract
 /// - **Collective use.** Every method that takes a [`Collective`] is called
@@ -51,7 +51,7 @@ pub trait Strategy: Send {
     /// Whether step `step` begins with a round that averages the workers'
     /// models, before the step's gradient is computed. When it does, the
     /// caller must call [`Strategy::average_models`] before
-    /// [`Strategy::combine`] for that step.
+    /// [`Strategy::step`] for that step.
     fn averages_models(&self, step: u64) -> bool;
 
     /// Averages the workers' parameters `params` in place (every worker ends
@@ -64,20 +64,22 @@ pub trait Strategy: Send {
         c: &mut dyn Collective,
     ) -> Result<(), ExchangeError>;
 
-    /// Combines this worker's gradient into `out`, the gradient (in
-    /// gradient units) to apply at [`Combined::lr`]. A host gradient may
+    /// This worker's step: its gradient combined with the others' into
+    /// `out` (every step for the synchronous exchange; CELGC's local steps
+    /// keep their own gradient), the gradient (in
+    /// gradient units) to apply at [`StepResult::lr`]. A host gradient may
     /// arrive in stages: a strategy that can send part of it while the rest
     /// is computed does (the synchronous exchange), the others complete it
     /// first. A device gradient comes only after
     /// [`to_device`](Strategy::to_device) succeeded. `out` has the layout's
     /// length.
-    fn combine(
+    fn step(
         &mut self,
         input: &StepInput,
         grad: Gradient<'_>,
         out: &mut [f32],
         c: &mut dyn Collective,
-    ) -> Result<Combined, ExchangeError>;
+    ) -> Result<StepResult, ExchangeError>;
 
     /// Whether every worker's model is identical after every step (true for
     /// synchronous exchange and naive parallel clipping; CELGC's models
@@ -99,7 +101,7 @@ pub trait Strategy: Send {
     fn restore(&mut self, state: &StateBuffers) -> Result<(), String>;
 
     /// Moves the strategy's compression (memories and compressors) to the
-    /// device of `client`, so that [`Strategy::combine`] takes device
+    /// device of `client`, so that [`Strategy::step`] takes device
     /// gradients; the error says why the strategy has no device form, and
     /// the caller keeps the host.
     #[cfg(feature = "device-kernels")]

@@ -9,7 +9,7 @@
 //! paper's baseline, naive parallel clipping: synchronous SGD whose step is
 //! clipped on the norm of the averaged gradient.
 //!
-//! The step itself is the caller's optimizer at [`Combined::lr`] (= η_eff):
+//! The step itself is the caller's optimizer at [`StepResult::lr`] (= η_eff):
 //! with momentum the clipped step size multiplies the momentum buffer, as in
 //! the authors' `SGDClipGrad`.
 
@@ -17,7 +17,7 @@ use std::time::Instant;
 
 use gradcomp_comm::Collective;
 
-use super::base::{Combined, Strategy};
+use super::base::{StepResult, Strategy};
 use crate::config::{Average, ClipNorm, StrategyConfig};
 use crate::error::ExchangeError;
 use crate::grad_stages::CompleteGrad;
@@ -117,13 +117,13 @@ impl Strategy for Celgc {
     }
 
     /// Completes a staged gradient first: the clipping needs its whole norm.
-    fn combine(
+    fn step(
         &mut self,
         input: &StepInput,
         grad: Gradient<'_>,
         out: &mut [f32],
         c: &mut dyn Collective,
-    ) -> Result<Combined, ExchangeError> {
+    ) -> Result<StepResult, ExchangeError> {
         #[allow(irrefutable_let_patterns)]
         let Gradient::Host(stages) = grad
         else {
@@ -151,7 +151,7 @@ impl Strategy for Celgc {
         let gamma = self.cfg.gamma * lr / self.base_lr;
         let clipped = self.cfg.gamma > 0.0 && gamma / (used + 1e-10) < lr;
         let eta = if clipped { gamma / (used + 1e-10) } else { lr };
-        Ok(Combined {
+        Ok(StepResult {
             lr: eta,
             stats: ExchangeStats { communicate_seconds, ..Default::default() },
             extra: vec![

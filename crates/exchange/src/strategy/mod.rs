@@ -21,5 +21,5 @@ mod build;
 mod celgc;
 mod sync;
 
-pub use base::{Combined, Strategy};
+pub use base::{StepResult, Strategy};
 pub use build::build;

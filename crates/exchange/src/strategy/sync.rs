@@ -4,7 +4,7 @@
 
 use gradcomp_comm::Collective;
 
-use super::base::{Combined, Strategy};
+use super::base::{StepResult, Strategy};
 use crate::error::ExchangeError;
 use crate::grad_stages::CompleteGrad;
 use crate::{Gradient, GradientExchange, StateBuffers, StepInput, Unit};
@@ -82,13 +82,13 @@ impl Strategy for Synchronous {
 
     /// Streams a staged gradient bucket by bucket, unless DGC's local
     /// clipping needs the whole gradient's norm first.
-    fn combine(
+    fn step(
         &mut self,
         input: &StepInput,
         grad: Gradient<'_>,
         out: &mut [f32],
         c: &mut dyn Collective,
-    ) -> Result<Combined, ExchangeError> {
+    ) -> Result<StepResult, ExchangeError> {
         let stats = match grad {
             Gradient::Host(stages) if self.local_clip > 0.0 => {
                 stages.complete()?;
@@ -107,7 +107,7 @@ impl Strategy for Synchronous {
             },
             grad => self.exchange.exchange(grad, input, out, c)?,
         };
-        Ok(Combined { lr: input.lr, extra: Vec::new(), stats })
+        Ok(StepResult { lr: input.lr, extra: Vec::new(), stats })
     }
 
     fn identical_replicas(&self) -> bool {

@@ -28,11 +28,11 @@ pub(super) struct WorkerStep {
     step: u64,
     epoch: u32,
     loss: Option<f64>,
-    compute: f64,
-    compress: f64,
-    communicate: f64,
-    decode: f64,
-    optimizer: f64,
+    compute_seconds: f64,
+    compress_seconds: f64,
+    communicate_seconds: f64,
+    decode_seconds: f64,
+    optimizer_seconds: f64,
     wire_bytes: u64,
     selected: u64,
     elements: u64,
@@ -41,7 +41,7 @@ pub(super) struct WorkerStep {
     // Rank 0 only.
     lr: f64,
     density: Option<f64>,
-    wall: f64,
+    wall_seconds: f64,
     skipped: bool,
     residual_norm: f64,
     contraction: Option<f64>,
@@ -54,15 +54,15 @@ pub(super) struct WorkerStep {
     pipelined: bool,
     /// Seconds of each backward stage computed inside the exchange.
     #[serde(default)]
-    backward: Vec<f64>,
+    backward_seconds: Vec<f64>,
     extra: BTreeMap<String, f64>,
 }
 
 /// Seconds a step spent outside the handle, measured by the step loop.
 pub(super) struct LoopTimes {
-    pub forward_backward: f64,
-    pub optimizer: f64,
-    pub wall: f64,
+    pub forward_backward_seconds: f64,
+    pub optimizer_seconds: f64,
+    pub wall_seconds: f64,
 }
 
 impl WorkerStep {
@@ -72,11 +72,11 @@ impl WorkerStep {
             step: s.step,
             epoch,
             loss: s.loss.filter(|_| !s.skipped),
-            compute: t.forward_backward + s.backward_seconds + s.read_seconds,
-            compress: x.compress_seconds,
-            communicate: x.communicate_seconds,
-            decode: x.decode_seconds,
-            optimizer: s.write_seconds + t.optimizer,
+            compute_seconds: t.forward_backward_seconds + s.backward_seconds + s.read_seconds,
+            compress_seconds: x.compress_seconds,
+            communicate_seconds: x.communicate_seconds,
+            decode_seconds: x.decode_seconds,
+            optimizer_seconds: s.write_seconds + t.optimizer_seconds,
             wire_bytes: x.wire_bytes,
             selected: x.selected,
             elements: x.elements,
@@ -89,7 +89,7 @@ impl WorkerStep {
         if rank == 0 {
             w.lr = s.lr;
             w.density = s.density;
-            w.wall = t.wall;
+            w.wall_seconds = t.wall_seconds;
             w.skipped = s.skipped;
             w.residual_norm = x.residual_norm;
             w.contraction = x.contraction;
@@ -101,7 +101,7 @@ impl WorkerStep {
             w.wire_calls.clone_from(&x.calls);
             w.buckets.clone_from(&x.buckets);
             w.pipelined = x.pipelined;
-            w.backward.clone_from(&x.backward);
+            w.backward_seconds.clone_from(&x.backward_seconds);
             w.extra = s.extra.iter().chain(&x.extra).map(|(k, v)| (k.to_string(), *v)).collect();
         }
         w
@@ -146,12 +146,12 @@ fn predicted_comm(m: &NetworkModel, s: &WorkerStep, n: usize, cfg: &TrainConfig)
         counted[call.op as usize] += 1;
     }
     let stages: Vec<[f64; 3]> =
-        s.buckets.iter().zip(&wire).map(|(b, &w)| [b.compress, w, b.decode]).collect();
+        s.buckets.iter().zip(&wire).map(|(b, &w)| [b.compress_seconds, w, b.decode_seconds]).collect();
     // A staged backward pass inside the exchange is part of both.
-    let serial: f64 = stages.iter().flatten().sum::<f64>() + s.backward.iter().sum::<f64>();
+    let serial: f64 = stages.iter().flatten().sum::<f64>() + s.backward_seconds.iter().sum::<f64>();
     let span = if s.pipelined {
         let ready: Vec<u32> = s.buckets.iter().map(|b| b.ready_after).collect();
-        NetworkModel::staged_timeline(&s.backward, &ready, &stages).last().map_or(0.0, |b| b[2][1])
+        NetworkModel::staged_timeline(&s.backward_seconds, &ready, &stages).last().map_or(0.0, |b| b[2][1])
     } else {
         serial
     };
@@ -244,8 +244,8 @@ impl Recorder {
             let r = self.step_record(main, &ws, sh.cfg);
             self.totals.bytes_sent += r.bytes_sent();
             self.totals.bytes_received += r.bytes_down.values().sum::<u64>();
-            self.totals.wall_seconds += main.wall;
-            for (k, t) in &r.predicted_s {
+            self.totals.wall_seconds += main.wall_seconds;
+            for (k, t) in &r.predicted_seconds {
                 *self.totals.predicted_wall_seconds.entry(k.clone()).or_default() += t;
             }
             if !main.skipped {
@@ -271,13 +271,13 @@ impl Recorder {
             sent_fraction: ws.iter().map(|w| w.selected as f64 / w.elements.max(1) as f64).sum::<f64>()
                 / n as f64,
             wire_bytes: ws.iter().map(|w| w.wire_bytes).sum(),
-            compute_s: per(|w| w.compute),
-            compress_s: per(|w| w.compress),
-            communicate_s: per(|w| w.communicate),
-            decode_s: per(|w| w.decode),
-            optimizer_s: per(|w| w.optimizer),
-            wall_s: main.wall,
-            backward_stages: main.backward.len() as u32,
+            compute_seconds: per(|w| w.compute_seconds),
+            compress_seconds: per(|w| w.compress_seconds),
+            communicate_seconds: per(|w| w.communicate_seconds),
+            decode_seconds: per(|w| w.decode_seconds),
+            optimizer_seconds: per(|w| w.optimizer_seconds),
+            wall_seconds: main.wall_seconds,
+            backward_stages: main.backward_seconds.len() as u32,
             residual_norm: main.residual_norm,
             contraction: main.contraction,
             bound_ratio: main.bound_ratio.clone(),
@@ -301,7 +301,7 @@ impl Recorder {
         }
         let local = r.slowest_local().unwrap_or(0.0);
         for (key, m) in &self.links {
-            r.predicted_s.insert(key.clone(), local + predicted_comm(m, main, n, cfg));
+            r.predicted_seconds.insert(key.clone(), local + predicted_comm(m, main, n, cfg));
         }
         r
     }
@@ -372,7 +372,15 @@ mod tests {
         };
         WorkerStep {
             wire_calls: vec![call(0), call(1)],
-            buckets: vec![BucketTimes { compress: 0.010, wire: 0.0, decode: 0.001, ready_after: 0 }; 2],
+            buckets: vec![
+                BucketTimes {
+                    compress_seconds: 0.010,
+                    wire_seconds: 0.0,
+                    decode_seconds: 0.001,
+                    ready_after: 0
+                };
+                2
+            ],
             pipelined,
             ..Default::default()
         }
@@ -395,7 +403,7 @@ mod tests {
         let cfg = TrainConfig::default();
         let m = NetworkModel::from_bits_per_second(1e9, 0.0);
         let mut s = step(true);
-        s.buckets.iter_mut().for_each(|b| b.compress = 0.001);
+        s.buckets.iter_mut().for_each(|b| b.compress_seconds = 0.001);
         // Whole: compress 0 [0, 1], wire 0 [1, 9], compress 1 [1, 2], decode 0
         // [9, 10], wire 1 [9, 17], decode 1 [17, 18]: 2 ms hidden, 14 ms added.
         let whole = predicted_comm(&m, &s, 2, &cfg);
@@ -405,7 +413,7 @@ mod tests {
         // [0, 20], compress 0 [20, 21], wire 0 [21, 29] beside stage 2
         // [21, 41], compress 1 [41, 42], wire 1 [42, 50], decode 0 [42, 43],
         // decode 1 [50, 51]: 51 ms against 60 in series, 7 ms added.
-        s.backward = vec![0.020, 0.020];
+        s.backward_seconds = vec![0.020, 0.020];
         s.buckets[0].ready_after = 1;
         s.buckets[1].ready_after = 2;
         let staged = predicted_comm(&m, &s, 2, &cfg);

@@ -312,7 +312,7 @@ impl<'a, 's, M: Net> Worker<'a, 's, M> {
         } else {
             (model.loss(&batch, &self.device), Cuts::none())
         };
-        let (model, forward_backward) = if !cuts.is_empty() {
+        let (model, forward_backward_seconds) = if !cuts.is_empty() {
             // The staged backward pass runs inside the step, stage by stage.
             let staged = cuts.backward(loss);
             let forward = t.elapsed().as_secs_f64();
@@ -320,13 +320,13 @@ impl<'a, 's, M: Net> Worker<'a, 's, M> {
         } else {
             let grads = loss.backward();
             let value = f64::from(loss.into_scalar::<f32>());
-            let forward_backward = t.elapsed().as_secs_f64();
-            (self.dp.step(model, (grads, value), &mut self.optim, lr)?, forward_backward)
+            let seconds = t.elapsed().as_secs_f64();
+            (self.dp.step(model, (grads, value), &mut self.optim, lr)?, seconds)
         };
         let times = LoopTimes {
-            forward_backward,
-            optimizer: self.dp.last_step().optimizer_seconds,
-            wall: wall.elapsed().as_secs_f64(),
+            forward_backward_seconds,
+            optimizer_seconds: self.dp.last_step().optimizer_seconds,
+            wall_seconds: wall.elapsed().as_secs_f64(),
         };
         let stats = self.dp.last_step();
         self.recorder.push(WorkerStep::new(self.dp.rank(), epoch, stats, &times));
