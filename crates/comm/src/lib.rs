@@ -29,5 +29,5 @@ pub use collective::{Aggregate, Collective, CommError, Gathered, ServerPlacement
 pub use half::f16;
 pub use in_process::{InProcessCollective, InProcessGroup, WorkerPanic};
 pub use meter::{ByteMeter, Metered, OpBytes, StepBytes};
-pub use netmodel::{AllgathervAlgorithm, AllreduceAlgorithm, Calibration, NetworkModel};
+pub use netmodel::{AllgathervAlgorithm, AllreduceAlgorithm, Calibration, CalibrationError, NetworkModel};
 pub use op::{CollectiveCall, OpKind};

@@ -116,7 +116,7 @@ pub trait Compressor: Send {
 
     /// Restores [`Compressor::state`] (as many buffers as it returns; an
     /// empty buffer is a compressor that has not run yet).
-    fn restore(&mut self, _state: &[Vec<f32>]) -> Result<(), String> {
+    fn restore(&mut self, _state: &[Vec<f32>]) -> Result<(), crate::StateError> {
         Ok(())
     }
 
@@ -164,7 +164,7 @@ impl<C: Compressor + ?Sized> Compressor for Box<C> {
     fn state(&self) -> Vec<&[f32]> {
         (**self).state()
     }
-    fn restore(&mut self, state: &[Vec<f32>]) -> Result<(), String> {
+    fn restore(&mut self, state: &[Vec<f32>]) -> Result<(), crate::StateError> {
         (**self).restore(state)
     }
     fn set_density(&mut self, density: f64) {

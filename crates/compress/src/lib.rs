@@ -31,6 +31,7 @@ pub mod quantize;
 pub mod reduce;
 pub mod rng;
 pub mod sparsify;
+pub mod state;
 pub mod stats;
 pub mod unit;
 
@@ -38,4 +39,5 @@ pub use compressor::{compress_as_sole_worker, k_for, Combine, Compressor, Dense,
 pub use config::CompressorConfig;
 pub use message::Message;
 pub use rng::{RngKey, UnitRng};
+pub use state::StateError;
 pub use unit::CompressionUnit;

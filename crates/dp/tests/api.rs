@@ -8,7 +8,7 @@ use burn::nn::{Linear, LinearConfig, Relu};
 use burn::optim::{AdamWConfig, GradientsParams, SgdConfig};
 use burn::tensor::{Device, Tensor, TensorData};
 use gradcomp_comm::{InProcessCollective, InProcessGroup};
-use gradcomp_compress::CompressorConfig;
+use gradcomp_compress::{CompressorConfig, StateError};
 use gradcomp_dp::config::Granularity;
 use gradcomp_dp::{
     Cuts, DataParallel, DataParallelConfig, DataParallelError, DataParallelState, InitDataParallel,
@@ -267,8 +267,22 @@ fn state_round_trips_and_a_misshapen_buffer_is_named() {
         let (name, buf) = bad.buffers.iter_mut().next().unwrap();
         let name = name.clone();
         buf.push(1.0);
-        let e = other.restore(&bad).unwrap_err().to_string();
+        let e = other.restore(&bad).unwrap_err();
+        assert!(
+            matches!(&e, DataParallelError::State(StateError::Unit { source, .. })
+                if matches!(**source, StateError::Length { .. })),
+            "{e:?}"
+        );
+        let e = e.to_string();
         assert!(e.contains(&name) && e.contains("values"), "{e}");
+        let mut lacking = state.clone();
+        lacking.buffers.remove(&name);
+        let e = other.restore(&lacking).unwrap_err();
+        assert!(
+            matches!(&e, DataParallelError::State(StateError::Unit { source, .. })
+                if **source == StateError::Missing { buffer: name.clone() }),
+            "{e:?}"
+        );
     });
 }
 

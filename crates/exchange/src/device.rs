@@ -6,7 +6,7 @@
 //! the same bytes.
 
 use gradcomp_compress::memory::MemoryKind;
-use gradcomp_compress::{Message, UnitContext};
+use gradcomp_compress::{Message, StateError, UnitContext};
 use gradcomp_kernels::memory::{DeviceDgcMomentum, DeviceErrorFeedback};
 use gradcomp_kernels::{Client, DeviceCompressor, DeviceF32, KernelError};
 
@@ -16,7 +16,7 @@ use super::plan::Plan;
 use super::recipe::Recipe;
 use super::stats::measure;
 use crate::device_grad::DeviceGrad;
-use crate::error::ExchangeError;
+use crate::error::{ExchangeError, NoDeviceForm};
 
 /// A unit's compensation memory in device memory.
 enum DeviceMemory {
@@ -70,7 +70,8 @@ impl DeviceUnits {
 
     /// Uploads the host compressors' and memories' state (a checkpoint
     /// restored into them), so that either path continues the other's run.
-    pub(super) fn load(&mut self, host: &HostCompression) -> Result<(), String> {
+    pub(super) fn load(&mut self, host: &HostCompression) -> Result<(), StateError> {
+        let device = |e: gradcomp_kernels::KernelError| StateError::Device(e.to_string());
         for (dev, host) in self.compressors.iter_mut().zip(&host.units) {
             let state: Vec<Vec<f32>> = host.compressor().state().into_iter().map(<[f32]>::to_vec).collect();
             dev.restore(&self.client, &state)?;
@@ -83,8 +84,8 @@ impl DeviceUnits {
                     ef.restore(&self.client, state.first().copied().unwrap_or(&[]))
                 }
                 DeviceMemory::DgcMomentum(dgc) => match state.as_slice() {
-                    [u, v] => dgc.restore(&self.client, u, v).map_err(|e| e.to_string())?,
-                    _ => dgc.restore(&self.client, &[], &[]).map_err(|e| e.to_string())?,
+                    [u, v] => dgc.restore(&self.client, u, v).map_err(device)?,
+                    _ => dgc.restore(&self.client, &[], &[]).map_err(device)?,
                 },
             }
         }
@@ -104,27 +105,28 @@ impl DeviceUnits {
         recipe: &Recipe,
         density: Option<f64>,
         host: &HostCompression,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, NoDeviceForm> {
         if plan.units.iter().all(|u| u.uncompressed) {
-            return Err("every unit travels uncompressed: one read-back on the host is cheapest".into());
+            return Err(NoDeviceForm::NothingToCompress);
         }
         let Some(builtin) = recipe.compressor.builtin() else {
-            return Err(format!(
-                "compressor `{}` is the user's own and has no device form",
-                recipe.compressor.name()
-            ));
+            let name = recipe.compressor.name();
+            return Err(NoDeviceForm::HostOnly(format!(
+                "compressor `{name}` is the user's own and has no device form"
+            )));
         };
         let compressors = plan
             .units
             .iter()
             .map(|u| {
-                let mut c = DeviceCompressor::new(builtin, &u.shape).map_err(|e| e.to_string())?;
+                let mut c = DeviceCompressor::new(builtin, &u.shape)
+                    .map_err(|e| NoDeviceForm::Device(e.to_string()))?;
                 if let Some(rho) = density {
                     c.set_density(rho);
                 }
                 Ok(c)
             })
-            .collect::<Result<_, String>>()?;
+            .collect::<Result<_, NoDeviceForm>>()?;
         let memories = plan
             .units
             .iter()
@@ -145,7 +147,7 @@ impl DeviceUnits {
             uncompressed_on_host: vec![0.0; plan.total()],
             scratch: Vec::new(),
         };
-        units.load(host)?;
+        units.load(host).map_err(|e| NoDeviceForm::Device(e.to_string()))?;
         Ok(units)
     }
 }

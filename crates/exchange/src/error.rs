@@ -4,6 +4,7 @@
 
 use gradcomp_comm::CommError;
 use gradcomp_compress::codec::CodecError;
+use gradcomp_compress::StateError;
 
 use crate::config::ConfigError;
 
@@ -29,8 +30,9 @@ pub enum DataParallelError {
     Mismatch(String),
     #[error("{0}")]
     Usage(String),
+    /// Saved state that does not fit this model and configuration.
     #[error("cannot restore the data-parallel state: {0}")]
-    State(String),
+    State(#[from] StateError),
     #[error("worker {rank}: {message}; set compression.on_device = false to compress on the host")]
     Device { rank: usize, message: String },
     /// An in-process worker's thread panicked ([`run_in_process`](crate::run_in_process)).
@@ -61,6 +63,22 @@ impl DataParallelError {
             ExchangeError::Usage(message) => DataParallelError::Usage(message),
         }
     }
+}
+
+/// Why an exchange cannot move to a device: the reason the host compresses
+/// instead (a compressor without a device form, nothing to compress, state
+/// the device could not take). Not a failure of the run.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum NoDeviceForm {
+    /// Every unit travels uncompressed: one read-back on the host is cheapest.
+    #[error("every unit travels uncompressed: one read-back on the host is cheapest")]
+    NothingToCompress,
+    /// The strategy, or the compressor, runs on the host only.
+    #[error("{0}")]
+    HostOnly(String),
+    /// The device refused the compressor or its state.
+    #[error("{0}")]
+    Device(String),
 }
 
 /// Why an exchange (or a strategy's step around it) could not complete.

@@ -211,7 +211,7 @@ impl GradientExchange {
     /// [`Gradient::Device`] can be exchanged; the error says why the
     /// exchange has no device form.
     #[cfg(feature = "device-kernels")]
-    pub fn to_device(&mut self, client: &gradcomp_kernels::Client) -> Result<(), String> {
+    pub fn to_device(&mut self, client: &gradcomp_kernels::Client) -> Result<(), crate::error::NoDeviceForm> {
         let units =
             super::device::DeviceUnits::new(client, &self.plan, &self.recipe, self.density, &self.host)?;
         self.device = Some(units);

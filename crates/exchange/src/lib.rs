@@ -99,7 +99,7 @@ pub use config::{DataParallelConfig, OnNonFinite, Topology};
 pub use custom::CustomCompressor;
 #[cfg(feature = "device-kernels")]
 pub use device_grad::DeviceGrad;
-pub use error::{DataParallelError, ExchangeError};
+pub use error::{DataParallelError, ExchangeError, NoDeviceForm};
 pub use gradient_exchange::{Gradient, GradientExchange, StateBuffers, StepInput};
 pub use group::run_in_process;
 pub use layout::{GradientLayout, ParamSlot};

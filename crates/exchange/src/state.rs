@@ -7,6 +7,8 @@
 use std::fmt;
 
 use super::gradient_exchange::{GradientExchange, StateBuffers};
+use gradcomp_compress::StateError;
+
 use crate::error::ExchangeError;
 
 /// What a unit's state buffer holds.
@@ -104,35 +106,29 @@ impl GradientExchange {
 
     /// Restores [`GradientExchange::state`]; every buffer must be present and
     /// empty (a memory that has not run yet) or exactly its unit's length.
-    pub fn restore(&mut self, scope: &str, state: &StateBuffers) -> Result<(), String> {
+    pub fn restore(&mut self, scope: &str, state: &StateBuffers) -> Result<(), StateError> {
         for (u, cu) in self.host.units.iter_mut().enumerate() {
             let unit = &self.plan.units[u];
             let get = |kind, i| {
-                let name = StateKey::new(scope, kind, u, i).to_string();
-                let what = if kind == StateKind::Memory { "memory" } else { "compressor state" };
-                state
-                    .get(&name)
-                    .ok_or_else(|| format!("the {what} of unit {} ({name}) is missing", unit.name))
+                let buffer = StateKey::new(scope, kind, u, i).to_string();
+                state.get(&buffer).ok_or(StateError::Missing { buffer })
             };
+            let in_unit = |e: StateError| e.in_unit(&unit.name);
             let mut bufs = Vec::new();
             for i in 0..cu.memory().state().len() {
-                let b = get(StateKind::Memory, i)?;
+                let b = get(StateKind::Memory, i).map_err(in_unit)?;
                 if !b.is_empty() && b.len() != unit.len {
-                    let name = StateKey::new(scope, StateKind::Memory, u, i);
-                    return Err(format!(
-                        "the memory of unit {} ({name}) holds {} values, the unit has {}",
-                        unit.name,
-                        b.len(),
-                        unit.len
-                    ));
+                    let buffer = StateKey::new(scope, StateKind::Memory, u, i).to_string();
+                    return Err(in_unit(StateError::Length { buffer, expected: unit.len, got: b.len() }));
                 }
                 bufs.push(b.clone());
             }
-            cu.memory_mut().restore(&bufs)?;
+            cu.memory_mut().restore(&bufs).map_err(in_unit)?;
             let bufs = (0..cu.compressor().state().len())
                 .map(|i| get(StateKind::Compressor, i).cloned())
-                .collect::<Result<Vec<_>, _>>()?;
-            cu.compressor_mut().restore(&bufs).map_err(|e| format!("unit {}: {e}", unit.name))?;
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(in_unit)?;
+            cu.compressor_mut().restore(&bufs).map_err(in_unit)?;
         }
         // A device form takes the restored state from the host.
         #[cfg(feature = "device-kernels")]

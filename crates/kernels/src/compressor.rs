@@ -3,7 +3,7 @@
 //! benchmark holds a [`DeviceCompressor`] per unit and calls `compress` on a
 //! gradient in device memory, whatever the method.
 
-use gradcomp_compress::{CompressorConfig, Message, ReduceOp, UnitContext};
+use gradcomp_compress::{CompressorConfig, Message, ReduceOp, StateError, UnitContext};
 
 use crate::buffer::{DeviceF32, KernelError};
 use crate::lowrank::DevicePowerSgd;
@@ -102,18 +102,15 @@ impl DeviceCompressor {
     }
 
     /// Restores [`DeviceCompressor::state`].
-    pub fn restore(&mut self, client: &Client, state: &[Vec<f32>]) -> Result<(), String> {
+    pub fn restore(&mut self, client: &Client, state: &[Vec<f32>]) -> Result<(), StateError> {
         if let Some(p) = &mut self.lowrank {
             return p.restore(state);
         }
-        match (&mut self.signum, state) {
-            (Some(s), [m]) => {
-                s.restore(client, m);
-                Ok(())
-            }
-            (Some(_), _) => Err("Signum's state is its momentum alone".into()),
-            (None, _) => Ok(()),
+        if let Some(s) = &mut self.signum {
+            gradcomp_compress::state::expect_buffers("Signum", state, 1)?;
+            s.restore(client, &state[0]);
         }
+        Ok(())
     }
 
     /// `g`'s message, the one `config.build().compress(g, ctx, out)` produces

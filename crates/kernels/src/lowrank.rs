@@ -191,7 +191,7 @@ impl DevicePowerSgd {
     }
 
     /// Restores [`DevicePowerSgd::state`].
-    pub fn restore(&mut self, state: &[Vec<f32>]) -> Result<(), String> {
+    pub fn restore(&mut self, state: &[Vec<f32>]) -> Result<(), gradcomp_compress::StateError> {
         self.host.restore(state)
     }
 }

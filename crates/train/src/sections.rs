@@ -40,6 +40,12 @@ pub enum CheckpointError {
     Corrupt { path: String, problem: String },
     #[error("{path}: {source}")]
     Io { path: String, source: std::io::Error },
+    /// A saved model with a non-finite parameter: a diverged run.
+    #[error("parameter {parameter} of the saved model is {value}: a diverged run cannot be resumed or evaluated; resume an earlier checkpoint")]
+    Diverged { parameter: usize, value: f32 },
+    /// A section a reader needs is absent, or holds another kind of values.
+    #[error("the checkpoint lacks section {name} ({kind} values)")]
+    MissingSection { name: String, kind: &'static str },
 }
 
 impl Sections {
@@ -154,31 +160,31 @@ impl Sections {
         self.0.get(name)
     }
 
-    pub fn f32(&self, name: &str) -> Result<&[f32], String> {
+    pub fn f32(&self, name: &str) -> Result<&[f32], CheckpointError> {
         match self.get(name) {
             Some(Values::F32(v)) => Ok(v),
-            _ => Err(format!("checkpoint lacks section {name}")),
+            _ => Err(CheckpointError::MissingSection { name: name.to_string(), kind: "f32" }),
         }
     }
 
-    pub fn u64(&self, name: &str) -> Result<&[u64], String> {
+    pub fn u64(&self, name: &str) -> Result<&[u64], CheckpointError> {
         match self.get(name) {
             Some(Values::U64(v)) => Ok(v),
-            _ => Err(format!("checkpoint lacks section {name}")),
+            _ => Err(CheckpointError::MissingSection { name: name.to_string(), kind: "u64" }),
         }
     }
 
-    pub fn f64(&self, name: &str) -> Result<&[f64], String> {
+    pub fn f64(&self, name: &str) -> Result<&[f64], CheckpointError> {
         match self.get(name) {
             Some(Values::F64(v)) => Ok(v),
-            _ => Err(format!("checkpoint lacks section {name}")),
+            _ => Err(CheckpointError::MissingSection { name: name.to_string(), kind: "f64" }),
         }
     }
 
-    pub fn bytes(&self, name: &str) -> Result<&[u8], String> {
+    pub fn bytes(&self, name: &str) -> Result<&[u8], CheckpointError> {
         match self.get(name) {
             Some(Values::Bytes(v)) => Ok(v),
-            _ => Err(format!("checkpoint lacks section {name}")),
+            _ => Err(CheckpointError::MissingSection { name: name.to_string(), kind: "bytes" }),
         }
     }
 

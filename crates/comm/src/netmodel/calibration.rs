@@ -34,9 +34,9 @@ impl NetworkModel {
     /// squares on the relative error (every size weighs alike), each
     /// coefficient kept non-negative; ρ is only fitted when some sample
     /// leaves the eager range and another stays in it.
-    pub fn fit(&self, n: usize, samples: &[(u64, f64)]) -> Result<Self, String> {
+    pub fn fit(&self, n: usize, samples: &[(u64, f64)]) -> Result<Self, CalibrationError> {
         if n < 2 || samples.len() < 3 {
-            return Err("calibration needs at least two ranks and three message sizes".into());
+            return Err(CalibrationError::TooFewSamples { ranks: n, sizes: samples.len() });
         }
         // Per sample, the coefficients of (α, ρ, 1/B).
         let rows: Vec<([f64; 3], f64)> = samples
@@ -54,15 +54,14 @@ impl NetworkModel {
         let has_rdv = rows.iter().any(|(x, _)| x[1] > 0.0) && rows.iter().any(|(x, _)| x[1] == 0.0);
         let mut active: Vec<usize> = if has_rdv { vec![0, 1, 2] } else { vec![0, 2] };
         loop {
-            let coef = least_squares(&rows, &active)
-                .ok_or("the calibration samples do not determine the model (use more distinct sizes)")?;
+            let coef = least_squares(&rows, &active).ok_or(CalibrationError::Underdetermined)?;
             match active.iter().position(|&j| coef[j] < 0.0 && j != 2) {
                 Some(i) => {
                     active.remove(i);
                 }
                 None => {
                     if coef[2] <= 0.0 {
-                        return Err("the calibration found no bandwidth (times do not grow with size)".into());
+                        return Err(CalibrationError::NoBandwidth);
                     }
                     let mut fitted = self.clone();
                     (fitted.alpha, fitted.rendezvous, fitted.bandwidth) = (coef[0], coef[1], 1.0 / coef[2]);
@@ -91,21 +90,38 @@ pub struct Calibration {
 
 impl Calibration {
     /// Reads a calibration file; errors say which file and what is wrong.
-    pub fn load(path: &std::path::Path) -> Result<Self, String> {
-        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let c: Calibration = serde_json::from_str(&text).map_err(|e| {
-            format!("{}: not a calibration from `gradcomp bench comm --calibrate-out`: {e}", path.display())
-        })?;
+    pub fn load(path: &std::path::Path) -> Result<Self, CalibrationError> {
+        let file = || path.display().to_string();
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| CalibrationError::Read { path: file(), problem: e.to_string() })?;
+        let c: Calibration = serde_json::from_str(&text)
+            .map_err(|e| CalibrationError::NotACalibration { path: file(), problem: e.to_string() })?;
         let m = &c.model;
         let finite = [c.link_bps, m.alpha, m.bandwidth, m.rendezvous].iter().all(|v| v.is_finite());
         if !finite || c.link_bps <= 0.0 || m.alpha < 0.0 || m.bandwidth <= 0.0 || m.rendezvous < 0.0 {
-            return Err(format!(
-                "{}: the link rate and bandwidth must be > 0, α and ρ ≥ 0, all finite",
-                path.display()
-            ));
+            return Err(CalibrationError::OutOfRange { path: file() });
         }
         Ok(c)
     }
+}
+
+/// Why a calibration could not be fitted or read.
+#[derive(Debug, thiserror::Error, Clone, PartialEq)]
+pub enum CalibrationError {
+    #[error(
+        "calibration needs at least two ranks and three message sizes (got {ranks} rank(s), {sizes} size(s))"
+    )]
+    TooFewSamples { ranks: usize, sizes: usize },
+    #[error("the calibration samples do not determine the model (use more distinct sizes)")]
+    Underdetermined,
+    #[error("the calibration found no bandwidth (times do not grow with size)")]
+    NoBandwidth,
+    #[error("{path}: {problem}")]
+    Read { path: String, problem: String },
+    #[error("{path}: not a calibration from `gradcomp bench comm --calibrate-out`: {problem}")]
+    NotACalibration { path: String, problem: String },
+    #[error("{path}: the link rate and bandwidth must be > 0, α and ρ ≥ 0, all finite")]
+    OutOfRange { path: String },
 }
 
 /// Weighted least squares for y ≈ Σ_j c_j x_j over the `active` columns,

@@ -411,4 +411,4 @@ mod calibration;
 mod tests;
 mod timeline;
 
-pub use calibration::Calibration;
+pub use calibration::{Calibration, CalibrationError};

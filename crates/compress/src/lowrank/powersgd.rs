@@ -320,21 +320,16 @@ impl Compressor for PowerSgd {
         vec![&self.q]
     }
 
-    fn restore(&mut self, state: &[Vec<f32>]) -> Result<(), String> {
-        match state {
-            [q] if q.is_empty() || q.len() == self.cols * self.rank => {
-                self.q.clone_from(q);
-                Ok(())
-            }
-            [q] => Err(format!(
-                "PowerSGD's Q holds {} values, its {}×{} unit at rank {} needs {}",
-                q.len(),
-                self.rows,
-                self.cols,
-                self.rank,
-                self.cols * self.rank
-            )),
-            _ => Err("PowerSGD's state is its Q alone".into()),
+    fn restore(&mut self, state: &[Vec<f32>]) -> Result<(), crate::StateError> {
+        crate::state::expect_buffers("PowerSGD", state, 1)?;
+        let q = &state[0];
+        let need = self.cols * self.rank;
+        if !q.is_empty() && q.len() != need {
+            let (rows, cols, rank) = (self.rows, self.cols, self.rank);
+            let buffer = format!("PowerSGD's Q (its {rows}×{cols} unit at rank {rank})");
+            return Err(crate::StateError::Length { buffer, expected: need, got: q.len() });
         }
+        self.q.clone_from(q);
+        Ok(())
     }
 }

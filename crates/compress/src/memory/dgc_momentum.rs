@@ -45,15 +45,16 @@ impl Memory for DgcMomentum {
         vec![&self.u, &self.v]
     }
 
-    fn restore(&mut self, state: &[Vec<f32>]) -> Result<(), String> {
-        match state {
-            [u, v] if u.len() == v.len() => {
-                self.u.clone_from(u);
-                self.v.clone_from(v);
-                Ok(())
-            }
-            _ => Err("DGC momentum expects 2 buffers of equal length".into()),
+    fn restore(&mut self, state: &[Vec<f32>]) -> Result<(), crate::StateError> {
+        crate::state::expect_buffers("DGC momentum", state, 2)?;
+        let (u, v) = (&state[0], &state[1]);
+        if u.len() != v.len() {
+            let buffer = "DGC's velocity (as long as its momentum)".to_string();
+            return Err(crate::StateError::Length { buffer, expected: u.len(), got: v.len() });
         }
+        self.u.clone_from(u);
+        self.v.clone_from(v);
+        Ok(())
     }
 }
 

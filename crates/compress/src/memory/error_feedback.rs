@@ -60,14 +60,10 @@ impl Memory for ErrorFeedback {
         vec![&self.residual]
     }
 
-    fn restore(&mut self, state: &[Vec<f32>]) -> Result<(), String> {
-        match state {
-            [e] => {
-                self.residual.clone_from(e);
-                Ok(())
-            }
-            _ => Err(format!("error feedback expects 1 buffer, got {}", state.len())),
-        }
+    fn restore(&mut self, state: &[Vec<f32>]) -> Result<(), crate::StateError> {
+        crate::state::expect_buffers("error feedback", state, 1)?;
+        self.residual.clone_from(&state[0]);
+        Ok(())
     }
 }
 

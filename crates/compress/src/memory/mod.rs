@@ -65,11 +65,15 @@ pub trait Memory: Send {
     }
 
     /// Restores what [`Memory::state`] returned. Errors if the shapes differ.
-    fn restore(&mut self, state: &[Vec<f32>]) -> Result<(), String> {
+    fn restore(&mut self, state: &[Vec<f32>]) -> Result<(), crate::StateError> {
         if state.iter().all(|s| s.is_empty()) {
             Ok(())
         } else {
-            Err("this memory carries no state".into())
+            Err(crate::StateError::Buffers {
+                holder: "a memory without state",
+                expected: 0,
+                got: state.len(),
+            })
         }
     }
 }

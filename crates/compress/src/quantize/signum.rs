@@ -62,14 +62,10 @@ impl Compressor for Signum {
         vec![&self.momentum]
     }
 
-    fn restore(&mut self, state: &[Vec<f32>]) -> Result<(), String> {
-        match state {
-            [m] => {
-                self.momentum.clone_from(m);
-                Ok(())
-            }
-            _ => Err("Signum's state is its momentum alone".into()),
-        }
+    fn restore(&mut self, state: &[Vec<f32>]) -> Result<(), crate::StateError> {
+        crate::state::expect_buffers("Signum", state, 1)?;
+        self.momentum.clone_from(&state[0]);
+        Ok(())
     }
 }
 

@@ -110,7 +110,7 @@ impl DataParallel {
                 Ok(Some(g))
             }
             Err(why) => {
-                self.location = CompressionLocation::Host(why);
+                self.location = CompressionLocation::Host(why.to_string());
                 Ok(None)
             }
         }

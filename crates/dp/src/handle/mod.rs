@@ -269,7 +269,7 @@ impl DataParallel {
     /// Restores [`DataParallel::state`] (made by the same model and
     /// configuration); a missing or misshapen buffer is an error naming it.
     pub fn restore(&mut self, state: &DataParallelState) -> Result<(), DataParallelError> {
-        self.strategy.restore(&state.buffers).map_err(DataParallelError::State)?;
+        self.strategy.restore(&state.buffers)?;
         self.step = state.step;
         self.averaged_at = state.averaged_at;
         self.earlier = (state.bytes_sent, state.bytes_received);

@@ -132,7 +132,7 @@ impl DataParallel {
         if let Some(bad) = streamed_bad {
             if self.agree_on(&mut stats, bad)? {
                 if let Some(state) = &before {
-                    self.strategy.restore(state).map_err(DataParallelError::Usage)?;
+                    self.strategy.restore(state)?;
                 }
                 return Ok(self.skip_step(stats, lr));
             }

@@ -98,14 +98,17 @@ pub trait Strategy: Send {
 
     /// Restores [`Strategy::state`]. Errors (naming the buffer) if a buffer
     /// is missing or its length does not fit this model and configuration.
-    fn restore(&mut self, state: &StateBuffers) -> Result<(), String>;
+    fn restore(&mut self, state: &StateBuffers) -> Result<(), gradcomp_compress::StateError>;
 
     /// Moves the strategy's compression (memories and compressors) to the
     /// device of `client`, so that [`Strategy::step`] takes device
     /// gradients; the error says why the strategy has no device form, and
     /// the caller keeps the host.
     #[cfg(feature = "device-kernels")]
-    fn to_device(&mut self, _client: &gradcomp_kernels::Client) -> Result<(), String> {
-        Err(format!("strategy `{}` compresses on the host", self.name()))
+    fn to_device(&mut self, _client: &gradcomp_kernels::Client) -> Result<(), crate::error::NoDeviceForm> {
+        Err(crate::error::NoDeviceForm::HostOnly(format!(
+            "strategy `{}` compresses on the host",
+            self.name()
+        )))
     }
 }

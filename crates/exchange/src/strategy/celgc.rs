@@ -16,6 +16,7 @@
 use std::time::Instant;
 
 use gradcomp_comm::Collective;
+use gradcomp_compress::StateError;
 
 use super::base::{StepResult, Strategy};
 use crate::config::{Average, ClipNorm, StrategyConfig};
@@ -187,14 +188,16 @@ impl Strategy for Celgc {
         Ok(s)
     }
 
-    fn restore(&mut self, s: &StateBuffers) -> Result<(), String> {
-        let g = s.get("celgc.global_norm").ok_or("CELGC's state (celgc.global_norm) is missing")?;
+    fn restore(&mut self, s: &StateBuffers) -> Result<(), StateError> {
+        let missing = |buffer: &str| StateError::Missing { buffer: buffer.to_string() };
+        let g = s.get("celgc.global_norm").ok_or_else(|| missing("celgc.global_norm"))?;
         self.global_norm = g.first().filter(|g| !g.is_nan()).map(|&g| f64::from(g));
         if let Some(d) = &mut self.delta {
-            let a = s.get("celgc.anchor").ok_or("CELGC's model anchor (celgc.anchor) is missing")?;
+            let a = s.get("celgc.anchor").ok_or_else(|| missing("celgc.anchor"))?;
             let total: usize = d.exchange.units().iter().map(|u| u.len).sum();
             if !a.is_empty() && a.len() != total {
-                return Err(format!("CELGC's model anchor holds {} values, the model has {total}", a.len()));
+                let buffer = "CELGC's model anchor (celgc.anchor)".to_string();
+                return Err(StateError::Length { buffer, expected: total, got: a.len() });
             }
             d.anchor.clone_from(a);
             d.delta = vec![0.0; a.len()];

@@ -128,12 +128,12 @@ impl Strategy for Synchronous {
         Ok(s)
     }
 
-    fn restore(&mut self, state: &StateBuffers) -> Result<(), String> {
+    fn restore(&mut self, state: &StateBuffers) -> Result<(), gradcomp_compress::StateError> {
         self.exchange.restore("", state)
     }
 
     #[cfg(feature = "device-kernels")]
-    fn to_device(&mut self, client: &gradcomp_kernels::Client) -> Result<(), String> {
+    fn to_device(&mut self, client: &gradcomp_kernels::Client) -> Result<(), crate::error::NoDeviceForm> {
         self.exchange.to_device(client)
     }
 }

@@ -70,7 +70,8 @@ impl NetworkConfig {
             })
             .collect();
         for path in &self.calibration {
-            let c = Calibration::load(path).map_err(|e| ConfigError::new("network.calibration", e))?;
+            let c = Calibration::load(path)
+                .map_err(|e| ConfigError::new("network.calibration", e.to_string()))?;
             match links.iter_mut().find(|(b, _)| *b == c.link_bps) {
                 Some(link) => link.1 = c.model,
                 None => links.push((c.link_bps, c.model)),

@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use super::run::{io, Shared, TrainError};
 use crate::config::{TrainConfig, RESUME_SAFE_KEYS};
 use crate::records::write_atomic;
-use crate::sections::{Sections, Values};
+use crate::sections::{CheckpointError, Sections, Values};
 use gradcomp_dp::params;
 use gradcomp_dp::{DataParallel, DataParallelError, DataParallelState};
 
@@ -80,18 +80,15 @@ impl Replica {
 
     /// An error naming the first non-finite parameter: a model that cannot
     /// be resumed or evaluated.
-    fn check_finite(&self) -> Result<(), String> {
+    fn check_finite(&self) -> Result<(), CheckpointError> {
         match self.params.iter().position(|p| !p.is_finite()) {
             None => Ok(()),
-            Some(i) => Err(format!(
-                "parameter {i} of the saved model is {}: a diverged run cannot be resumed or evaluated; resume an earlier checkpoint",
-                self.params[i]
-            )),
+            Some(i) => Err(CheckpointError::Diverged { parameter: i, value: self.params[i] }),
         }
     }
 
     /// The saved replica; [`Replica::apply`] checks that it fits the model.
-    fn get(s: &Sections) -> Result<Self, String> {
+    fn get(s: &Sections) -> Result<Self, CheckpointError> {
         Ok(Replica {
             params: s.f32("params")?.to_vec(),
             param_ids: s.u64("param_ids")?.to_vec(),
@@ -143,6 +140,11 @@ pub(crate) struct Checkpoint {
 
 fn bad(path: &Path) -> impl Fn(String) -> TrainError + '_ {
     move |problem| TrainError::Checkpoint(format!("{}: {problem}", path.display()))
+}
+
+/// [`bad`] for a checkpoint's own error.
+fn bad_section(path: &Path) -> impl Fn(CheckpointError) -> TrainError + '_ {
+    move |e| bad(path)(e.to_string())
 }
 
 /// Refuses a resume whose configuration `now` changes the meaning of the run
@@ -218,9 +220,9 @@ impl Checkpoint {
         let dir = latest_dir(run_dir)?;
         let path = dir.join("state.bin");
         let s = Sections::read(&path).map_err(|e| TrainError::Checkpoint(e.to_string()))?;
-        let counters: Counters = serde_json::from_slice(s.bytes("counters").map_err(bad(&path))?)
+        let counters: Counters = serde_json::from_slice(s.bytes("counters").map_err(bad_section(&path))?)
             .map_err(|e| bad(&path)(e.to_string()))?;
-        let saved_cfg = std::str::from_utf8(s.bytes("config").map_err(bad(&path))?)
+        let saved_cfg = std::str::from_utf8(s.bytes("config").map_err(bad_section(&path))?)
             .map_err(|e| e.to_string())
             .and_then(|t| TrainConfig::from_toml(t, &[]).map_err(|e| e.to_string()))
             .map_err(|e| bad(&path)(format!("its configuration does not load: {e}")))?;
@@ -232,8 +234,8 @@ impl Checkpoint {
                 dir.display()
             )));
         }
-        let replica = Replica::get(&s).map_err(bad(&path))?;
-        replica.check_finite().map_err(bad(&path))?;
+        let replica = Replica::get(&s).map_err(bad_section(&path))?;
+        replica.check_finite().map_err(bad_section(&path))?;
         Ok(Self { dir, counters, replica })
     }
 
@@ -242,12 +244,13 @@ impl Checkpoint {
     pub fn rank_state(&self, rank: usize) -> Result<(DataParallelState, Option<Replica>), TrainError> {
         let path = self.dir.join(format!("rank-{rank}.bin"));
         let s = Sections::read(&path).map_err(|e| TrainError::Checkpoint(e.to_string()))?;
-        let mut state: DataParallelState = serde_json::from_slice(s.bytes("dp").map_err(bad(&path))?)
+        let mut state: DataParallelState = serde_json::from_slice(s.bytes("dp").map_err(bad_section(&path))?)
             .map_err(|e| bad(&path)(e.to_string()))?;
         state.buffers = s.f32_under("dp.");
-        let own = s.0.contains_key("params").then(|| Replica::get(&s)).transpose().map_err(bad(&path))?;
+        let own =
+            s.0.contains_key("params").then(|| Replica::get(&s)).transpose().map_err(bad_section(&path))?;
         if let Some(own) = &own {
-            own.check_finite().map_err(bad(&path))?;
+            own.check_finite().map_err(bad_section(&path))?;
         }
         Ok((state, own))
     }
@@ -496,20 +499,21 @@ pub(super) fn remove_stale_temporaries(run_dir: &Path) {
 /// bytes, short of the filesystem and the comparison with the run's
 /// configuration: the fuzzing entry point (`gradcomp bench fuzz`). Sections
 /// present are parsed as their readers do.
-pub fn parse_file_bytes(bytes: &[u8]) -> Result<(), String> {
-    let s = Sections::decode(bytes, "input").map_err(|e| e.to_string())?;
+pub fn parse_file_bytes(bytes: &[u8]) -> Result<(), CheckpointError> {
+    let s = Sections::decode(bytes, "input")?;
+    let corrupt = |problem: String| CheckpointError::Corrupt { path: "input".into(), problem };
     if s.0.contains_key("counters") {
-        serde_json::from_slice::<Counters>(s.bytes("counters")?).map_err(|e| e.to_string())?;
+        serde_json::from_slice::<Counters>(s.bytes("counters")?).map_err(|e| corrupt(e.to_string()))?;
     }
     if s.0.contains_key("config") {
-        let text = std::str::from_utf8(s.bytes("config")?).map_err(|e| e.to_string())?;
-        TrainConfig::from_toml(text, &[]).map_err(|e| e.to_string())?;
+        let text = std::str::from_utf8(s.bytes("config")?).map_err(|e| corrupt(e.to_string()))?;
+        TrainConfig::from_toml(text, &[]).map_err(|e| corrupt(e.to_string()))?;
     }
     if s.0.contains_key("params") {
         Replica::get(&s)?.check_finite()?;
     }
     if s.0.contains_key("dp") {
-        serde_json::from_slice::<DataParallelState>(s.bytes("dp")?).map_err(|e| e.to_string())?;
+        serde_json::from_slice::<DataParallelState>(s.bytes("dp")?).map_err(|e| corrupt(e.to_string()))?;
         let _ = s.f32_under("dp.");
     }
     Ok(())
