@@ -96,7 +96,7 @@ fn profile(cfg: &TrainConfig, steps: u64) -> Result<Profile> {
     p.run_dir = Some(dir.clone());
     p.workers = 1;
     p.backend = gradcomp_train::config::Backend::InProcess;
-    p.compressor = CompressorConfig::Dense {};
+    p.compressor = CompressorConfig::dense();
     p.comm.topology = Some(gradcomp_train::config::Topology::Allreduce);
     p.strategy = Default::default();
     p.train.max_steps = steps.max(6);
@@ -237,7 +237,7 @@ fn speedup_tables(md: &mut String, p: &Profile, ms: &[Method], a: &Args) -> Vec<
 fn terngrad_table(md: &mut String, p: &Profile, ms: &[Method], alpha: f64) {
     if let (Some(dense_ps), Some(tern)) = (
         ms.iter().find(|m| {
-            m.route == Route::ParameterServer && matches!(m.compressor, CompressorConfig::Dense {})
+            m.route == Route::ParameterServer && matches!(m.compressor, CompressorConfig::Dense(_))
         }),
         ms.iter().find(|m| matches!(m.compressor, CompressorConfig::Terngrad(_))),
     ) {
@@ -469,7 +469,7 @@ fn peer(cfg: &TrainConfig, compute_ms: f64, a: &Args) -> Result<()> {
 
 fn dry_run(cfg: &TrainConfig, p: &Profile, a: &Args) -> Result<()> {
     let route = route_of(cfg);
-    let dense = measure("dense", CompressorConfig::Dense {}, Route::Allreduce, &p.work.shapes);
+    let dense = measure("dense", CompressorConfig::dense(), Route::Allreduce, &p.work.shapes);
     let mine = measure(cfg.compressor.name(), cfg.compressor.clone(), route, &p.work.shapes);
     let n = cfg.workers;
     println!(

@@ -27,6 +27,7 @@ pub mod config;
 pub mod lowrank;
 pub mod memory;
 pub mod message;
+pub mod method;
 pub mod quantize;
 pub mod reduce;
 pub mod rng;

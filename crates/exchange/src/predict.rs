@@ -93,7 +93,7 @@ pub fn measure(label: &str, compressor: CompressorConfig, route: Route, shapes: 
             let c = if compressor.compresses(s) {
                 compressor.build_for(s)
             } else {
-                CompressorConfig::Dense {}.build()
+                CompressorConfig::dense().build()
             };
             CompressionUnit::new(c, None)
         })

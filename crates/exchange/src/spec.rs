@@ -83,7 +83,7 @@ impl CompressorSpec {
 
     /// Whether every unit travels as it is (the dense method).
     pub fn sends_values_as_they_are(&self) -> bool {
-        self.is(|c| matches!(c, CompressorConfig::Dense {}))
+        self.is(|c| matches!(c, CompressorConfig::Dense(_)))
     }
 
     /// The target density ρ of a built-in sparsifier.

@@ -28,17 +28,29 @@ pub struct DeviceCompressor {
     rounds: usize,
 }
 
+/// Whether the GPU kernels know `config`'s method.
+pub fn has_device_form(config: &CompressorConfig) -> bool {
+    use CompressorConfig as C;
+    match config {
+        C::Gaussiank(c) => !c.refine,
+        C::Dense(_) | C::Fp16(_) | C::Terngrad(_) | C::Qsgd(_) | C::Onebit(_) | C::Signsgd(_) => true,
+        C::Efsignsgd(_) | C::Signum(_) | C::Natural(_) | C::Eightbit(_) | C::Topk(_) => true,
+        C::Dgck(_) | C::Randk(_) | C::Threshold(_) | C::Powersgd(_) => true,
+        _ => false,
+    }
+}
+
 impl DeviceCompressor {
     /// The device form of `config` for a unit of `shape`, or
     /// [`KernelError::Unsupported`] for the methods that have none (trimmed
-    /// top-k and eSGD run on the CPU path).
+    /// top-k, eSGD and refined Gaussian-k run on the CPU path, as does any
+    /// method not listed in [`has_device_form`]: a new method needs no
+    /// kernel to run).
     pub fn new(config: &CompressorConfig, shape: &[usize]) -> Result<Self, KernelError> {
+        if !has_device_form(config) {
+            return Err(KernelError::Unsupported(config.name().into()));
+        }
         let lowrank = match config {
-            CompressorConfig::Trimmedk(_) => return Err(KernelError::Unsupported("trimmedk".into())),
-            CompressorConfig::Esgd(_) => return Err(KernelError::Unsupported("esgd".into())),
-            CompressorConfig::Gaussiank(c) if c.refine => {
-                return Err(KernelError::Unsupported("gaussiank-refined".into()))
-            }
             CompressorConfig::Powersgd(c) => Some(Box::new(DevicePowerSgd::new(c, shape))),
             _ => None,
         };
@@ -129,11 +141,11 @@ impl DeviceCompressor {
             return Ok(());
         }
         match &self.config {
-            CompressorConfig::Dense {} => {
+            CompressorConfig::Dense(_) => {
                 out.dense_mut().values = g.read(client)?;
                 Ok(())
             }
-            CompressorConfig::Fp16 {} => fp16::compress(client, g, out),
+            CompressorConfig::Fp16(_) => fp16::compress(client, g, out),
             CompressorConfig::Terngrad(c) => {
                 DeviceTernGrad::new(c.clone()).compress(client, g, self.shared.take(), &ctx.key, out)
             }
@@ -151,9 +163,7 @@ impl DeviceCompressor {
             CompressorConfig::Dgck(c) => select::dgc_k(client, g, c, ctx, out),
             CompressorConfig::Randk(c) => select::rand_k(client, g, c, ctx, out),
             CompressorConfig::Threshold(c) => select::threshold(client, g, c.threshold, c.wire, out),
-            CompressorConfig::Trimmedk(_) | CompressorConfig::Esgd(_) | CompressorConfig::Powersgd(_) => {
-                unreachable!("PowerSGD returned above; DeviceCompressor::new refuses the others")
-            }
+            _ => unreachable!("PowerSGD returned above; DeviceCompressor::new refuses the others"),
         }
     }
 

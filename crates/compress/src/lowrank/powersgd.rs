@@ -18,7 +18,9 @@ use serde::{Deserialize, Serialize};
 
 use super::orthogonalize::orthogonalize;
 use crate::compressor::{Combine, Compressor, ReduceOp, UnitContext};
+use crate::memory::MemoryKind;
 use crate::message::Message;
+use crate::method::{check, Method};
 use crate::rng::UnitRng;
 
 /// PowerSGD's options, with the defaults of PyTorch's `PowerSGDState`.
@@ -331,5 +333,45 @@ impl Compressor for PowerSgd {
         }
         self.q.clone_from(q);
         Ok(())
+    }
+}
+
+impl Method for PowerSgdConfig {
+    fn validate(&self) -> Result<(), crate::method::InvalidOption> {
+        check(self.rank >= 1, "rank", || "must be at least 1".into())?;
+        check(!(self.error_feedback || self.warm_start) || self.start_iter >= 2, "start_iter", || {
+            format!(
+                "{} is too early: with error feedback or warm start PowerSGD starts at step 2 at the earliest (as PyTorch's hook)",
+                self.start_iter
+            )
+        })?;
+        check(
+            self.min_compression_rate > 0.0 && self.min_compression_rate.is_finite(),
+            "min_compression_rate",
+            || format!("{} must be a positive number (PyTorch's default is 2)", self.min_compression_rate),
+        )?;
+        check(
+            self.orthogonalization_epsilon >= 0.0 && self.orthogonalization_epsilon.is_finite(),
+            "orthogonalization_epsilon",
+            || format!("{} must be a finite number ≥ 0", self.orthogonalization_epsilon),
+        )
+    }
+    fn default_memory(&self) -> MemoryKind {
+        if self.error_feedback {
+            MemoryKind::ErrorFeedback
+        } else {
+            MemoryKind::None
+        }
+    }
+    fn compresses(&self, shape: &[usize]) -> bool {
+        PowerSgdConfig::compresses(self, shape)
+    }
+    /// `start_iter`: plain allreduce before it.
+    fn first_compressed_step(&self) -> u64 {
+        self.start_iter
+    }
+    /// A shape-less unit is a vector (which PowerSGD leaves alone).
+    fn build(&self, shape: &[usize]) -> Box<dyn crate::Compressor> {
+        Box::new(PowerSgd::new(self, shape))
     }
 }

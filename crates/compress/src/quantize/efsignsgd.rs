@@ -8,7 +8,9 @@ use serde::{Deserialize, Serialize};
 
 use super::onebit::sign_message;
 use crate::compressor::{Combine, Compressor, UnitContext};
+use crate::memory::MemoryKind;
 use crate::message::Message;
+use crate::method::Method;
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -42,6 +44,15 @@ pub fn scaled_sign(pos_sum: f64, neg_sum: f64, d: usize) -> f32 {
         return 0.0;
     }
     (((pos_sum - neg_sum) / d as f64) as f32).min(f32::MAX)
+}
+
+impl Method for EfSignSgdConfig {
+    fn default_memory(&self) -> MemoryKind {
+        MemoryKind::ErrorFeedback
+    }
+    fn build(&self, _shape: &[usize]) -> Box<dyn crate::Compressor> {
+        Box::new(EfSignSgd)
+    }
 }
 
 #[cfg(test)]

@@ -13,7 +13,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::codebook::nearest_code;
 use crate::compressor::{Combine, Compressor, UnitContext};
+use crate::memory::MemoryKind;
 use crate::message::Message;
+use crate::method::{check, Method};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -62,6 +64,20 @@ impl Compressor for EightBit {
             let (pre, inv) = if absmax > 0.0 { super::ratio_factors(1.0, absmax) } else { (1.0, 0.0) };
             m.codes.extend(chunk.iter().map(|&x| nearest_code(((x * pre) * inv).clamp(-1.0, 1.0))));
         }
+    }
+}
+
+impl Method for EightBitConfig {
+    fn validate(&self) -> Result<(), crate::method::InvalidOption> {
+        check(self.block >= 1 && self.block <= u32::MAX as usize, "block", || {
+            format!("{} must be at least 1 (bitsandbytes' default is 4096)", self.block)
+        })
+    }
+    fn default_memory(&self) -> MemoryKind {
+        MemoryKind::ErrorFeedback
+    }
+    fn build(&self, _shape: &[usize]) -> Box<dyn crate::Compressor> {
+        Box::new(EightBit::new(self))
     }
 }
 

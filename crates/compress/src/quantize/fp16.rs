@@ -5,7 +5,10 @@
 use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
 
 use crate::compressor::{Combine, Compressor, UnitContext};
+use crate::memory::MemoryKind;
 use crate::message::Message;
+use crate::method::Method;
+use serde::{Deserialize, Serialize};
 
 #[derive(Clone, Debug, Default)]
 pub struct Fp16;
@@ -26,6 +29,20 @@ impl Compressor for Fp16 {
         // u16 bit patterns viewed as f16: same layout, every pattern valid.
         let halves: &mut [half::f16] = m.values.reinterpret_cast_mut();
         halves.convert_from_f32_slice(input);
+    }
+}
+
+/// fp16's options: none.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Fp16Config {}
+
+impl Method for Fp16Config {
+    fn default_memory(&self) -> MemoryKind {
+        MemoryKind::None
+    }
+    fn build(&self, _shape: &[usize]) -> Box<dyn crate::Compressor> {
+        Box::new(Fp16)
     }
 }
 

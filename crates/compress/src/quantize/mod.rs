@@ -13,7 +13,7 @@ pub mod terngrad;
 
 pub use efsignsgd::{EfSignSgd, EfSignSgdConfig};
 pub use eightbit::{EightBit, EightBitConfig};
-pub use fp16::Fp16;
+pub use fp16::{Fp16, Fp16Config};
 pub use natural::{Natural, NaturalConfig};
 pub use onebit::{OneBit, OneBitConfig};
 pub use qsgd::{Qsgd, QsgdConfig};

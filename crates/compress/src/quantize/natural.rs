@@ -13,7 +13,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::codebook::{EXPONENT_BIAS, MAX_EXPONENT, MIN_EXPONENT, NEGATIVE};
 use crate::compressor::{Combine, Compressor, UnitContext};
+use crate::memory::MemoryKind;
 use crate::message::Message;
+use crate::method::Method;
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -72,6 +74,15 @@ impl Compressor for Natural {
             // 23 bits for the mantissa test, 24 for the small-value uniform.
             natural_code(x, (r & 0x7f_ffff) as u32, (r >> 40) as f32 * (1.0 / (1u64 << 24) as f32))
         }));
+    }
+}
+
+impl Method for NaturalConfig {
+    fn default_memory(&self) -> MemoryKind {
+        MemoryKind::None
+    }
+    fn build(&self, _shape: &[usize]) -> Box<dyn crate::Compressor> {
+        Box::new(Natural)
     }
 }
 

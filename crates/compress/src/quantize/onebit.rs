@@ -6,7 +6,9 @@
 use serde::{Deserialize, Serialize};
 
 use crate::compressor::{Combine, Compressor, UnitContext};
+use crate::memory::MemoryKind;
 use crate::message::Message;
+use crate::method::Method;
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -102,6 +104,15 @@ fn sign_bits(x: &[f32], bits: &mut [u8]) -> (f64, usize, f64) {
     }
     (pos, n_pos, neg)
 }
+}
+
+impl Method for OneBitConfig {
+    fn default_memory(&self) -> MemoryKind {
+        MemoryKind::ErrorFeedback
+    }
+    fn build(&self, _shape: &[usize]) -> Box<dyn crate::Compressor> {
+        Box::new(OneBit)
+    }
 }
 
 #[cfg(test)]

@@ -5,7 +5,9 @@
 use serde::{Deserialize, Serialize};
 
 use crate::compressor::{Combine, Compressor, UnitContext};
+use crate::memory::MemoryKind;
 use crate::message::Message;
+use crate::method::{check, Method};
 use crate::reduce;
 use crate::rng::{LaneRng, LANES};
 
@@ -101,6 +103,23 @@ fn quantize_bucket(v: &[f32], pre: f32, scale: f32, max: i16, lanes: &mut LaneRn
         c.copy_from_slice(&out[..c.len()]);
     }
 }
+}
+
+impl Method for QsgdConfig {
+    fn validate(&self) -> Result<(), crate::method::InvalidOption> {
+        check((1..=MAX_LEVELS).contains(&self.levels), "levels", || {
+            format!("{} is not in 1..={}", self.levels, MAX_LEVELS)
+        })?;
+        check(self.bucket >= 1 && self.bucket <= u32::MAX as usize, "bucket", || {
+            format!("{} must be at least 1", self.bucket)
+        })
+    }
+    fn default_memory(&self) -> MemoryKind {
+        MemoryKind::None
+    }
+    fn build(&self, _shape: &[usize]) -> Box<dyn crate::Compressor> {
+        Box::new(Qsgd::new(self.clone()))
+    }
 }
 
 #[cfg(test)]

@@ -9,7 +9,9 @@ use serde::{Deserialize, Serialize};
 
 use super::onebit::sign_message;
 use crate::compressor::{Combine, Compressor, UnitContext};
+use crate::memory::MemoryKind;
 use crate::message::Message;
+use crate::method::Method;
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -36,6 +38,15 @@ impl Compressor for SignSgd {
 /// 1-bit quantizer, so the pattern stays defined).
 pub(crate) fn unit_signs(x: &[f32], out: &mut Message) {
     sign_message(x, out, |_, _, _| (1.0, -1.0));
+}
+
+impl Method for SignSgdConfig {
+    fn default_memory(&self) -> MemoryKind {
+        MemoryKind::None
+    }
+    fn build(&self, _shape: &[usize]) -> Box<dyn crate::Compressor> {
+        Box::new(SignSgd)
+    }
 }
 
 #[cfg(test)]

@@ -8,7 +8,9 @@ use serde::{Deserialize, Serialize};
 
 use super::signsgd::unit_signs;
 use crate::compressor::{Combine, Compressor, UnitContext};
+use crate::memory::MemoryKind;
 use crate::message::Message;
+use crate::method::{check, Method};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -66,6 +68,20 @@ impl Compressor for Signum {
         crate::state::expect_buffers("Signum", state, 1)?;
         self.momentum.clone_from(&state[0]);
         Ok(())
+    }
+}
+
+impl Method for SignumConfig {
+    fn validate(&self) -> Result<(), crate::method::InvalidOption> {
+        check((0.0..1.0).contains(&self.momentum), "momentum", || {
+            format!("{} is not in [0, 1) (GRACE's default is 0.9)", self.momentum)
+        })
+    }
+    fn default_memory(&self) -> MemoryKind {
+        MemoryKind::None
+    }
+    fn build(&self, _shape: &[usize]) -> Box<dyn crate::Compressor> {
+        Box::new(Signum::new(self))
     }
 }
 

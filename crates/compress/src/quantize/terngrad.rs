@@ -6,7 +6,9 @@
 use serde::{Deserialize, Serialize};
 
 use crate::compressor::{Combine, Compressor, ReduceOp, UnitContext};
+use crate::memory::MemoryKind;
 use crate::message::{Message, TernaryPacking};
+use crate::method::{check, Method};
 use crate::reduce;
 use crate::rng::{LaneRng, UnitRng, LANES};
 
@@ -157,6 +159,20 @@ fn ternary_word(x: &[f32; LANES], u: &[u32; LANES], pre: f32, inv_s: f32) -> u32
         word |= code << (2 * j);
     }
     word
+}
+
+impl Method for TernGradConfig {
+    fn validate(&self) -> Result<(), crate::method::InvalidOption> {
+        check(self.c > 0.0 && self.c.is_finite(), "c", || {
+            format!("{} must be a positive number (the paper uses 2.5)", self.c)
+        })
+    }
+    fn default_memory(&self) -> MemoryKind {
+        MemoryKind::None
+    }
+    fn build(&self, _shape: &[usize]) -> Box<dyn crate::Compressor> {
+        Box::new(TernGrad::new(self.clone()))
+    }
 }
 
 #[cfg(test)]

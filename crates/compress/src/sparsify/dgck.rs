@@ -8,7 +8,9 @@ use serde::{Deserialize, Serialize};
 use super::select::{keep_top_k, select_top_k};
 use super::{Selector, Sparsifier};
 use crate::compressor::UnitContext;
+use crate::memory::MemoryKind;
 use crate::message::{SparseMessage, SparseWire};
+use crate::method::{check, check_density, density_option, Method};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -87,5 +89,21 @@ impl Selector for DgcK {
             }
             thr *= 0.8;
         }
+    }
+}
+
+impl Method for DgcKConfig {
+    fn validate(&self) -> Result<(), crate::method::InvalidOption> {
+        check_density(self.density)?;
+        check(self.sample_fraction > 0.0 && self.sample_fraction <= 1.0, "sample_fraction", || {
+            format!("{} is not in (0, 1]", self.sample_fraction)
+        })
+    }
+    fn default_memory(&self) -> MemoryKind {
+        MemoryKind::DgcMomentum
+    }
+    density_option!();
+    fn build(&self, _shape: &[usize]) -> Box<dyn crate::Compressor> {
+        Box::new(DgcK::compressor(self))
     }
 }

@@ -22,7 +22,9 @@
 use serde::{Deserialize, Serialize};
 
 use crate::compressor::{k_for, Combine, Compressor, UnitContext};
+use crate::memory::MemoryKind;
 use crate::message::{IndexEncoding, Message, SparseMessage, SparseWire, ValueEncoding};
+use crate::method::{check, check_density, density_option, Method};
 use crate::reduce;
 use crate::rng::UnitRng;
 
@@ -272,6 +274,24 @@ impl Compressor for Esgd {
             ("esgd_h_mean", self.last.h_mean),
             ("esgd_h_max", self.last.h_max),
         ]
+    }
+}
+
+impl Method for EsgdConfig {
+    fn validate(&self) -> Result<(), crate::method::InvalidOption> {
+        check_density(self.density)?;
+        check((0.0..1.0).contains(&self.beta), "beta", || format!("{} is not in [0, 1)", self.beta))?;
+        check(self.epsilon > 0.0 && self.epsilon.is_finite(), "epsilon", || {
+            format!("{} must be positive", self.epsilon)
+        })
+    }
+    /// eSGD carries its own residual.
+    fn default_memory(&self) -> MemoryKind {
+        MemoryKind::None
+    }
+    density_option!();
+    fn build(&self, _shape: &[usize]) -> Box<dyn crate::Compressor> {
+        Box::new(Esgd::new(self.clone()))
     }
 }
 

@@ -7,7 +7,9 @@ use serde::{Deserialize, Serialize};
 
 use super::{Selector, Sparsifier};
 use crate::compressor::UnitContext;
+use crate::memory::MemoryKind;
 use crate::message::{SparseMessage, SparseWire};
+use crate::method::{check_density, density_option, Method};
 use crate::reduce;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -268,6 +270,25 @@ pub fn normal_quantile(p: f64) -> f64 {
             / (((((B[0] * r + B[1]) * r + B[2]) * r + B[3]) * r + B[4]) * r + 1.0)
     } else {
         -tail((-2.0 * (1.0 - p).ln()).sqrt())
+    }
+}
+
+impl Method for GaussianKConfig {
+    fn validate(&self) -> Result<(), crate::method::InvalidOption> {
+        check_density(self.density)
+    }
+    fn default_memory(&self) -> MemoryKind {
+        MemoryKind::ErrorFeedback
+    }
+    density_option!();
+    fn build(&self, _shape: &[usize]) -> Box<dyn crate::Compressor> {
+        Box::new(GaussianK::compressor(self))
+    }
+    fn variant_name(&self) -> Option<&'static str> {
+        self.refine.then_some("gaussiank-refined")
+    }
+    fn variant(name: &str) -> Option<Self> {
+        (name == "gaussiank-refined").then(|| GaussianKConfig { refine: true, ..Default::default() })
     }
 }
 

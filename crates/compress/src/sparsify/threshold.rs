@@ -5,7 +5,9 @@ use serde::{Deserialize, Serialize};
 
 use super::{Selector, Sparsifier};
 use crate::compressor::UnitContext;
+use crate::memory::MemoryKind;
 use crate::message::{SparseMessage, SparseWire};
+use crate::method::{check, Method};
 use crate::reduce;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -44,5 +46,19 @@ impl Selector for Threshold {
 
     fn uses_density(&self) -> bool {
         false
+    }
+}
+
+impl Method for ThresholdConfig {
+    fn validate(&self) -> Result<(), crate::method::InvalidOption> {
+        check(self.threshold >= 0.0 && self.threshold.is_finite(), "threshold", || {
+            format!("{} must be a finite number ≥ 0", self.threshold)
+        })
+    }
+    fn default_memory(&self) -> MemoryKind {
+        MemoryKind::ErrorFeedback
+    }
+    fn build(&self, _shape: &[usize]) -> Box<dyn crate::Compressor> {
+        Box::new(Threshold::compressor(self))
     }
 }

@@ -5,7 +5,9 @@ use serde::{Deserialize, Serialize};
 use super::select::select_top_k;
 use super::{Selector, Sparsifier};
 use crate::compressor::UnitContext;
+use crate::memory::MemoryKind;
 use crate::message::{SparseMessage, SparseWire};
+use crate::method::{check_density, density_option, Method};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -40,6 +42,19 @@ impl Selector for TopK {
 
     fn select(&mut self, x: &[f32], k: usize, _ctx: &UnitContext, out: &mut SparseMessage) {
         select_top_k(x, k, &mut self.scratch, out);
+    }
+}
+
+impl Method for TopKConfig {
+    fn validate(&self) -> Result<(), crate::method::InvalidOption> {
+        check_density(self.density)
+    }
+    fn default_memory(&self) -> MemoryKind {
+        MemoryKind::ErrorFeedback
+    }
+    density_option!();
+    fn build(&self, _shape: &[usize]) -> Box<dyn crate::Compressor> {
+        Box::new(TopK::compressor(self))
     }
 }
 

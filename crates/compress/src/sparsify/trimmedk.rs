@@ -7,7 +7,9 @@ use serde::{Deserialize, Serialize};
 use super::select::{keep_top_k, select_top_k};
 use super::{Selector, Sparsifier};
 use crate::compressor::UnitContext;
+use crate::memory::MemoryKind;
 use crate::message::{SparseMessage, SparseWire};
+use crate::method::{check_density, density_option, Method};
 use crate::reduce;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -58,5 +60,18 @@ impl Selector for TrimmedK {
         }
         // Fewer than k exceed the mean (k > about d/2): plain exact top-k.
         select_top_k(x, k, &mut self.scratch, out);
+    }
+}
+
+impl Method for TrimmedKConfig {
+    fn validate(&self) -> Result<(), crate::method::InvalidOption> {
+        check_density(self.density)
+    }
+    fn default_memory(&self) -> MemoryKind {
+        MemoryKind::ErrorFeedback
+    }
+    density_option!();
+    fn build(&self, _shape: &[usize]) -> Box<dyn crate::Compressor> {
+        Box::new(TrimmedK::compressor(self))
     }
 }
