@@ -269,6 +269,19 @@ impl CompressorConfig {
         self.method().build(shape)
     }
 
+    /// The tag of a standalone compressor's messages (the bytes API's, one
+    /// tensor per compressor): an FNV-1a hash of this configuration and the
+    /// tensor's `shape`, carried in the header's unit field. Workers built
+    /// alike tag alike; a message of another method, configuration or shape
+    /// carries another tag and is refused instead of mixed in.
+    pub fn message_tag(&self, shape: &[usize]) -> u32 {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in format!("{self:?}/{shape:?}").bytes() {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+        (h ^ (h >> 32)) as u32
+    }
+
     /// Builds the compressor of a shape-less unit. Call
     /// [`CompressorConfig::validate`] first.
     pub fn build(&self) -> Box<dyn Compressor> {

@@ -5,7 +5,8 @@
 //!
 //! A worker's step is the protocol of `compressor.rs`: the memory
 //! compensates, the compressor compresses, the memory records, and the
-//! message is encoded as unit 0; the seed 1, the worker's rank and the step
+//! message is encoded with the configuration's `message_tag` as its unit
+//! (what the bytes API does); the seed 1, the worker's rank and the step
 //! key its random stream. `GRADCOMP_WRITE_VECTORS=1` rewrites the file
 //! (then commit it, and say why the bytes changed).
 
@@ -69,7 +70,7 @@ fn run(table: &Value) -> Value {
             c.compress(m.compensate(&g, 1.0), &ctx, &mut msg);
             m.update(&msg);
             let mut wire = Vec::new();
-            codec::encode(&msg, 0, &mut wire);
+            codec::encode(&msg, cfg.message_tag(&SHAPE), &mut wire);
             inputs.push(g);
             wires.push(wire);
         }

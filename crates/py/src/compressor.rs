@@ -32,6 +32,8 @@ struct Inner {
     /// The random streams' seed and this worker's rank.
     seed: u64,
     rank: u32,
+    /// The unit field of this compressor's messages (`message_tag`).
+    tag: u32,
 }
 
 fn value_error(e: impl std::fmt::Display) -> PyErr {
@@ -63,7 +65,8 @@ impl PyCompressor {
         let memory = cfg.build_memory(kind, ResidualForm::Raw, 0.9);
         let combine = compressor.combine();
         let unit = CompressionUnit::new(compressor, memory);
-        let inner = Inner { unit, combine, msg: Message::default(), seed, rank };
+        let inner =
+            Inner { unit, combine, msg: Message::default(), seed, rank, tag: cfg.message_tag(&shape) };
         Ok(PyCompressor {
             inner: Mutex::new(inner),
             name: cfg.name().to_string(),
@@ -87,13 +90,19 @@ impl PyCompressor {
     ) -> PyResult<Bound<'py, PyBytes>> {
         let x = array.as_slice().map_err(value_error)?;
         self.check_len(x.len())?;
+        if let Some(j) = x.iter().position(|v| !v.is_finite()) {
+            return Err(value_error(format!(
+                "array: element {j} is {}: a non-finite gradient has no compressed form (skip the step, or lower the learning rate)",
+                x[j]
+            )));
+        }
         let wire = py.detach(|| -> PyResult<Vec<u8>> {
             let mut guard = self.lock()?;
             let inner = &mut *guard;
             let ctx = UnitContext { key: RngKey::new(inner.seed, inner.rank, step, 0), loss: None };
             inner.unit.step_alone(x, 1.0, &ctx, &mut inner.msg, |_, _| {});
             let mut wire = Vec::new();
-            codec::encode(&inner.msg, 0, &mut wire);
+            codec::encode(&inner.msg, inner.tag, &mut wire);
             Ok(wire)
         })?;
         Ok(PyBytes::new(py, &wire))
@@ -101,15 +110,28 @@ impl PyCompressor {
 
     /// Every worker's messages combined as the compressor's exchange
     /// combines them: their average, or signSGD's majority vote. A message
-    /// that does not decode raises ValueError naming it.
+    /// that does not decode, or that another compressor, configuration or
+    /// shape made (its tag), raises ValueError naming it.
     fn aggregate<'py>(&self, py: Python<'py>, messages: Vec<Vec<u8>>) -> PyResult<Bound<'py, PyArray1<f32>>> {
         if messages.is_empty() {
-            return Err(value_error("aggregate needs at least one message"));
+            return Err(value_error("messages: aggregate needs at least one message"));
         }
-        let combine = self.lock()?.combine;
+        let (combine, tag) = {
+            let inner = self.lock()?;
+            (inner.combine, inner.tag)
+        };
+        for (i, m) in messages.iter().enumerate() {
+            let h = codec::read_header(m).map_err(|e| value_error(format!("messages[{i}]: {e}")))?;
+            if h.unit != tag {
+                return Err(value_error(format!(
+                    "messages[{i}] was made by another compressor, configuration or shape than {} over {} values (tag {:#010x}, this compressor's {tag:#010x}); build every worker's with the same gradcomp.compressor(name, shape, **options)",
+                    self.name, self.len, h.unit
+                )));
+            }
+        }
         let mut out = vec![0.0f32; self.len];
         combine_encoded(messages.iter().map(|m| &m[..]), combine, &mut out)
-            .map_err(|(i, e)| value_error(format!("message {i}: {e}")))?;
+            .map_err(|(i, e)| value_error(format!("messages[{i}]: {e}")))?;
         Ok(PyArray1::from_vec(py, out))
     }
 

@@ -68,9 +68,106 @@ def test_compressor_api_errors():
     with pytest.raises(ValueError, match="16"):
         c.compress([1.0] * 3, step=0)
     good = c.compress([1.0] * 16, step=0)
-    with pytest.raises(ValueError, match="message 1"):
+    with pytest.raises(ValueError, match=r"messages\[1\]"):
         c.aggregate([good, good[:-3]])
-    with pytest.raises(ValueError, match="message 0"):
+    with pytest.raises(ValueError, match=r"messages\[0\]"):
         c.aggregate([b"\x00" * 20])
     with pytest.raises(ValueError, match="at least one"):
         c.aggregate([])
+
+
+# -- the bytes API refuses what it cannot combine (issue #35) ------------------
+
+SINGLE_MESSAGE = ["dense", "fp16", "terngrad", "qsgd", "onebit", "topk", "gaussiank", "dgck", "trimmedk",
+                  "randk", "threshold", "signsgd", "signum", "efsignsgd", "natural", "eightbit"]
+
+
+def test_messages_of_another_compressor_are_refused():
+    import numpy as np
+    x = np.linspace(-1, 1, 48, dtype=np.float32)
+    made = {n: gradcomp.compressor(n, (6, 8)).compress(x, 0) for n in SINGLE_MESSAGE}
+    for mine in SINGLE_MESSAGE:
+        c = gradcomp.compressor(mine, (6, 8))
+        for theirs, msg in made.items():
+            if theirs == mine:
+                c.aggregate([msg, msg])
+            else:
+                with pytest.raises(ValueError, match=r"messages\[1\] was made by another compressor"):
+                    c.aggregate([made[mine], msg])
+
+
+def test_messages_of_another_configuration_or_shape_are_refused():
+    import numpy as np
+    x = np.linspace(-1, 1, 48, dtype=np.float32)
+    mine = gradcomp.compressor("topk", (6, 8), density=0.1)
+    other_density = gradcomp.compressor("topk", (6, 8), density=0.2).compress(x, 0)
+    other_shape = gradcomp.compressor("topk", (8, 6), density=0.1).compress(x, 0)
+    for msg in (other_density, other_shape):
+        with pytest.raises(ValueError, match=r"messages\[0\]"):
+            mine.aggregate([msg])
+
+
+@pytest.mark.parametrize("name", SINGLE_MESSAGE)
+def test_a_non_finite_input_is_refused_naming_the_element(name):
+    import numpy as np
+    x = np.ones(12, dtype=np.float32)
+    x[5] = np.nan
+    with pytest.raises(ValueError, match="array: element 5 is NaN"):
+        gradcomp.compressor(name, 12).compress(x, 0)
+
+
+@pytest.mark.parametrize("arg,kwargs", [
+    ("shape", {"shape": (-3, 4)}),
+    ("shape", {"shape": (True, 4)}),
+    ("rank", {"rank": -1}),
+    ("rank", {"rank": True}),
+    ("seed", {"seed": -5}),
+])
+def test_argument_errors_name_the_argument(arg, kwargs):
+    kwargs = {"shape": 12, **kwargs}
+    with pytest.raises(ValueError, match=f"{arg}: "):
+        gradcomp.compressor("topk", **kwargs)
+
+
+def test_a_negative_or_boolean_step_is_refused():
+    import numpy as np
+    c = gradcomp.compressor("topk", 12)
+    for step in (-1, True):
+        with pytest.raises(ValueError, match="step: "):
+            c.compress(np.ones(12, dtype=np.float32), step)
+
+
+def test_hook_options_are_not_booleans_and_the_group_is_a_group():
+    with pytest.raises(ValueError, match="lr"):
+        gt.hook("topk", lr=True)
+    with pytest.raises(ValueError, match="stats_every"):
+        gt.hook("topk", stats_every=True)
+    with pytest.raises(TypeError, match="process_group"):
+        gt.hook("topk", process_group="gloo")
+
+
+TWO_MODELS = r'''
+import torch, torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+import gradcomp.torch as gt
+dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d", rank=0, world_size=1)
+state, hook = gt.hook("topk", density=0.5)
+a, b = DDP(torch.nn.Linear(4, 2)), DDP(torch.nn.Linear(4, 2))
+a.register_comm_hook(state, hook)
+b.register_comm_hook(state, hook)
+a(torch.ones(3, 4)).sum().backward()
+try:
+    b(torch.ones(3, 4)).sum().backward()
+    print("accepted")
+except Exception as e:
+    print("refused:", e)
+'''
+
+
+def test_a_state_registered_with_two_models_is_refused():
+    import subprocess
+    import sys
+    from conftest import free_port
+    out = subprocess.run([sys.executable, "-c", TWO_MODELS % free_port()], capture_output=True, text=True,
+                         timeout=120)
+    assert "refused:" in out.stdout and "second DDP model" in out.stdout, out.stdout + out.stderr

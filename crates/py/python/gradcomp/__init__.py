@@ -33,9 +33,11 @@ class Compressor:
     """
 
     def __init__(self, name, shape, *, rank=0, seed=1, memory="auto", **options):
-        self.shape = tuple(int(d) for d in (shape if isinstance(shape, (tuple, list)) else (shape,)))
+        dims = shape if isinstance(shape, (tuple, list)) else (shape,)
+        self.shape = tuple(_whole("shape", d) for d in dims)
         table = json.loads(config_json(name, options))["compressor"]
-        self._inner = _core.Compressor(json.dumps(table), list(self.shape), rank=rank, seed=seed, memory=memory)
+        self._inner = _core.Compressor(json.dumps(table), list(self.shape), rank=_whole("rank", rank),
+                                       seed=_whole("seed", seed), memory=memory)
 
     @property
     def name(self):
@@ -43,7 +45,7 @@ class Compressor:
 
     def compress(self, array, step):
         flat = np.ascontiguousarray(np.asarray(array, dtype=np.float32).reshape(-1))
-        return self._inner.compress(flat, int(step))
+        return self._inner.compress(flat, _whole("step", step))
 
     def aggregate(self, messages):
         return self._inner.aggregate([bytes(m) for m in messages]).reshape(self.shape)
@@ -53,6 +55,14 @@ class Compressor:
 
     def load_state_dict(self, state):
         self._inner.load_state_dict({k: np.asarray(v, dtype=np.float32).reshape(-1) for k, v in state.items()})
+
+
+def _whole(name, value):
+    """`value` as a whole number ≥ 0, or ValueError naming the argument
+    (booleans are not numbers)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+        raise ValueError(f"gradcomp: {name}: {value!r} is not a whole number ≥ 0")
+    return int(value)
 
 
 def compressor(name, shape, **options):

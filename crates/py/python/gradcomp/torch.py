@@ -17,6 +17,7 @@ state moves to the new buckets; `state_dict()` and `load_state_dict()` carry it
 across a restart, and a resumed run continues bit-exactly.
 """
 import json
+import math
 import time
 
 import numpy as np
@@ -41,10 +42,13 @@ class GradcompState:
     def __init__(self, name, process_group=None, on_nonfinite="stop", stats_every=0, lr=1.0, **options):
         if on_nonfinite not in _NONFINITE:
             raise ValueError(f"gradcomp: on_nonfinite: {on_nonfinite!r} is not 'stop' or 'skip'")
-        if not (isinstance(stats_every, int) and stats_every >= 0):
+        if isinstance(stats_every, bool) or not (isinstance(stats_every, int) and stats_every >= 0):
             raise ValueError(f"gradcomp: stats_every: {stats_every!r} is not a whole number ≥ 0")
-        if not (isinstance(lr, (int, float)) and lr > 0):
+        if isinstance(lr, bool) or not (isinstance(lr, (int, float)) and math.isfinite(lr) and lr > 0):
             raise ValueError(f"gradcomp: lr: {lr!r} is not a positive number")
+        if process_group is not None and not isinstance(process_group, dist.ProcessGroup):
+            raise TypeError(f"gradcomp: process_group: {process_group!r} is not a torch.distributed "
+                            "process group (dist.new_group(...), or None for the default group)")
         self.config = config_json(name, options)
         self.name = _core.check_config(self.config)
         self.process_group = process_group
@@ -56,6 +60,8 @@ class GradcompState:
         self.skipped_steps = 0
         self._comm = None
         self._keys = {}
+        # Set once a step has gone through every bucket of this state's model.
+        self._model_seen = False
         self._rust = None
         self._pending = None
         self._steps = []
@@ -65,6 +71,12 @@ class GradcompState:
     # -- the buckets' exchanges ------------------------------------------------
 
     def _key_of(self, params):
+        """Each parameter's index in the model. A parameter first seen after
+        a complete step belongs to another model: one state serves one DDP
+        model (its memories are per tensor), so that is refused."""
+        if self._model_seen and any(id(p) not in self._keys for p in params):
+            raise ValueError("gradcomp: this GradcompState is registered with a second DDP model; "
+                             "build one state per model with gradcomp.torch.hook")
         return [self._keys.setdefault(id(p), len(self._keys)) for p in params]
 
     def _hook(self, rank, world):
@@ -203,6 +215,7 @@ def exchange_hook(state, bucket):
     stats["device_copy_seconds"] = copy_seconds
     stats["bucket"] = bucket.index()
     if bucket.is_last():
+        state._model_seen = True
         if bad:
             state.skipped_steps += 1
         state.iteration += 1
