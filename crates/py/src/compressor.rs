@@ -44,10 +44,20 @@ fn value_error(e: impl std::fmt::Display) -> PyErr {
 impl PyCompressor {
     /// `config`: the JSON of a `[compressor]` table (`{"name": "topk",
     /// "density": 0.01}`); `memory`: `auto`, `none`, `error-feedback` or
-    /// `dgc-momentum`.
+    /// `dgc-momentum`; `dgc_momentum`: DGC momentum's factor, in [0, 1).
     #[new]
-    #[pyo3(signature = (config, shape, rank=0, seed=1, memory="auto"))]
-    fn new(config: &str, shape: Vec<usize>, rank: u32, seed: u64, memory: &str) -> PyResult<Self> {
+    #[pyo3(signature = (config, shape, rank=0, seed=1, memory="auto", dgc_momentum=0.9))]
+    fn new(
+        config: &str,
+        shape: Vec<usize>,
+        rank: u32,
+        seed: u64,
+        memory: &str,
+        dgc_momentum: f32,
+    ) -> PyResult<Self> {
+        if !(0.0..1.0).contains(&dgc_momentum) {
+            return Err(value_error(format!("dgc_momentum: {dgc_momentum} is not in [0, 1)")));
+        }
         let table = serde_json::from_str(config).map_err(value_error)?;
         let cfg = crate::config::parse_compressor(&table)?;
         let kind = serde_json::from_value(serde_json::Value::String(memory.into())).map_err(|_| {
@@ -62,7 +72,8 @@ impl PyCompressor {
         }
         // A compressor's own rounds (TernGrad's shared scaler) run as this
         // worker alone: each message carries its own scale.
-        let memory = cfg.build_memory(kind, ResidualForm::Raw, 0.9);
+        // The bytes API has no learning rate: residuals are raw gradients.
+        let memory = cfg.build_memory(kind, ResidualForm::Raw, dgc_momentum);
         let combine = compressor.combine();
         let unit = CompressionUnit::new(compressor, memory);
         let inner =

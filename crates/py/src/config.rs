@@ -67,6 +67,17 @@ pub fn parse(json: &str) -> Result<DataParallelConfig, PyErr> {
             "gradcomp: strategy: a DDP hook exchanges every step; CELGC's local steps need gradcomp's own loop",
         ));
     }
+    // Both live in gradcomp's own step, around the exchange the hook calls.
+    if cfg.compression.warmup != Default::default() {
+        return Err(PyValueError::new_err(
+            "gradcomp: warmup: the density warm-up is per epoch, and a DDP hook sees no epochs; set density directly (or change it between runs)",
+        ));
+    }
+    if cfg.compression.local_clip != 0.0 {
+        return Err(PyValueError::new_err(
+            "gradcomp: local_clip: DGC's local clipping runs in gradcomp's own step, before the exchange a DDP hook calls; it is not available in the hook",
+        ));
+    }
     if cfg.compressor_name() == "esgd" {
         return Err(PyValueError::new_err(
             "gradcomp: compressor esgd selects by each worker's loss, which a DDP hook never sees; use gradcomp's own loop",

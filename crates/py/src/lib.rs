@@ -30,6 +30,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(replay::replay, m)?)?;
     m.add_function(wrap_pyfunction!(predict::predict, m)?)?;
     m.add_function(wrap_pyfunction!(check_config, m)?)?;
+    m.add_function(wrap_pyfunction!(first_compressed_step, m)?)?;
     m.add_function(wrap_pyfunction!(all_finite, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
@@ -40,6 +41,13 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
 #[pyfunction]
 fn check_config(config: &str) -> PyResult<String> {
     Ok(config::parse(config)?.compressor_name())
+}
+
+/// The first step on which the configuration's compressor compresses
+/// (PowerSGD's `start_iter`; 0 for the others): before it, a plain allreduce.
+#[pyfunction]
+fn first_compressed_step(config: &str) -> PyResult<u64> {
+    Ok(config::parse(config)?.compressor.builtin().map_or(0, |c| c.first_compressed_step()))
 }
 
 /// Whether every value of `array` (contiguous float32) is finite: one pass,

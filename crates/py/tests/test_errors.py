@@ -171,3 +171,41 @@ def test_a_state_registered_with_two_models_is_refused():
     out = subprocess.run([sys.executable, "-c", TWO_MODELS % free_port()], capture_output=True, text=True,
                          timeout=120)
     assert "refused:" in out.stdout and "second DDP model" in out.stdout, out.stdout + out.stderr
+
+
+# -- every option reaches the core or is refused (issue #35) -------------------
+
+@pytest.mark.parametrize("key,value", [("warmup", {"densities": [0.5]}), ("local_clip", 1.0)])
+def test_the_hook_refuses_options_of_gradcomps_own_step(key, value):
+    with pytest.raises(ValueError, match=f"{key}: "):
+        gt.hook("topk", density=0.1, **{key: value})
+
+
+@pytest.mark.parametrize("key,value", [("granularity", "global"), ("exclude", {"biases": True}),
+                                       ("warmup", {"densities": [0.5]}), ("local_clip", 1.0),
+                                       ("topology", "allgather"), ("residual", "lr-scaled")])
+def test_the_bytes_api_refuses_what_one_tensor_has_not(key, value):
+    with pytest.raises(ValueError, match=f"{key}: "):
+        gradcomp.compressor("topk", 12, density=0.25, **{key: value})
+
+
+def test_dgc_momentum_reaches_the_bytes_api():
+    import numpy as np
+    sent = {}
+    for m in (0.0, 0.9):
+        c = gradcomp.compressor("dgck", 64, density=0.25, dgc_momentum=m)
+        msgs = [c.compress(np.sin(np.arange(64, dtype=np.float32) * (s + 1)), s) for s in range(3)]
+        sent[m] = msgs[-1]
+    assert sent[0.0] != sent[0.9]
+    with pytest.raises(ValueError, match="dgc_momentum"):
+        gradcomp.compressor("dgck", 64, dgc_momentum=1.5)
+
+
+def test_a_powersgd_hook_that_stays_dense_for_1000_steps_warns():
+    import warnings
+    with pytest.warns(UserWarning, match="first 1000 steps"):
+        gt.hook("powersgd", rank=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        gt.hook("powersgd", rank=2, start_iter=10)
+        gt.hook("topk", density=0.1)

@@ -32,12 +32,21 @@ class Compressor:
     decode in Rust and the reverse.
     """
 
-    def __init__(self, name, shape, *, rank=0, seed=1, memory="auto", **options):
+    def __init__(self, name, shape, *, rank=0, seed=1, memory="auto", dgc_momentum=0.9, residual="raw",
+                 **options):
         dims = shape if isinstance(shape, (tuple, list)) else (shape,)
         self.shape = tuple(_whole("shape", d) for d in dims)
+        for key in options:
+            if key in _NOT_FOR_ONE_TENSOR:
+                raise ValueError(f"gradcomp: {key}: {_NOT_FOR_ONE_TENSOR[key]}")
+        if residual != "raw":
+            raise ValueError(f"gradcomp: residual: {residual!r}: the bytes API has no learning rate, so its "
+                             "error feedback keeps raw gradients ('raw', the default)")
+        if isinstance(dgc_momentum, bool) or not isinstance(dgc_momentum, (int, float)):
+            raise ValueError(f"gradcomp: dgc_momentum: {dgc_momentum!r} is not a number in [0, 1)")
         table = json.loads(config_json(name, options))["compressor"]
         self._inner = _core.Compressor(json.dumps(table), list(self.shape), rank=_whole("rank", rank),
-                                       seed=_whole("seed", seed), memory=memory)
+                                       seed=_whole("seed", seed), memory=memory, dgc_momentum=float(dgc_momentum))
 
     @property
     def name(self):
@@ -55,6 +64,17 @@ class Compressor:
 
     def load_state_dict(self, state):
         self._inner.load_state_dict({k: np.asarray(v, dtype=np.float32).reshape(-1) for k, v in state.items()})
+
+
+# The configuration keys that say how a model is cut or stepped: a single
+# tensor's compressor has none of them.
+_NOT_FOR_ONE_TENSOR = {
+    "granularity": "one compressor is one tensor; granularity is how gradcomp's hook and trainer cut a model",
+    "exclude": "one compressor is one tensor; exclusion is how gradcomp's hook and trainer cut a model",
+    "warmup": "the density warm-up is per epoch, which the bytes API does not see; set density",
+    "local_clip": "DGC's local clipping needs the whole model's gradient norm; clip before compress",
+    "topology": "the bytes API moves no bytes; your transport is the topology",
+}
 
 
 def _whole(name, value):

@@ -19,6 +19,7 @@ across a restart, and a resumed run continues bit-exactly.
 import json
 import math
 import time
+import warnings
 
 import numpy as np
 import torch
@@ -51,6 +52,11 @@ class GradcompState:
                             "process group (dist.new_group(...), or None for the default group)")
         self.config = config_json(name, options)
         self.name = _core.check_config(self.config)
+        first = _core.first_compressed_step(self.config)
+        if first >= 1000:
+            warnings.warn(f"gradcomp: {self.name} sends dense bytes (a plain allreduce) for its first {first} steps, "
+                          "as torch's PowerSGD hook does (start_iter); pass start_iter=2 (the earliest with "
+                          "error feedback) to compress sooner", stacklevel=3)
         self.process_group = process_group
         self.on_nonfinite = on_nonfinite
         self.stats_every = stats_every
