@@ -25,3 +25,49 @@ def test_resume_is_bit_exact(ddp, tmp_path, name, options):
     assert straight[0][name]["losses"][5:] == resumed[0][name]["losses"]
     assert straight[0][name]["digest"] == resumed[0][name]["digest"]
     assert straight[1][name]["digest"] == resumed[1][name]["digest"]
+
+
+KEEPABLE = r'''
+import copy, io, pickle, torch, torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+import gradcomp.torch as gt
+dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d", rank=0, world_size=1)
+torch.manual_seed(0)
+def steps(state, n):
+    torch.manual_seed(1)
+    m = DDP(torch.nn.Linear(16, 4))
+    m.register_comm_hook(state, gt.exchange_hook)
+    for _ in range(n):
+        m(torch.randn(8, 16)).pow(2).sum().backward()
+    return m
+state, _ = gt.hook("topk", density=0.25)
+steps(state, 3)
+saved = state.state_dict()
+assert (saved["rank"], saved["world_size"]) == (0, 1), saved
+buf = io.BytesIO()
+torch.save(saved, buf)
+buf.seek(0)
+back = torch.load(buf)  # weights_only=True, torch's default
+fresh, _ = gt.hook("topk", density=0.25)
+fresh.load_state_dict(back)
+assert fresh.iteration == 3
+for other in (pickle.loads(pickle.dumps(state)), copy.deepcopy(state)):
+    assert other.iteration == 3 and other.state_dict()["units"].keys() == saved["units"].keys()
+    steps(other, 1)  # registered again on a new model, it steps
+    assert other.iteration == 4
+foreign = dict(saved, rank=1, world_size=2)
+try:
+    fresh.load_state_dict(foreign)
+    print("accepted")
+except ValueError as e:
+    print("refused:", e)
+'''
+
+
+def test_the_hook_state_is_a_checkpoint_a_ddp_user_can_keep():
+    import subprocess
+    import sys
+    from conftest import free_port
+    out = subprocess.run([sys.executable, "-c", KEEPABLE % free_port()], capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "refused:" in out.stdout and "saved by rank 1 of 2" in out.stdout, out.stdout + out.stderr

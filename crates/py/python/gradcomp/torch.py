@@ -50,18 +50,24 @@ class GradcompState:
         if process_group is not None and not isinstance(process_group, dist.ProcessGroup):
             raise TypeError(f"gradcomp: process_group: {process_group!r} is not a torch.distributed "
                             "process group (dist.new_group(...), or None for the default group)")
-        self.config = config_json(name, options)
-        self.name = _core.check_config(self.config)
+        self._setup(config_json(name, options), process_group, on_nonfinite, stats_every, lr)
         first = _core.first_compressed_step(self.config)
         if first >= 1000:
             warnings.warn(f"gradcomp: {self.name} sends dense bytes (a plain allreduce) for its first {first} steps, "
                           "as torch's PowerSGD hook does (start_iter); pass start_iter=2 (the earliest with "
                           "error feedback) to compress sooner", stacklevel=3)
+
+    def _setup(self, config, process_group, on_nonfinite, stats_every, lr):
+        self.config = config
+        self.name = _core.check_config(self.config)
         self.process_group = process_group
         self.on_nonfinite = on_nonfinite
         self.stats_every = stats_every
         # The learning rate the optimizer applies (lr-scaled error feedback reads it).
         self.lr = float(lr)
+        # This worker's rank and the world size, once the hook has run.
+        self._rank = None
+        self._world = None
         self.iteration = 0
         self.skipped_steps = 0
         self._comm = None
@@ -87,6 +93,7 @@ class GradcompState:
 
     def _hook(self, rank, world):
         if self._rust is None:
+            self._rank, self._world = rank, world
             self._rust = _core.Hook(self.config, rank, world)
             if self._pending is not None:
                 self._rust.load(self._pending)
@@ -109,18 +116,32 @@ class GradcompState:
     # -- checkpoints -----------------------------------------------------------
 
     def state_dict(self):
-        """Everything a resumed run needs: the step, and every tensor's state."""
+        """Everything a resumed run needs: the step, and every tensor's state
+        (as torch tensors), with the rank and world size that made it and the
+        configuration. It is this worker's own: save one file per rank (the
+        memories differ between workers). Loads under `torch.load`'s default
+        `weights_only=True`."""
         if self._rust is not None:
-            units = {u: {k: np.array(v) for k, v in b.items()} for u, b in self._rust.state().items()}
+            units = {u: {k: torch.from_numpy(np.array(v)) for k, v in b.items()}
+                     for u, b in self._rust.state().items()}
         else:
-            units = dict(self._pending or {})
+            units = {u: {k: torch.as_tensor(v) for k, v in b.items()} for u, b in (self._pending or {}).items()}
+        rank, world = self._where()
         return {"config": self.config, "iteration": self.iteration, "skipped_steps": self.skipped_steps,
-                "units": units}
+                "rank": rank, "world_size": world, "units": units}
 
     def load_state_dict(self, state):
+        """Restores `state_dict()`; refuses another configuration, and the
+        state of another rank or world size (naming the rank that saved it)."""
         if json.loads(state["config"]) != json.loads(self.config):
             raise ValueError("gradcomp: this state was saved with another configuration:\n"
                              f"  saved: {state['config']}\n  now:   {self.config}")
+        rank, world = self._where()
+        saved_rank, saved_world = state.get("rank"), state.get("world_size")
+        if None not in (rank, saved_rank) and (saved_rank, saved_world) != (rank, world):
+            raise ValueError(f"gradcomp: this state was saved by rank {saved_rank} of {saved_world}; rank {rank} of "
+                             f"{world} must load its own (save state_dict() once per rank, e.g. "
+                             f"f\"hook-rank{{dist.get_rank()}}.pt\")")
         self.iteration = int(state["iteration"])
         self.skipped_steps = int(state.get("skipped_steps", 0))
         units = {u: {k: np.asarray(v, dtype=np.float32).reshape(-1) for k, v in b.items()}
@@ -129,6 +150,26 @@ class GradcompState:
             self._rust.load(units)
         else:
             self._pending = units
+
+    def _where(self):
+        """(rank, world size) of this worker in the state's group, or (None, None) before any group."""
+        if self._rank is not None:
+            return self._rank, self._world
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_rank(self.process_group), dist.get_world_size(self.process_group)
+        return None, None
+
+    # -- pickling: the configuration and the state, not the group ---------------
+
+    def __getstate__(self):
+        # As torch's PowerSGDState: the process group does not pickle; a
+        # restored state uses the default group (register it again).
+        return {"config": self.config, "on_nonfinite": self.on_nonfinite, "stats_every": self.stats_every,
+                "lr": self.lr, "state": self.state_dict()}
+
+    def __setstate__(self, d):
+        self._setup(d["config"], None, d["on_nonfinite"], d["stats_every"], d["lr"])
+        self.load_state_dict(d["state"])
 
     # -- statistics ------------------------------------------------------------
 
