@@ -31,7 +31,7 @@ peer=(${MATRIX_PEER:-none torch-fp16 torch-powersgd-r1 torch-powersgd-r2 torch-p
 peer_options() {
     case $1 in
         gradcomp:topk) echo "--option density=0.01" ;;
-        gradcomp:powersgd) echo "--option rank=2 --option start_iter=10" ;;
+        gradcomp:powersgd) echo "--option matrix_approximation_rank=2 --option start_iter=10" ;;
         *) echo "" ;;
     esac
 }

@@ -140,7 +140,7 @@ def hooks():
         "torch powersgd r2": lambda: (powerSGD_hook.PowerSGDState(process_group=None, matrix_approximation_rank=2,
                                                                   start_powerSGD_iter=2),
                                       powerSGD_hook.powerSGD_hook),
-        "gradcomp powersgd r2": lambda: gt.hook("powersgd", rank=2, start_iter=2),
+        "gradcomp powersgd r2": lambda: gt.hook("powersgd", matrix_approximation_rank=2, start_iter=2),
         "GRACE-style topk (torch ops)": lambda: (None, grace_topk_hook(GraceTopK(0.01))),
         "gradcomp topk": lambda: gt.hook("topk", density=0.01),
     }

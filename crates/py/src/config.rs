@@ -49,6 +49,11 @@ pub fn parse_compressor(table: &Value) -> Result<CompressorConfig, PyErr> {
 pub fn parse(json: &str) -> Result<DataParallelConfig, PyErr> {
     let mut rest: Value = serde_json::from_str(json).map_err(value_error)?;
     let table = rest.as_object_mut().and_then(|o| o.remove("compressor")).unwrap_or(Value::Null);
+    if table.get("rank").is_some() {
+        return Err(PyValueError::new_err(
+            "gradcomp: rank: in gradcomp's Python API `rank` is the worker's; PowerSGD's is matrix_approximation_rank (torch's name)",
+        ));
+    }
     let compressor = parse_compressor(&table)?;
     let mut cfg: DataParallelConfig = serde_path_to_error::deserialize(rest)
         .map_err(|e| value_error(format!("{}: {}", e.path(), e.inner())))?;

@@ -17,7 +17,7 @@ import gradcomp.torch as gt
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="torch sees no CUDA device")
 
 SHAPES = [[64, 3, 3, 3], [64], [128, 64, 3, 3], [128], [10, 512], [10]]
-CASES = [("topk", {"density": 0.05}), ("terngrad", {}), ("powersgd", {"rank": 2, "start_iter": 2}),
+CASES = [("topk", {"density": 0.05}), ("terngrad", {}), ("powersgd", {"matrix_approximation_rank": 2, "start_iter": 2}),
          ("fp16", {})]
 
 

@@ -31,7 +31,7 @@ CASES = [
     ("trimmedk", {"density": DENSITY}, 0.1, 0.15),
     ("randk", {"density": DENSITY}, 0.1, 0.25),
     ("threshold", {"threshold": 0.02}, 0.1, 0.15),
-    ("powersgd", {"rank": 2, "start_iter": POWERSGD_START}, 0.1, 0.10),
+    ("powersgd", {"matrix_approximation_rank": 2, "start_iter": POWERSGD_START}, 0.1, 0.10),
     ("signsgd", {}, 0.001, 0.15),
     ("signum", {}, 0.001, 0.15),
     ("efsignsgd", {}, 0.1, 0.15),

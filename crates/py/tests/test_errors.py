@@ -10,7 +10,8 @@ import gradcomp.torch as gt
     ("topk", {"densty": 0.1}, "densty"),
     ("topk", {"density": 2.0}, "density"),
     ("topk", {"density": "a lot"}, "density"),
-    ("powersgd", {"rank": 0}, "rank"),
+    ("powersgd", {"rank": 2}, "matrix_approximation_rank"),
+    ("powersgd", {"matrix_approximation_rank": 0}, "rank"),
     ("qsgd", {"levels": -1}, "levels"),
     ("nosuch", {}, "nosuch"),
     ("topk", {"granularity": "sideways"}, "sideways"),
@@ -204,8 +205,8 @@ def test_dgc_momentum_reaches_the_bytes_api():
 def test_a_powersgd_hook_that_stays_dense_for_1000_steps_warns():
     import warnings
     with pytest.warns(UserWarning, match="first 1000 steps"):
-        gt.hook("powersgd", rank=2)
+        gt.hook("powersgd", matrix_approximation_rank=2)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        gt.hook("powersgd", rank=2, start_iter=10)
+        gt.hook("powersgd", matrix_approximation_rank=2, start_iter=10)
         gt.hook("topk", density=0.1)

@@ -15,7 +15,7 @@ from gradcomp._config import config_json
 CASES = [
     ("topk", {"density": 0.05}),
     ("terngrad", {}),
-    ("powersgd", {"rank": 2, "start_iter": 2}),
+    ("powersgd", {"matrix_approximation_rank": 2, "start_iter": 2}),
     ("dgck", {"density": 0.05}),
     ("qsgd", {}),
     ("signsgd", {}),

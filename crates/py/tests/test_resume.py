@@ -6,7 +6,7 @@ import pytest
 CASES = [
     ("topk", {"density": 0.05}),
     ("terngrad", {}),
-    ("powersgd", {"rank": 2, "start_iter": 2}),
+    ("powersgd", {"matrix_approximation_rank": 2, "start_iter": 2}),
     ("dgck", {"density": 0.05}),
     ("signum", {}),
     ("randk", {"density": 0.05}),

@@ -27,8 +27,10 @@ use crate::rng::UnitRng;
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct PowerSgdConfig {
-    /// The approximation's rank r (`matrix_approximation_rank`), capped at
-    /// min(rows, cols) per tensor.
+    /// The approximation's rank r, capped at min(rows, cols) per tensor. Also
+    /// read as `matrix_approximation_rank` (torch's name), which the Python
+    /// front uses: there `rank` is always the worker's.
+    #[serde(alias = "matrix_approximation_rank")]
     pub rank: u32,
     /// Steps of plain allreduce before compression starts
     /// (`start_powerSGD_iter`). At PyTorch's default of 1000 a run shorter

@@ -275,7 +275,7 @@ def exchange_hook(state, bucket):
 def hook(name, *, process_group=None, on_nonfinite="stop", stats_every=0, lr=1.0, **options):
     """`(state, hook)` for `ddp.register_comm_hook(state, hook)`: compressor
     `name` with gradcomp's options (docs/CONFIG.md), e.g.
-    `hook("topk", density=0.01)` or `hook("powersgd", rank=2, start_iter=10)`.
+    `hook("topk", density=0.01)` or `hook("powersgd", matrix_approximation_rank=2, start_iter=10)`.
 
     - `process_group`: a gloo group (None: the default group).
     - `on_nonfinite`: a NaN or Inf on any worker stops every worker with an
