@@ -210,3 +210,34 @@ def test_a_powersgd_hook_that_stays_dense_for_1000_steps_warns():
         warnings.simplefilter("error")
         gt.hook("powersgd", matrix_approximation_rank=2, start_iter=10)
         gt.hook("topk", density=0.1)
+
+
+LOW_PRECISION = r'''
+import torch, torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+import gradcomp.torch as gt
+dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d", rank=0, world_size=1)
+for dtype in (torch.bfloat16, torch.float16):
+    torch.manual_seed(0)
+    plain = torch.nn.Linear(16, 4).to(dtype)
+    x = torch.randn(8, 16).to(dtype)
+    plain(x).pow(2).sum().backward()
+    torch.manual_seed(0)
+    model = DDP(torch.nn.Linear(16, 4).to(dtype))
+    state, hook = gt.hook("dense")
+    model.register_comm_hook(state, hook)
+    model(x).pow(2).sum().backward()
+    for a, b in zip(plain.parameters(), model.parameters()):
+        assert b.grad.dtype == dtype and torch.equal(a.grad, b.grad), (dtype, a.grad, b.grad)
+    assert state.last_step()["bytes_sent"] > 0
+print("ok")
+'''
+
+
+def test_bf16_and_fp16_buckets_are_taken():
+    import subprocess
+    import sys
+    from conftest import free_port
+    out = subprocess.run([sys.executable, "-c", LOW_PRECISION % free_port()], capture_output=True, text=True,
+                         timeout=120)
+    assert out.stdout.strip().endswith("ok"), out.stdout + out.stderr

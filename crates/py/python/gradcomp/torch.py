@@ -32,6 +32,7 @@ from ._config import config_json
 __all__ = ["GradcompState", "hook", "exchange_hook", "model"]
 
 _NONFINITE = ("stop", "skip")
+_BUCKET_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
 class GradcompState:
@@ -101,15 +102,15 @@ class GradcompState:
         return self._rust
 
     def _pinned(self, index, buf):
-        """Host buffers (in, out) for a device bucket, kept while the bucket
-        keeps its size; page-locked for CUDA, where a pinned round trip of a
+        """Host float32 buffers (in, out) for a device bucket or a bf16/fp16
+        one, kept while the bucket keeps its size; page-locked for CUDA, where a pinned round trip of a
         25 MiB bucket took 1.0 ms against 20 ms pageable (H200,
         docs/BENCHMARKS.md): the driver stages pageable memory through a
         bounce buffer."""
         pair = self._staging.get(index)
         if pair is None or pair[0].numel() != buf.numel():
             pinned = buf.device.type == "cuda"
-            pair = tuple(torch.empty(buf.numel(), dtype=buf.dtype, pin_memory=pinned) for _ in range(2))
+            pair = tuple(torch.empty(buf.numel(), dtype=torch.float32, pin_memory=pinned) for _ in range(2))
             self._staging[index] = pair
         return pair
 
@@ -219,16 +220,17 @@ def exchange_hook(state, bucket):
         state._comm = Comm(group)
     world, rank = state._comm.world, dist.get_rank(group)
     buf = bucket.buffer()
-    if buf.dtype != torch.float32:
-        raise TypeError(f"gradcomp's hooks take float32 gradients; this bucket holds {buf.dtype}")
-    on_device = buf.device.type != "cpu"
+    if buf.dtype not in _BUCKET_DTYPES:
+        raise TypeError(f"gradcomp's hooks take float32, bfloat16 or float16 gradients; this bucket holds {buf.dtype}")
+    # The compressors run on the host in float32: a device bucket, or a
+    # bf16/fp16 one (converted exactly to float32, and the result rounded
+    # back to the bucket's precision), crosses into a float32 host buffer.
+    on_device = buf.device.type != "cpu" or buf.dtype != torch.float32
     copy_seconds = 0.0
     if on_device:
-        # The compressors run on the host: the bucket crosses into a pinned
-        # buffer and its result comes back into the bucket itself; the time
-        # both copies take is reported as device_copy_seconds. The wait for
-        # the backward pass's kernels in flight comes first, so it is not
-        # counted as copying.
+        # The result comes back into the bucket itself; the time both copies
+        # take is reported as device_copy_seconds. The wait for the backward
+        # pass's kernels in flight comes first, so it is not counted.
         if buf.device.type == "cuda":
             torch.cuda.synchronize(buf.device)
         t0 = time.perf_counter()
