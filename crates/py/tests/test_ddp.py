@@ -134,3 +134,40 @@ def test_statistics_per_step(ddp):
         assert s["density"] == sum(k_of(math.prod(x)) for x in SHAPES) / sum(math.prod(x) for x in SHAPES)
         assert s["compress_seconds"] > 0 and s["wall_seconds"] >= s["compress_seconds"]
         assert s["residual_norm"] > 0
+
+
+PENDING = r'''
+import os, sys, time, torch, torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+import gradcomp.torch as gt
+rank = int(sys.argv[1])
+dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d", rank=rank, world_size=2)
+torch.manual_seed(0)
+model = DDP(torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.Linear(256, 256)), bucket_cap_mb=0.1)
+state, hook = gt.hook("topk", density=0.1)
+pending = []
+def watching(state, bucket):
+    fut = hook(state, bucket)
+    pending.append(not fut.done())
+    return fut
+model.register_comm_hook(state, watching)
+for step in range(3):
+    loss = model(torch.randn(4, 256)).pow(2).sum()
+    if rank == 1:
+        time.sleep(0.3)  # rank 0's exchanges wait for this worker's collectives
+    loss.backward()
+print("pending", rank, pending, state.iteration)
+'''
+
+
+def test_the_hook_returns_a_pending_future():
+    import subprocess
+    import sys
+    from conftest import free_port
+    script = PENDING % free_port()
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(r)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for r in range(2)]
+    outs = [p.communicate(timeout=180) for p in procs]
+    line = next((l for l in outs[0][0].splitlines() if l.startswith("pending 0")), None)
+    assert line is not None, outs
+    assert "False" not in line and line.endswith(" 3"), line  # every bucket's future pending on return

@@ -16,6 +16,7 @@ stream is keyed by it. When DDP rebuilds its buckets after the first step, the
 state moves to the new buckets; `state_dict()` and `load_state_dict()` carry it
 across a restart, and a resumed run continues bit-exactly.
 """
+import concurrent.futures
 import json
 import math
 import time
@@ -72,6 +73,8 @@ class GradcompState:
         self.iteration = 0
         self.skipped_steps = 0
         self._comm = None
+        # The communication thread the buckets' exchanges run on, in order.
+        self._worker = None
         self._keys = {}
         # Set once a step has gone through every bucket of this state's model.
         self._model_seen = False
@@ -202,26 +205,61 @@ def _sum_buckets(buckets):
     return total
 
 
-def _agree_finite(buf, state, world):
+def _agree_finite(buf, group, world):
     """Every worker learns which workers hold a NaN or Inf (4 bytes each)."""
     flags = torch.zeros(world, dtype=torch.int32)
-    flags[dist.get_rank(state.process_group)] = 0 if _core.all_finite(buf.detach().numpy()) else 1
-    dist.all_reduce(flags, group=state.process_group)
+    flags[dist.get_rank(group)] = 0 if _core.all_finite(buf.detach().numpy()) else 1
+    dist.all_reduce(flags, group=group)
     return [r for r in range(world) if flags[r]]
 
 
 def exchange_hook(state, bucket):
-    """The DDP comm hook: `ddp.register_comm_hook(state, exchange_hook)`."""
-    group = state.process_group
+    """The DDP comm hook: `ddp.register_comm_hook(state, exchange_hook)`.
+
+    Returns at once with the bucket's pending future: the exchange (the
+    non-finite agreement, compression, the collectives, decoding) runs on
+    the state's communication thread, one bucket after another in the order
+    DDP hands them over (the same on every worker), while the backward pass
+    goes on. Its collectives use a gloo group of their own, made at the first
+    bucket, so they never interleave with DDP's own collectives."""
     if state._comm is None:
+        group = state.process_group
         if dist.get_backend(group) == "nccl":
             raise ValueError("gradcomp's hooks move their messages with gloo: pass "
                              "process_group=dist.new_group(backend='gloo') to gradcomp.torch.hook")
-        state._comm = Comm(group)
-    world, rank = state._comm.world, dist.get_rank(group)
+        ranks = None if group is None else dist.get_process_group_ranks(group)
+        state._comm = Comm(dist.new_group(ranks=ranks, backend="gloo"))
+        state._worker = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="gradcomp-hook")
     buf = bucket.buffer()
     if buf.dtype not in _BUCKET_DTYPES:
         raise TypeError(f"gradcomp's hooks take float32, bfloat16 or float16 gradients; this bucket holds {buf.dtype}")
+    params = bucket.parameters()
+    work = _BucketWork(buf, bucket.index(), bucket.is_last(), state._key_of(params),
+                       [list(p.shape) or [1] for p in params])
+    fut = torch.futures.Future()
+
+    def run():
+        try:
+            fut.set_result(_exchange(state, work))
+        except BaseException as e:  # every failure reaches DDP through the future
+            fut.set_exception(e)
+
+    state._worker.submit(run)
+    return fut
+
+
+class _BucketWork:
+    """What a bucket's exchange needs, taken from DDP's bucket before the hook returns."""
+
+    def __init__(self, buf, index, is_last, keys, shapes):
+        self.buf, self.index, self.is_last, self.keys, self.shapes = buf, index, is_last, keys, shapes
+
+
+def _exchange(state, work):
+    """One bucket's exchange, on the communication thread; returns the averaged bucket."""
+    group = state._comm.group
+    world, rank = state._comm.world, dist.get_rank(group)
+    buf = work.buf
     # The compressors run on the host in float32: a device bucket, or a
     # bf16/fp16 one (converted exactly to float32, and the result rounded
     # back to the bucket's precision), crosses into a float32 host buffer.
@@ -234,25 +272,23 @@ def exchange_hook(state, bucket):
         if buf.device.type == "cuda":
             torch.cuda.synchronize(buf.device)
         t0 = time.perf_counter()
-        host, out = state._pinned(bucket.index(), buf)
+        host, out = state._pinned(work.index, buf)
         host.copy_(buf.detach().reshape(-1))
         copy_seconds += time.perf_counter() - t0
     else:
         host, out = buf, torch.empty_like(buf)
-    keys = state._key_of(bucket.parameters())
-    bad = _agree_finite(host, state, world)
+    bad = _agree_finite(host, group, world)
     if bad:
         if state.on_nonfinite == "stop":
             raise FloatingPointError(f"gradcomp: step {state.iteration}: worker(s) {bad} have a NaN or Inf "
-                                     f"gradient in bucket {bucket.index()}; every worker stops (on_nonfinite='skip' "
+                                     f"gradient in bucket {work.index}; every worker stops (on_nonfinite='skip' "
                                      "skips such steps instead)")
         out.zero_()
         stats = {"skipped": True, "elements": host.numel(), "residual_norm": 0.0}
     else:
-        shapes = [list(p.shape) or [1] for p in bucket.parameters()]
         measure = state.stats_every > 0 and state.iteration % state.stats_every == 0
-        stats = state._hook(rank, world).exchange(keys, shapes, host.detach().numpy(), out.numpy(), state._comm,
-                                                  state.iteration, state.lr, measure)
+        stats = state._hook(rank, world).exchange(work.keys, work.shapes, host.detach().numpy(), out.numpy(),
+                                                  state._comm, state.iteration, state.lr, measure)
     stats["nonfinite_check_bytes"] = 4 * world
     if on_device:
         # From pinned memory a blocking copy waits for its own transfer only,
@@ -262,16 +298,14 @@ def exchange_hook(state, bucket):
         out = buf
         copy_seconds += time.perf_counter() - t0
     stats["device_copy_seconds"] = copy_seconds
-    stats["bucket"] = bucket.index()
-    if bucket.is_last():
+    stats["bucket"] = work.index
+    if work.is_last:
         state._model_seen = True
         if bad:
             state.skipped_steps += 1
         state.iteration += 1
-    state._record(stats, bucket.is_last())
-    fut = torch.futures.Future()
-    fut.set_result(out)
-    return fut
+    state._record(stats, work.is_last)
+    return out
 
 
 def hook(name, *, process_group=None, on_nonfinite="stop", stats_every=0, lr=1.0, **options):
