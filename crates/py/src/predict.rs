@@ -2,7 +2,7 @@
 //! [`predict`](gradcomp_exchange::predict) (the code `gradcomp model` runs).
 
 use gradcomp_comm::NetworkModel;
-use gradcomp_exchange::predict::{methods, step_seconds, Workload};
+use gradcomp_exchange::predict::{methods, step_seconds, Route, Workload};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -11,7 +11,8 @@ use pyo3::types::PyDict;
 /// computes for `compute_seconds`, among `workers` workers on a link of
 /// `link_bps` bits per second with per-message latency `alpha` seconds;
 /// the sparsifiers at `density`. Each method's message sizes and codec
-/// speed are measured here, on this CPU, on the model's shapes.
+/// speed are measured here, on this CPU, on the model's shapes. Only what
+/// the DDP hook can run: torch.distributed has no parameter server.
 #[pyfunction]
 #[pyo3(signature = (shapes, compute_seconds, workers, link_bps, density=0.001, alpha=1e-4))]
 pub fn predict<'py>(
@@ -43,7 +44,8 @@ pub fn predict<'py>(
         return bad("alpha", "must be a latency in seconds, ≥ 0");
     }
     let work = Workload::new(compute_seconds, shapes);
-    let ms = py.detach(|| methods(&work.shapes, density));
+    let mut ms = py.detach(|| methods(&work.shapes, density));
+    ms.retain(|m| m.route != Route::ParameterServer);
     let net = NetworkModel::from_bits_per_second(link_bps, alpha);
     let dense = step_seconds(&work, &ms[0], workers, &net);
     ms.iter()

@@ -45,3 +45,13 @@ def test_bad_arguments_name_themselves(kwargs, needle):
     args.update(kwargs)
     with pytest.raises(ValueError, match=needle):
         gradcomp.model(**args)
+
+
+def test_the_model_ranks_only_what_the_hook_runs_and_states_its_margin():
+    r = gradcomp.model(SHAPES, compute_seconds=0.01, workers=16, link_gbps=0.1)
+    assert not any("parameter server" in m["method"] for m in r["methods"]), [m["method"] for m in r["methods"]]
+    assert r["margin"] == r["best"]["speedup_over_dense"]
+    assert "accuracy" in r["does_not_know"]
+    # A method a few percent faster than dense does not "pay off": the model cannot tell them apart.
+    close = gradcomp.model(SHAPES, compute_seconds=100.0, workers=2, link_gbps=100)
+    assert close["margin"] < 1.1 and not close["pays_off"], close["margin"]

@@ -7,6 +7,12 @@ decode times are measured on this CPU; the wire is priced with α–β formulas
 """
 from . import _core
 
+# Below a 10% predicted gain the model's own error (latency, contention,
+# the host's other work) is as large as the gain.
+PAYS_OFF_MARGIN = 1.1
+DOES_NOT_KNOW = ("accuracy: a compressed step may learn less, so a faster step pays off only if the run "
+                 "does not need correspondingly more steps (measure time to accuracy)")
+
 
 def model(shapes, compute_seconds, workers, link_gbps, *, density=0.001, alpha=1e-4):
     """Predicts one training step for each method.
@@ -15,13 +21,18 @@ def model(shapes, compute_seconds, workers, link_gbps, *, density=0.001, alpha=1
     - `compute_seconds`: one worker's measured forward and backward pass.
     - `workers`, `link_gbps`: N and the link speed in Gbit/s.
 
-    Returns `{"best": ..., "pays_off": bool, "methods": [...]}`, the methods
-    fastest first, each with `step_seconds`, `speedup_over_dense` and
-    `bytes_per_worker`; `pays_off` is whether the fastest beats dense.
+    Returns `{"best", "margin", "pays_off", "does_not_know", "methods"}`: the
+    methods the DDP hook can run (no parameter server), fastest first, each with
+    `step_seconds`, `speedup_over_dense` and `bytes_per_worker`; `margin` is the
+    fastest's speedup over dense; `pays_off` is whether it beats dense by at
+    least PAYS_OFF_MARGIN (closer than that, the α–β model cannot tell them
+    apart); `does_not_know` says what the model leaves out.
     """
     shapes = [[int(d) for d in s] or [1] for s in shapes]
     rows = _core.predict(shapes, float(compute_seconds), int(workers), float(link_gbps) * 1e9,
                          density=float(density), alpha=float(alpha))
     rows.sort(key=lambda r: r["step_seconds"])
     best = rows[0]
-    return {"best": best, "pays_off": best["compressor"] != "dense", "methods": rows}
+    margin = best["speedup_over_dense"]
+    return {"best": best, "margin": margin, "pays_off": best["compressor"] != "dense" and margin >= PAYS_OFF_MARGIN,
+            "does_not_know": DOES_NOT_KNOW, "methods": rows}
