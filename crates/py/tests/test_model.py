@@ -30,8 +30,12 @@ def test_one_worker_never_pays_for_compression():
 
 def test_from_a_torch_module():
     net = torch.nn.Sequential(torch.nn.Linear(800, 500), torch.nn.Linear(500, 10))
-    r = gt.model(net, compute_seconds=0.01, workers=8, link_gbps=1)
+    r = gradcomp.model(net, compute_seconds=0.01, workers=8, link_gbps=1)
     assert {m["compressor"] for m in r["methods"]} >= {"dense", "topk", "powersgd", "terngrad"}
+    shapes = gradcomp.model([list(p.shape) for p in net.parameters()], compute_seconds=0.01, workers=8, link_gbps=1)
+    by_method = lambda res: {m["method"]: m["bytes_per_worker"] for m in res["methods"]}  # noqa: E731
+    assert by_method(r) == by_method(shapes)
+    assert gt.model is gradcomp.model  # one entry
 
 
 @pytest.mark.parametrize("kwargs,needle", [

@@ -17,7 +17,8 @@ DOES_NOT_KNOW = ("accuracy: a compressed step may learn less, so a faster step p
 def model(shapes, compute_seconds, workers, link_gbps, *, density=0.001, alpha=1e-4):
     """Predicts one training step for each method.
 
-    - `shapes`: the parameter tensors' shapes (e.g. `[p.shape for p in m.parameters()]`).
+    - `shapes`: the parameter tensors' shapes (e.g. `[p.shape for p in m.parameters()]`),
+      or a torch module (its trainable parameters' shapes).
     - `compute_seconds`: one worker's measured forward and backward pass.
     - `workers`, `link_gbps`: N and the link speed in Gbit/s.
 
@@ -28,6 +29,8 @@ def model(shapes, compute_seconds, workers, link_gbps, *, density=0.001, alpha=1
     least PAYS_OFF_MARGIN (closer than that, the α–β model cannot tell them
     apart); `does_not_know` says what the model leaves out.
     """
+    if hasattr(shapes, "parameters"):
+        shapes = [list(p.shape) for p in shapes.parameters() if p.requires_grad]
     shapes = [[int(d) for d in s] or [1] for s in shapes]
     rows = _core.predict(shapes, float(compute_seconds), int(workers), float(link_gbps) * 1e9,
                          density=float(density), alpha=float(alpha))

@@ -326,9 +326,5 @@ def hook(name, *, process_group=None, on_nonfinite="stop", stats_every=0, lr=1.0
     return state, exchange_hook
 
 
-def model(module, compute_seconds, workers, link_gbps, **kwargs):
-    """The network model for a torch module's parameters: `gradcomp.model`
-    with the module's parameter shapes."""
-    from ._model import model as _model
-    shapes = [list(p.shape) for p in module.parameters() if p.requires_grad]
-    return _model(shapes, compute_seconds, workers, link_gbps, **kwargs)
+# One network-model entry: `gradcomp.model` takes a module or shapes.
+from ._model import model  # noqa: E402
