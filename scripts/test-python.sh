@@ -17,11 +17,15 @@ if [ ! -x "$venv/bin/python" ]; then
     echo "== creating $venv"
     python3 -m venv "$venv"
 fi
-if ! "$venv/bin/python" -c "import torch, numpy, pytest" 2>/dev/null; then
-    echo "== installing torch, numpy and pytest into $venv (about 2 minutes)"
-    "$venv/bin/pip" install -q torch numpy pytest
+if ! "$venv/bin/python" -c "import torch, numpy, pytest, mypy" 2>/dev/null; then
+    echo "== installing torch, numpy, pytest and mypy into $venv (about 2 minutes)"
+    "$venv/bin/pip" install -q torch numpy pytest mypy
 fi
 echo "== pip install ./crates/py"
 "$venv/bin/pip" install -q ./crates/py
+# The package (with its extension's stubs, _core.pyi) and its example are
+# typed; the tests are not yet.
+echo "== mypy --strict crates/py/python/gradcomp crates/py/examples"
+"$venv/bin/mypy" --strict --no-incremental crates/py/python/gradcomp crates/py/examples
 echo "== pytest crates/py/tests"
 "$venv/bin/python" -m pytest -q -p no:cacheprovider crates/py/tests "$@"

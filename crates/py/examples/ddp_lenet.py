@@ -17,7 +17,10 @@ import socket
 import sys
 import time
 
+from typing import Any, Tuple
+
 import numpy as np
+import numpy.typing as npt
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -26,14 +29,14 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import gradcomp.torch as gt
 
 
-def read_idx(path):
+def read_idx(path: str) -> npt.NDArray[np.uint8]:
     data = open(path, "rb").read()
     dims = data[3]
     shape = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(dims)]
     return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * dims).reshape(shape)
 
 
-def mnist(data_dir, split):
+def mnist(data_dir: str, split: str) -> Tuple[torch.Tensor, torch.Tensor]:
     images = read_idx(os.path.join(data_dir, f"{split}-images-idx3-ubyte"))
     labels = read_idx(os.path.join(data_dir, f"{split}-labels-idx1-ubyte"))
     x = torch.from_numpy(images.astype(np.float32) / 255.0).unsqueeze(1)
@@ -43,20 +46,21 @@ def mnist(data_dir, split):
 class LeNet5(torch.nn.Module):
     """Caffe's LeNet-5: conv 20@5×5, pool, conv 50@5×5, pool, fc 500, ReLU, fc 10."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__()
         self.conv1 = torch.nn.Conv2d(1, 20, 5)
         self.conv2 = torch.nn.Conv2d(20, 50, 5)
         self.fc1 = torch.nn.Linear(800, 500)
         self.fc2 = torch.nn.Linear(500, 10)
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = torch.nn.functional.max_pool2d(self.conv1(x), 2)
         x = torch.nn.functional.max_pool2d(self.conv2(x), 2)
-        return self.fc2(torch.relu(self.fc1(x.flatten(1))))
+        out: torch.Tensor = self.fc2(torch.relu(self.fc1(x.flatten(1))))
+        return out
 
 
-def option(text):
+def option(text: str) -> Tuple[str, Any]:
     key, _, value = text.partition("=")
     try:
         return key, json.loads(value)
@@ -64,7 +68,7 @@ def option(text):
         return key, value
 
 
-def worker(rank, args, port):
+def worker(rank: int, args: argparse.Namespace, port: int) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=args.workers)
     x, y = mnist(args.data, "train")
@@ -86,11 +90,13 @@ def worker(rank, args, port):
         i = (step * args.batch) % (len(shard) - args.batch)
         idx = shard[i:i + args.batch]
         opt.zero_grad()
-        torch.nn.functional.cross_entropy(ddp(x[idx]), y[idx]).backward()
+        loss: torch.Tensor = torch.nn.functional.cross_entropy(ddp(x[idx]), y[idx])
+        loss.backward()  # type: ignore[no-untyped-call]
         opt.step()
         step += 1
-        if state is not None:
-            sent.append(state.last_step()["bytes_sent"])
+        last = state.last_step() if state is not None else None
+        if last is not None:
+            sent.append(last["bytes_sent"])
         if step % args.eval_every == 0:
             with torch.no_grad():
                 acc = (model(xt).argmax(1) == yt).float().mean().item()
@@ -111,7 +117,7 @@ def worker(rank, args, port):
     os._exit(0 if result else 1)
 
 
-def main():
+def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--hook", default="topk", help="a gradcomp compressor, or ddp for DDP's allreduce")
     p.add_argument("--option", type=option, action="append", default=[], metavar="KEY=VALUE")
@@ -130,7 +136,7 @@ def main():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    mp.start_processes(worker, args=(args, port), nprocs=args.workers, start_method="fork")
+    mp.start_processes(worker, args=(args, port), nprocs=args.workers, start_method="fork")  # type: ignore[attr-defined,no-untyped-call]
 
 
 if __name__ == "__main__":

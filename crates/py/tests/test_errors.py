@@ -241,3 +241,12 @@ def test_bf16_and_fp16_buckets_are_taken():
     out = subprocess.run([sys.executable, "-c", LOW_PRECISION % free_port()], capture_output=True, text=True,
                          timeout=120)
     assert out.stdout.strip().endswith("ok"), out.stdout + out.stderr
+
+
+def test_the_hook_has_the_annotations_ddp_accepts():
+    import inspect
+    import torch
+    import torch.distributed as dist
+    sig = inspect.signature(gt.exchange_hook)
+    assert sig.parameters["bucket"].annotation is dist.GradBucket
+    assert sig.return_annotation == torch.futures.Future[torch.Tensor]

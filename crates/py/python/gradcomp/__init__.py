@@ -10,6 +10,7 @@ Every algorithm runs in Rust (the crates gradcomp-compress and gradcomp-dp);
 this package is bindings.
 """
 import json
+from typing import Any, Dict, Iterable, Mapping, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -32,8 +33,8 @@ class Compressor:
     decode in Rust and the reverse.
     """
 
-    def __init__(self, name, shape, *, rank=0, seed=1, memory="auto", dgc_momentum=0.9, residual="raw",
-                 **options):
+    def __init__(self, name: str, shape: Union[int, Sequence[int]], *, rank: int = 0, seed: int = 1,
+                 memory: str = "auto", dgc_momentum: float = 0.9, residual: str = "raw", **options: Any) -> None:
         dims = shape if isinstance(shape, (tuple, list)) else (shape,)
         self.shape = tuple(_whole("shape", d) for d in dims)
         for key in options:
@@ -49,20 +50,20 @@ class Compressor:
                                        seed=_whole("seed", seed), memory=memory, dgc_momentum=float(dgc_momentum))
 
     @property
-    def name(self):
+    def name(self) -> str:
         return self._inner.name
 
-    def compress(self, array, step):
+    def compress(self, array: Any, step: int) -> bytes:
         flat = np.ascontiguousarray(np.asarray(array, dtype=np.float32).reshape(-1))
         return self._inner.compress(flat, _whole("step", step))
 
-    def aggregate(self, messages):
+    def aggregate(self, messages: Iterable[bytes]) -> "np.typing.NDArray[np.float32]":
         return self._inner.aggregate([bytes(m) for m in messages]).reshape(self.shape)
 
-    def state_dict(self):
+    def state_dict(self) -> Dict[str, "np.typing.NDArray[np.float32]"]:
         return {k: np.array(v) for k, v in self._inner.state_dict().items()}
 
-    def load_state_dict(self, state):
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self._inner.load_state_dict({k: np.asarray(v, dtype=np.float32).reshape(-1) for k, v in state.items()})
 
 
@@ -77,7 +78,7 @@ _NOT_FOR_ONE_TENSOR = {
 }
 
 
-def _whole(name, value):
+def _whole(name: str, value: Any) -> int:
     """`value` as a whole number ≥ 0, or ValueError naming the argument
     (booleans are not numbers)."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
@@ -85,6 +86,6 @@ def _whole(name, value):
     return int(value)
 
 
-def compressor(name, shape, **options):
+def compressor(name: str, shape: Union[int, Sequence[int]], **options: Any) -> Compressor:
     """`Compressor(name, shape, **options)`."""
     return Compressor(name, shape, **options)

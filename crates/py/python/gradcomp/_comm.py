@@ -4,6 +4,8 @@ Buffers arrive as memoryviews of Rust memory, valid only during the call: each
 is wrapped by `torch.frombuffer` (no copy) and the wrapper dropped before the
 call returns.
 """
+from typing import List, Optional
+
 import torch
 import torch.distributed as dist
 
@@ -20,11 +22,11 @@ _OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX}
 class Comm:
     """gradcomp's collectives on `group` (None: the default group)."""
 
-    def __init__(self, group=None):
+    def __init__(self, group: Optional[dist.ProcessGroup] = None) -> None:
         self.group = group
         self.world = dist.get_world_size(group)
 
-    def all_reduce(self, view, dtype, op):
+    def all_reduce(self, view: memoryview, dtype: str, op: str) -> None:
         if len(view) == 0:
             return
         t = torch.frombuffer(view, dtype=_DTYPES[dtype])
@@ -38,12 +40,12 @@ class Comm:
             dist.all_reduce(t, op=_OPS[op], group=self.group)
         del t
 
-    def all_gather(self, data):
+    def all_gather(self, data: bytes) -> List[bytes]:
         """Every worker's `data` (bytes), in rank order; padded to the longest on the wire."""
         size = torch.tensor([len(data)], dtype=torch.int64)
-        sizes = [torch.zeros(1, dtype=torch.int64) for _ in range(self.world)]
-        dist.all_gather(sizes, size, group=self.group)
-        sizes = [int(s) for s in sizes]
+        gathered = [torch.zeros(1, dtype=torch.int64) for _ in range(self.world)]
+        dist.all_gather(gathered, size, group=self.group)
+        sizes = [int(s) for s in gathered]
         longest = max(sizes)
         if longest == 0:
             return [b""] * self.world
@@ -54,15 +56,16 @@ class Comm:
         dist.all_gather(parts, buf, group=self.group)
         return [p[:s].numpy().tobytes() for p, s in zip(parts, sizes)]
 
-    def broadcast(self, data, root):
+    def broadcast(self, data: bytes, root: int) -> bytes:
         size = torch.tensor([len(data)], dtype=torch.int64)
         dist.broadcast(size, src=root, group=self.group)
-        buf = torch.zeros(int(size), dtype=torch.uint8)
+        n = int(size)
+        buf = torch.zeros(n, dtype=torch.uint8)
         if dist.get_rank(self.group) == root and data:
             buf[:] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
-        if int(size):
+        if n:
             dist.broadcast(buf, src=root, group=self.group)
         return buf.numpy().tobytes()
 
-    def barrier(self):
+    def barrier(self) -> None:
         dist.barrier(group=self.group)

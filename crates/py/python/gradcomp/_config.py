@@ -8,12 +8,13 @@ does not know or whose value is out of range.
 """
 import json
 import math
+from typing import Any, Dict
 
 COMPRESSION_KEYS = {"granularity", "memory", "residual", "dgc_momentum", "warmup", "exclude", "local_clip"}
 TOP_KEYS = {"topology", "seed"}
 
 
-def config_json(name, options):
+def config_json(name: str, options: Dict[str, Any]) -> str:
     """The configuration of compressor `name` with `options`, as JSON."""
     if not isinstance(name, str):
         raise TypeError(f"gradcomp: the compressor name must be a string, got {type(name).__name__}")
@@ -38,7 +39,7 @@ def config_json(name, options):
         raise ValueError(f"gradcomp: options of {name}: {e}") from None
 
 
-def _finite(value):
+def _finite(value: Any) -> bool:
     if isinstance(value, float):
         return math.isfinite(value)
     if isinstance(value, dict):

@@ -5,7 +5,12 @@ bytes are what its codec really produces for these shapes, and its compress and
 decode times are measured on this CPU; the wire is priced with α–β formulas
 (latency `alpha` per message, bandwidth `link_gbps`).
 """
+from typing import TYPE_CHECKING, Any, Dict, List, Sequence, Union
+
 from . import _core
+
+if TYPE_CHECKING:  # torch is optional: the bytes API and the model need only numpy
+    import torch
 
 # Below a 10% predicted gain the model's own error (latency, contention,
 # the host's other work) is as large as the gain.
@@ -14,7 +19,8 @@ DOES_NOT_KNOW = ("accuracy: a compressed step may learn less, so a faster step p
                  "does not need correspondingly more steps (measure time to accuracy)")
 
 
-def model(shapes, compute_seconds, workers, link_gbps, *, density=0.001, alpha=1e-4):
+def model(shapes: Union["torch.nn.Module", Sequence[Sequence[int]]], compute_seconds: float, workers: int,
+          link_gbps: float, *, density: float = 0.001, alpha: float = 1e-4) -> Dict[str, Any]:
     """Predicts one training step for each method.
 
     - `shapes`: the parameter tensors' shapes (e.g. `[p.shape for p in m.parameters()]`),
@@ -29,13 +35,19 @@ def model(shapes, compute_seconds, workers, link_gbps, *, density=0.001, alpha=1
     least PAYS_OFF_MARGIN (closer than that, the α–β model cannot tell them
     apart); `does_not_know` says what the model leaves out.
     """
-    if hasattr(shapes, "parameters"):
-        shapes = [list(p.shape) for p in shapes.parameters() if p.requires_grad]
-    shapes = [[int(d) for d in s] or [1] for s in shapes]
-    rows = _core.predict(shapes, float(compute_seconds), int(workers), float(link_gbps) * 1e9,
+    dims = _shapes_of(shapes)
+    rows = _core.predict(dims, float(compute_seconds), int(workers), float(link_gbps) * 1e9,
                          density=float(density), alpha=float(alpha))
     rows.sort(key=lambda r: r["step_seconds"])
     best = rows[0]
     margin = best["speedup_over_dense"]
     return {"best": best, "margin": margin, "pays_off": best["compressor"] != "dense" and margin >= PAYS_OFF_MARGIN,
             "does_not_know": DOES_NOT_KNOW, "methods": rows}
+
+
+def _shapes_of(shapes: Any) -> List[List[int]]:
+    """A module's trainable parameters' shapes, or the shapes given; a scalar is [1]."""
+    parameters = getattr(shapes, "parameters", None)
+    if parameters is not None:
+        shapes = [p.shape for p in parameters() if p.requires_grad]
+    return [[int(d) for d in s] or [1] for s in shapes]

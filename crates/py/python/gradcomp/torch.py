@@ -21,6 +21,7 @@ import json
 import math
 import time
 import warnings
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -42,7 +43,8 @@ class GradcompState:
     Build it with `gradcomp.torch.hook`, which also checks the options.
     """
 
-    def __init__(self, name, process_group=None, on_nonfinite="stop", stats_every=0, lr=1.0, **options):
+    def __init__(self, name: str, process_group: Optional[dist.ProcessGroup] = None, on_nonfinite: str = "stop",
+                 stats_every: int = 0, lr: float = 1.0, **options: Any) -> None:
         if on_nonfinite not in _NONFINITE:
             raise ValueError(f"gradcomp: on_nonfinite: {on_nonfinite!r} is not 'stop' or 'skip'")
         if isinstance(stats_every, bool) or not (isinstance(stats_every, int) and stats_every >= 0):
@@ -59,7 +61,8 @@ class GradcompState:
                           "as torch's PowerSGD hook does (start_iter); pass start_iter=2 (the earliest with "
                           "error feedback) to compress sooner", stacklevel=3)
 
-    def _setup(self, config, process_group, on_nonfinite, stats_every, lr):
+    def _setup(self, config: str, process_group: Optional[dist.ProcessGroup], on_nonfinite: str, stats_every: int,
+               lr: float) -> None:
         self.config = config
         self.name = _core.check_config(self.config)
         self.process_group = process_group
@@ -68,25 +71,25 @@ class GradcompState:
         # The learning rate the optimizer applies (lr-scaled error feedback reads it).
         self.lr = float(lr)
         # This worker's rank and the world size, once the hook has run.
-        self._rank = None
-        self._world = None
+        self._rank: Optional[int] = None
+        self._world: Optional[int] = None
         self.iteration = 0
         self.skipped_steps = 0
-        self._comm = None
+        self._comm: Optional[Comm] = None
         # The communication thread the buckets' exchanges run on, in order.
-        self._worker = None
-        self._keys = {}
+        self._worker: Optional[concurrent.futures.ThreadPoolExecutor] = None
+        self._keys: Dict[int, int] = {}
         # Set once a step has gone through every bucket of this state's model.
         self._model_seen = False
-        self._rust = None
-        self._pending = None
-        self._steps = []
-        self._current = []
-        self._staging = {}
+        self._rust: Optional[_core.Hook] = None
+        self._pending: Optional[Dict[str, Dict[str, Any]]] = None
+        self._steps: List[List[Dict[str, Any]]] = []
+        self._current: List[Dict[str, Any]] = []
+        self._staging: Dict[int, Tuple[torch.Tensor, torch.Tensor]] = {}
 
     # -- the buckets' exchanges ------------------------------------------------
 
-    def _key_of(self, params):
+    def _key_of(self, params: List[torch.Tensor]) -> List[int]:
         """Each parameter's index in the model. A parameter first seen after
         a complete step belongs to another model: one state serves one DDP
         model (its memories are per tensor), so that is refused."""
@@ -95,7 +98,7 @@ class GradcompState:
                              "build one state per model with gradcomp.torch.hook")
         return [self._keys.setdefault(id(p), len(self._keys)) for p in params]
 
-    def _hook(self, rank, world):
+    def _hook(self, rank: int, world: int) -> _core.Hook:
         if self._rust is None:
             self._rank, self._world = rank, world
             self._rust = _core.Hook(self.config, rank, world)
@@ -104,7 +107,7 @@ class GradcompState:
                 self._pending = None
         return self._rust
 
-    def _pinned(self, index, buf):
+    def _pinned(self, index: int, buf: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         """Host float32 buffers (in, out) for a device bucket or a bf16/fp16
         one, kept while the bucket keeps its size; page-locked for CUDA, where a pinned round trip of a
         25 MiB bucket took 1.0 ms against 20 ms pageable (H200,
@@ -113,13 +116,14 @@ class GradcompState:
         pair = self._staging.get(index)
         if pair is None or pair[0].numel() != buf.numel():
             pinned = buf.device.type == "cuda"
-            pair = tuple(torch.empty(buf.numel(), dtype=torch.float32, pin_memory=pinned) for _ in range(2))
+            pair = (torch.empty(buf.numel(), dtype=torch.float32, pin_memory=pinned),
+                    torch.empty(buf.numel(), dtype=torch.float32, pin_memory=pinned))
             self._staging[index] = pair
         return pair
 
     # -- checkpoints -----------------------------------------------------------
 
-    def state_dict(self):
+    def state_dict(self) -> Dict[str, Any]:
         """Everything a resumed run needs: the step, and every tensor's state
         (as torch tensors), with the rank and world size that made it and the
         configuration. It is this worker's own: save one file per rank (the
@@ -134,7 +138,7 @@ class GradcompState:
         return {"config": self.config, "iteration": self.iteration, "skipped_steps": self.skipped_steps,
                 "rank": rank, "world_size": world, "units": units}
 
-    def load_state_dict(self, state):
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Restores `state_dict()`; refuses another configuration, and the
         state of another rank or world size (naming the rank that saved it)."""
         if json.loads(state["config"]) != json.loads(self.config):
@@ -155,7 +159,7 @@ class GradcompState:
         else:
             self._pending = units
 
-    def _where(self):
+    def _where(self) -> Tuple[Optional[int], Optional[int]]:
         """(rank, world size) of this worker in the state's group, or (None, None) before any group."""
         if self._rank is not None:
             return self._rank, self._world
@@ -165,24 +169,24 @@ class GradcompState:
 
     # -- pickling: the configuration and the state, not the group ---------------
 
-    def __getstate__(self):
+    def __getstate__(self) -> Dict[str, Any]:
         # As torch's PowerSGDState: the process group does not pickle; a
         # restored state uses the default group (register it again).
         return {"config": self.config, "on_nonfinite": self.on_nonfinite, "stats_every": self.stats_every,
                 "lr": self.lr, "state": self.state_dict()}
 
-    def __setstate__(self, d):
+    def __setstate__(self, d: Dict[str, Any]) -> None:
         self._setup(d["config"], None, d["on_nonfinite"], d["stats_every"], d["lr"])
         self.load_state_dict(d["state"])
 
     # -- statistics ------------------------------------------------------------
 
-    def last_step(self):
+    def last_step(self) -> Optional[Dict[str, Any]]:
         """The last complete step's statistics, summed over its buckets
         (`buckets` holds each bucket's own)."""
         return _sum_buckets(self._steps[-1]) if self._steps else None
 
-    def _record(self, stats, is_last):
+    def _record(self, stats: Dict[str, Any], is_last: bool) -> None:
         self._current.append(stats)
         if is_last:
             self._steps.append(self._current)
@@ -190,8 +194,8 @@ class GradcompState:
             self._current = []
 
 
-def _sum_buckets(buckets):
-    total = {"buckets": buckets}
+def _sum_buckets(buckets: List[Dict[str, Any]]) -> Dict[str, Any]:
+    total: Dict[str, Any] = {"buckets": buckets}
     for key in ("bytes_sent", "bytes_received", "padding_bytes_sent", "size_bytes_sent", "wire_bytes",
                 "selected", "elements", "compress_seconds", "communicate_seconds", "decode_seconds",
                 "wall_seconds", "device_copy_seconds", "nonfinite_check_bytes", "allreduce_calls",
@@ -205,7 +209,7 @@ def _sum_buckets(buckets):
     return total
 
 
-def _agree_finite(buf, group, world):
+def _agree_finite(buf: torch.Tensor, group: Optional[dist.ProcessGroup], world: int) -> List[int]:
     """Every worker learns which workers hold a NaN or Inf (4 bytes each)."""
     flags = torch.zeros(world, dtype=torch.int32)
     flags[dist.get_rank(group)] = 0 if _core.all_finite(buf.detach().numpy()) else 1
@@ -213,7 +217,10 @@ def _agree_finite(buf, group, world):
     return [r for r in range(world) if flags[r]]
 
 
-def exchange_hook(state, bucket):
+# DDP checks a hook's annotations: exactly dist.GradBucket and
+# torch.futures.Future[torch.Tensor] (torch's stubs do not name GradBucket).
+def exchange_hook(state: "GradcompState",
+                  bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:  # type: ignore[name-defined]
     """The DDP comm hook: `ddp.register_comm_hook(state, exchange_hook)`.
 
     Returns at once with the bucket's pending future: the exchange (the
@@ -228,7 +235,9 @@ def exchange_hook(state, bucket):
             raise ValueError("gradcomp's hooks move their messages with gloo: pass "
                              "process_group=dist.new_group(backend='gloo') to gradcomp.torch.hook")
         ranks = None if group is None else dist.get_process_group_ranks(group)
-        state._comm = Comm(dist.new_group(ranks=ranks, backend="gloo"))
+        own = dist.new_group(ranks=ranks, backend="gloo")
+        assert isinstance(own, dist.ProcessGroup), "this worker is in the hook's group"
+        state._comm = Comm(own)
         state._worker = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="gradcomp-hook")
     buf = bucket.buffer()
     if buf.dtype not in _BUCKET_DTYPES:
@@ -236,14 +245,15 @@ def exchange_hook(state, bucket):
     params = bucket.parameters()
     work = _BucketWork(buf, bucket.index(), bucket.is_last(), state._key_of(params),
                        [list(p.shape) or [1] for p in params])
-    fut = torch.futures.Future()
+    fut: "torch.futures.Future[torch.Tensor]" = torch.futures.Future()
 
-    def run():
+    def run() -> None:
         try:
             fut.set_result(_exchange(state, work))
         except BaseException as e:  # every failure reaches DDP through the future
-            fut.set_exception(e)
+            fut.set_exception(e)  # type: ignore[arg-type]  # torch's stub types it as the result
 
+    assert state._worker is not None
     state._worker.submit(run)
     return fut
 
@@ -251,12 +261,13 @@ def exchange_hook(state, bucket):
 class _BucketWork:
     """What a bucket's exchange needs, taken from DDP's bucket before the hook returns."""
 
-    def __init__(self, buf, index, is_last, keys, shapes):
+    def __init__(self, buf: torch.Tensor, index: int, is_last: bool, keys: List[int], shapes: List[List[int]]) -> None:
         self.buf, self.index, self.is_last, self.keys, self.shapes = buf, index, is_last, keys, shapes
 
 
-def _exchange(state, work):
+def _exchange(state: GradcompState, work: _BucketWork) -> torch.Tensor:
     """One bucket's exchange, on the communication thread; returns the averaged bucket."""
+    assert state._comm is not None
     group = state._comm.group
     world, rank = state._comm.world, dist.get_rank(group)
     buf = work.buf
@@ -308,7 +319,9 @@ def _exchange(state, work):
     return out
 
 
-def hook(name, *, process_group=None, on_nonfinite="stop", stats_every=0, lr=1.0, **options):
+def hook(name: str, *, process_group: Optional[dist.ProcessGroup] = None, on_nonfinite: str = "stop",
+         stats_every: int = 0, lr: float = 1.0,
+         **options: Any) -> Tuple[GradcompState, Callable[[GradcompState, Any], "torch.futures.Future[torch.Tensor]"]]:
     """`(state, hook)` for `ddp.register_comm_hook(state, hook)`: compressor
     `name` with gradcomp's options (docs/CONFIG.md), e.g.
     `hook("topk", density=0.01)` or `hook("powersgd", matrix_approximation_rank=2, start_iter=10)`.
