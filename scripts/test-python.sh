@@ -23,9 +23,9 @@ if ! "$venv/bin/python" -c "import torch, numpy, pytest, mypy" 2>/dev/null; then
 fi
 echo "== pip install ./crates/py"
 "$venv/bin/pip" install -q ./crates/py
-# The package (with its extension's stubs, _core.pyi) and its example are
-# typed; the tests are not yet.
-echo "== mypy --strict crates/py/python/gradcomp crates/py/examples"
-"$venv/bin/mypy" --strict --no-incremental crates/py/python/gradcomp crates/py/examples
+# The package (with its extension's stubs, _core.pyi), its example and its
+# tests are typed.
+echo "== mypy --strict crates/py/python/gradcomp crates/py/examples crates/py/tests"
+"$venv/bin/mypy" --strict --no-incremental crates/py/python/gradcomp crates/py/examples crates/py/tests
 echo "== pytest crates/py/tests"
 "$venv/bin/python" -m pytest -q -p no:cacheprovider crates/py/tests "$@"

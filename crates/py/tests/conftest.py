@@ -1,4 +1,5 @@
 """Starts DDP runs of ddp_worker.py on gloo, one process per rank, on 127.0.0.1."""
+from typing import Any
 import json
 import os
 import socket
@@ -10,13 +11,13 @@ import pytest
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def free_port():
+def free_port() -> Any:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
-def run_ddp(cases, world, tmp_path, timeout=600):
+def run_ddp(cases: Any, world: Any, tmp_path: Any, timeout: Any = 600) -> Any:
     """Runs `cases` in one process group of `world` ranks; returns each rank's results."""
     tmp_path.mkdir(parents=True, exist_ok=True)
     spec = tmp_path / "spec.json"
@@ -43,5 +44,5 @@ def run_ddp(cases, world, tmp_path, timeout=600):
 
 
 @pytest.fixture
-def ddp(tmp_path):
+def ddp(tmp_path: Any) -> Any:
     return lambda cases, world, sub="run": run_ddp(cases, world, tmp_path / sub)

@@ -5,6 +5,7 @@ bytes the Rust compressors make from fixed gradients (two workers, three steps)
 and their combined result. Here Python makes the same bytes from the same
 gradients, and combines the Rust bytes to the same values, bit for bit.
 """
+from typing import Any
 import json
 import os
 
@@ -18,14 +19,14 @@ V = json.load(open(VECTORS))
 CASES = V["cases"]
 
 
-def compressors(case, workers):
+def compressors(case: Any, workers: Any) -> Any:
     opts = {k: v for k, v in case["compressor"].items() if k != "name"}
     return [gradcomp.compressor(case["compressor"]["name"], tuple(V["shape"]), rank=r, seed=V["seed"], **opts)
             for r in range(workers)]
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c["compressor"]["name"] for c in CASES])
-def test_python_makes_the_rust_bytes(case):
+def test_python_makes_the_rust_bytes(case: Any) -> None:
     workers = V["workers"]
     cs = compressors(case, workers)
     for step in range(V["steps"]):
@@ -35,7 +36,7 @@ def test_python_makes_the_rust_bytes(case):
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c["compressor"]["name"] for c in CASES])
-def test_python_combines_the_rust_bytes(case):
+def test_python_combines_the_rust_bytes(case: Any) -> None:
     c = compressors(case, 1)[0]
     for step in range(V["steps"]):
         got = c.aggregate([bytes.fromhex(m) for m in case["messages"][step]])
@@ -43,7 +44,7 @@ def test_python_combines_the_rust_bytes(case):
         assert np.array_equal(got, want), step
 
 
-def test_state_dict_resumes_the_memory_bit_exactly():
+def test_state_dict_resumes_the_memory_bit_exactly() -> None:
     g = [np.random.default_rng(s).standard_normal(100).astype(np.float32) for s in range(6)]
     a = gradcomp.compressor("topk", (100,), density=0.05)
     for step in range(3):
@@ -55,7 +56,7 @@ def test_state_dict_resumes_the_memory_bit_exactly():
     assert len(a.state_dict()["memory.0"]) == 100
 
 
-def test_majority_vote_and_average():
+def test_majority_vote_and_average() -> None:
     s = gradcomp.compressor("signsgd", (4,))
     votes = [s.compress(np.array(v, dtype=np.float32), 0) for v in ([1, -1, 1, -1], [1, 1, -1, -1], [1, -1, -1, 1])]
     assert s.aggregate(votes).tolist() == [1, -1, -1, -1]

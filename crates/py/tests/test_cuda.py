@@ -5,6 +5,7 @@ Skipped where torch sees no GPU (CI has none; the GPU machine runs it, see
 docs/BENCHMARKS.md). The gradients are exact on both devices: the loss
 Σ⟨p, r⟩·x with x = 1 gives each parameter the gradient r.
 """
+from typing import Any
 import os
 
 import pytest
@@ -22,19 +23,19 @@ CASES = [("topk", {"density": 0.05}), ("terngrad", {}), ("powersgd", {"matrix_ap
 
 
 class Shapes(torch.nn.Module):
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__()
         g = torch.Generator().manual_seed(0)
         self.ps = torch.nn.ParameterList([torch.nn.Parameter(torch.zeros(s)) for s in SHAPES])
         for i, s in enumerate(SHAPES):
             self.register_buffer(f"r{i}", torch.randn(s, generator=g))
 
-    def forward(self, x):
+    def forward(self, x: Any) -> Any:
         return sum((p * getattr(self, f"r{i}")).sum() for i, p in enumerate(self.ps)) * x.sum()
 
 
 @pytest.fixture(scope="module")
-def world_of_one():
+def world_of_one() -> Any:
     from conftest import free_port
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
     dist.init_process_group("gloo", rank=0, world_size=1)
@@ -42,7 +43,7 @@ def world_of_one():
     dist.destroy_process_group()
 
 
-def run(device, name, options, steps=4):
+def run(device: Any, name: Any, options: Any, steps: Any = 4) -> Any:
     model = Shapes().to(device)
     ddp = DDP(model, device_ids=[0] if device == "cuda" else None, bucket_cap_mb=0.1)
     state, hook = gt.hook(name, **options)
@@ -53,12 +54,12 @@ def run(device, name, options, steps=4):
         ddp.zero_grad()
         ddp(x).backward()
         grads.append([p.grad.detach().cpu().clone() for p in model.ps])
-        copies.append(state.last_step()["device_copy_seconds"])
-    return grads, copies, state.last_step()["buckets"]
+        copies.append(state.last_step()["device_copy_seconds"])  # type: ignore[index]
+    return grads, copies, state.last_step()["buckets"]  # type: ignore[index]
 
 
 @pytest.mark.parametrize("name,options", CASES, ids=[c[0] for c in CASES])
-def test_a_cuda_bucket_gives_the_cpu_result(world_of_one, name, options):
+def test_a_cuda_bucket_gives_the_cpu_result(world_of_one: Any, name: Any, options: Any) -> None:
     cpu, cpu_copies, _ = run("cpu", name, options)
     gpu, gpu_copies, buckets = run("cuda", name, options)
     assert len(buckets) > 1, "the model should be cut in several buckets"

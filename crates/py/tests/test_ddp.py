@@ -6,6 +6,7 @@ the loss falls, the replicas end bit-identical, the held-out accuracy is within
 the stated bound of DDP's, and the bytes each worker sends per step equal the
 compressor's formula (docs/ALGORITHMS.md §7) exactly.
 """
+from typing import Any
 import math
 
 import pytest
@@ -40,11 +41,11 @@ CASES = [
 ]
 
 
-def k_of(d):
+def k_of(d: Any) -> Any:
     return max(1, math.floor(DENSITY * d))
 
 
-def bytes_formula(name, step):
+def bytes_formula(name: Any, step: Any) -> Any:
     """What one worker sends per step for the MLP's tensors (ALGORITHMS.md §7)."""
     ds = [math.prod(s) for s in SHAPES]
     per_unit = {
@@ -78,7 +79,7 @@ def bytes_formula(name, step):
 
 
 @pytest.fixture(scope="module", params=[2, 4], ids=["2 workers", "4 workers"])
-def runs(request, tmp_path_factory):
+def runs(request: Any, tmp_path_factory: Any) -> Any:
     from conftest import run_ddp
     world = request.param
     cases = [{"id": "ddp", "name": "ddp", "steps": STEPS}]
@@ -89,7 +90,7 @@ def runs(request, tmp_path_factory):
 
 
 @pytest.mark.parametrize("name,options,lr,bound", CASES, ids=[c[0] for c in CASES])
-def test_hook_trains_like_ddp(runs, name, options, lr, bound):
+def test_hook_trains_like_ddp(runs: Any, name: Any, options: Any, lr: Any, bound: Any) -> None:
     world, ranks = runs
     for r in ranks:
         assert "error" not in r[name], r[name].get("error")
@@ -102,7 +103,7 @@ def test_hook_trains_like_ddp(runs, name, options, lr, bound):
 
 
 @pytest.mark.parametrize("name", [c[0] for c in CASES])
-def test_bytes_per_step_equal_the_formula(runs, name):
+def test_bytes_per_step_equal_the_formula(runs: Any, name: Any) -> None:
     world, ranks = runs
     for rank, r in enumerate(ranks):
         sent = r[name]["bytes_per_step"]
@@ -118,7 +119,7 @@ def test_bytes_per_step_equal_the_formula(runs, name):
         assert stats["padding_bytes_sent"] >= 0 and stats["size_bytes_sent"] in (0, 8)
 
 
-def test_statistics_per_step(ddp):
+def test_statistics_per_step(ddp: Any) -> None:
     """`last_step()` carries the contraction on measured steps (stats_every), with
     Top-k's exact density and the phase times."""
     case = {"id": "topk", "name": "topk", "options": {"density": DENSITY}, "steps": 10, "stats_every": 5}
@@ -160,7 +161,7 @@ print("pending", rank, pending, state.iteration)
 '''
 
 
-def test_the_hook_returns_a_pending_future():
+def test_the_hook_returns_a_pending_future() -> None:
     import subprocess
     import sys
     from conftest import free_port

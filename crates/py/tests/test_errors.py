@@ -1,5 +1,6 @@
 """Bad options raise a Python exception naming the option; a NaN stops every
 worker or makes every worker skip the step; nothing crashes the interpreter."""
+from typing import Any
 import pytest
 
 import gradcomp
@@ -21,12 +22,12 @@ import gradcomp.torch as gt
     ("topk", {"memory": "elephant"}, "elephant"),
     ("topk", {"density": float("nan")}, "density"),
 ])
-def test_bad_options_name_the_option(name, options, needle):
+def test_bad_options_name_the_option(name: Any, options: Any, needle: Any) -> None:
     with pytest.raises(ValueError, match=needle):
         gt.hook(name, **options)
 
 
-def test_hook_level_options_are_checked():
+def test_hook_level_options_are_checked() -> None:
     with pytest.raises(ValueError, match="on_nonfinite"):
         gt.hook("topk", on_nonfinite="ignore")
     with pytest.raises(ValueError, match="stats_every"):
@@ -34,17 +35,17 @@ def test_hook_level_options_are_checked():
     with pytest.raises(ValueError, match="lr"):
         gt.hook("topk", lr=0)
     with pytest.raises(TypeError, match="name"):
-        gt.hook(3)
+        gt.hook(3)  # type: ignore[arg-type]  # refused at run time: the test
 
 
-def test_a_state_of_another_configuration_is_refused():
+def test_a_state_of_another_configuration_is_refused() -> None:
     a, _ = gt.hook("topk", density=0.1)
     b, _ = gt.hook("topk", density=0.2)
     with pytest.raises(ValueError, match="another configuration"):
         b.load_state_dict(a.state_dict())
 
 
-def test_nan_stops_every_worker(ddp):
+def test_nan_stops_every_worker(ddp: Any) -> None:
     case = {"id": "nan", "name": "topk", "options": {"density": 0.1}, "steps": 6, "nan_at": 3, "nan_rank": 1}
     ranks = ddp([case], 2)
     for r in ranks:
@@ -52,7 +53,7 @@ def test_nan_stops_every_worker(ddp):
         assert "NaN or Inf" in err and "step 3" in err and "[1]" in err, err
 
 
-def test_nan_skip_skips_the_step_on_every_worker(ddp):
+def test_nan_skip_skips_the_step_on_every_worker(ddp: Any) -> None:
     case = {"id": "nan", "name": "topk", "options": {"density": 0.1}, "steps": 6, "nan_at": 3, "nan_rank": 1,
             "on_nonfinite": "skip"}
     ranks = ddp([case], 2)
@@ -62,7 +63,7 @@ def test_nan_skip_skips_the_step_on_every_worker(ddp):
     assert ranks[0]["nan"]["digest"] == ranks[1]["nan"]["digest"]
 
 
-def test_compressor_api_errors():
+def test_compressor_api_errors() -> None:
     with pytest.raises(ValueError, match="rounds"):
         gradcomp.compressor("powersgd", (8, 8))
     c = gradcomp.compressor("topk", (16,), density=0.25)
@@ -83,7 +84,7 @@ SINGLE_MESSAGE = ["dense", "fp16", "terngrad", "qsgd", "onebit", "topk", "gaussi
                   "randk", "threshold", "signsgd", "signum", "efsignsgd", "natural", "eightbit"]
 
 
-def test_messages_of_another_compressor_are_refused():
+def test_messages_of_another_compressor_are_refused() -> None:
     import numpy as np
     x = np.linspace(-1, 1, 48, dtype=np.float32)
     made = {n: gradcomp.compressor(n, (6, 8)).compress(x, 0) for n in SINGLE_MESSAGE}
@@ -97,7 +98,7 @@ def test_messages_of_another_compressor_are_refused():
                     c.aggregate([made[mine], msg])
 
 
-def test_messages_of_another_configuration_or_shape_are_refused():
+def test_messages_of_another_configuration_or_shape_are_refused() -> None:
     import numpy as np
     x = np.linspace(-1, 1, 48, dtype=np.float32)
     mine = gradcomp.compressor("topk", (6, 8), density=0.1)
@@ -109,7 +110,7 @@ def test_messages_of_another_configuration_or_shape_are_refused():
 
 
 @pytest.mark.parametrize("name", SINGLE_MESSAGE)
-def test_a_non_finite_input_is_refused_naming_the_element(name):
+def test_a_non_finite_input_is_refused_naming_the_element(name: Any) -> None:
     import numpy as np
     x = np.ones(12, dtype=np.float32)
     x[5] = np.nan
@@ -124,13 +125,13 @@ def test_a_non_finite_input_is_refused_naming_the_element(name):
     ("rank", {"rank": True}),
     ("seed", {"seed": -5}),
 ])
-def test_argument_errors_name_the_argument(arg, kwargs):
+def test_argument_errors_name_the_argument(arg: Any, kwargs: Any) -> None:
     kwargs = {"shape": 12, **kwargs}
     with pytest.raises(ValueError, match=f"{arg}: "):
         gradcomp.compressor("topk", **kwargs)
 
 
-def test_a_negative_or_boolean_step_is_refused():
+def test_a_negative_or_boolean_step_is_refused() -> None:
     import numpy as np
     c = gradcomp.compressor("topk", 12)
     for step in (-1, True):
@@ -138,13 +139,13 @@ def test_a_negative_or_boolean_step_is_refused():
             c.compress(np.ones(12, dtype=np.float32), step)
 
 
-def test_hook_options_are_not_booleans_and_the_group_is_a_group():
+def test_hook_options_are_not_booleans_and_the_group_is_a_group() -> None:
     with pytest.raises(ValueError, match="lr"):
         gt.hook("topk", lr=True)
     with pytest.raises(ValueError, match="stats_every"):
         gt.hook("topk", stats_every=True)
     with pytest.raises(TypeError, match="process_group"):
-        gt.hook("topk", process_group="gloo")
+        gt.hook("topk", process_group="gloo")  # type: ignore[arg-type]  # refused at run time: the test
 
 
 TWO_MODELS = r'''
@@ -165,7 +166,7 @@ except Exception as e:
 '''
 
 
-def test_a_state_registered_with_two_models_is_refused():
+def test_a_state_registered_with_two_models_is_refused() -> None:
     import subprocess
     import sys
     from conftest import free_port
@@ -177,7 +178,7 @@ def test_a_state_registered_with_two_models_is_refused():
 # -- every option reaches the core or is refused (issue #35) -------------------
 
 @pytest.mark.parametrize("key,value", [("warmup", {"densities": [0.5]}), ("local_clip", 1.0)])
-def test_the_hook_refuses_options_of_gradcomps_own_step(key, value):
+def test_the_hook_refuses_options_of_gradcomps_own_step(key: Any, value: Any) -> None:
     with pytest.raises(ValueError, match=f"{key}: "):
         gt.hook("topk", density=0.1, **{key: value})
 
@@ -185,12 +186,12 @@ def test_the_hook_refuses_options_of_gradcomps_own_step(key, value):
 @pytest.mark.parametrize("key,value", [("granularity", "global"), ("exclude", {"biases": True}),
                                        ("warmup", {"densities": [0.5]}), ("local_clip", 1.0),
                                        ("topology", "allgather"), ("residual", "lr-scaled")])
-def test_the_bytes_api_refuses_what_one_tensor_has_not(key, value):
+def test_the_bytes_api_refuses_what_one_tensor_has_not(key: Any, value: Any) -> None:
     with pytest.raises(ValueError, match=f"{key}: "):
         gradcomp.compressor("topk", 12, density=0.25, **{key: value})
 
 
-def test_dgc_momentum_reaches_the_bytes_api():
+def test_dgc_momentum_reaches_the_bytes_api() -> None:
     import numpy as np
     sent = {}
     for m in (0.0, 0.9):
@@ -202,7 +203,7 @@ def test_dgc_momentum_reaches_the_bytes_api():
         gradcomp.compressor("dgck", 64, dgc_momentum=1.5)
 
 
-def test_a_powersgd_hook_that_stays_dense_for_1000_steps_warns():
+def test_a_powersgd_hook_that_stays_dense_for_1000_steps_warns() -> None:
     import warnings
     with pytest.warns(UserWarning, match="first 1000 steps"):
         gt.hook("powersgd", matrix_approximation_rank=2)
@@ -234,7 +235,7 @@ print("ok")
 '''
 
 
-def test_bf16_and_fp16_buckets_are_taken():
+def test_bf16_and_fp16_buckets_are_taken() -> None:
     import subprocess
     import sys
     from conftest import free_port
@@ -243,10 +244,10 @@ def test_bf16_and_fp16_buckets_are_taken():
     assert out.stdout.strip().endswith("ok"), out.stdout + out.stderr
 
 
-def test_the_hook_has_the_annotations_ddp_accepts():
+def test_the_hook_has_the_annotations_ddp_accepts() -> None:
     import inspect
     import torch
     import torch.distributed as dist
     sig = inspect.signature(gt.exchange_hook)
-    assert sig.parameters["bucket"].annotation is dist.GradBucket
+    assert sig.parameters["bucket"].annotation is dist.GradBucket  # type: ignore[attr-defined]
     assert sig.return_annotation == torch.futures.Future[torch.Tensor]

@@ -1,4 +1,5 @@
 """The network model from Python: gradcomp-dp's predict on a model's shapes."""
+from typing import Any
 import pytest
 import torch
 
@@ -8,7 +9,7 @@ import gradcomp.torch as gt
 SHAPES = [[500, 800], [500], [10, 500], [10]]
 
 
-def test_slow_links_favour_compression_and_fast_ones_less():
+def test_slow_links_favour_compression_and_fast_ones_less() -> None:
     slow = gradcomp.model(SHAPES, compute_seconds=0.01, workers=16, link_gbps=0.1)
     fast = gradcomp.model(SHAPES, compute_seconds=0.01, workers=16, link_gbps=100)
     assert slow["pays_off"]
@@ -22,18 +23,19 @@ def test_slow_links_favour_compression_and_fast_ones_less():
     assert best_slow > best_fast
 
 
-def test_one_worker_never_pays_for_compression():
+def test_one_worker_never_pays_for_compression() -> None:
     one = gradcomp.model(SHAPES, compute_seconds=0.01, workers=1, link_gbps=1)
     dense = {m["method"]: m for m in one["methods"]}["dense (allreduce)"]
     assert dense["step_seconds"] == pytest.approx(0.01, rel=0.5)
 
 
-def test_from_a_torch_module():
+def test_from_a_torch_module() -> None:
     net = torch.nn.Sequential(torch.nn.Linear(800, 500), torch.nn.Linear(500, 10))
     r = gradcomp.model(net, compute_seconds=0.01, workers=8, link_gbps=1)
     assert {m["compressor"] for m in r["methods"]} >= {"dense", "topk", "powersgd", "terngrad"}
     shapes = gradcomp.model([list(p.shape) for p in net.parameters()], compute_seconds=0.01, workers=8, link_gbps=1)
-    by_method = lambda res: {m["method"]: m["bytes_per_worker"] for m in res["methods"]}  # noqa: E731
+    def by_method(res: Any) -> Any:
+        return {m["method"]: m["bytes_per_worker"] for m in res["methods"]}
     assert by_method(r) == by_method(shapes)
     assert gt.model is gradcomp.model  # one entry
 
@@ -44,14 +46,14 @@ def test_from_a_torch_module():
     ({"compute_seconds": -1}, "compute_seconds"),
     ({"density": 2}, "density"),
 ])
-def test_bad_arguments_name_themselves(kwargs, needle):
-    args = dict(shapes=SHAPES, compute_seconds=0.01, workers=4, link_gbps=1)
+def test_bad_arguments_name_themselves(kwargs: Any, needle: Any) -> None:
+    args: Any = dict(shapes=SHAPES, compute_seconds=0.01, workers=4, link_gbps=1)
     args.update(kwargs)
     with pytest.raises(ValueError, match=needle):
         gradcomp.model(**args)
 
 
-def test_the_model_ranks_only_what_the_hook_runs_and_states_its_margin():
+def test_the_model_ranks_only_what_the_hook_runs_and_states_its_margin() -> None:
     r = gradcomp.model(SHAPES, compute_seconds=0.01, workers=16, link_gbps=0.1)
     assert not any("parameter server" in m["method"] for m in r["methods"]), [m["method"] for m in r["methods"]]
     assert r["margin"] == r["best"]["speedup_over_dense"]

@@ -6,6 +6,7 @@ so the MLP is cut in several, and DDP rebuilds them after the first step);
 its in-process collective, and every output must match bit for bit. With two
 workers every sum has one order, so gloo's and the threads' agree exactly.
 """
+from typing import Any
 import numpy as np
 import pytest
 
@@ -25,7 +26,7 @@ CASES = [
 
 
 @pytest.fixture(scope="module")
-def recorded(tmp_path_factory):
+def recorded(tmp_path_factory: Any) -> Any:
     from conftest import run_ddp
     cases = [{"id": n, "name": n, "options": o, "steps": 6, "record": True, "bucket_cap_mb": 0.01}
              for n, o in CASES]
@@ -33,7 +34,7 @@ def recorded(tmp_path_factory):
 
 
 @pytest.mark.parametrize("name,options", CASES, ids=[c[0] for c in CASES])
-def test_hook_equals_the_rust_library(recorded, name, options):
+def test_hook_equals_the_rust_library(recorded: Any, name: Any, options: Any) -> None:
     ranks = [r[name] for r in recorded]
     for r in ranks:
         assert "error" not in r, r.get("error")

@@ -1,6 +1,7 @@
 """A hook's checkpoint resumes bit-exactly: 12 steps straight, or 5 steps, a
 checkpoint (model, optimizer, hook state), and 7 more in a fresh process
 group whose DDP cuts its buckets anew, end in the same parameters."""
+from typing import Any
 import pytest
 
 CASES = [
@@ -15,7 +16,7 @@ CASES = [
 
 
 @pytest.mark.parametrize("name,options", CASES, ids=[c[0] for c in CASES])
-def test_resume_is_bit_exact(ddp, tmp_path, name, options):
+def test_resume_is_bit_exact(ddp: Any, tmp_path: Any, name: Any, options: Any) -> None:
     base = {"id": name, "name": name, "options": options, "steps": 12, "bucket_cap_mb": 0.01}
     straight = ddp([dict(base, checkpoint_at=5)], 2, "straight")
     ck_dir = str(tmp_path / "straight")
@@ -64,7 +65,7 @@ except ValueError as e:
 '''
 
 
-def test_the_hook_state_is_a_checkpoint_a_ddp_user_can_keep():
+def test_the_hook_state_is_a_checkpoint_a_ddp_user_can_keep() -> None:
     import subprocess
     import sys
     from conftest import free_port
