@@ -109,3 +109,27 @@ macro_rules! density_option {
     };
 }
 pub(crate) use density_option;
+
+/// The `Method` of a sparsifier that keeps a share `density` of its input
+/// and whose dropped mass comes back through error feedback (Top-k,
+/// trimmed top-k, Rand-k, Gaussian-k): its compressor is
+/// `$compressor::compressor(&config)`; more items (a variant's name) follow
+/// in braces.
+macro_rules! error_feedback_sparsifier {
+    ($config:ty => $compressor:ident { $($more:tt)* }) => {
+        impl $crate::method::Method for $config {
+            fn validate(&self) -> Result<(), $crate::method::InvalidOption> {
+                $crate::method::check_density(self.density)
+            }
+            fn default_memory(&self) -> $crate::memory::MemoryKind {
+                $crate::memory::MemoryKind::ErrorFeedback
+            }
+            $crate::method::density_option!();
+            fn build(&self, _shape: &[usize]) -> Box<dyn $crate::Compressor> {
+                Box::new($compressor::compressor(self))
+            }
+            $($more)*
+        }
+    };
+}
+pub(crate) use error_feedback_sparsifier;

@@ -7,9 +7,8 @@ use serde::{Deserialize, Serialize};
 
 use super::{Selector, Sparsifier};
 use crate::compressor::UnitContext;
-use crate::memory::MemoryKind;
 use crate::message::{SparseMessage, SparseWire};
-use crate::method::{check_density, density_option, Method};
+use crate::method::error_feedback_sparsifier;
 use crate::reduce;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -273,24 +272,14 @@ pub fn normal_quantile(p: f64) -> f64 {
     }
 }
 
-impl Method for GaussianKConfig {
-    fn validate(&self) -> Result<(), crate::method::InvalidOption> {
-        check_density(self.density)
-    }
-    fn default_memory(&self) -> MemoryKind {
-        MemoryKind::ErrorFeedback
-    }
-    density_option!();
-    fn build(&self, _shape: &[usize]) -> Box<dyn crate::Compressor> {
-        Box::new(GaussianK::compressor(self))
-    }
+error_feedback_sparsifier!(GaussianKConfig => GaussianK {
     fn variant_name(&self) -> Option<&'static str> {
         self.refine.then_some("gaussiank-refined")
     }
     fn variant(name: &str) -> Option<Self> {
         (name == "gaussiank-refined").then(|| GaussianKConfig { refine: true, ..Default::default() })
     }
-}
+});
 
 #[cfg(test)]
 mod tests {

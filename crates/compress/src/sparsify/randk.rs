@@ -6,9 +6,8 @@ use serde::{Deserialize, Serialize};
 
 use super::{Selector, Sparsifier};
 use crate::compressor::{Combine, UnitContext};
-use crate::memory::MemoryKind;
 use crate::message::{SparseMessage, SparseWire};
-use crate::method::{check_density, density_option, Method};
+use crate::method::error_feedback_sparsifier;
 use crate::rng::UnitRng;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -110,15 +109,4 @@ impl Selector for RandK {
     }
 }
 
-impl Method for RandKConfig {
-    fn validate(&self) -> Result<(), crate::method::InvalidOption> {
-        check_density(self.density)
-    }
-    fn default_memory(&self) -> MemoryKind {
-        MemoryKind::ErrorFeedback
-    }
-    density_option!();
-    fn build(&self, _shape: &[usize]) -> Box<dyn crate::Compressor> {
-        Box::new(RandK::compressor(self))
-    }
-}
+error_feedback_sparsifier!(RandKConfig => RandK {});

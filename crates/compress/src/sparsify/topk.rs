@@ -5,9 +5,8 @@ use serde::{Deserialize, Serialize};
 use super::select::select_top_k;
 use super::{Selector, Sparsifier};
 use crate::compressor::UnitContext;
-use crate::memory::MemoryKind;
 use crate::message::{SparseMessage, SparseWire};
-use crate::method::{check_density, density_option, Method};
+use crate::method::error_feedback_sparsifier;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -45,18 +44,7 @@ impl Selector for TopK {
     }
 }
 
-impl Method for TopKConfig {
-    fn validate(&self) -> Result<(), crate::method::InvalidOption> {
-        check_density(self.density)
-    }
-    fn default_memory(&self) -> MemoryKind {
-        MemoryKind::ErrorFeedback
-    }
-    density_option!();
-    fn build(&self, _shape: &[usize]) -> Box<dyn crate::Compressor> {
-        Box::new(TopK::compressor(self))
-    }
-}
+error_feedback_sparsifier!(TopKConfig => TopK {});
 
 #[cfg(test)]
 mod tests {

@@ -7,9 +7,8 @@ use serde::{Deserialize, Serialize};
 use super::select::{keep_top_k, select_top_k};
 use super::{Selector, Sparsifier};
 use crate::compressor::UnitContext;
-use crate::memory::MemoryKind;
 use crate::message::{SparseMessage, SparseWire};
-use crate::method::{check_density, density_option, Method};
+use crate::method::error_feedback_sparsifier;
 use crate::reduce;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -63,15 +62,4 @@ impl Selector for TrimmedK {
     }
 }
 
-impl Method for TrimmedKConfig {
-    fn validate(&self) -> Result<(), crate::method::InvalidOption> {
-        check_density(self.density)
-    }
-    fn default_memory(&self) -> MemoryKind {
-        MemoryKind::ErrorFeedback
-    }
-    density_option!();
-    fn build(&self, _shape: &[usize]) -> Box<dyn crate::Compressor> {
-        Box::new(TrimmedK::compressor(self))
-    }
-}
+error_feedback_sparsifier!(TrimmedKConfig => TrimmedK {});
