@@ -15,7 +15,7 @@ from typing import Any, Dict, Iterable, Mapping, Sequence, Tuple, Union
 import numpy as np
 
 from . import _core
-from ._config import config_json
+from ._config import config_json, whole as _whole
 from ._model import model
 
 
@@ -76,14 +76,6 @@ _NOT_FOR_ONE_TENSOR = {
     "local_clip": "DGC's local clipping needs the whole model's gradient norm; clip before compress",
     "topology": "the bytes API moves no bytes; your transport is the topology",
 }
-
-
-def _whole(name: str, value: Any) -> int:
-    """`value` as a whole number ≥ 0, or ValueError naming the argument
-    (booleans are not numbers)."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
-        raise ValueError(f"gradcomp: {name}: {value!r} is not a whole number ≥ 0")
-    return int(value)
 
 
 def compressor(name: str, shape: Union[int, Sequence[int]], **options: Any) -> Compressor:

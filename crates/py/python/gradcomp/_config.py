@@ -10,6 +10,8 @@ import json
 import math
 from typing import Any, Dict
 
+import numpy as np
+
 COMPRESSION_KEYS = {"granularity", "memory", "residual", "dgc_momentum", "warmup", "exclude", "local_clip"}
 TOP_KEYS = {"topology", "seed"}
 
@@ -47,3 +49,11 @@ def _finite(value: Any) -> bool:
     if isinstance(value, (list, tuple)):
         return all(_finite(v) for v in value)
     return True
+
+
+def whole(name: str, value: Any) -> int:
+    """`value` as a whole number ≥ 0, or ValueError naming the argument
+    (booleans are not numbers)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+        raise ValueError(f"gradcomp: {name}: {value!r} is not a whole number ≥ 0")
+    return int(value)

@@ -29,7 +29,7 @@ import torch.distributed as dist
 
 from . import _core
 from ._comm import Comm
-from ._config import config_json
+from ._config import config_json, whole
 
 __all__ = ["GradcompState", "hook", "exchange_hook", "model"]
 
@@ -47,8 +47,7 @@ class GradcompState:
                  stats_every: int = 0, lr: float = 1.0, **options: Any) -> None:
         if on_nonfinite not in _NONFINITE:
             raise ValueError(f"gradcomp: on_nonfinite: {on_nonfinite!r} is not 'stop' or 'skip'")
-        if isinstance(stats_every, bool) or not (isinstance(stats_every, int) and stats_every >= 0):
-            raise ValueError(f"gradcomp: stats_every: {stats_every!r} is not a whole number ≥ 0")
+        stats_every = whole("stats_every", stats_every)
         if isinstance(lr, bool) or not (isinstance(lr, (int, float)) and math.isfinite(lr) and lr > 0):
             raise ValueError(f"gradcomp: lr: {lr!r} is not a positive number")
         if process_group is not None and not isinstance(process_group, dist.ProcessGroup):
