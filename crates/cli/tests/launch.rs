@@ -29,12 +29,20 @@ case "$*" in *orted*) [ -e "$dir/$host.hang" ] && { rm "$dir/$host.hang"; exec s
 exec setsid sh -c 'echo $$ >> "$0/$1.sessions"; shift; exec sh -c "$*"' "$dir" "$host" "$@"
 "#;
 
+/// One cluster at a time: each runs an MPI job of up to three ranks, and
+/// eight at once on a 2-core CI machine starved the restarted jobs past
+/// the bounds these tests check (a restart within 30 s).
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 struct Cluster {
     dir: PathBuf,
+    _turn: std::sync::MutexGuard<'static, ()>,
 }
 
 impl Cluster {
     fn new(name: &str, hosts: &[&str]) -> Self {
+        // A test that failed holding the lock poisons it; the next still runs.
+        let turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
         let dir = std::env::temp_dir().join(format!("gradcomp-launch-{name}-{}", std::process::id()));
         std::fs::remove_dir_all(&dir).ok();
         std::fs::create_dir_all(&dir).unwrap();
@@ -42,7 +50,7 @@ impl Cluster {
         std::fs::write(&agent, AGENT).unwrap();
         Command::new("chmod").arg("+x").arg(&agent).status().unwrap();
         std::fs::write(dir.join("hosts"), hosts.join("\n") + "\n").unwrap();
-        Self { dir }
+        Self { dir, _turn: turn }
     }
 
     fn run_dir(&self) -> PathBuf {
@@ -213,7 +221,9 @@ fn a_killed_host_is_left_out_and_the_run_goes_on() {
     assert_eq!(lost[0]["hosts"], serde_json::json!(["fa1", "fa2"]), "{m:?}");
     assert!(lost[0]["steps_done"].as_u64().unwrap() >= 110, "{m:?}");
     assert!(lost[0]["steps_lost"].as_u64().unwrap() <= 20, "more than a checkpoint interval lost: {m:?}");
-    assert!(lost[0]["restart_seconds"].as_f64().unwrap() < 30.0, "{m:?}");
+    // Null when the restarted job never trained (it failed, and a later one went on).
+    let restart = lost[0]["restart_seconds"].as_f64();
+    assert!(restart.is_some_and(|s| s < 30.0), "restart took {restart:?} s: {m:?}\n{out}");
     assert!(events(&m, "hosts joined").is_empty(), "a dead host joined: {m:?}");
     // The trainer's own line: 3 → 2 workers at the checkpoint.
     assert!(m.iter().any(|l| l["from"] == 3 && l["to"] == 2), "{m:?}");
