@@ -99,6 +99,26 @@ impl Gathered {
     pub fn total_bytes(&self) -> usize {
         self.bytes.len()
     }
+
+    /// Takes the last byte off every rank's message (a trailer a wrapper
+    /// appended) and returns them in rank order; `None`, with nothing
+    /// changed, when a message is empty.
+    pub fn split_trailers(&mut self) -> Option<Vec<u8>> {
+        if self.iter().any(<[u8]>::is_empty) {
+            return None;
+        }
+        let mut trailers = Vec::with_capacity(self.len());
+        let (mut start, mut write) = (0, 0);
+        for end in &mut self.ends {
+            trailers.push(self.bytes[*end - 1]);
+            self.bytes.copy_within(start..*end - 1, write);
+            write += *end - 1 - start;
+            start = *end;
+            *end = write;
+        }
+        self.bytes.truncate(write);
+        Some(trailers)
+    }
 }
 
 /// The aggregation a parameter server runs on the uploads (rank order; the

@@ -8,6 +8,8 @@
 //!   them apart.
 //! - [`Metered`]: any collective with a [`ByteMeter`] around it: exact
 //!   bytes per rank, per operation kind, per step.
+//! - [`Flagged`]: any collective whose first operation also carries one
+//!   flag per worker (a non-finite gradient), so agreeing costs no round.
 //! - [`NetworkModel`]: α–β costs of ring and recursive-doubling allreduce,
 //!   allgatherv, broadcast and the parameter server, for N workers at
 //!   bandwidth B, and their calibration by measurement.
@@ -17,6 +19,7 @@
 
 mod collective;
 pub mod conformance;
+mod flags;
 pub mod heartbeat;
 mod in_process;
 pub mod meter;
@@ -26,6 +29,7 @@ pub mod netmodel;
 mod op;
 
 pub use collective::{Aggregate, Collective, CommError, Gathered, ServerPlacement};
+pub use flags::Flagged;
 pub use half::f16;
 pub use in_process::{InProcessCollective, InProcessGroup, WorkerPanic};
 pub use meter::{ByteMeter, Metered, OpBytes, StepBytes};

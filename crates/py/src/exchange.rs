@@ -55,14 +55,33 @@ impl Buckets {
         input: &StepInput,
         c: &mut dyn Collective,
     ) -> Result<ExchangeStats, String> {
+        let b = self.bucket(keys, shapes)?;
+        b.exchange.exchange(Gradient::Host(&mut CompleteGrad(grad)), input, out, c).map_err(|e| e.to_string())
+    }
+
+    /// The state of the bucket of tensors `keys` (built if new), for
+    /// [`Buckets::restore_bucket`] after an exchange that is skipped.
+    pub fn snapshot(&mut self, keys: &[u32], shapes: &[Vec<usize>]) -> Result<StateBuffers, String> {
+        let mut state = StateBuffers::new();
+        self.bucket(keys, shapes)?.exchange.state("", &mut state).map_err(|e| e.to_string())?;
+        Ok(state)
+    }
+
+    /// Puts back the bucket's state from [`Buckets::snapshot`].
+    pub fn restore_bucket(&mut self, keys: &[u32], state: &StateBuffers) -> Result<(), String> {
+        let b = self.live.get_mut(keys).ok_or("restoring a bucket that was never exchanged")?;
+        b.exchange.restore("", state).map_err(|e| e.to_string())
+    }
+
+    /// The live bucket of tensors `keys`, built if new.
+    fn bucket(&mut self, keys: &[u32], shapes: &[Vec<usize>]) -> Result<&mut Bucket, String> {
         if keys.len() != shapes.len() {
             return Err(format!("{} keys for {} shapes", keys.len(), shapes.len()));
         }
         if !self.live.contains_key(keys) {
             self.open(keys, shapes)?;
         }
-        let b = self.live.get_mut(keys).expect("opened above");
-        b.exchange.exchange(Gradient::Host(&mut CompleteGrad(grad)), input, out, c).map_err(|e| e.to_string())
+        Ok(self.live.get_mut(keys).expect("opened above"))
     }
 
     /// Builds the bucket of `keys`, parking the state of the buckets it

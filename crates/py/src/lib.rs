@@ -6,7 +6,8 @@
 //! `torch.distributed` ([`collective`]).
 //!
 //! - [`exchange`]: the buckets' exchanges, their state following the tensor.
-//! - [`hook`]: the hook's Rust half and its statistics.
+//! - [`hook`]: the hook's Rust half: exchanges and the non-finite agreement.
+//! - [`records`]: what the hook reports per bucket and per step.
 //! - [`collective`]: gradcomp's `Collective` over `torch.distributed`.
 //! - [`compressor`]: one tensor's compressor to and from wire bytes.
 //! - [`replay`]: the same exchanges on the in-process collective (tests).
@@ -21,6 +22,7 @@ pub mod config;
 pub mod exchange;
 pub mod hook;
 pub mod predict;
+pub mod records;
 pub mod replay;
 
 #[pymodule]
@@ -31,7 +33,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(predict::predict, m)?)?;
     m.add_function(wrap_pyfunction!(check_config, m)?)?;
     m.add_function(wrap_pyfunction!(first_compressed_step, m)?)?;
-    m.add_function(wrap_pyfunction!(all_finite, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }
@@ -48,13 +49,4 @@ fn check_config(config: &str) -> PyResult<String> {
 #[pyfunction]
 fn first_compressed_step(config: &str) -> PyResult<u64> {
     Ok(config::parse(config)?.compressor.builtin().map_or(0, |c| c.first_compressed_step()))
-}
-
-/// Whether every value of `array` (contiguous float32) is finite: one pass,
-/// no allocation, the GIL released (`torch.isfinite(t).all()` allocates a
-/// mask and took 68 ms on ResNet-18's 11M gradients; this, a few).
-#[pyfunction]
-fn all_finite(py: Python<'_>, array: numpy::PyReadonlyArray1<'_, f32>) -> PyResult<bool> {
-    let x = array.as_slice()?;
-    Ok(py.detach(|| gradcomp_compress::reduce::all_finite(x)))
 }

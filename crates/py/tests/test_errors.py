@@ -251,3 +251,61 @@ def test_the_hook_has_the_annotations_ddp_accepts() -> None:
     sig = inspect.signature(gt.exchange_hook)
     assert sig.parameters["bucket"].annotation is dist.GradBucket  # type: ignore[attr-defined]
     assert sig.return_annotation == torch.futures.Future[torch.Tensor]
+
+
+FLAG_INSIDE = r'''
+import sys, threading, torch, torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+import gradcomp.torch as gt
+rank = int(sys.argv[1])
+dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d", rank=rank, world_size=2)
+calls = {"all_reduce": 0, "all_gather": 0, "broadcast": 0}
+def counting(name, f):
+    def wrapped(*a, **k):
+        if threading.current_thread().name.startswith("gradcomp-hook"):
+            calls[name] += 1
+        return f(*a, **k)
+    return wrapped
+for name in calls:
+    setattr(dist, name, counting(name, getattr(dist, name)))
+for method, options in (("topk", {"density": 0.1}), ("dense", {}), ("terngrad", {}), ("qsgd", {}),
+                        ("powersgd", {"matrix_approximation_rank": 1, "start_iter": 2}), ("fp16", {})):
+    torch.manual_seed(0)
+    model = DDP(torch.nn.Linear(64, 64))
+    state, hook = gt.hook(method, on_nonfinite="skip", **options)
+    model.register_comm_hook(state, hook)
+    for step in range(4):
+        for k in calls:
+            calls[k] = 0
+        x = torch.randn(4, 64)
+        if step == 3 and rank == 1:
+            x[0, 0] = float("nan")
+        model(x).pow(2).sum().backward()
+        last = state.last_step()
+        print(method, step, calls["all_reduce"], calls["all_gather"], calls["broadcast"],
+              last["nonfinite_check_bytes"], last["skipped"], last["nonfinite_workers"], len(last["buckets"]))
+    print("skipped", method, state.skipped_steps)
+'''
+
+
+def test_the_nonfinite_flag_travels_inside_the_first_collective() -> None:
+    """No round of its own: Top-k's bucket is its two all_gathers (sizes,
+    then messages: one flag byte more), dense's one all_reduce (a float32
+    slot per worker more); a NaN on rank 1 is seen by both, whatever the
+    method's first collective."""
+    import subprocess
+    import sys
+    from conftest import free_port
+    script = FLAG_INSIDE % free_port()
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(r)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for r in range(2)]
+    outs = [p.communicate(timeout=180) for p in procs]
+    for out, err in outs:
+        lines = out.splitlines()
+        assert "topk 0 0 2 0 1 False [] 1" in lines, out + err
+        assert "topk 3 0 2 0 1 True [1] 1" in lines, out + err
+        assert "dense 0 1 0 0 8 False [] 1" in lines, out + err
+        assert "dense 3 1 0 0 8 True [1] 1" in lines, out + err
+        for method in ("topk", "dense", "terngrad", "qsgd", "powersgd", "fp16"):
+            assert f"skipped {method} 1" in lines, out + err
+            assert any(l.startswith(f"{method} 3 ") and l.endswith(" True [1] 1") for l in lines), out + err

@@ -82,8 +82,8 @@ class GradcompState:
         self._model_seen = False
         self._rust: Optional[_core.Hook] = None
         self._pending: Optional[Dict[str, Dict[str, Any]]] = None
-        self._steps: List[List[Dict[str, Any]]] = []
-        self._current: List[Dict[str, Any]] = []
+        # Whether a bucket of the step under way was skipped.
+        self._skipping = False
         self._staging: Dict[int, Tuple[torch.Tensor, torch.Tensor]] = {}
 
     # -- the buckets' exchanges ------------------------------------------------
@@ -182,38 +182,8 @@ class GradcompState:
 
     def last_step(self) -> Optional[Dict[str, Any]]:
         """The last complete step's statistics, summed over its buckets
-        (`buckets` holds each bucket's own)."""
-        return _sum_buckets(self._steps[-1]) if self._steps else None
-
-    def _record(self, stats: Dict[str, Any], is_last: bool) -> None:
-        self._current.append(stats)
-        if is_last:
-            self._steps.append(self._current)
-            del self._steps[:-2]
-            self._current = []
-
-
-def _sum_buckets(buckets: List[Dict[str, Any]]) -> Dict[str, Any]:
-    total: Dict[str, Any] = {"buckets": buckets}
-    for key in ("bytes_sent", "bytes_received", "padding_bytes_sent", "size_bytes_sent", "wire_bytes",
-                "selected", "elements", "compress_seconds", "communicate_seconds", "decode_seconds",
-                "wall_seconds", "device_copy_seconds", "nonfinite_check_bytes", "allreduce_calls",
-                "allgather_calls"):
-        total[key] = sum(b.get(key, 0) for b in buckets)
-    total["density"] = total["selected"] / max(total["elements"], 1)
-    total["residual_norm"] = float(np.sqrt(sum(b["residual_norm"] ** 2 for b in buckets)))
-    measured = [b for b in buckets if b.get("contraction") is not None]
-    total["contraction"] = (sum(b["contraction"] for b in measured) / len(measured)) if measured else None
-    total["skipped"] = any(b.get("skipped", False) for b in buckets)
-    return total
-
-
-def _agree_finite(buf: torch.Tensor, group: Optional[dist.ProcessGroup], world: int) -> List[int]:
-    """Every worker learns which workers hold a NaN or Inf (4 bytes each)."""
-    flags = torch.zeros(world, dtype=torch.int32)
-    flags[dist.get_rank(group)] = 0 if _core.all_finite(buf.detach().numpy()) else 1
-    dist.all_reduce(flags, group=group)
-    return [r for r in range(world) if flags[r]]
+        (`buckets` holds each bucket's own); None before the first."""
+        return self._rust.last_step() if self._rust is not None else None
 
 
 # DDP checks a hook's annotations: exactly dist.GradBucket and
@@ -222,8 +192,9 @@ def exchange_hook(state: "GradcompState",
                   bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:  # type: ignore[name-defined]
     """The DDP comm hook: `ddp.register_comm_hook(state, exchange_hook)`.
 
-    Returns at once with the bucket's pending future: the exchange (the
-    non-finite agreement, compression, the collectives, decoding) runs on
+    Returns at once with the bucket's pending future: the exchange
+    (compression, the collectives, decoding, and the workers' agreement on
+    a non-finite gradient, carried inside the first collective) runs on
     the state's communication thread, one bucket after another in the order
     DDP hands them over (the same on every worker), while the backward pass
     goes on. Its collectives use a gloo group of their own, made at the first
@@ -287,19 +258,12 @@ def _exchange(state: GradcompState, work: _BucketWork) -> torch.Tensor:
         copy_seconds += time.perf_counter() - t0
     else:
         host, out = buf, torch.empty_like(buf)
-    bad = _agree_finite(host, group, world)
-    if bad:
-        if state.on_nonfinite == "stop":
-            raise FloatingPointError(f"gradcomp: step {state.iteration}: worker(s) {bad} have a NaN or Inf "
-                                     f"gradient in bucket {work.index}; every worker stops (on_nonfinite='skip' "
-                                     "skips such steps instead)")
-        out.zero_()
-        stats = {"skipped": True, "elements": host.numel(), "residual_norm": 0.0}
-    else:
-        measure = state.stats_every > 0 and state.iteration % state.stats_every == 0
-        stats = state._hook(rank, world).exchange(work.keys, work.shapes, host.detach().numpy(), out.numpy(),
-                                                  state._comm, state.iteration, state.lr, measure)
-    stats["nonfinite_check_bytes"] = 4 * world
+    measure = state.stats_every > 0 and state.iteration % state.stats_every == 0
+    # A NaN or Inf on any worker raises FloatingPointError on every worker,
+    # or (skip) leaves `out` zero and the memories as they were.
+    rust = state._hook(rank, world)
+    stats = rust.exchange(work.index, work.keys, work.shapes, host.detach().numpy(), out.numpy(), state._comm,
+                          state.iteration, state.lr, measure, state.on_nonfinite == "skip")
     if on_device:
         # From pinned memory a blocking copy waits for its own transfer only,
         # so `out` is free for the next step when it returns.
@@ -307,14 +271,13 @@ def _exchange(state: GradcompState, work: _BucketWork) -> torch.Tensor:
         buf.copy_(out.reshape(buf.shape))
         out = buf
         copy_seconds += time.perf_counter() - t0
-    stats["device_copy_seconds"] = copy_seconds
-    stats["bucket"] = work.index
+    rust.end_bucket(copy_seconds, work.is_last)
+    state._skipping |= bool(stats["skipped"])
     if work.is_last:
         state._model_seen = True
-        if bad:
-            state.skipped_steps += 1
+        state.skipped_steps += state._skipping
+        state._skipping = False
         state.iteration += 1
-    state._record(stats, work.is_last)
     return out
 
 
