@@ -51,6 +51,13 @@ pub trait Method: fmt::Debug + Send + Sync {
         true
     }
 
+    /// Whether the method draws from the random stream that `seed` keys
+    /// (stochastic rounding, random indices, DGC's sample offset); for the
+    /// others `seed` changes nothing (the tests that walk every option read it).
+    fn draws_random(&self) -> bool {
+        false
+    }
+
     /// The first step on which the method compresses (PowerSGD's `start_iter`).
     fn first_compressed_step(&self) -> u64 {
         0

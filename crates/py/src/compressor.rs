@@ -16,6 +16,10 @@ use numpy::{PyArray1, PyReadonlyArray1};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
+use serde_json::Value;
+
+use gradcomp_exchange::config::CompressionConfig;
+use gradcomp_exchange::DataParallelConfig;
 
 /// A tensor's compressor and its memory (error feedback, DGC momentum).
 #[pyclass(name = "Compressor", module = "gradcomp._core")]
@@ -40,29 +44,65 @@ fn value_error(e: impl std::fmt::Display) -> PyErr {
     PyValueError::new_err(format!("gradcomp: {e}"))
 }
 
+/// The options that say how a model is cut, stepped or moved: a single
+/// tensor's compressor has none of them.
+const NOT_FOR_ONE_TENSOR: [(&str, &str); 8] = [
+    (
+        "granularity",
+        "one compressor is one tensor; granularity is how gradcomp's hook and trainer cut a model",
+    ),
+    ("exclude", "one compressor is one tensor; exclusion is how gradcomp's hook and trainer cut a model"),
+    ("warmup", "the density warm-up is per epoch, which the bytes API does not see; set density"),
+    ("local_clip", "DGC's local clipping needs the whole model's gradient norm; clip before compress"),
+    ("topology", "the bytes API moves no bytes; your transport is the topology"),
+    ("bucket_mb", "one compressor is one tensor; buckets are how gradcomp's hook and trainer group a model"),
+    ("pipeline", "the bytes API moves no bytes, so there is nothing to overlap"),
+    ("on_device", "the bytes API compresses numpy arrays on the host"),
+];
+
 #[pymethods]
 impl PyCompressor {
-    /// `config`: the JSON of a `[compressor]` table (`{"name": "topk",
-    /// "density": 0.01}`); `memory`: `auto`, `none`, `error-feedback` or
-    /// `dgc-momentum`; `dgc_momentum`: DGC momentum's factor, in [0, 1).
+    /// Compressor `name` for a tensor of `shape`, with keyword `options`
+    /// (docs/CONFIG.md's keys): the compressor's own, `memory`,
+    /// `dgc_momentum`, `residual` (raw only: no learning rate here) and
+    /// `seed`. The options that say how a model is cut, stepped or moved
+    /// are refused, naming the option and why.
     #[new]
-    #[pyo3(signature = (config, shape, rank=0, seed=1, memory="auto", dgc_momentum=0.9))]
+    #[pyo3(signature = (name, shape, options=None, rank=0))]
     fn new(
-        config: &str,
+        name: &Bound<'_, PyAny>,
         shape: Vec<usize>,
+        options: Option<&Bound<'_, PyDict>>,
         rank: u32,
-        seed: u64,
-        memory: &str,
-        dgc_momentum: f32,
     ) -> PyResult<Self> {
+        let r = crate::config::Routed::new(name, options)?;
+        r.refuse(&NOT_FOR_ONE_TENSOR)?;
+        if let Some(other) = r.top.keys().find(|k| *k != "seed") {
+            return Err(value_error(format!("{other}: not an option of one tensor's compressor")));
+        }
+        let seed = match r.top.get("seed") {
+            None => 1,
+            Some(v) => {
+                v.as_u64().ok_or_else(|| value_error(format!("seed: {v} is not a whole number ≥ 0")))?
+            }
+        };
+        let compression: CompressionConfig =
+            serde_path_to_error::deserialize(Value::Object(r.compression.clone()))
+                .map_err(|e| value_error(format!("{}: {}", e.path(), e.inner())))?;
+        if compression.residual != ResidualForm::Raw {
+            return Err(value_error(
+                "residual: the bytes API has no learning rate, so its error feedback keeps raw gradients ('raw', the default)",
+            ));
+        }
+        let dgc_momentum = compression.dgc_momentum;
         if !(0.0..1.0).contains(&dgc_momentum) {
             return Err(value_error(format!("dgc_momentum: {dgc_momentum} is not in [0, 1)")));
         }
-        let table = serde_json::from_str(config).map_err(value_error)?;
-        let cfg = crate::config::parse_compressor(&table)?;
-        let kind = serde_json::from_value(serde_json::Value::String(memory.into())).map_err(|_| {
-            value_error(format!("memory: {memory:?} is not auto, none, error-feedback or dgc-momentum"))
-        })?;
+        let cfg = crate::config::parse_compressor(&Value::Object(r.compressor.clone()))?;
+        let kind = compression.memory;
+        let whole =
+            DataParallelConfig { compressor: cfg.clone().into(), compression, seed, ..Default::default() };
+        r.refuse_inert(&whole)?;
         let compressor = cfg.build_for(&shape);
         if compressor.combine() == Combine::InRounds {
             return Err(value_error(format!(

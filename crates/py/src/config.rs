@@ -7,7 +7,8 @@ use gradcomp_compress::CompressorConfig;
 use gradcomp_exchange::config::{StrategyKind, Topology};
 use gradcomp_exchange::DataParallelConfig;
 use pyo3::exceptions::PyValueError;
-use pyo3::PyErr;
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyDict, PyList, PyString, PyTuple};
 use serde_json::{Map, Value};
 
 fn value_error(e: impl std::fmt::Display) -> PyErr {
@@ -18,6 +19,8 @@ fn value_error(e: impl std::fmt::Display) -> PyErr {
 /// table without its key, so on an error the options are tried one at a
 /// time after `name`, and the first that fails is named.
 pub fn parse_compressor(table: &Value) -> Result<CompressorConfig, PyErr> {
+    let expanded = expand_variant(table);
+    let table = expanded.as_ref().unwrap_or(table);
     let whole = serde_json::from_value::<CompressorConfig>(table.clone());
     let err = match whole {
         Ok(c) => {
@@ -41,6 +44,22 @@ pub fn parse_compressor(table: &Value) -> Result<CompressorConfig, PyErr> {
         }
     }
     Err(value_error(format!("compressor: {err}")))
+}
+
+/// A table named after a method's variant (`gaussiank-refined`): the
+/// variant's own options under its method's name, then the table's.
+fn expand_variant(table: &Value) -> Option<Value> {
+    let name = table.get("name")?.as_str()?;
+    let Ok(Value::Object(mut own)) = serde_json::to_value(CompressorConfig::named(name)?) else {
+        return None;
+    };
+    if own.get("name").and_then(Value::as_str) == Some(name) {
+        return None;
+    }
+    for (k, v) in table.as_object()?.iter().filter(|(k, _)| *k != "name") {
+        own.insert(k.clone(), v.clone());
+    }
+    Some(Value::Object(own))
 }
 
 /// Parses and checks `json`. Each DDP bucket is one gradcomp bucket, moved
@@ -89,4 +108,164 @@ pub fn parse(json: &str) -> Result<DataParallelConfig, PyErr> {
         ));
     }
     Ok(cfg)
+}
+
+/// A Python option's value as JSON, or ValueError naming `key` (a path
+/// such as `exclude.names[0]` inside tables and lists). Booleans stay
+/// booleans, so `density=True` is refused where a number is wanted; a
+/// float must be finite.
+pub fn to_json(key: &str, v: &Bound<'_, PyAny>) -> PyResult<Value> {
+    if v.is_none() {
+        return Ok(Value::Null);
+    }
+    if let Ok(b) = v.cast::<PyBool>() {
+        return Ok(Value::Bool(b.is_true()));
+    }
+    if let Ok(s) = v.cast::<PyString>() {
+        return Ok(Value::String(s.extract::<String>()?));
+    }
+    if let Ok(d) = v.cast::<PyDict>() {
+        let mut map = Map::new();
+        for (k, item) in d.iter() {
+            let k: String =
+                k.extract().map_err(|_| value_error(format!("{key}: a table's keys are strings")))?;
+            let value = to_json(&format!("{key}.{k}"), &item)?;
+            map.insert(k, value);
+        }
+        return Ok(Value::Object(map));
+    }
+    if v.cast::<PyList>().is_ok() || v.cast::<PyTuple>().is_ok() {
+        let items = v.try_iter()?.enumerate().map(|(i, item)| to_json(&format!("{key}[{i}]"), &item?));
+        return items.collect::<PyResult<Vec<_>>>().map(Value::Array);
+    }
+    if let Ok(i) = v.extract::<i64>() {
+        return Ok(i.into());
+    }
+    if let Ok(u) = v.extract::<u64>() {
+        return Ok(u.into());
+    }
+    if let Ok(f) = v.extract::<f64>() {
+        return serde_json::Number::from_f64(f)
+            .map(Value::Number)
+            .ok_or_else(|| value_error(format!("{key}: {f} is not a finite number")));
+    }
+    Err(value_error(format!("{key}: {} is not a number, string, list or table", v.repr()?)))
+}
+
+/// The keys of a configuration section, read from its serialized default:
+/// a new field is routed without a list to keep.
+fn keys_of<T: serde::Serialize>(section: &T) -> Vec<String> {
+    match serde_json::to_value(section) {
+        Ok(Value::Object(m)) => m.keys().cloned().collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// Keyword options, routed as gradcomp's TOML holds them: a key of the
+/// `[compression]` section there, a top-level key of the configuration at
+/// the top, and every other key the compressor's own.
+pub struct Routed {
+    pub compressor: Map<String, Value>,
+    pub compression: Map<String, Value>,
+    pub top: Map<String, Value>,
+}
+
+impl Routed {
+    pub fn new(name: &Bound<'_, PyAny>, options: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {
+        let name: String = name.extract().map_err(|_| {
+            pyo3::exceptions::PyTypeError::new_err(format!(
+                "gradcomp: the compressor name must be a string, got {}",
+                name.get_type().name().map_or("?".into(), |n| n.to_string())
+            ))
+        })?;
+        let compression_keys = keys_of(&gradcomp_exchange::config::CompressionConfig::default());
+        let top_keys: Vec<String> = keys_of(&DataParallelConfig::default())
+            .into_iter()
+            .filter(|k| k != "compressor" && k != "compression")
+            .collect();
+        let mut r = Routed { compressor: Map::new(), compression: Map::new(), top: Map::new() };
+        r.compressor.insert("name".into(), Value::String(name));
+        for (k, v) in options.into_iter().flat_map(|d| d.iter()) {
+            let key: String = k.extract()?;
+            let value = to_json(&key, &v)?;
+            let section = if compression_keys.contains(&key) {
+                &mut r.compression
+            } else if top_keys.contains(&key) {
+                &mut r.top
+            } else {
+                &mut r.compressor
+            };
+            section.insert(key, value);
+        }
+        Ok(r)
+    }
+
+    /// Every option given, by its key in its section.
+    pub fn given(&self) -> Vec<&str> {
+        let own = self.compressor.keys().filter(|k| *k != "name");
+        own.chain(self.compression.keys()).chain(self.top.keys()).map(String::as_str).collect()
+    }
+
+    /// Refuses an option given that changes nothing in `cfg`.
+    pub fn refuse_inert(&self, cfg: &DataParallelConfig) -> PyResult<()> {
+        match cfg.inert_option(&self.given()) {
+            Some(e) => Err(PyValueError::new_err(format!("gradcomp: {}: {}", e.key, e.problem))),
+            None => Ok(()),
+        }
+    }
+
+    /// Refuses the first of `keys` (key, why) that was given.
+    pub fn refuse(&self, keys: &[(&str, &str)]) -> PyResult<()> {
+        for (key, why) in keys {
+            if self.compression.contains_key(*key) || self.top.contains_key(*key) {
+                return Err(value_error(format!("{key}: {why}")));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What the hook sets itself, and why an option cannot change it.
+const SET_BY_THE_HOOK: [(&str, &str); 6] = [
+    ("bucket_mb", "DDP cuts the buckets: pass bucket_cap_mb to DistributedDataParallel"),
+    ("pipeline", "the hook's exchanges run on its own thread, overlapping DDP's backward pass"),
+    ("on_device", "the hook compresses on the host (a CUDA bucket is copied to pinned memory and back)"),
+    ("checksum_every", "DDP keeps the replicas, and the hook never sees the parameters"),
+    ("base_lr", "CELGC's local steps need gradcomp's own loop; the hook exchanges every step"),
+    ("server", "torch.distributed has no parameter server"),
+];
+
+/// `_core.hook_config(name, options)`: the JSON configuration of a DDP
+/// hook for compressor `name` with keyword `options` (docs/CONFIG.md's
+/// keys), checked; ValueError names the option that is wrong or that the
+/// hook cannot honour.
+#[pyfunction]
+#[pyo3(signature = (name, options=None))]
+pub fn hook_config(name: &Bound<'_, PyAny>, options: Option<&Bound<'_, PyDict>>) -> PyResult<String> {
+    let r = Routed::new(name, options)?;
+    r.refuse(&SET_BY_THE_HOOK)?;
+    let mut cfg = r.top.clone();
+    cfg.insert("compressor".into(), Value::Object(r.compressor.clone()));
+    cfg.insert("compression".into(), Value::Object(r.compression.clone()));
+    // No parameter checksums: DDP keeps the replicas, and gradcomp never sees them.
+    cfg.insert("checksum_every".into(), Value::from(0));
+    let json = Value::Object(cfg).to_string();
+    r.refuse_inert(&parse(&json)?)?;
+    Ok(json)
+}
+
+/// `_core.compressor_options(name)`: the compressor's own options with
+/// their defaults, as its `[compressor]` table (`name` included).
+#[pyfunction]
+pub fn compressor_options(name: &str) -> PyResult<String> {
+    let cfg = CompressorConfig::named(name).ok_or_else(|| {
+        value_error(format!("compressor: {name:?} is none of {}", CompressorConfig::NAMES.join(", ")))
+    })?;
+    serde_json::to_string(&cfg).map_err(value_error)
+}
+
+/// `_core.methods()`: every built-in compressor's name.
+#[pyfunction]
+pub fn methods() -> Vec<&'static str> {
+    CompressorConfig::NAMES.to_vec()
 }

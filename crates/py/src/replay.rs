@@ -2,7 +2,9 @@
 //! thread per worker: the Rust library's own result for gradients that a
 //! DDP run recorded, so a test can check the hook against it.
 
-use gradcomp_comm::{Collective, InProcessGroup};
+use std::collections::BTreeMap;
+
+use gradcomp_comm::{Collective, InProcessGroup, Metered};
 use gradcomp_exchange::StepInput;
 use numpy::{PyArray1, PyReadonlyArray1};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
@@ -13,8 +15,11 @@ use crate::exchange::Buckets;
 /// `grads[rank][call]` is the bucket gradient worker `rank` handed to the
 /// hook's call-th call, which exchanged the tensors `keys[call]` of
 /// `shapes[call]` at step `steps[call]`. Returns every worker's averaged
-/// gradients, `[rank][call]`.
+/// gradients, `[rank][call]`, and what each sent in all: per operation,
+/// `(calls, bytes sent, bytes received)`. `lr` is the learning rate every
+/// step is given (lr-scaled error feedback reads it).
 #[pyfunction]
+#[pyo3(signature = (config, keys, shapes, steps, grads, lr=1.0))]
 pub fn replay<'py>(
     py: Python<'py>,
     config: &str,
@@ -22,7 +27,8 @@ pub fn replay<'py>(
     shapes: Vec<Vec<Vec<usize>>>,
     steps: Vec<u64>,
     grads: Vec<Vec<PyReadonlyArray1<'py, f32>>>,
-) -> PyResult<Vec<Vec<Bound<'py, PyArray1<f32>>>>> {
+    lr: f64,
+) -> PyResult<Replayed<'py>> {
     let cfg = crate::config::parse(config)?;
     let world = grads.len();
     let calls = steps.len();
@@ -35,27 +41,37 @@ pub fn replay<'py>(
         .collect::<PyResult<Vec<_>>>()?;
     let outs = py
         .detach(|| {
-            InProcessGroup::new(world).run(|mut c| -> Result<Vec<Vec<f32>>, String> {
+            InProcessGroup::new(world).run(|c| -> Result<(Vec<Vec<f32>>, Sent), String> {
+                let mut c = Metered::new(c);
                 let rank = c.rank();
                 let mut buckets = Buckets::new(cfg.clone(), world);
                 let mut outs = Vec::new();
                 for call in 0..calls {
                     let g = &grads[rank][call];
                     let mut out = vec![0.0; g.len()];
-                    let input = StepInput { step: steps[call], lr: 1.0, loss: None, measure: false };
+                    let input = StepInput { step: steps[call], lr, loss: None, measure: false };
                     buckets.exchange(&keys[call], &shapes[call], g, &mut out, &input, &mut c)?;
                     outs.push(out);
                 }
-                Ok(outs)
+                let total = c.meter().total();
+                let sent = total.iter().map(|(op, b)| (op.name(), (b.calls, b.sent, b.received))).collect();
+                Ok((outs, sent))
             })
         })
         .map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
-    outs.into_iter()
-        .map(|w| {
-            let w = w
-                .map_err(|p| PyRuntimeError::new_err(format!("worker {} panicked: {}", p.rank, p.message)))?
-                .map_err(PyRuntimeError::new_err)?;
-            Ok(w.into_iter().map(|o| PyArray1::from_vec(py, o)).collect())
-        })
-        .collect()
+    let mut result = (Vec::new(), Vec::new());
+    for w in outs {
+        let (o, sent) = w
+            .map_err(|p| PyRuntimeError::new_err(format!("worker {} panicked: {}", p.rank, p.message)))?
+            .map_err(PyRuntimeError::new_err)?;
+        result.0.push(o.into_iter().map(|o| PyArray1::from_vec(py, o)).collect());
+        result.1.push(sent);
+    }
+    Ok(result)
 }
+
+/// Per operation: (calls, bytes sent, bytes received).
+type Sent = BTreeMap<&'static str, (u64, u64, u64)>;
+
+/// Every worker's outputs `[rank][call]`, and what each sent.
+type Replayed<'py> = (Vec<Vec<Bound<'py, PyArray1<f32>>>>, Vec<Sent>);

@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 from gradcomp import _core
-from gradcomp._config import config_json
 
 CASES = [
     ("topk", {"density": 0.05}),
@@ -41,8 +40,8 @@ def test_hook_equals_the_rust_library(recorded: Any, name: Any, options: Any) ->
     calls = ranks[0]["calls"]
     layouts = {tuple(c["keys"]) for c in calls}
     assert len(layouts) > 2, "the run should cut the model in several buckets, and rebuild them"
-    outs = _core.replay(
-        config_json(name, options),
+    outs, _ = _core.replay(
+        _core.hook_config(name, options),
         [c["keys"] for c in calls],
         [c["shapes"] for c in calls],
         [c["step"] for c in calls],

@@ -78,6 +78,9 @@ impl Compressor for Natural {
 }
 
 impl Method for NaturalConfig {
+    fn draws_random(&self) -> bool {
+        true
+    }
     fn default_memory(&self) -> MemoryKind {
         MemoryKind::None
     }

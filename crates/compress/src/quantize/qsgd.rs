@@ -106,6 +106,9 @@ fn quantize_bucket(v: &[f32], pre: f32, scale: f32, max: i16, lanes: &mut LaneRn
 }
 
 impl Method for QsgdConfig {
+    fn draws_random(&self) -> bool {
+        true
+    }
     fn validate(&self) -> Result<(), crate::method::InvalidOption> {
         check((1..=MAX_LEVELS).contains(&self.levels), "levels", || {
             format!("{} is not in 1..={}", self.levels, MAX_LEVELS)

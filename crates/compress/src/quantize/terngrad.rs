@@ -162,6 +162,9 @@ fn ternary_word(x: &[f32; LANES], u: &[u32; LANES], pre: f32, inv_s: f32) -> u32
 }
 
 impl Method for TernGradConfig {
+    fn draws_random(&self) -> bool {
+        true
+    }
     fn validate(&self) -> Result<(), crate::method::InvalidOption> {
         check(self.c > 0.0 && self.c.is_finite(), "c", || {
             format!("{} must be a positive number (the paper uses 2.5)", self.c)

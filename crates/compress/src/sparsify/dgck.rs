@@ -93,6 +93,9 @@ impl Selector for DgcK {
 }
 
 impl Method for DgcKConfig {
+    fn draws_random(&self) -> bool {
+        true
+    }
     fn validate(&self) -> Result<(), crate::method::InvalidOption> {
         check_density(self.density)?;
         check(self.sample_fraction > 0.0 && self.sample_fraction <= 1.0, "sample_fraction", || {

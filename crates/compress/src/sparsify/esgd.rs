@@ -278,6 +278,9 @@ impl Compressor for Esgd {
 }
 
 impl Method for EsgdConfig {
+    fn draws_random(&self) -> bool {
+        true
+    }
     fn validate(&self) -> Result<(), crate::method::InvalidOption> {
         check_density(self.density)?;
         check((0.0..1.0).contains(&self.beta), "beta", || format!("{} is not in [0, 1)", self.beta))?;

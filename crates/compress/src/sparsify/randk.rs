@@ -109,4 +109,8 @@ impl Selector for RandK {
     }
 }
 
-error_feedback_sparsifier!(RandKConfig => RandK {});
+error_feedback_sparsifier!(RandKConfig => RandK {
+    fn draws_random(&self) -> bool {
+        true
+    }
+});

@@ -5,6 +5,7 @@
 
 mod compression;
 mod error;
+mod inert;
 mod strategy;
 mod topology;
 mod validate;

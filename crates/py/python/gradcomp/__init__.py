@@ -9,13 +9,12 @@
 Every algorithm runs in Rust (the crates gradcomp-compress and gradcomp-dp);
 this package is bindings.
 """
-import json
 from typing import Any, Dict, Iterable, Mapping, Sequence, Tuple, Union
 
 import numpy as np
 
 from . import _core
-from ._config import config_json, whole as _whole
+from ._config import whole as _whole
 from ._model import model
 
 
@@ -33,21 +32,12 @@ class Compressor:
     decode in Rust and the reverse.
     """
 
-    def __init__(self, name: str, shape: Union[int, Sequence[int]], *, rank: int = 0, seed: int = 1,
-                 memory: str = "auto", dgc_momentum: float = 0.9, residual: str = "raw", **options: Any) -> None:
+    def __init__(self, name: str, shape: Union[int, Sequence[int]], *, rank: int = 0, **options: Any) -> None:
         dims = shape if isinstance(shape, (tuple, list)) else (shape,)
         self.shape = tuple(_whole("shape", d) for d in dims)
-        for key in options:
-            if key in _NOT_FOR_ONE_TENSOR:
-                raise ValueError(f"gradcomp: {key}: {_NOT_FOR_ONE_TENSOR[key]}")
-        if residual != "raw":
-            raise ValueError(f"gradcomp: residual: {residual!r}: the bytes API has no learning rate, so its "
-                             "error feedback keeps raw gradients ('raw', the default)")
-        if isinstance(dgc_momentum, bool) or not isinstance(dgc_momentum, (int, float)):
-            raise ValueError(f"gradcomp: dgc_momentum: {dgc_momentum!r} is not a number in [0, 1)")
-        table = json.loads(config_json(name, options))["compressor"]
-        self._inner = _core.Compressor(json.dumps(table), list(self.shape), rank=_whole("rank", rank),
-                                       seed=_whole("seed", seed), memory=memory, dgc_momentum=float(dgc_momentum))
+        # The options (docs/CONFIG.md's keys, `memory`, `dgc_momentum`,
+        # `residual` and `seed` among them) are routed and checked in Rust.
+        self._inner = _core.Compressor(name, list(self.shape), options, rank=_whole("rank", rank))
 
     @property
     def name(self) -> str:
@@ -65,17 +55,6 @@ class Compressor:
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self._inner.load_state_dict({k: np.asarray(v, dtype=np.float32).reshape(-1) for k, v in state.items()})
-
-
-# The configuration keys that say how a model is cut or stepped: a single
-# tensor's compressor has none of them.
-_NOT_FOR_ONE_TENSOR = {
-    "granularity": "one compressor is one tensor; granularity is how gradcomp's hook and trainer cut a model",
-    "exclude": "one compressor is one tensor; exclusion is how gradcomp's hook and trainer cut a model",
-    "warmup": "the density warm-up is per epoch, which the bytes API does not see; set density",
-    "local_clip": "DGC's local clipping needs the whole model's gradient norm; clip before compress",
-    "topology": "the bytes API moves no bytes; your transport is the topology",
-}
 
 
 def compressor(name: str, shape: Union[int, Sequence[int]], **options: Any) -> Compressor:

@@ -29,7 +29,7 @@ import torch.distributed as dist
 
 from . import _core
 from ._comm import Comm
-from ._config import config_json, whole
+from ._config import whole
 
 __all__ = ["GradcompState", "hook", "exchange_hook", "model"]
 
@@ -53,7 +53,7 @@ class GradcompState:
         if process_group is not None and not isinstance(process_group, dist.ProcessGroup):
             raise TypeError(f"gradcomp: process_group: {process_group!r} is not a torch.distributed "
                             "process group (dist.new_group(...), or None for the default group)")
-        self._setup(config_json(name, options), process_group, on_nonfinite, stats_every, lr)
+        self._setup(_core.hook_config(name, options), process_group, on_nonfinite, stats_every, lr)
         first = _core.first_compressed_step(self.config)
         if first >= 1000:
             warnings.warn(f"gradcomp: {self.name} sends dense bytes (a plain allreduce) for its first {first} steps, "
