@@ -35,7 +35,7 @@ pub fn predict<'py>(
         return bad("workers", "must be at least 1");
     }
     if !(link_bps.is_finite() && link_bps > 0.0) {
-        return bad("link", "must be a positive speed");
+        return bad("link_gbps", "must be a positive speed");
     }
     if !(density > 0.0 && density <= 1.0) {
         return bad("density", "must be in (0, 1]");

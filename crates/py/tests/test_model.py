@@ -45,6 +45,11 @@ def test_from_a_torch_module() -> None:
     ({"link_gbps": 0}, "link"),
     ({"compute_seconds": -1}, "compute_seconds"),
     ({"density": 2}, "density"),
+    ({"workers": True}, "workers"),
+    ({"workers": -2}, "workers"),
+    ({"link_gbps": True}, "link_gbps"),
+    ({"compute_seconds": "fast"}, "compute_seconds"),
+    ({"alpha": None}, "alpha"),
 ])
 def test_bad_arguments_name_themselves(kwargs: Any, needle: Any) -> None:
     args: Any = dict(shapes=SHAPES, compute_seconds=0.01, workers=4, link_gbps=1)

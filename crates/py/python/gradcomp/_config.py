@@ -16,3 +16,10 @@ def whole(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
         raise ValueError(f"gradcomp: {name}: {value!r} is not a whole number ≥ 0")
     return int(value)
+
+
+def number(name: str, value: Any) -> float:
+    """`value` as a float, or ValueError naming the argument (booleans are not numbers)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise ValueError(f"gradcomp: {name}: {value!r} is not a number")
+    return float(value)

@@ -8,6 +8,7 @@ decode times are measured on this CPU; the wire is priced with α–β formulas
 from typing import TYPE_CHECKING, Any, Dict, List, Sequence, Union
 
 from . import _core
+from ._config import number, whole
 
 if TYPE_CHECKING:  # torch is optional: the bytes API and the model need only numpy
     import torch
@@ -36,8 +37,10 @@ def model(shapes: Union["torch.nn.Module", Sequence[Sequence[int]]], compute_sec
     apart); `does_not_know` says what the model leaves out.
     """
     dims = _shapes_of(shapes)
-    rows = _core.predict(dims, float(compute_seconds), int(workers), float(link_gbps) * 1e9,
-                         density=float(density), alpha=float(alpha))
+    # The ranges are Rust's to check; here only that each is a number at all.
+    rows = _core.predict(dims, number("compute_seconds", compute_seconds), whole("workers", workers),
+                         number("link_gbps", link_gbps) * 1e9, density=number("density", density),
+                         alpha=number("alpha", alpha))
     rows.sort(key=lambda r: r["step_seconds"])
     best = rows[0]
     margin = best["speedup_over_dense"]
