@@ -12,10 +12,9 @@
 #
 # BIN is gradcomp built with --features mpi (release). PEER_PYTHON is the peer's
 # Python (default ~/.cache/gradcomp/py-venv/bin/python); MATRIX_MODELS,
-# MATRIX_RATES, MATRIX_BURN and MATRIX_PEER choose a subset. Both frameworks
-# run with one DDP bucket / gradcomp's config buckets as the config sets them;
-# torch's PowerSGD runs with a single DDP bucket (--buckets one): see
-# docs/RESULTS.md on the two-bucket pitfall. The table:
+# MATRIX_RATES, MATRIX_BURN and MATRIX_PEER choose a subset (MATRIX_BURN=" ":
+# none). The burn trainer runs with its config's buckets; DDP's buckets are
+# peer_options' below. The table:
 # gradcomp report --time-to-accuracy OUT/*/
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -28,11 +27,16 @@ burn=(${MATRIX_BURN:-dense topk terngrad powersgd-r2})
 peer=(${MATRIX_PEER:-none torch-fp16 torch-powersgd-r1 torch-powersgd-r2 torch-powersgd-r4 torch-batched-powersgd-r2 gradcomp:topk gradcomp:terngrad gradcomp:powersgd})
 
 # gradcomp's hooks at the settings of gradcomp's own time-to-accuracy runs.
+# The buckets: torch's PowerSGD in one (the two-bucket pitfall, docs/RESULTS.md);
+# every other method in DDP's default buckets, where a bucket's exchange can
+# overlap the rest of the backward pass (gradcomp's hooks since issue #35;
+# before it, every method ran in one bucket).
 peer_options() {
     case $1 in
-        gradcomp:topk) echo "--option density=0.01" ;;
-        gradcomp:powersgd) echo "--option matrix_approximation_rank=2 --option start_iter=10" ;;
-        *) echo "" ;;
+        gradcomp:topk) echo "--option density=0.01 --buckets ddp" ;;
+        gradcomp:powersgd) echo "--option matrix_approximation_rank=2 --option start_iter=10 --buckets ddp" ;;
+        torch-powersgd-*|torch-batched-powersgd-*) echo "--buckets one" ;;
+        *) echo "--buckets ddp" ;;
     esac
 }
 

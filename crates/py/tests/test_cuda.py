@@ -68,3 +68,46 @@ def test_a_cuda_bucket_gives_the_cpu_result(world_of_one: Any, name: Any, option
             assert torch.equal(ga, gb), f"{name}: step {step}, parameter {i}"
     assert all(c == 0 for c in cpu_copies)
     assert all(c > 0 for c in gpu_copies), "a CUDA bucket's copies should be timed"
+
+
+NCCL = r'''
+import sys, torch, torch.distributed as dist
+sys.path.insert(0, %r)
+from test_cuda import CASES, Shapes
+from torch.nn.parallel import DistributedDataParallel as DDP
+import gradcomp.torch as gt
+dist.init_process_group("nccl", init_method="tcp://127.0.0.1:%d", rank=0, world_size=1)
+gloo = dist.new_group(backend="gloo")
+torch.cuda.set_device(0)
+def run(device, group, name, options):
+    model = Shapes().to(device)
+    ddp = DDP(model, device_ids=[0] if device == "cuda" else None, bucket_cap_mb=0.1, process_group=group)
+    state, hook = gt.hook(name, process_group=group, **options)
+    ddp.register_comm_hook(state, hook)
+    grads = []
+    for _ in range(4):
+        ddp.zero_grad()
+        ddp(torch.ones(1, device=device)).backward()
+        grads.append([p.grad.detach().cpu().clone() for p in model.ps])
+    return grads, state._comm.device
+for name, options in CASES:
+    cpu, _ = run("cpu", gloo, name, options)
+    gpu, device = run("cuda", None, name, options)
+    assert device is not None and device.type == "cuda", device
+    for a, b in zip(cpu, gpu):
+        for ga, gb in zip(a, b):
+            assert torch.equal(ga, gb), name
+print("ok")
+'''
+
+
+def test_an_nccl_group_moves_the_payloads_as_cuda_tensors() -> None:
+    """Over a pure NCCL group the hook's own group is NCCL too and its payloads cross as
+    CUDA tensors (compression on the host); the result is the gloo CPU run's, bit for bit."""
+    import subprocess
+    import sys
+    from conftest import free_port
+    here = os.path.dirname(os.path.abspath(__file__))
+    out = subprocess.run([sys.executable, "-c", NCCL % (here, free_port())], capture_output=True, text=True,
+                         timeout=300)
+    assert out.stdout.strip().endswith("ok"), out.stdout + out.stderr

@@ -2,7 +2,9 @@
 
 Buffers arrive as memoryviews of Rust memory, valid only during the call: each
 is wrapped by `torch.frombuffer` (no copy) and the wrapper dropped before the
-call returns.
+call returns. On a group whose collectives move device tensors (NCCL), each
+payload is copied to `device` for the collective and its result back: the
+compression stays on the host, only the payload crosses.
 """
 from typing import List, Optional
 
@@ -20,51 +22,66 @@ _OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX}
 
 
 class Comm:
-    """gradcomp's collectives on `group` (None: the default group)."""
+    """gradcomp's collectives on `group` (None: the default group); with
+    `device`, every payload crosses as a tensor on that device (NCCL)."""
 
-    def __init__(self, group: Optional[dist.ProcessGroup] = None) -> None:
+    def __init__(self, group: Optional[dist.ProcessGroup] = None, device: Optional[torch.device] = None) -> None:
         self.group = group
         self.world = dist.get_world_size(group)
+        self.device = device
+
+    def _out(self, t: torch.Tensor) -> torch.Tensor:
+        """`t` where the group's collectives take it."""
+        return t if self.device is None else t.to(self.device)
+
+    def _set_device(self) -> None:
+        # The communication thread's current CUDA device is the group's.
+        if self.device is not None and self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
 
     def all_reduce(self, view: memoryview, dtype: str, op: str) -> None:
         if len(view) == 0:
             return
+        self._set_device()
         t = torch.frombuffer(view, dtype=_DTYPES[dtype])
-        if dtype == "int16":
-            # gloo sums no 16-bit integers: sum in 32 bits and wrap back, as
-            # the other backends' wrapping 16-bit sum does.
-            wide = t.to(torch.int32)
-            dist.all_reduce(wide, op=_OPS[op], group=self.group)
-            t.copy_(wide.to(torch.int16))
-        else:
-            dist.all_reduce(t, op=_OPS[op], group=self.group)
+        # gloo and NCCL sum no 16-bit integers: sum in 32 bits and wrap back,
+        # as the other backends' wrapping 16-bit sum does.
+        wide = self._out(t.to(torch.int32) if dtype == "int16" else t)
+        dist.all_reduce(wide, op=_OPS[op], group=self.group)
+        if wide.data_ptr() != t.data_ptr():
+            t.copy_(wide.to(t.dtype).cpu())
         del t
 
     def all_gather(self, data: bytes) -> List[bytes]:
         """Every worker's `data` (bytes), in rank order; padded to the longest on the wire."""
-        size = torch.tensor([len(data)], dtype=torch.int64)
-        gathered = [torch.zeros(1, dtype=torch.int64) for _ in range(self.world)]
+        self._set_device()
+        size = self._out(torch.tensor([len(data)], dtype=torch.int64))
+        gathered = [torch.zeros_like(size) for _ in range(self.world)]
         dist.all_gather(gathered, size, group=self.group)
-        sizes = [int(s) for s in gathered]
+        sizes = [int(s.item()) for s in gathered]
         longest = max(sizes)
         if longest == 0:
             return [b""] * self.world
         buf = torch.zeros(longest, dtype=torch.uint8)
         if data:
             buf[: len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
-        parts = [torch.empty(longest, dtype=torch.uint8) for _ in range(self.world)]
-        dist.all_gather(parts, buf, group=self.group)
-        return [p[:s].numpy().tobytes() for p, s in zip(parts, sizes)]
+        sent = self._out(buf)
+        parts = [torch.empty_like(sent) for _ in range(self.world)]
+        dist.all_gather(parts, sent, group=self.group)
+        return [p[:s].cpu().numpy().tobytes() for p, s in zip(parts, sizes)]
 
     def broadcast(self, data: bytes, root: int) -> bytes:
-        size = torch.tensor([len(data)], dtype=torch.int64)
+        self._set_device()
+        size = self._out(torch.tensor([len(data)], dtype=torch.int64))
         dist.broadcast(size, src=root, group=self.group)
-        n = int(size)
+        n = int(size.item())
         buf = torch.zeros(n, dtype=torch.uint8)
         if dist.get_rank(self.group) == root and data:
             buf[:] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
         if n:
-            dist.broadcast(buf, src=root, group=self.group)
+            moved = self._out(buf)
+            dist.broadcast(moved, src=root, group=self.group)
+            buf = moved.cpu()
         return buf.numpy().tobytes()
 
     def barrier(self) -> None:

@@ -200,14 +200,7 @@ def exchange_hook(state: "GradcompState",
     goes on. Its collectives use a gloo group of their own, made at the first
     bucket, so they never interleave with DDP's own collectives."""
     if state._comm is None:
-        group = state.process_group
-        if dist.get_backend(group) == "nccl":
-            raise ValueError("gradcomp's hooks move their messages with gloo: pass "
-                             "process_group=dist.new_group(backend='gloo') to gradcomp.torch.hook")
-        ranks = None if group is None else dist.get_process_group_ranks(group)
-        own = dist.new_group(ranks=ranks, backend="gloo")
-        assert isinstance(own, dist.ProcessGroup), "this worker is in the hook's group"
-        state._comm = Comm(own)
+        state._comm = _own_comm(state.process_group, bucket.buffer().device)
         state._worker = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="gradcomp-hook")
     buf = bucket.buffer()
     if buf.dtype not in _BUCKET_DTYPES:
@@ -226,6 +219,21 @@ def exchange_hook(state: "GradcompState",
     assert state._worker is not None
     state._worker.submit(run)
     return fut
+
+
+def _own_comm(group: Optional[dist.ProcessGroup], bucket_device: torch.device) -> Comm:
+    """The hook's own group, of the same ranks as `group`, so its collectives
+    never interleave with DDP's: gloo, or NCCL where `group` is NCCL (the
+    payloads then cross as CUDA tensors on the bucket's device; compression
+    stays on the host)."""
+    ranks = None if group is None else dist.get_process_group_ranks(group)
+    nccl = dist.get_backend(group) == "nccl"
+    if nccl and bucket_device.type != "cuda":
+        raise ValueError("gradcomp: process_group: an NCCL group moves CUDA tensors, and this model's gradients "
+                         "are on the CPU; pass process_group=dist.new_group(backend='gloo')")
+    own = dist.new_group(ranks=ranks, backend="nccl" if nccl else "gloo")
+    assert isinstance(own, dist.ProcessGroup), "this worker is in the hook's group"
+    return Comm(own, device=bucket_device if nccl else None)
 
 
 class _BucketWork:
@@ -288,7 +296,9 @@ def hook(name: str, *, process_group: Optional[dist.ProcessGroup] = None, on_non
     `name` with gradcomp's options (docs/CONFIG.md), e.g.
     `hook("topk", density=0.01)` or `hook("powersgd", matrix_approximation_rank=2, start_iter=10)`.
 
-    - `process_group`: a gloo group (None: the default group).
+    - `process_group`: a gloo or NCCL group (None: the default group). The
+      hook's collectives run on a group of their own over the same ranks;
+      over NCCL the compressed payloads cross as CUDA tensors.
     - `on_nonfinite`: a NaN or Inf on any worker stops every worker with an
       error ('stop') or makes every worker skip the step ('skip': a zero update,
       the compressors' state untouched).
