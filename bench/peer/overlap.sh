@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The overlap runs of issue #35 (docs/BENCHMARKS.md): bench/peer/overlap.py on 4 netsim hosts.
-cd /work/main
+cd "$(dirname "$0")/../.."
 py=$HOME/.cache/gradcomp/py-venv/bin/python
 out=docs/bench/overlap
 mkdir -p $out
