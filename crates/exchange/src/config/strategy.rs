@@ -35,6 +35,63 @@ pub enum Average {
     Gradients,
 }
 
+/// The outer optimizer of local updates (DiLoCo, Douillard et al. 2023):
+/// how the workers' averaged pseudo-gradient Δ̄ = θ_outer − mean(θ_local)
+/// moves the model every worker adopts after a round.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OuterKind {
+    /// θ_outer ← θ_outer − lr·m, m ← μ·m + Δ̄; at lr 1 and μ 0 this is model averaging.
+    Sgd,
+    /// Nesterov momentum as torch's SGD takes it: m ← μ·m + Δ̄,
+    /// θ_outer ← θ_outer − lr·(Δ̄ + μ·m) (DiLoCo's outer optimizer).
+    Nesterov,
+}
+
+/// `[strategy.outer]`: the outer optimizer and its settings.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct OuterConfig {
+    pub name: OuterKind,
+    /// The outer learning rate; unset: 1 for `sgd` (averaging), 0.7 for
+    /// `nesterov` (DiLoCo's).
+    pub lr: Option<f64>,
+    /// The outer momentum μ; unset: 0 for `sgd`, 0.9 for `nesterov` (DiLoCo's).
+    pub momentum: Option<f64>,
+}
+
+impl OuterConfig {
+    /// DiLoCo's outer optimizer: Nesterov at lr 0.7, momentum 0.9.
+    pub fn nesterov() -> Self {
+        Self { name: OuterKind::Nesterov, lr: None, momentum: None }
+    }
+
+    pub fn lr(&self) -> f64 {
+        self.lr.unwrap_or(match self.name {
+            OuterKind::Sgd => 1.0,
+            OuterKind::Nesterov => 0.7,
+        })
+    }
+
+    pub fn momentum(&self) -> f64 {
+        self.momentum.unwrap_or(match self.name {
+            OuterKind::Sgd => 0.0,
+            OuterKind::Nesterov => 0.9,
+        })
+    }
+
+    /// Whether the outer step is plain model averaging (`sgd`, lr 1, no momentum).
+    pub fn averages(&self) -> bool {
+        self.name == OuterKind::Sgd && self.lr() == 1.0 && self.momentum() == 0.0
+    }
+}
+
+impl Default for OuterConfig {
+    fn default() -> Self {
+        Self { name: OuterKind::Sgd, lr: None, momentum: None }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct StrategyConfig {
@@ -52,6 +109,9 @@ pub struct StrategyConfig {
     /// CELGC: send the periodic model change through `[compressor]` with
     /// error feedback instead of averaging models densely.
     pub compress_delta: bool,
+    /// CELGC's model rounds: the outer optimizer applied to the averaged
+    /// pseudo-gradient (default `sgd` at lr 1: model averaging).
+    pub outer: OuterConfig,
 }
 
 impl StrategyConfig {
@@ -80,6 +140,11 @@ impl StrategyConfig {
         self.compress_delta = on;
         self
     }
+
+    pub fn with_outer(mut self, outer: OuterConfig) -> Self {
+        self.outer = outer;
+        self
+    }
 }
 
 impl Default for StrategyConfig {
@@ -92,6 +157,7 @@ impl Default for StrategyConfig {
             average: Average::Models,
             average_at_epoch_end: false,
             compress_delta: false,
+            outer: OuterConfig::default(),
         }
     }
 }

@@ -94,6 +94,20 @@ impl DataParallelConfig {
                 "applies to CELGC's model averaging (kind = \"celgc\", average = \"models\")",
             ));
         }
+        let outer = st.outer;
+        if !(outer.lr() > 0.0 && outer.lr().is_finite()) {
+            return Err(err("strategy.outer.lr", format!("{} is not a positive learning rate", outer.lr())));
+        }
+        if !(0.0..1.0).contains(&outer.momentum()) {
+            return Err(err("strategy.outer.momentum", format!("{} is not in [0, 1)", outer.momentum())));
+        }
+        let has_rounds = st.kind == StrategyKind::Celgc && st.average == Average::Models;
+        if !(outer.averages() || has_rounds) {
+            return Err(err(
+                "strategy.outer",
+                "an outer optimizer acts on the model rounds of local steps (kind = \"celgc\", average = \"models\")",
+            ));
+        }
         if st.kind != StrategyKind::Celgc {
             return Ok(());
         }
@@ -154,5 +168,27 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn an_outer_optimizer_out_of_range_or_without_rounds_is_named() {
+        use crate::config::{OuterConfig, OuterKind, StrategyConfig};
+        let local = |outer: OuterConfig| {
+            DataParallelConfig::new(CompressorConfig::named("dense").unwrap())
+                .with_strategy(StrategyConfig::celgc(8, 0.0).with_outer(outer))
+        };
+        local(OuterConfig::nesterov()).validate().unwrap();
+        let bad = [
+            (OuterConfig { lr: Some(0.0), ..OuterConfig::nesterov() }, "strategy.outer.lr"),
+            (OuterConfig { momentum: Some(1.0), ..OuterConfig::nesterov() }, "strategy.outer.momentum"),
+            (OuterConfig { name: OuterKind::Sgd, lr: Some(f64::NAN), momentum: None }, "strategy.outer.lr"),
+        ];
+        for (outer, key) in bad {
+            let e = local(outer).validate().unwrap_err().to_string();
+            assert!(e.contains(key), "{outer:?}: {e}");
+        }
+        let sync = DataParallelConfig::new(CompressorConfig::named("dense").unwrap())
+            .with_strategy(StrategyConfig::default().with_outer(OuterConfig::nesterov()));
+        assert!(sync.validate().unwrap_err().to_string().contains("strategy.outer"));
     }
 }

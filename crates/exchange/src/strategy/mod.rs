@@ -19,6 +19,7 @@
 mod base;
 mod build;
 mod celgc;
+mod outer;
 mod sync;
 
 pub use base::{StepResult, Strategy};

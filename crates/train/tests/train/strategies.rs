@@ -24,6 +24,9 @@ fn celgc_strategies_learn() {
         "[strategy]\nkind = \"celgc\"\nperiod = 2\ngamma = 0.5\nclip_norm = \"max\"\n[optimizer]\nmomentum = 0.0",
         "[strategy]\nkind = \"celgc\"\nperiod = 1\ngamma = 0.5\naverage = \"gradients\"",
         "[strategy]\nkind = \"celgc\"\nperiod = 3\ngamma = 0.5\ncompress_delta = true\n[compressor]\nname = \"topk\"\ndensity = 0.1\n[comm]\ntopology = \"allgather\"",
+        // DiLoCo's outer Nesterov, densely and through Top-k with error feedback.
+        "[strategy]\nkind = \"celgc\"\nperiod = 4\ngamma = 0.0\nouter = { name = \"nesterov\" }",
+        "[strategy]\nkind = \"celgc\"\nperiod = 4\ngamma = 0.0\ncompress_delta = true\nouter = { name = \"nesterov\", lr = 0.5 }\n[compressor]\nname = \"topk\"\ndensity = 0.1\n[comm]\ntopology = \"allgather\"",
     ] {
         let (s, d) = run(extra);
         let acc = s.epochs[1].test_accuracy.unwrap();
@@ -36,6 +39,15 @@ fn celgc_strategies_learn() {
             assert_eq!(rounds, 50usize.div_ceil(period), "{extra}: I× fewer rounds");
         }
     }
+}
+
+#[test]
+fn outer_nesterov_resumes_bit_exactly() {
+    let (full, rest) = interrupted_and_resumed(
+        "[strategy]\nkind = \"celgc\"\nperiod = 3\ngamma = 0.0\nouter = { name = \"nesterov\" }",
+        31,
+    );
+    assert_eq!(rest.final_params, full.final_params);
 }
 
 #[test]
@@ -66,6 +78,11 @@ fn invalid_strategy_combinations_are_config_errors() {
         ("[compressor]\nname = \"esgd\"\nbeta = 1.0", "compressor.beta"),
         ("[strategy]\nkind = \"celgc\"\nperiod = 2\naverage = \"gradients\"", "strategy.average"),
         ("[strategy]\nkind = \"celgc\"\n[compressor]\nname = \"topk\"", "strategy.compress_delta"),
+        (
+            "[strategy]\nkind = \"celgc\"\nouter = { name = \"nesterov\", momentum = 1.5 }",
+            "strategy.outer.momentum",
+        ),
+        ("[strategy]\nouter = { name = \"nesterov\" }", "strategy.outer"),
     ] {
         let base = format!("name = \"x\"\nrun_dir = \"{}\"\n", d.path().display());
         let e = TrainConfig::from_toml(&format!("{base}{extra}"), &[]).unwrap_err();

@@ -1,0 +1,160 @@
+//! The outer optimizer of local updates (DiLoCo; ALGORITHMS.md §2): the
+//! step that moves the shared model θ_outer by the workers' averaged
+//! pseudo-gradient. Its state (θ_outer is the caller's anchor; the
+//! momentum here) is identical on every worker, since every worker applies
+//! the same step to the same average.
+//!
+//! The exchange averages the model change c = mean(θ_local − θ_outer) =
+//! −Δ̄ (the sign CELGC's compressed rounds always sent, so their
+//! compressors see the same values as before), and the step is written in
+//! it: with m′ = −m, m′ ← μ·m′ + c, and θ_outer ← θ_outer + lr·m′ (`sgd`)
+//! or θ_outer + lr·(c + μ·m′) (`nesterov`), which is torch's SGD on Δ̄.
+//! At `sgd`, lr 1, μ 0 it is θ_outer + c: model averaging, and bit for bit
+//! the `anchor += change` of CELGC's compressed rounds before it.
+
+use gradcomp_compress::StateError;
+
+use crate::config::{OuterConfig, OuterKind};
+use crate::StateBuffers;
+
+/// The outer optimizer and its momentum.
+pub struct Outer {
+    cfg: OuterConfig,
+    /// −m: the momentum of the model change (empty without momentum).
+    momentum: Vec<f32>,
+}
+
+const MOMENTUM: &str = "outer.momentum";
+
+impl Outer {
+    pub fn new(cfg: OuterConfig) -> Self {
+        Self { cfg, momentum: Vec::new() }
+    }
+
+    /// Moves `anchor` (θ_outer) by the averaged model `change`.
+    pub fn step(&mut self, anchor: &mut [f32], change: &[f32]) {
+        let lr = self.cfg.lr() as f32;
+        let mu = self.cfg.momentum() as f32;
+        if mu == 0.0 {
+            // torch's SGD without momentum: the buffer is the gradient itself.
+            for (a, c) in anchor.iter_mut().zip(change) {
+                *a += lr * c;
+            }
+            return;
+        }
+        if self.momentum.len() != change.len() {
+            // torch's first step: the buffer starts as the gradient.
+            self.momentum = change.to_vec();
+        } else {
+            for (m, c) in self.momentum.iter_mut().zip(change) {
+                *m = mu * *m + c;
+            }
+        }
+        match self.cfg.name {
+            OuterKind::Sgd => {
+                for (a, m) in anchor.iter_mut().zip(&self.momentum) {
+                    *a += lr * m;
+                }
+            }
+            OuterKind::Nesterov => {
+                for ((a, m), c) in anchor.iter_mut().zip(&self.momentum).zip(change) {
+                    *a += lr * (c + mu * m);
+                }
+            }
+        }
+    }
+
+    pub fn state(&self, s: &mut StateBuffers) {
+        if self.cfg.momentum() != 0.0 {
+            s.insert(MOMENTUM.into(), self.momentum.clone());
+        }
+    }
+
+    /// Restores [`Outer::state`]; `len` is the model's length.
+    pub fn restore(&mut self, s: &StateBuffers, len: usize) -> Result<(), StateError> {
+        if self.cfg.momentum() == 0.0 {
+            return Ok(());
+        }
+        let m = s.get(MOMENTUM).ok_or_else(|| StateError::Missing { buffer: MOMENTUM.into() })?;
+        if !m.is_empty() && m.len() != len {
+            let buffer = format!("the outer momentum ({MOMENTUM})");
+            return Err(StateError::Length { buffer, expected: len, got: m.len() });
+        }
+        self.momentum.clone_from(m);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// torch.optim.SGD(lr, momentum, nesterov) on the pseudo-gradient
+    /// Δ = −change, written out in f64 as torch's docs give it.
+    fn torch_sgd(cfg: OuterConfig, theta: &[f64], changes: &[Vec<f64>]) -> Vec<f64> {
+        let (lr, mu) = (cfg.lr(), cfg.momentum());
+        let mut theta = theta.to_vec();
+        let mut buf: Option<Vec<f64>> = None;
+        for c in changes {
+            let g: Vec<f64> = c.iter().map(|v| -v).collect();
+            let b = match buf.take() {
+                None => g.clone(),
+                Some(b) => b.iter().zip(&g).map(|(b, g)| mu * b + g).collect(),
+            };
+            let d: Vec<f64> = match cfg.name {
+                OuterKind::Nesterov => g.iter().zip(&b).map(|(g, b)| g + mu * b).collect(),
+                OuterKind::Sgd if mu == 0.0 => g.clone(),
+                OuterKind::Sgd => b.clone(),
+            };
+            theta.iter_mut().zip(&d).for_each(|(t, d)| *t -= lr * d);
+            buf = Some(b);
+        }
+        theta
+    }
+
+    #[test]
+    fn the_outer_step_is_torchs_sgd_on_the_pseudo_gradient() {
+        let theta = [0.5f32, -1.25, 2.0];
+        let changes = [vec![0.25f32, -0.5, 0.125], vec![-0.375, 0.25, 0.5], vec![0.0625, 0.125, -0.25]];
+        let configs = [
+            OuterConfig::default(),
+            OuterConfig::nesterov(),
+            OuterConfig { name: OuterKind::Sgd, lr: Some(0.5), momentum: Some(0.8) },
+            OuterConfig { name: OuterKind::Nesterov, lr: Some(1.0), momentum: Some(0.5) },
+        ];
+        for cfg in configs {
+            let mut anchor = theta.to_vec();
+            let mut outer = Outer::new(cfg);
+            for c in &changes {
+                outer.step(&mut anchor, c);
+            }
+            let f64s = |v: &[f32]| v.iter().map(|&x| f64::from(x)).collect::<Vec<_>>();
+            let want = torch_sgd(cfg, &f64s(&theta), &changes.iter().map(|c| f64s(c)).collect::<Vec<_>>());
+            for (got, want) in anchor.iter().zip(&want) {
+                assert!((f64::from(*got) - want).abs() < 1e-6, "{cfg:?}: {anchor:?} against {want:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn averaging_adds_the_change_exactly() {
+        let mut anchor = vec![0.1f32, 0.2, 0.3];
+        let change = [0.7f32, -0.05, 1e-8];
+        let want: Vec<f32> = anchor.iter().zip(&change).map(|(a, c)| a + c).collect();
+        Outer::new(OuterConfig::default()).step(&mut anchor, &change);
+        assert_eq!(anchor, want, "sgd at lr 1 is the old anchor += change, bit for bit");
+    }
+
+    #[test]
+    fn the_momentum_round_trips_and_a_wrong_length_is_named() {
+        let mut a = Outer::new(OuterConfig::nesterov());
+        a.step(&mut [0.0; 3], &[1.0, 2.0, 3.0]);
+        let mut s = StateBuffers::new();
+        a.state(&mut s);
+        let mut b = Outer::new(OuterConfig::nesterov());
+        b.restore(&s, 3).unwrap();
+        assert_eq!(b.momentum, a.momentum);
+        assert!(matches!(b.restore(&s, 4), Err(StateError::Length { .. })));
+        assert!(matches!(b.restore(&StateBuffers::new(), 3), Err(StateError::Missing { .. })));
+    }
+}
