@@ -66,6 +66,36 @@ fn expand_variant(table: &Value) -> Option<Value> {
 /// on the calling thread and compressed on the host: the hook's caller owns
 /// bucketing, overlap and the device.
 pub fn parse(json: &str) -> Result<DataParallelConfig, PyErr> {
+    let cfg = parse_for_python(json)?;
+    if cfg.strategy.kind != StrategyKind::Sync {
+        return Err(PyValueError::new_err(
+            "gradcomp: strategy: a DDP hook exchanges every step; for local steps with outer rounds use gradcomp.torch.LocalUpdates",
+        ));
+    }
+    Ok(cfg)
+}
+
+/// Parses and checks `json` for local updates (`LocalUpdates`): CELGC's
+/// model rounds with an outer optimizer, the inner steps the caller's own.
+pub fn parse_local(json: &str) -> Result<DataParallelConfig, PyErr> {
+    let cfg = parse_for_python(json)?;
+    let st = &cfg.strategy;
+    if st.kind != StrategyKind::Celgc || st.average != gradcomp_exchange::config::Average::Models {
+        return Err(value_error(
+            "strategy: local updates average models (kind = \"celgc\", average = \"models\")",
+        ));
+    }
+    if st.gamma != 0.0 {
+        return Err(value_error(
+            "gamma: CELGC's clipping needs each inner gradient; clip in your own inner step (torch.nn.utils.clip_grad_norm_)",
+        ));
+    }
+    Ok(cfg)
+}
+
+/// The checks every Python entry point shares: the configuration as the
+/// trainer checks it, less what only gradcomp's own loop can do.
+fn parse_for_python(json: &str) -> Result<DataParallelConfig, PyErr> {
     let mut rest: Value = serde_json::from_str(json).map_err(value_error)?;
     let table = rest.as_object_mut().and_then(|o| o.remove("compressor")).unwrap_or(Value::Null);
     if table.get("rank").is_some() {
@@ -84,11 +114,6 @@ pub fn parse(json: &str) -> Result<DataParallelConfig, PyErr> {
     if cfg.topology() == Topology::ParameterServer {
         return Err(PyValueError::new_err(
             "gradcomp: topology: torch.distributed has no parameter server; use \"allreduce\" or \"allgather\"",
-        ));
-    }
-    if cfg.strategy.kind != StrategyKind::Sync {
-        return Err(PyValueError::new_err(
-            "gradcomp: strategy: a DDP hook exchanges every step; CELGC's local steps need gradcomp's own loop",
         ));
     }
     // Both live in gradcomp's own step, around the exchange the hook calls.
@@ -251,6 +276,41 @@ pub fn hook_config(name: &Bound<'_, PyAny>, options: Option<&Bound<'_, PyDict>>)
     cfg.insert("checksum_every".into(), Value::from(0));
     let json = Value::Object(cfg).to_string();
     r.refuse_inert(&parse(&json)?)?;
+    Ok(json)
+}
+
+/// `_core.local_config(name, options, period, outer)`: the JSON
+/// configuration of local updates: `period` inner steps per round, the
+/// outer optimizer `outer` (`{"name", "lr", "momentum"}`), the model change
+/// sent through compressor `name` with `options` (dense: averaged as it is;
+/// any other: with its error feedback, `compress_delta`).
+#[pyfunction]
+#[pyo3(signature = (name, period, outer, options=None))]
+pub fn local_config(
+    name: &Bound<'_, PyAny>,
+    period: u64,
+    outer: &Bound<'_, PyDict>,
+    options: Option<&Bound<'_, PyDict>>,
+) -> PyResult<String> {
+    let r = Routed::new(name, options)?;
+    r.refuse(&SET_BY_THE_HOOK)?;
+    if r.top.contains_key("strategy") {
+        return Err(value_error("strategy: LocalUpdates sets it from period and outer"));
+    }
+    let spec: gradcomp_exchange::CompressorSpec =
+        parse_compressor(&Value::Object(r.compressor.clone()))?.into();
+    let strategy = serde_json::json!({
+        "kind": "celgc", "period": period, "gamma": 0.0,
+        "compress_delta": !spec.sends_values_as_they_are(),
+        "outer": to_json("outer", outer.as_any())?,
+    });
+    let mut cfg = r.top.clone();
+    cfg.insert("compressor".into(), Value::Object(r.compressor.clone()));
+    cfg.insert("compression".into(), Value::Object(r.compression.clone()));
+    cfg.insert("strategy".into(), strategy);
+    cfg.insert("checksum_every".into(), Value::from(0));
+    let json = Value::Object(cfg).to_string();
+    r.refuse_inert(&parse_local(&json)?)?;
     Ok(json)
 }
 

@@ -8,6 +8,7 @@
 //! - [`exchange`]: the buckets' exchanges, their state following the tensor.
 //! - [`hook`]: the hook's Rust half: exchanges and the non-finite agreement.
 //! - [`records`]: what the hook reports per bucket and per step.
+//! - [`local`]: the outer rounds of local updates (DiLoCo) for `LocalUpdates`.
 //! - [`collective`]: gradcomp's `Collective` over `torch.distributed`.
 //! - [`compressor`]: one tensor's compressor to and from wire bytes.
 //! - [`replay`]: the same exchanges on the in-process collective (tests).
@@ -21,6 +22,7 @@ pub mod compressor;
 pub mod config;
 pub mod exchange;
 pub mod hook;
+pub mod local;
 pub mod predict;
 pub mod records;
 pub mod replay;
@@ -28,6 +30,8 @@ pub mod replay;
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<hook::Hook>()?;
+    m.add_class::<local::LocalRounds>()?;
+    m.add_function(wrap_pyfunction!(config::local_config, m)?)?;
     m.add_class::<compressor::PyCompressor>()?;
     m.add_function(wrap_pyfunction!(replay::replay, m)?)?;
     m.add_function(wrap_pyfunction!(predict::predict, m)?)?;

@@ -31,7 +31,7 @@ from . import _core
 from ._comm import Comm
 from ._config import whole
 
-__all__ = ["GradcompState", "hook", "exchange_hook", "model"]
+__all__ = ["GradcompState", "hook", "exchange_hook", "model", "LocalUpdates"]
 
 _NONFINITE = ("stop", "skip")
 _BUCKET_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -313,3 +313,5 @@ def hook(name: str, *, process_group: Optional[dist.ProcessGroup] = None, on_non
 
 # One network-model entry: `gradcomp.model` takes a module or shapes.
 from ._model import model  # noqa: E402
+# Local updates with an outer optimizer (DiLoCo), no DDP.
+from ._local import LocalUpdates  # noqa: E402

@@ -1,0 +1,112 @@
+"""Local updates with an outer optimizer (DiLoCo) for any torch module.
+
+    outer = gradcomp.torch.LocalUpdates(model, inner_opt, period=32, outer="nesterov")
+    for batch in data:
+        loss_fn(model(batch)).backward(); inner_opt.step(); inner_opt.zero_grad()
+        outer.step()        # counts inner steps; every `period`, an outer round
+
+No DDP: every rank keeps a full replica and steps on its own batches with its
+own optimizer (whose state is kept across rounds, as DiLoCo does). Every
+`period` inner steps the ranks average their pseudo-gradients (the model's
+change since the last round; densely, or through a gradcomp compressor with
+its error feedback) and the outer optimizer moves the shared model, which
+every rank adopts. The round is the core's (`gradcomp_exchange`'s model-round
+strategy, the one the burn trainer runs), over torch.distributed.
+"""
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from . import _core
+from ._comm import Comm
+from ._config import whole
+
+OUTER = ("sgd", "nesterov")
+
+
+class LocalUpdates:
+    """Outer rounds every `period` inner steps of `optimizer` on `model`.
+
+    - `outer`: `"nesterov"` (DiLoCo's: lr 0.7, momentum 0.9) or `"sgd"` (lr 1,
+      no momentum: plain model averaging, torch's post-local SGD);
+      `outer_lr`, `outer_momentum` override the defaults.
+    - `compressor` and `**options`: how the pseudo-gradient travels
+      (gradcomp's names, docs/CONFIG.md); `"dense"` averages it as it is.
+    - `process_group`: a gloo group (None: the default group).
+    """
+
+    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, *, period: int,
+                 outer: str = "nesterov", outer_lr: Optional[float] = None, outer_momentum: Optional[float] = None,
+                 compressor: str = "dense", process_group: Optional[dist.ProcessGroup] = None,
+                 **options: Any) -> None:
+        period = whole("period", period)
+        if period == 0:
+            raise ValueError("gradcomp: period: 0 inner steps per round; at least 1")
+        if outer not in OUTER:
+            raise ValueError(f"gradcomp: outer: {outer!r} is not one of {', '.join(OUTER)}")
+        if process_group is not None and not isinstance(process_group, dist.ProcessGroup):
+            raise TypeError(f"gradcomp: process_group: {process_group!r} is not a torch.distributed process group")
+        settings: Dict[str, Any] = {"name": outer}
+        if outer_lr is not None:
+            settings["lr"] = outer_lr
+        if outer_momentum is not None:
+            settings["momentum"] = outer_momentum
+        self.config = _core.local_config(compressor, period, settings, options)
+        self.model, self.optimizer, self.period = model, optimizer, period
+        self.params: List[torch.nn.Parameter] = [p for p in model.parameters() if p.requires_grad]
+        self.process_group = process_group
+        self.rank, self.world = dist.get_rank(process_group), dist.get_world_size(process_group)
+        self._rust = _core.LocalRounds(self.config, [list(p.shape) or [1] for p in self.params],
+                                       self.rank, self.world)
+        self._comm = Comm(process_group)
+        self.inner_steps = 0
+        self.last_round: Optional[Dict[str, Any]] = None
+        # Every replica starts from rank 0's model (as DDP's constructor
+        # does); the first round records it as the shared model.
+        src = dist.get_global_rank(process_group, 0) if process_group is not None else 0
+        with torch.no_grad():
+            for p in self.params:
+                dist.broadcast(p.data, src=src, group=process_group)
+        self._round()
+
+    def step(self) -> None:
+        """Counts one inner step (call it after `optimizer.step()`); runs the
+        outer round when `period` inner steps have passed."""
+        self.inner_steps += 1
+        if self.inner_steps % self.period == 0:
+            self._round()
+
+    def _round(self) -> None:
+        flat = torch.cat([p.detach().reshape(-1).to("cpu", torch.float32) for p in self.params])
+        host = flat.numpy()
+        self.last_round = self._rust.round(self.inner_steps, host, self._comm)
+        offset = 0
+        with torch.no_grad():
+            for p in self.params:
+                n = p.numel()
+                p.copy_(flat[offset:offset + n].reshape(p.shape))
+                offset += n
+
+    # -- checkpoints -----------------------------------------------------------
+
+    def state_dict(self) -> Dict[str, Any]:
+        """The outer state (θ_outer, the outer momentum, the compressor's
+        memories) as torch tensors, the inner step count, and the rank and
+        world size that made it: save one file per rank (the memories differ
+        between workers)."""
+        return {"config": self.config, "inner_steps": self.inner_steps, "rank": self.rank,
+                "world_size": self.world,
+                "state": {k: torch.from_numpy(np.array(v)) for k, v in self._rust.state().items()}}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        """Restores `state_dict()`; refuses another configuration, rank or world size."""
+        if state["config"] != self.config:
+            raise ValueError("gradcomp: this state was saved with another configuration:\n"
+                             f"  saved: {state['config']}\n  now:   {self.config}")
+        if (state["rank"], state["world_size"]) != (self.rank, self.world):
+            raise ValueError(f"gradcomp: this state was saved by rank {state['rank']} of {state['world_size']}; "
+                             f"rank {self.rank} of {self.world} must load its own")
+        self._rust.load({k: np.asarray(v, dtype=np.float32).reshape(-1) for k, v in state["state"].items()})
+        self.inner_steps = int(state["inner_steps"])

@@ -1,0 +1,121 @@
+"""Local updates with an outer optimizer (DiLoCo) for PyTorch: `LocalUpdates`.
+
+Two gloo processes, each with its own replica and AdamW: the loss falls, the
+replicas agree after every round, the outer Nesterov step is torch's SGD on
+the averaged pseudo-gradient, and a checkpoint resumes bit-exactly.
+"""
+import subprocess
+import sys
+from typing import List
+
+import gradcomp
+import gradcomp.torch as gt
+
+SCRIPT = r'''
+import sys, json, torch, torch.distributed as dist
+import gradcomp.torch as gt
+rank = int(sys.argv[1])
+dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d", rank=rank, world_size=2)
+def data(step):
+    g = torch.Generator().manual_seed(1000 * step + rank)
+    x = torch.randn(32, 8, generator=g)
+    return x, x @ torch.arange(8.0).reshape(8, 1) / 8
+def run(outer, compressor, steps, resume=None, save_at=None, **options):
+    torch.manual_seed(rank)            # the replicas start apart: rank 0's model is broadcast
+    model = torch.nn.Linear(8, 1)
+    opt = torch.optim.AdamW(model.parameters(), lr=0.05)
+    lu = gt.LocalUpdates(model, opt, period=4, outer=outer, compressor=compressor, **options)
+    start, saved = 0, None
+    if resume is not None:
+        model.load_state_dict(resume["model"]); opt.load_state_dict(resume["opt"]); lu.load_state_dict(resume["lu"])
+        start = resume["step"]
+    losses, agree = [], []
+    for step in range(start, steps):
+        x, y = data(step)
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward(); opt.step(); opt.zero_grad(); lu.step()
+        losses.append(loss.item())
+        if (step + 1) %% 4 == 0:
+            w = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+            other = w.clone(); dist.broadcast(other, src=0)
+            agree.append(bool(torch.equal(w, other)))
+        if save_at == step + 1:
+            import copy
+            saved = {"model": copy.deepcopy(model.state_dict()), "opt": copy.deepcopy(opt.state_dict()),
+                     "lu": copy.deepcopy(lu.state_dict()), "step": step + 1}
+    w = [p.detach().reshape(-1).tolist() for p in model.parameters()]
+    return losses, agree, w, saved, lu.last_round
+out = {}
+for outer, compressor, options in (("nesterov", "dense", {}), ("sgd", "dense", {}), ("nesterov", "topk", {"density": 0.5})):
+    losses, agree, w, saved, last = run(outer, compressor, 40, save_at=18, **options)
+    _, _, w2, _, _ = run(outer, compressor, 40, resume=saved, **options)
+    out[outer + "-" + compressor] = {"first": sum(losses[:4]) / 4, "last": sum(losses[-4:]) / 4,
+                                     "agree": all(agree), "rounds": len(agree), "resumed_equal": w == w2,
+                                     "bytes": last["bytes_sent"]}
+print("RESULT", json.dumps(out))
+'''
+
+
+def test_local_updates_learn_agree_and_resume_bit_exactly() -> None:
+    from conftest import free_port
+    script = SCRIPT % free_port()
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(r)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for r in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    import json
+    for out, err in outs:
+        line = next((l for l in out.splitlines() if l.startswith("RESULT ")), None)
+        assert line is not None, out + err
+        res = json.loads(line[len("RESULT "):])
+        for name, r in res.items():
+            assert r["last"] < 0.5 * r["first"], (name, r)
+            assert r["agree"] and r["rounds"] == 10, (name, r)
+            assert r["resumed_equal"], (name, "a resumed run must end bit-exactly where the whole run did")
+        # Dense: 4 bytes per parameter (9 of them) per round; Top-k's messages (index, value,
+        # header per tensor) cost more than that on so small a model, and are counted.
+        assert res["nesterov-dense"]["bytes"] == 36 and res["sgd-dense"]["bytes"] == 36, res
+        assert res["nesterov-topk"]["bytes"] > 0, res
+
+
+WORLD_OF_ONE = r'''
+import torch, torch.distributed as dist
+import gradcomp.torch as gt
+dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d", rank=0, world_size=1)
+m = torch.nn.Linear(2, 1); o = torch.optim.SGD(m.parameters(), lr=0.1)
+for kwargs, needle in (({"period": 0}, "period"), ({"period": True}, "period"), ({"period": 4, "outer": "adam"}, "outer"),
+                       ({"period": 4, "outer_lr": -1.0}, "outer.lr"), ({"period": 4, "outer_momentum": 1.0}, "outer.momentum"),
+                       ({"period": 4, "compressor": "esgd"}, "esgd"), ({"period": 4, "gamma": 0.5}, "gamma"),
+                       ({"period": 4, "compressor": "topk", "dgc_momentum": 0.5}, "dgc_momentum"),
+                       ({"period": 4, "bucket_mb": 1.0}, "bucket_mb")):
+    try:
+        gt.LocalUpdates(m, o, **kwargs)
+        print("accepted", kwargs)
+    except ValueError as e:
+        print("refused", needle in str(e), needle, e)
+lu = gt.LocalUpdates(m, o, period=4)
+with torch.no_grad():
+    m.weight[0, 0] = float("nan")
+for _ in range(3):
+    lu.step()
+try:
+    lu.step()
+    print("accepted nan")
+except FloatingPointError as e:
+    print("refused True nan", e)
+'''
+
+
+def test_bad_local_updates_arguments_name_themselves() -> None:
+    from conftest import free_port
+    out = subprocess.run([sys.executable, "-c", WORLD_OF_ONE % free_port()], capture_output=True, text=True,
+                         timeout=120)
+    lines: List[str] = [l for l in out.stdout.splitlines() if l.startswith(("refused", "accepted"))]
+    assert len(lines) == 10, out.stdout + out.stderr
+    for line in lines:
+        assert line.startswith("refused True"), line
+
+
+def test_local_updates_is_exported() -> None:
+    assert gt.LocalUpdates.__module__ == "gradcomp._local"
+    assert "LocalUpdates" in gt.__all__
+    assert gradcomp.__version__
