@@ -75,3 +75,51 @@ type Sent = BTreeMap<&'static str, (u64, u64, u64)>;
 
 /// Every worker's outputs `[rank][call]`, and what each sent.
 type Replayed<'py> = (Vec<Vec<Bound<'py, PyArray1<f32>>>>, Vec<Sent>);
+
+/// `LocalUpdates`' rounds replayed on the in-process collective:
+/// `params[rank][round]` is the flat model worker `rank` handed to the
+/// round at inner step `steps[round]`; returns every worker's model after
+/// each round, `[rank][round]`, as the core's strategy makes it.
+#[pyfunction]
+pub fn replay_local<'py>(
+    py: Python<'py>,
+    config: &str,
+    shapes: Vec<Vec<usize>>,
+    steps: Vec<u64>,
+    params: Vec<Vec<PyReadonlyArray1<'py, f32>>>,
+) -> PyResult<Vec<Vec<Bound<'py, PyArray1<f32>>>>> {
+    let cfg = crate::config::parse_local(config)?;
+    let world = params.len();
+    if params.iter().any(|p| p.len() != steps.len()) {
+        return Err(PyValueError::new_err("every worker needs one model per recorded round"));
+    }
+    let params = params
+        .iter()
+        .map(|w| w.iter().map(|a| Ok(a.as_slice()?.to_vec())).collect::<PyResult<Vec<_>>>())
+        .collect::<PyResult<Vec<_>>>()?;
+    let layout =
+        gradcomp_exchange::GradientLayout::new(shapes.into_iter().enumerate().map(|(i, s)| (i.to_string(), s)));
+    let outs = py
+        .detach(|| {
+            InProcessGroup::new(world).run(|mut c| -> Result<Vec<Vec<f32>>, String> {
+                let rank = c.rank();
+                let mut strategy = gradcomp_exchange::strategy::build(&cfg, &layout, world);
+                let mut outs = Vec::new();
+                for (round, &step) in steps.iter().enumerate() {
+                    let mut p = params[rank][round].clone();
+                    strategy.average_models(step, &mut p, &mut c).map_err(|e| e.to_string())?;
+                    outs.push(p);
+                }
+                Ok(outs)
+            })
+        })
+        .map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
+    outs.into_iter()
+        .map(|w| {
+            let w = w
+                .map_err(|p| PyRuntimeError::new_err(format!("worker {} panicked: {}", p.rank, p.message)))?
+                .map_err(PyRuntimeError::new_err)?;
+            Ok(w.into_iter().map(|o| PyArray1::from_vec(py, o)).collect())
+        })
+        .collect()
+}

@@ -6,7 +6,7 @@ the averaged pseudo-gradient, and a checkpoint resumes bit-exactly.
 """
 import subprocess
 import sys
-from typing import List
+from typing import Any, List
 
 import gradcomp
 import gradcomp.torch as gt
@@ -119,3 +119,60 @@ def test_local_updates_is_exported() -> None:
     assert gt.LocalUpdates.__module__ == "gradcomp._local"
     assert "LocalUpdates" in gt.__all__
     assert gradcomp.__version__
+
+
+RECORD = r'''
+import sys, json, torch, torch.distributed as dist
+import gradcomp._local as local
+import gradcomp.torch as gt
+rank, out = int(sys.argv[1]), sys.argv[2]
+dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d", rank=rank, world_size=2)
+real = local._core.LocalRounds
+calls = []
+class Recording:
+    def __init__(self, *args):
+        self.inner = real(*args)
+    def round(self, step, host, comm):
+        before = host.copy()
+        r = self.inner.round(step, host, comm)
+        calls.append({"step": step, "before": before.tolist(), "after": host.tolist()})
+        return r
+local._core.LocalRounds = Recording
+torch.manual_seed(rank)
+model = torch.nn.Sequential(torch.nn.Linear(6, 4), torch.nn.Tanh(), torch.nn.Linear(4, 1))
+opt = torch.optim.AdamW(model.parameters(), lr=0.05)
+lu = gt.LocalUpdates(model, opt, period=3, outer="nesterov", compressor="topk", density=0.3)
+for step in range(12):
+    g = torch.Generator().manual_seed(100 * step + rank)
+    x = torch.randn(16, 6, generator=g)
+    torch.nn.functional.mse_loss(model(x), x.sum(1, keepdim=True)).backward()
+    opt.step(); opt.zero_grad(); lu.step()
+json.dump({"config": lu.config, "shapes": [list(p.shape) for p in lu.params], "calls": calls},
+          open(out + "/rank%%d.json" %% rank, "w"))
+'''
+
+
+def test_the_fronts_rounds_are_the_cores(tmp_path: Any) -> None:
+    """`LocalUpdates`' rounds, recorded on two gloo ranks, replayed through the core's
+    strategy on the in-process collective: the same models, bit for bit."""
+    import json
+    import numpy as np
+    from gradcomp import _core
+    from conftest import free_port
+    script = RECORD % free_port()
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(r), str(tmp_path)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for r in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    recs = []
+    for r in range(2):
+        path = tmp_path / f"rank{r}.json"
+        assert path.exists(), outs
+        recs.append(json.loads(path.read_text()))
+    calls = [rec["calls"] for rec in recs]
+    assert len(calls[0]) == 5, "the starting round and 4 outer rounds"
+    replayed = _core.replay_local(recs[0]["config"], recs[0]["shapes"], [c["step"] for c in calls[0]],
+                                  [[np.asarray(c["before"], dtype=np.float32) for c in w] for w in calls])
+    for rank in range(2):
+        for i, c in enumerate(calls[rank]):
+            assert np.array_equal(np.asarray(c["after"], dtype=np.float32), replayed[rank][i]), (rank, i)
+    assert calls[0][-1]["after"] == calls[1][-1]["after"], "both ranks adopt the same model"
