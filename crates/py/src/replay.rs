@@ -97,8 +97,9 @@ pub fn replay_local<'py>(
         .iter()
         .map(|w| w.iter().map(|a| Ok(a.as_slice()?.to_vec())).collect::<PyResult<Vec<_>>>())
         .collect::<PyResult<Vec<_>>>()?;
-    let layout =
-        gradcomp_exchange::GradientLayout::new(shapes.into_iter().enumerate().map(|(i, s)| (i.to_string(), s)));
+    let layout = gradcomp_exchange::GradientLayout::new(
+        shapes.into_iter().enumerate().map(|(i, s)| (i.to_string(), s)),
+    );
     let outs = py
         .detach(|| {
             InProcessGroup::new(world).run(|mut c| -> Result<Vec<Vec<f32>>, String> {
