@@ -67,7 +67,10 @@ impl Cluster {
         let run_dir = format!("run_dir=\"{}\"", self.run_dir().display());
         let config = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../experiments").join(config);
         let mpirun = format!(
-            "mpirun --oversubscribe --mca btl self,tcp --mca pml ob1 --mca orte_tmpdir_base {}",
+            // rtc_hwloc_vmhole none: each stand-in host's daemon would otherwise map the
+            // hwloc topology into shared memory at the address the first one chose, and on
+            // one machine an orted segfaulted in hwloc_shmem_topology_write (CI, stop 41).
+            "mpirun --oversubscribe --mca btl self,tcp --mca pml ob1 --mca rtc_hwloc_vmhole none --mca orte_tmpdir_base {}",
             self.dir.display()
         );
         Command::new(env!("CARGO_BIN_EXE_gradcomp"))
