@@ -399,6 +399,19 @@ fn schedule_comm_and_network_values(bad_calibration: &str) -> Vec<ConfigCase<'_>
         (vec!["comm.heartbeat_seconds=0.1"], vec!["comm.heartbeat_seconds"]),
         (vec!["strategy={ kind = \"celgc\", period = 0 }"], vec!["strategy.period"]),
         (vec!["strategy={ kind = \"celgc\", gamma = -1.0 }"], vec!["strategy.gamma"]),
+        (
+            vec!["strategy={ kind = \"celgc\", outer = { name = \"nesterov\", lr = 0.0 } }"],
+            vec!["strategy.outer.lr"],
+        ),
+        (
+            vec!["strategy={ kind = \"celgc\", outer = { name = \"nesterov\", momentum = 1.0 } }"],
+            vec!["strategy.outer.momentum"],
+        ),
+        (
+            vec!["strategy={ kind = \"celgc\", outer = { name = \"adam\" } }"],
+            vec!["strategy", "outer", "adam"],
+        ),
+        (vec!["strategy={ outer = { name = \"nesterov\" } }"], vec!["strategy.outer"]),
         (vec!["compression.local_clip=nan"], vec!["compression.local_clip"]),
         (vec!["compression.dgc_momentum=2.0"], vec!["compression.dgc_momentum"]),
         (vec!["network.links_bps=[-1.0]"], vec!["network.links_bps"]),
