@@ -111,3 +111,38 @@ def test_an_nccl_group_moves_the_payloads_as_cuda_tensors() -> None:
     out = subprocess.run([sys.executable, "-c", NCCL % (here, free_port())], capture_output=True, text=True,
                          timeout=300)
     assert out.stdout.strip().endswith("ok"), out.stdout + out.stderr
+
+
+LOCAL_NCCL = r'''
+import torch, torch.distributed as dist
+import gradcomp.torch as gt
+dist.init_process_group("nccl", init_method="tcp://127.0.0.1:%d", rank=0, world_size=1)
+torch.cuda.set_device(0)
+gloo = dist.new_group(backend="gloo")
+def run(device, group):
+    torch.manual_seed(0)
+    m = torch.nn.Linear(8, 2).to(device)
+    o = torch.optim.SGD(m.parameters(), lr=0.1)
+    lu = gt.LocalUpdates(m, o, period=2, compressor="topk", density=0.5, process_group=group)
+    for step in range(6):
+        x = torch.ones(4, 8, device=device) * (step + 1)
+        m(x).pow(2).sum().backward(); o.step(); o.zero_grad(); lu.step()
+    return [p.detach().cpu() for p in m.parameters()], lu._comm.device
+cpu, _ = run("cpu", gloo)
+gpu, device = run("cuda", None)
+assert device is not None and device.type == "cuda", device
+assert all(torch.allclose(a, b, rtol=1e-5, atol=1e-6) for a, b in zip(cpu, gpu)), (cpu, gpu)
+print("ok")
+'''
+
+
+def test_local_updates_over_nccl() -> None:
+    """`LocalUpdates` over a pure NCCL group: the rounds' payloads cross as CUDA tensors; the
+    model ends where the gloo CPU run does (the inner steps differ only by the devices'
+    arithmetic, so to f32 tolerance)."""
+    import subprocess
+    import sys
+    from conftest import free_port
+    out = subprocess.run([sys.executable, "-c", LOCAL_NCCL % free_port()], capture_output=True, text=True,
+                         timeout=300)
+    assert out.stdout.strip().endswith("ok"), out.stdout + out.stderr

@@ -34,7 +34,8 @@ class LocalUpdates:
       `outer_lr`, `outer_momentum` override the defaults.
     - `compressor` and `**options`: how the pseudo-gradient travels
       (gradcomp's names, docs/CONFIG.md); `"dense"` averages it as it is.
-    - `process_group`: a gloo group (None: the default group).
+    - `process_group`: a gloo or NCCL group (None: the default group); over
+      NCCL the payloads cross as CUDA tensors, the arithmetic stays on the host.
     """
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, *, period: int,
@@ -60,7 +61,14 @@ class LocalUpdates:
         self.rank, self.world = dist.get_rank(process_group), dist.get_world_size(process_group)
         self._rust = _core.LocalRounds(self.config, [list(p.shape) or [1] for p in self.params],
                                        self.rank, self.world)
-        self._comm = Comm(process_group)
+        # Over NCCL the payloads cross as CUDA tensors on the model's device
+        # (the round's arithmetic stays on the host, in Rust).
+        nccl = dist.get_backend(process_group) == "nccl"
+        device = self.params[0].device if self.params else torch.device("cpu")
+        if nccl and device.type != "cuda":
+            raise ValueError("gradcomp: process_group: an NCCL group moves CUDA tensors, and this model is on the "
+                             "CPU; pass process_group=dist.new_group(backend='gloo')")
+        self._comm = Comm(process_group, device=device if nccl else None)
         self.inner_steps = 0
         self.last_round: Optional[Dict[str, Any]] = None
         # Every replica starts from rank 0's model (as DDP's constructor
