@@ -48,9 +48,7 @@ impl<C: Collective> Flagged<C> {
     /// flags, they take a round of their own here, so every worker must
     /// call this at the same point (after the same operations).
     pub fn flagged(&mut self) -> Result<Vec<usize>, CommError> {
-        if self.flags.is_none() {
-            self.own_round()?;
-        }
+        self.before_uncarried()?;
         Ok(self.known().expect("carried above"))
     }
 
@@ -93,44 +91,44 @@ impl<C: Collective> Flagged<C> {
         one: T,
         op: impl FnOnce(&mut C, &mut [T]) -> Result<(), CommError>,
     ) -> Result<(), CommError> {
-        if self.flags.is_some() {
-            return op(&mut self.inner, buf);
-        }
-        let mut wide = Vec::with_capacity(buf.len() + self.inner.world_size());
-        wide.extend_from_slice(buf);
-        wide.extend(self.slots(zero, one));
-        op(&mut self.inner, &mut wide)?;
-        self.land(buf, &wide, zero);
-        Ok(())
+        self.ride_in(&mut Vec::new(), buf, zero, one, op)
     }
 
-    /// The caller's elements back into `buf`, the slots into the flags.
-    fn land<T: Copy + PartialEq>(&mut self, buf: &mut [T], wide: &[T], zero: T) {
-        let (data, slots) = wide.split_at(buf.len());
-        buf.copy_from_slice(data);
-        self.flags = Some(slots.iter().map(|&s| s != zero).collect());
-        self.flag_bytes += std::mem::size_of_val(slots);
-    }
-
-    /// A float32 allreduce widened in the reused scratch buffer.
+    /// A float32 allreduce, widened in the reused scratch buffer (the dense
+    /// exchange's buffer is the model's size).
     fn ride_f32(
         &mut self,
         buf: &mut [f32],
         op: impl FnOnce(&mut C, &mut [f32]) -> Result<(), CommError>,
     ) -> Result<(), CommError> {
+        let mut wide = std::mem::take(&mut self.scratch);
+        let result = self.ride_in(&mut wide, buf, 0.0, 1.0, op);
+        self.scratch = wide;
+        result
+    }
+
+    /// [`Flagged::ride`] with `wide` (cleared first) for the widened copy.
+    fn ride_in<T: Copy + PartialEq>(
+        &mut self,
+        wide: &mut Vec<T>,
+        buf: &mut [T],
+        zero: T,
+        one: T,
+        op: impl FnOnce(&mut C, &mut [T]) -> Result<(), CommError>,
+    ) -> Result<(), CommError> {
         if self.flags.is_some() {
             return op(&mut self.inner, buf);
         }
-        let mut wide = std::mem::take(&mut self.scratch);
         wide.clear();
         wide.extend_from_slice(buf);
-        wide.extend(self.slots(0.0f32, 1.0));
-        let result = op(&mut self.inner, &mut wide);
-        if result.is_ok() {
-            self.land(buf, &wide, 0.0);
-        }
-        self.scratch = wide;
-        result
+        wide.extend(self.slots(zero, one));
+        op(&mut self.inner, wide)?;
+        // The caller's elements back into `buf`, the slots into the flags.
+        let (data, slots) = wide.split_at(buf.len());
+        buf.copy_from_slice(data);
+        self.flags = Some(slots.iter().map(|&s| s != zero).collect());
+        self.flag_bytes += std::mem::size_of_val(slots);
+        Ok(())
     }
 
     /// Before an operation that cannot carry every worker's flag.

@@ -239,6 +239,25 @@ impl Routed {
         }
     }
 
+    /// The configuration's JSON (with `strategy` when given), checked by
+    /// `parse` and for inert options.
+    fn config_json(
+        &self,
+        strategy: Option<Value>,
+        parse: fn(&str) -> PyResult<DataParallelConfig>,
+    ) -> PyResult<String> {
+        let mut cfg = self.top.clone();
+        cfg.insert("compressor".into(), Value::Object(self.compressor.clone()));
+        cfg.insert("compression".into(), Value::Object(self.compression.clone()));
+        cfg.extend(strategy.map(|s| ("strategy".to_string(), s)));
+        // No parameter checksums: each front keeps its replicas, and gradcomp
+        // never sees them between its own calls.
+        cfg.insert("checksum_every".into(), Value::from(0));
+        let json = Value::Object(cfg).to_string();
+        self.refuse_inert(&parse(&json)?)?;
+        Ok(json)
+    }
+
     /// Refuses the first of `keys` (key, why) that was given.
     pub fn refuse(&self, keys: &[(&str, &str)]) -> PyResult<()> {
         for (key, why) in keys {
@@ -269,14 +288,7 @@ const SET_BY_THE_HOOK: [(&str, &str); 6] = [
 pub fn hook_config(name: &Bound<'_, PyAny>, options: Option<&Bound<'_, PyDict>>) -> PyResult<String> {
     let r = Routed::new(name, options)?;
     r.refuse(&SET_BY_THE_HOOK)?;
-    let mut cfg = r.top.clone();
-    cfg.insert("compressor".into(), Value::Object(r.compressor.clone()));
-    cfg.insert("compression".into(), Value::Object(r.compression.clone()));
-    // No parameter checksums: DDP keeps the replicas, and gradcomp never sees them.
-    cfg.insert("checksum_every".into(), Value::from(0));
-    let json = Value::Object(cfg).to_string();
-    r.refuse_inert(&parse(&json)?)?;
-    Ok(json)
+    r.config_json(None, parse)
 }
 
 /// `_core.local_config(name, options, period, outer)`: the JSON
@@ -304,14 +316,7 @@ pub fn local_config(
         "compress_delta": !spec.sends_values_as_they_are(),
         "outer": to_json("outer", outer.as_any())?,
     });
-    let mut cfg = r.top.clone();
-    cfg.insert("compressor".into(), Value::Object(r.compressor.clone()));
-    cfg.insert("compression".into(), Value::Object(r.compression.clone()));
-    cfg.insert("strategy".into(), strategy);
-    cfg.insert("checksum_every".into(), Value::from(0));
-    let json = Value::Object(cfg).to_string();
-    r.refuse_inert(&parse_local(&json)?)?;
-    Ok(json)
+    r.config_json(Some(strategy), parse_local)
 }
 
 /// `_core.compressor_options(name)`: the compressor's own options with

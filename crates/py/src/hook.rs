@@ -200,11 +200,10 @@ impl Inner {
         let flag_bytes = c.unmetered().flag_bytes();
         let overhead = c.unmetered().inner().overhead;
         let bytes = c.meter_mut().take_step();
+        self.scratch = c.into_inner().into_parts().1;
         if workers.is_empty() {
             let st: ExchangeStats = result.map_err(HookError::Other)?;
-            let record = BucketRecord::of(bucket, &st, &bytes, overhead, flag_bytes);
-            self.scratch = c.into_inner().into_parts().1;
-            return Ok(record);
+            return Ok(BucketRecord::of(bucket, &st, &bytes, overhead, flag_bytes));
         }
         let Some(before) = before else { return Err(HookError::NonFinite { workers, own }) };
         self.buckets.restore_bucket(keys, &before).map_err(HookError::Other)?;
@@ -212,7 +211,6 @@ impl Inner {
         let mut record = BucketRecord::of(bucket, &ExchangeStats::default(), &bytes, overhead, flag_bytes);
         record.elements = grad.len() as u64;
         (record.skipped, record.nonfinite_workers) = (true, workers);
-        self.scratch = c.into_inner().into_parts().1;
         Ok(record)
     }
 }

@@ -6,7 +6,7 @@ call returns. On a group whose collectives move device tensors (NCCL), each
 payload is copied to `device` for the collective and its result back: the
 compression stays on the host, only the payload crosses.
 """
-from typing import List, Optional
+from typing import Any, List, Optional
 
 import torch
 import torch.distributed as dist
@@ -19,6 +19,25 @@ _DTYPES = {
     "int8": torch.int8,
 }
 _OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX}
+
+
+def check_group(group: Any) -> None:
+    """TypeError naming `process_group` unless it is a group (or None: the default group)."""
+    if group is not None and not isinstance(group, dist.ProcessGroup):
+        raise TypeError(f"gradcomp: process_group: {group!r} is not a torch.distributed process group "
+                        "(dist.new_group(...), or None for the default group)")
+
+
+def payload_device(group: Optional[dist.ProcessGroup], tensors_on: torch.device) -> Optional[torch.device]:
+    """Where `group`'s collectives take their payloads: the tensors' CUDA
+    device on an NCCL group, the host (None) otherwise; ValueError naming
+    `process_group` for an NCCL group and tensors on the CPU."""
+    if dist.get_backend(group) != "nccl":
+        return None
+    if tensors_on.type != "cuda":
+        raise ValueError("gradcomp: process_group: an NCCL group moves CUDA tensors, and these are on the CPU; "
+                         "pass process_group=dist.new_group(backend='gloo')")
+    return tensors_on
 
 
 class Comm:

@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 
 from . import _core
-from ._comm import Comm
+from ._comm import Comm, check_group, payload_device
 from ._config import whole
 
 OUTER = ("sgd", "nesterov")
@@ -47,8 +47,7 @@ class LocalUpdates:
             raise ValueError("gradcomp: period: 0 inner steps per round; at least 1")
         if outer not in OUTER:
             raise ValueError(f"gradcomp: outer: {outer!r} is not one of {', '.join(OUTER)}")
-        if process_group is not None and not isinstance(process_group, dist.ProcessGroup):
-            raise TypeError(f"gradcomp: process_group: {process_group!r} is not a torch.distributed process group")
+        check_group(process_group)
         settings: Dict[str, Any] = {"name": outer}
         if outer_lr is not None:
             settings["lr"] = outer_lr
@@ -63,12 +62,8 @@ class LocalUpdates:
                                        self.rank, self.world)
         # Over NCCL the payloads cross as CUDA tensors on the model's device
         # (the round's arithmetic stays on the host, in Rust).
-        nccl = dist.get_backend(process_group) == "nccl"
-        device = self.params[0].device if self.params else torch.device("cpu")
-        if nccl and device.type != "cuda":
-            raise ValueError("gradcomp: process_group: an NCCL group moves CUDA tensors, and this model is on the "
-                             "CPU; pass process_group=dist.new_group(backend='gloo')")
-        self._comm = Comm(process_group, device=device if nccl else None)
+        on = self.params[0].device if self.params else torch.device("cpu")
+        self._comm = Comm(process_group, device=payload_device(process_group, on))
         self.inner_steps = 0
         self.last_round: Optional[Dict[str, Any]] = None
         # Every replica starts from rank 0's model (as DDP's constructor

@@ -28,7 +28,7 @@ import torch
 import torch.distributed as dist
 
 from . import _core
-from ._comm import Comm
+from ._comm import Comm, check_group, payload_device
 from ._config import whole
 
 __all__ = ["GradcompState", "hook", "exchange_hook", "model", "LocalUpdates"]
@@ -50,9 +50,7 @@ class GradcompState:
         stats_every = whole("stats_every", stats_every)
         if isinstance(lr, bool) or not (isinstance(lr, (int, float)) and math.isfinite(lr) and lr > 0):
             raise ValueError(f"gradcomp: lr: {lr!r} is not a positive number")
-        if process_group is not None and not isinstance(process_group, dist.ProcessGroup):
-            raise TypeError(f"gradcomp: process_group: {process_group!r} is not a torch.distributed "
-                            "process group (dist.new_group(...), or None for the default group)")
+        check_group(process_group)
         self._setup(_core.hook_config(name, options), process_group, on_nonfinite, stats_every, lr)
         first = _core.first_compressed_step(self.config)
         if first >= 1000:
@@ -227,13 +225,10 @@ def _own_comm(group: Optional[dist.ProcessGroup], bucket_device: torch.device) -
     payloads then cross as CUDA tensors on the bucket's device; compression
     stays on the host)."""
     ranks = None if group is None else dist.get_process_group_ranks(group)
-    nccl = dist.get_backend(group) == "nccl"
-    if nccl and bucket_device.type != "cuda":
-        raise ValueError("gradcomp: process_group: an NCCL group moves CUDA tensors, and this model's gradients "
-                         "are on the CPU; pass process_group=dist.new_group(backend='gloo')")
-    own = dist.new_group(ranks=ranks, backend="nccl" if nccl else "gloo")
+    device = payload_device(group, bucket_device)
+    own = dist.new_group(ranks=ranks, backend="gloo" if device is None else "nccl")
     assert isinstance(own, dist.ProcessGroup), "this worker is in the hook's group"
-    return Comm(own, device=bucket_device if nccl else None)
+    return Comm(own, device=device)
 
 
 class _BucketWork:
