@@ -1,5 +1,5 @@
 """Starts DDP runs of ddp_worker.py on gloo, one process per rank, on 127.0.0.1."""
-from typing import Any
+from typing import Any, List, NamedTuple
 import json
 import os
 import socket
@@ -15,6 +15,27 @@ def free_port() -> Any:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+class Ran(NamedTuple):
+    """What one process of `run_ranks` printed, and its exit code."""
+    out: str
+    err: str
+    code: int
+
+
+def run_ranks(script: str, world: int, *args: str, timeout: float = 300) -> List[Ran]:
+    """Runs the Python `script` as `world` processes, each given its rank, then `args`, on
+    its command line; returns what each printed. A process still running at `timeout` is
+    killed with its peers, and the timeout raised."""
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(r), *args], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for r in range(world)]
+    try:
+        outs = [p.communicate(timeout=timeout) for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    return [Ran(out, err, p.returncode) for (out, err), p in zip(outs, procs)]
 
 
 def run_ddp(cases: Any, world: Any, tmp_path: Any, timeout: Any = 600) -> Any:

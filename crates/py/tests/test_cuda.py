@@ -104,13 +104,10 @@ print("ok")
 def test_an_nccl_group_moves_the_payloads_as_cuda_tensors() -> None:
     """Over a pure NCCL group the hook's own group is NCCL too and its payloads cross as
     CUDA tensors (compression on the host); the result is the gloo CPU run's, bit for bit."""
-    import subprocess
-    import sys
-    from conftest import free_port
+    from conftest import free_port, run_ranks
     here = os.path.dirname(os.path.abspath(__file__))
-    out = subprocess.run([sys.executable, "-c", NCCL % (here, free_port())], capture_output=True, text=True,
-                         timeout=300)
-    assert out.stdout.strip().endswith("ok"), out.stdout + out.stderr
+    out = run_ranks(NCCL % (here, free_port()), 1)[0]
+    assert out.out.strip().endswith("ok"), out.out + out.err
 
 
 LOCAL_NCCL = r'''
@@ -140,9 +137,6 @@ def test_local_updates_over_nccl() -> None:
     """`LocalUpdates` over a pure NCCL group: the rounds' payloads cross as CUDA tensors; the
     model ends where the gloo CPU run does (the inner steps differ only by the devices'
     arithmetic, so to f32 tolerance)."""
-    import subprocess
-    import sys
-    from conftest import free_port
-    out = subprocess.run([sys.executable, "-c", LOCAL_NCCL % free_port()], capture_output=True, text=True,
-                         timeout=300)
-    assert out.stdout.strip().endswith("ok"), out.stdout + out.stderr
+    from conftest import free_port, run_ranks
+    out = run_ranks(LOCAL_NCCL % free_port(), 1)[0]
+    assert out.out.strip().endswith("ok"), out.out + out.err

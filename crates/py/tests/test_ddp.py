@@ -162,13 +162,9 @@ print("pending", rank, pending, state.iteration)
 
 
 def test_the_hook_returns_a_pending_future() -> None:
-    import subprocess
-    import sys
-    from conftest import free_port
+    from conftest import free_port, run_ranks
     script = PENDING % free_port()
-    procs = [subprocess.Popen([sys.executable, "-c", script, str(r)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True) for r in range(2)]
-    outs = [p.communicate(timeout=180) for p in procs]
-    line = next((l for l in outs[0][0].splitlines() if l.startswith("pending 0")), None)
+    outs = run_ranks(script, 2, timeout=180)
+    line = next((l for l in outs[0].out.splitlines() if l.startswith("pending 0")), None)
     assert line is not None, outs
     assert "False" not in line and line.endswith(" 3"), line  # every bucket's future pending on return

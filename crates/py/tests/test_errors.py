@@ -167,12 +167,9 @@ except Exception as e:
 
 
 def test_a_state_registered_with_two_models_is_refused() -> None:
-    import subprocess
-    import sys
-    from conftest import free_port
-    out = subprocess.run([sys.executable, "-c", TWO_MODELS % free_port()], capture_output=True, text=True,
-                         timeout=120)
-    assert "refused:" in out.stdout and "second DDP model" in out.stdout, out.stdout + out.stderr
+    from conftest import free_port, run_ranks
+    out = run_ranks(TWO_MODELS % free_port(), 1, timeout=120)[0]
+    assert "refused:" in out.out and "second DDP model" in out.out, out.out + out.err
 
 
 # -- every option reaches the core or is refused (issue #35) -------------------
@@ -236,12 +233,9 @@ print("ok")
 
 
 def test_bf16_and_fp16_buckets_are_taken() -> None:
-    import subprocess
-    import sys
-    from conftest import free_port
-    out = subprocess.run([sys.executable, "-c", LOW_PRECISION % free_port()], capture_output=True, text=True,
-                         timeout=120)
-    assert out.stdout.strip().endswith("ok"), out.stdout + out.stderr
+    from conftest import free_port, run_ranks
+    out = run_ranks(LOW_PRECISION % free_port(), 1, timeout=120)[0]
+    assert out.out.strip().endswith("ok"), out.out + out.err
 
 
 def test_the_hook_has_the_annotations_ddp_accepts() -> None:
@@ -293,14 +287,9 @@ def test_the_nonfinite_flag_travels_inside_the_first_collective() -> None:
     then messages: one flag byte more), dense's one all_reduce (a float32
     slot per worker more); a NaN on rank 1 is seen by both, whatever the
     method's first collective."""
-    import subprocess
-    import sys
-    from conftest import free_port
+    from conftest import free_port, run_ranks
     script = FLAG_INSIDE % free_port()
-    procs = [subprocess.Popen([sys.executable, "-c", script, str(r)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True) for r in range(2)]
-    outs = [p.communicate(timeout=180) for p in procs]
-    for out, err in outs:
+    for out, err, _ in run_ranks(script, 2, timeout=180):
         lines = out.splitlines()
         assert "topk 0 0 2 0 1 False [] 1" in lines, out + err
         assert "topk 3 0 2 0 1 True [1] 1" in lines, out + err

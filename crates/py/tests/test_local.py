@@ -4,8 +4,6 @@ Two gloo processes, each with its own replica and AdamW: the loss falls, the
 replicas agree after every round, the outer Nesterov step is torch's SGD on
 the averaged pseudo-gradient, and a checkpoint resumes bit-exactly.
 """
-import subprocess
-import sys
 from typing import Any, List
 
 import gradcomp
@@ -57,13 +55,10 @@ print("RESULT", json.dumps(out))
 
 
 def test_local_updates_learn_agree_and_resume_bit_exactly() -> None:
-    from conftest import free_port
+    from conftest import free_port, run_ranks
     script = SCRIPT % free_port()
-    procs = [subprocess.Popen([sys.executable, "-c", script, str(r)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True) for r in range(2)]
-    outs = [p.communicate(timeout=300) for p in procs]
     import json
-    for out, err in outs:
+    for out, err, _ in run_ranks(script, 2):
         line = next((l for l in out.splitlines() if l.startswith("RESULT ")), None)
         assert line is not None, out + err
         res = json.loads(line[len("RESULT "):])
@@ -106,11 +101,10 @@ except FloatingPointError as e:
 
 
 def test_bad_local_updates_arguments_name_themselves() -> None:
-    from conftest import free_port
-    out = subprocess.run([sys.executable, "-c", WORLD_OF_ONE % free_port()], capture_output=True, text=True,
-                         timeout=120)
-    lines: List[str] = [l for l in out.stdout.splitlines() if l.startswith(("refused", "accepted"))]
-    assert len(lines) == 10, out.stdout + out.stderr
+    from conftest import free_port, run_ranks
+    out = run_ranks(WORLD_OF_ONE % free_port(), 1, timeout=120)[0]
+    lines: List[str] = [l for l in out.out.splitlines() if l.startswith(("refused", "accepted"))]
+    assert len(lines) == 10, out.out + out.err
     for line in lines:
         assert line.startswith("refused True"), line
 
@@ -158,11 +152,9 @@ def test_the_fronts_rounds_are_the_cores(tmp_path: Any) -> None:
     import json
     import numpy as np
     from gradcomp import _core
-    from conftest import free_port
+    from conftest import free_port, run_ranks
     script = RECORD % free_port()
-    procs = [subprocess.Popen([sys.executable, "-c", script, str(r), str(tmp_path)], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for r in range(2)]
-    outs = [p.communicate(timeout=300) for p in procs]
+    outs = run_ranks(script, 2, str(tmp_path))
     recs = []
     for r in range(2):
         path = tmp_path / f"rank{r}.json"

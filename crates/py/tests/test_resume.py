@@ -66,9 +66,7 @@ except ValueError as e:
 
 
 def test_the_hook_state_is_a_checkpoint_a_ddp_user_can_keep() -> None:
-    import subprocess
-    import sys
-    from conftest import free_port
-    out = subprocess.run([sys.executable, "-c", KEEPABLE % free_port()], capture_output=True, text=True, timeout=180)
-    assert out.returncode == 0, out.stdout + out.stderr
-    assert "refused:" in out.stdout and "saved by rank 1 of 2" in out.stdout, out.stdout + out.stderr
+    from conftest import free_port, run_ranks
+    out = run_ranks(KEEPABLE % free_port(), 1, timeout=180)[0]
+    assert out.code == 0, out.out + out.err
+    assert "refused:" in out.out and "saved by rank 1 of 2" in out.out, out.out + out.err
