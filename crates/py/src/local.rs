@@ -40,8 +40,7 @@ impl LocalRounds {
             return Err(PyValueError::new_err("gradcomp: the model has an empty tensor"));
         }
         let len = shapes.iter().map(|s| s.iter().product::<usize>()).sum();
-        let layout = GradientLayout::new(shapes.into_iter().enumerate().map(|(i, s)| (i.to_string(), s)));
-        let strategy = gradcomp_exchange::strategy::build(&cfg, &layout, world);
+        let strategy = gradcomp_exchange::strategy::build(&cfg, &layout_of(shapes), world);
         Ok(LocalRounds { strategy: Mutex::new(strategy), len, rank, world })
     }
 
@@ -103,6 +102,11 @@ impl LocalRounds {
             .restore(&state.into_iter().collect())
             .map_err(|e| PyValueError::new_err(format!("gradcomp: {e}")))
     }
+}
+
+/// The layout of a model's trainable tensors, named by their order.
+pub fn layout_of(shapes: Vec<Vec<usize>>) -> GradientLayout {
+    GradientLayout::new(shapes.into_iter().enumerate().map(|(i, s)| (i.to_string(), s)))
 }
 
 impl LocalRounds {

@@ -24,7 +24,7 @@ pub struct BucketRecord {
     pub bytes_sent: u64,
     pub bytes_received: u64,
     /// Per operation: (calls, bytes sent, bytes received).
-    pub ops: BTreeMap<&'static str, (u64, u64, u64)>,
+    pub ops: PerOp,
     pub allreduce_calls: u64,
     pub allgather_calls: u64,
     /// Padding to the longest message, and the size round, of torch's all_gather.
@@ -61,7 +61,7 @@ impl BucketRecord {
             bucket,
             bytes_sent: bytes.sent(),
             bytes_received: bytes.received(),
-            ops: bytes.iter().map(|(op, b)| (op.name(), (b.calls, b.sent, b.received))).collect(),
+            ops: per_op(bytes),
             allreduce_calls: bytes.iter().filter(|(op, _)| op.is_allreduce()).map(|(_, b)| b.calls).sum(),
             allgather_calls: bytes.get(OpKind::Allgatherv).calls,
             padding_bytes_sent: overhead.padding,
@@ -121,6 +121,14 @@ impl BucketRecord {
         }
         self.bound_ratios.extend_from_slice(&b.bound_ratios);
     }
+}
+
+/// Per operation: (calls, bytes sent, bytes received).
+pub type PerOp = BTreeMap<&'static str, (u64, u64, u64)>;
+
+/// The meter's counts by operation.
+pub fn per_op(bytes: &StepBytes) -> PerOp {
+    bytes.iter().map(|(op, b)| (op.name(), (b.calls, b.sent, b.received))).collect()
 }
 
 /// A step's record: its buckets' figures summed (the residual norm as the

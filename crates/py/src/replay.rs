@@ -2,15 +2,14 @@
 //! thread per worker: the Rust library's own result for gradients that a
 //! DDP run recorded, so a test can check the hook against it.
 
-use std::collections::BTreeMap;
-
-use gradcomp_comm::{Collective, InProcessGroup, Metered};
+use gradcomp_comm::{Collective, InProcessCollective, InProcessGroup, Metered};
 use gradcomp_exchange::StepInput;
 use numpy::{PyArray1, PyReadonlyArray1};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 
 use crate::exchange::Buckets;
+use crate::records::{per_op, PerOp};
 
 /// `grads[rank][call]` is the bucket gradient worker `rank` handed to the
 /// hook's call-th call, which exchanged the tensors `keys[call]` of
@@ -35,46 +34,27 @@ pub fn replay<'py>(
     if keys.len() != calls || shapes.len() != calls || grads.iter().any(|g| g.len() != calls) {
         return Err(PyValueError::new_err("every worker needs one gradient per recorded call"));
     }
-    let grads = grads
-        .iter()
-        .map(|g| g.iter().map(|a| Ok(a.as_slice()?.to_vec())).collect::<PyResult<Vec<_>>>())
-        .collect::<PyResult<Vec<_>>>()?;
-    let outs = py
-        .detach(|| {
-            InProcessGroup::new(world).run(|c| -> Result<(Vec<Vec<f32>>, Sent), String> {
-                let mut c = Metered::new(c);
-                let rank = c.rank();
-                let mut buckets = Buckets::new(cfg.clone(), world);
-                let mut outs = Vec::new();
-                for call in 0..calls {
-                    let g = &grads[rank][call];
-                    let mut out = vec![0.0; g.len()];
-                    let input = StepInput { step: steps[call], lr, loss: None, measure: false };
-                    buckets.exchange(&keys[call], &shapes[call], g, &mut out, &input, &mut c)?;
-                    outs.push(out);
-                }
-                let total = c.meter().total();
-                let sent = total.iter().map(|(op, b)| (op.name(), (b.calls, b.sent, b.received))).collect();
-                Ok((outs, sent))
-            })
-        })
-        .map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
-    let mut result = (Vec::new(), Vec::new());
-    for w in outs {
-        let (o, sent) = w
-            .map_err(|p| PyRuntimeError::new_err(format!("worker {} panicked: {}", p.rank, p.message)))?
-            .map_err(PyRuntimeError::new_err)?;
-        result.0.push(o.into_iter().map(|o| PyArray1::from_vec(py, o)).collect());
-        result.1.push(sent);
-    }
-    Ok(result)
+    let grads = owned(&grads)?;
+    let outs = run_workers(py, world, |c| -> Result<(Vec<Vec<f32>>, PerOp), String> {
+        let mut c = Metered::new(c);
+        let rank = c.rank();
+        let mut buckets = Buckets::new(cfg.clone(), world);
+        let mut outs = Vec::new();
+        for call in 0..calls {
+            let g = &grads[rank][call];
+            let mut out = vec![0.0; g.len()];
+            let input = StepInput { step: steps[call], lr, loss: None, measure: false };
+            buckets.exchange(&keys[call], &shapes[call], g, &mut out, &input, &mut c)?;
+            outs.push(out);
+        }
+        Ok((outs, per_op(c.meter().total())))
+    })?;
+    let (outs, sent): (Vec<_>, Vec<_>) = outs.into_iter().unzip();
+    Ok((arrays(py, outs), sent))
 }
 
-/// Per operation: (calls, bytes sent, bytes received).
-type Sent = BTreeMap<&'static str, (u64, u64, u64)>;
-
 /// Every worker's outputs `[rank][call]`, and what each sent.
-type Replayed<'py> = (Vec<Vec<Bound<'py, PyArray1<f32>>>>, Vec<Sent>);
+type Replayed<'py> = (Vec<Vec<Bound<'py, PyArray1<f32>>>>, Vec<PerOp>);
 
 /// `LocalUpdates`' rounds replayed on the in-process collective:
 /// `params[rank][round]` is the flat model worker `rank` handed to the
@@ -93,34 +73,46 @@ pub fn replay_local<'py>(
     if params.iter().any(|p| p.len() != steps.len()) {
         return Err(PyValueError::new_err("every worker needs one model per recorded round"));
     }
-    let params = params
-        .iter()
-        .map(|w| w.iter().map(|a| Ok(a.as_slice()?.to_vec())).collect::<PyResult<Vec<_>>>())
-        .collect::<PyResult<Vec<_>>>()?;
-    let layout = gradcomp_exchange::GradientLayout::new(
-        shapes.into_iter().enumerate().map(|(i, s)| (i.to_string(), s)),
-    );
+    let params = owned(&params)?;
+    let layout = crate::local::layout_of(shapes);
+    let outs = run_workers(py, world, |mut c| -> Result<Vec<Vec<f32>>, String> {
+        let rank = c.rank();
+        let mut strategy = gradcomp_exchange::strategy::build(&cfg, &layout, world);
+        let mut outs = Vec::new();
+        for (round, &step) in steps.iter().enumerate() {
+            let mut p = params[rank][round].clone();
+            strategy.average_models(step, &mut p, &mut c).map_err(|e| e.to_string())?;
+            outs.push(p);
+        }
+        Ok(outs)
+    })?;
+    Ok(arrays(py, outs))
+}
+
+/// Every worker's recorded arrays, `[rank][call]`, copied out of Python.
+fn owned(arrays: &[Vec<PyReadonlyArray1<'_, f32>>]) -> PyResult<Vec<Vec<Vec<f32>>>> {
+    arrays.iter().map(|w| w.iter().map(|a| Ok(a.as_slice()?.to_vec())).collect()).collect()
+}
+
+/// `f` on `world` in-process workers with the GIL released; every
+/// worker's value in rank order, or the first panic or error.
+fn run_workers<T: Send>(
+    py: Python<'_>,
+    world: usize,
+    f: impl Fn(InProcessCollective) -> Result<T, String> + Sync + Send,
+) -> PyResult<Vec<T>> {
     let outs = py
-        .detach(|| {
-            InProcessGroup::new(world).run(|mut c| -> Result<Vec<Vec<f32>>, String> {
-                let rank = c.rank();
-                let mut strategy = gradcomp_exchange::strategy::build(&cfg, &layout, world);
-                let mut outs = Vec::new();
-                for (round, &step) in steps.iter().enumerate() {
-                    let mut p = params[rank][round].clone();
-                    strategy.average_models(step, &mut p, &mut c).map_err(|e| e.to_string())?;
-                    outs.push(p);
-                }
-                Ok(outs)
-            })
-        })
+        .detach(|| InProcessGroup::new(world).run(f))
         .map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
     outs.into_iter()
         .map(|w| {
-            let w = w
-                .map_err(|p| PyRuntimeError::new_err(format!("worker {} panicked: {}", p.rank, p.message)))?
-                .map_err(PyRuntimeError::new_err)?;
-            Ok(w.into_iter().map(|o| PyArray1::from_vec(py, o)).collect())
+            w.map_err(|p| PyRuntimeError::new_err(format!("worker {} panicked: {}", p.rank, p.message)))?
+                .map_err(PyRuntimeError::new_err)
         })
         .collect()
+}
+
+/// `[rank][call]` arrays for Python.
+fn arrays(py: Python<'_>, outs: Vec<Vec<Vec<f32>>>) -> Vec<Vec<Bound<'_, PyArray1<f32>>>> {
+    outs.into_iter().map(|w| w.into_iter().map(|o| PyArray1::from_vec(py, o)).collect()).collect()
 }
