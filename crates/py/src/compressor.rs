@@ -141,7 +141,7 @@ impl PyCompressor {
     ) -> PyResult<Bound<'py, PyBytes>> {
         let x = array.as_slice().map_err(value_error)?;
         self.check_len(x.len())?;
-        if let Some(j) = x.iter().position(|v| !v.is_finite()) {
+        if let Some(j) = gradcomp_compress::reduce::first_nonfinite(x) {
             return Err(value_error(format!(
                 "array: element {j} is {}: a non-finite gradient has no compressed form (skip the step, or lower the learning rate)",
                 x[j]

@@ -178,7 +178,7 @@ impl Inner {
         torch: TorchCollective,
         skip: bool,
     ) -> Result<BucketRecord, HookError> {
-        let own = grad.iter().position(|v| !v.is_finite());
+        let own = gradcomp_compress::reduce::first_nonfinite(grad);
         let zeros;
         let grad = if own.is_some() {
             zeros = vec![0.0; grad.len()];

@@ -63,7 +63,7 @@ impl LocalRounds {
                 self.len
             )));
         }
-        if let Some(i) = p.iter().position(|v| !v.is_finite()) {
+        if let Some(i) = gradcomp_compress::reduce::first_nonfinite(p) {
             return Err(pyo3::exceptions::PyFloatingPointError::new_err(format!(
                 "gradcomp: step {step}: this worker's parameter {i} is {}; the round would spread it to every worker",
                 p[i]

@@ -433,5 +433,15 @@ pub fn moments_and_collect(
 }
 }
 
+/// The index of the first non-finite element, if any: [`all_finite`]'s
+/// vectorized pass first, the search only when it found one.
+pub fn first_nonfinite(x: &[f32]) -> Option<usize> {
+    if all_finite(x) {
+        None
+    } else {
+        x.iter().position(|v| !v.is_finite())
+    }
+}
+
 #[cfg(test)]
 mod tests;

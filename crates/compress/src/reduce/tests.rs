@@ -57,9 +57,11 @@ fn finiteness() {
             let keep = x[at];
             x[at] = bad;
             assert!(!all_finite(&x), "{bad} at {at}");
+            assert_eq!(first_nonfinite(&x), Some(at), "{bad} at {at}");
             x[at] = keep;
         }
     }
+    assert_eq!(first_nonfinite(&x), None);
     assert!(all_finite(&[]));
     assert!(all_finite(&[f32::MAX, f32::MAX, -f32::MAX]));
 }
