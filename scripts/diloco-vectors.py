@@ -12,7 +12,9 @@ gradcomp's implementation against them.
 Model (identical, deterministic init on both replicas)::
 
     a = nn.Linear(6, 4)            -> "a.weight" (4x6, row-major), "a.bias" (4)
-    b = module with Parameter(5)   -> "b.w" (5)
+    b = module with Parameter(30)  -> "b.w" (30: gradcomp splits the model by size,
+                                               so {a.weight, a.bias} (28) and {b.w} are
+                                               its two fragments too)
 
     init[name][i] = (((7*i + 3*j) % 11) - 5) / 8        j = index of the param
                                                          in the order above
@@ -119,7 +121,7 @@ def worker(rank: int, case_name: str, lighthouse: str, out_path: str) -> None:
     class FragB(nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            self.w = nn.Parameter(torch.zeros(5))
+            self.w = nn.Parameter(torch.zeros(30))
 
     class Model(nn.Module):
         def __init__(self) -> None:
@@ -297,7 +299,7 @@ def run_case(case_name: str, python: str) -> dict:
 
     n_frag = case["fragments"]
     fragments = [list(PARAM_NAMES)] if n_frag == 1 else [["a.weight", "a.bias"], ["b.w"]]
-    shapes = {"a.weight": [4, 6], "a.bias": [4], "b.w": [5]}
+    shapes = {"a.weight": [4, 6], "a.bias": [4], "b.w": [30]}
     init = {
         name: [float(init_value(j, i)) for i in range(int(torch.tensor(shapes[name]).prod()))]
         for j, name in enumerate(PARAM_NAMES)

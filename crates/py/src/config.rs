@@ -75,14 +75,15 @@ pub fn parse(json: &str) -> Result<DataParallelConfig, PyErr> {
     Ok(cfg)
 }
 
-/// Parses and checks `json` for local updates (`LocalUpdates`): CELGC's
-/// model rounds with an outer optimizer, the inner steps the caller's own.
+/// Parses and checks `json` for local updates (`LocalUpdates`): the
+/// core's model rounds with an outer optimizer, the inner steps the
+/// caller's own.
 pub fn parse_local(json: &str) -> Result<DataParallelConfig, PyErr> {
     let cfg = parse_for_python(json)?;
     let st = &cfg.strategy;
-    if st.kind != StrategyKind::Celgc || st.average != gradcomp_exchange::config::Average::Models {
+    if !st.kind.steps_locally() || st.average != gradcomp_exchange::config::Average::Models {
         return Err(value_error(
-            "strategy: local updates average models (kind = \"celgc\", average = \"models\")",
+            "strategy: local updates average models (kind = \"local\", average = \"models\")",
         ));
     }
     if st.gamma != 0.0 {
@@ -291,32 +292,34 @@ pub fn hook_config(name: &Bound<'_, PyAny>, options: Option<&Bound<'_, PyDict>>)
     r.config_json(None, parse)
 }
 
-/// `_core.local_config(name, options, period, outer)`: the JSON
-/// configuration of local updates: `period` inner steps per round, the
-/// outer optimizer `outer` (`{"name", "lr", "momentum"}`), the model change
-/// sent through compressor `name` with `options` (dense: averaged as it is;
-/// any other: with its error feedback, `compress_delta`).
+/// `_core.local_config(name, strategy, options)`: the JSON configuration
+/// of local updates (`kind = "local"`): `strategy` holds `period`, `outer`
+/// (`{"name", "lr", "momentum"}`) and Streaming's `fragments`, `delay` and
+/// `mix` (a key left out takes its default); the model change is sent
+/// through compressor `name` with `options` (dense: averaged as it is; any
+/// other: with its error feedback, `compress_delta`).
 #[pyfunction]
-#[pyo3(signature = (name, period, outer, options=None))]
+#[pyo3(signature = (name, strategy, options=None))]
 pub fn local_config(
     name: &Bound<'_, PyAny>,
-    period: u64,
-    outer: &Bound<'_, PyDict>,
+    strategy: &Bound<'_, PyDict>,
     options: Option<&Bound<'_, PyDict>>,
 ) -> PyResult<String> {
     let r = Routed::new(name, options)?;
     r.refuse(&SET_BY_THE_HOOK)?;
     if r.top.contains_key("strategy") {
-        return Err(value_error("strategy: LocalUpdates sets it from period and outer"));
+        return Err(value_error(
+            "strategy: LocalUpdates sets it from its own arguments (period, outer, fragments, delay, mix)",
+        ));
     }
     let spec: gradcomp_exchange::CompressorSpec =
         parse_compressor(&Value::Object(r.compressor.clone()))?.into();
-    let strategy = serde_json::json!({
-        "kind": "celgc", "period": period, "gamma": 0.0,
-        "compress_delta": !spec.sends_values_as_they_are(),
-        "outer": to_json("outer", outer.as_any())?,
-    });
-    r.config_json(Some(strategy), parse_local)
+    let Value::Object(mut table) = to_json("strategy", strategy.as_any())? else {
+        return Err(value_error("strategy: not a table"));
+    };
+    table.insert("kind".into(), "local".into());
+    table.insert("compress_delta".into(), (!spec.sends_values_as_they_are()).into());
+    r.config_json(Some(Value::Object(table)), parse_local)
 }
 
 /// `_core.compressor_options(name)`: the compressor's own options with

@@ -77,7 +77,8 @@ pub fn replay_local<'py>(
     let layout = crate::local::layout_of(shapes);
     let outs = run_workers(py, world, |mut c| -> Result<Vec<Vec<f32>>, String> {
         let rank = c.rank();
-        let mut strategy = gradcomp_exchange::strategy::build(&cfg, &layout, world);
+        let mut strategy =
+            gradcomp_exchange::strategy::build(&cfg, &layout, world).map_err(|e| e.to_string())?;
         let mut outs = Vec::new();
         for (round, &step) in steps.iter().enumerate() {
             let mut p = params[rank][round].clone();

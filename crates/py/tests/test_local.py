@@ -4,7 +4,9 @@ Two gloo processes, each with its own replica and AdamW: the loss falls, the
 replicas agree after every round, the outer Nesterov step is torch's SGD on
 the averaged pseudo-gradient, and a checkpoint resumes bit-exactly.
 """
-from typing import Any, List
+from typing import Any, Dict, List
+
+import pytest
 
 import gradcomp
 import gradcomp.torch as gt
@@ -33,7 +35,7 @@ def run(outer, compressor, steps, resume=None, save_at=None, **options):
         loss = torch.nn.functional.mse_loss(model(x), y)
         loss.backward(); opt.step(); opt.zero_grad(); lu.step()
         losses.append(loss.item())
-        if (step + 1) %% 4 == 0:
+        if (step + 1) %% 4 == 0 and not options.get("fragments"):
             w = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
             other = w.clone(); dist.broadcast(other, src=0)
             agree.append(bool(torch.equal(w, other)))
@@ -44,10 +46,16 @@ def run(outer, compressor, steps, resume=None, save_at=None, **options):
     w = [p.detach().reshape(-1).tolist() for p in model.parameters()]
     return losses, agree, w, saved, lu.last_round
 out = {}
-for outer, compressor, options in (("nesterov", "dense", {}), ("sgd", "dense", {}), ("nesterov", "topk", {"density": 0.5})):
-    losses, agree, w, saved, last = run(outer, compressor, 40, save_at=18, **options)
+for label, outer, compressor, options in (
+        ("nesterov-dense", "nesterov", "dense", {}), ("sgd-dense", "sgd", "dense", {}),
+        ("nesterov-topk", "nesterov", "topk", {"density": 0.5}),
+        # Streaming: fragment 1 (the bias) starts at 19 (τ 1) or 18 (τ 2) and
+        # merges at 20, so the checkpoint at 19 is taken with its round in flight.
+        ("streaming", "nesterov", "dense", {"fragments": 2, "delay": 1}),
+        ("streaming-topk", "nesterov", "topk", {"density": 0.5, "fragments": 2, "delay": 2, "mix": 0.25})):
+    losses, agree, w, saved, last = run(outer, compressor, 40, save_at=19, **options)
     _, _, w2, _, _ = run(outer, compressor, 40, resume=saved, **options)
-    out[outer + "-" + compressor] = {"first": sum(losses[:4]) / 4, "last": sum(losses[-4:]) / 4,
+    out[label] = {"first": sum(losses[:4]) / 4, "last": sum(losses[-4:]) / 4,
                                      "agree": all(agree), "rounds": len(agree), "resumed_equal": w == w2,
                                      "bytes": last["bytes_sent"]}
 print("RESULT", json.dumps(out))
@@ -64,12 +72,15 @@ def test_local_updates_learn_agree_and_resume_bit_exactly() -> None:
         res = json.loads(line[len("RESULT "):])
         for name, r in res.items():
             assert r["last"] < 0.5 * r["first"], (name, r)
-            assert r["agree"] and r["rounds"] == 10, (name, r)
+            if not name.startswith("streaming"):
+                assert r["agree"] and r["rounds"] == 10, (name, r)
             assert r["resumed_equal"], (name, "a resumed run must end bit-exactly where the whole run did")
         # Dense: 4 bytes per parameter (9 of them) per round; Top-k's messages (index, value,
         # header per tensor) cost more than that on so small a model, and are counted.
         assert res["nesterov-dense"]["bytes"] == 36 and res["sgd-dense"]["bytes"] == 36, res
         assert res["nesterov-topk"]["bytes"] > 0, res
+        # A Streaming round carries one fragment: the weight's 8 values or the bias's 1.
+        assert res["streaming"]["bytes"] in (32, 4), res
 
 
 WORLD_OF_ONE = r'''
@@ -81,7 +92,11 @@ for kwargs, needle in (({"period": 0}, "period"), ({"period": True}, "period"), 
                        ({"period": 4, "outer_lr": -1.0}, "outer.lr"), ({"period": 4, "outer_momentum": 1.0}, "outer.momentum"),
                        ({"period": 4, "compressor": "esgd"}, "esgd"), ({"period": 4, "gamma": 0.5}, "gamma"),
                        ({"period": 4, "compressor": "topk", "dgc_momentum": 0.5}, "dgc_momentum"),
-                       ({"period": 4, "bucket_mb": 1.0}, "bucket_mb")):
+                       ({"period": 4, "bucket_mb": 1.0}, "bucket_mb"),
+                       ({"period": 4, "delay": 4}, "delay"), ({"period": 4, "fragments": 3}, "fragments"),
+                       ({"period": 4, "fragments": 0}, "fragments"), ({"period": 4, "mix": 1.5}, "mix"),
+                       ({"period": 4, "mix": "half"}, "mix"), ({"period": 4, "delay": -1}, "delay"),
+                       ({"period": 4, "compressor": "signsgd"}, "majority vote")):
     try:
         gt.LocalUpdates(m, o, **kwargs)
         print("accepted", kwargs)
@@ -104,7 +119,7 @@ def test_bad_local_updates_arguments_name_themselves() -> None:
     from conftest import free_port, run_ranks
     out = run_ranks(WORLD_OF_ONE % free_port(), 1, timeout=120)[0]
     lines: List[str] = [l for l in out.out.splitlines() if l.startswith(("refused", "accepted"))]
-    assert len(lines) == 10, out.out + out.err
+    assert len(lines) == 17, out.out + out.err
     for line in lines:
         assert line.startswith("refused True"), line
 
@@ -119,52 +134,72 @@ RECORD = r'''
 import sys, json, torch, torch.distributed as dist
 import gradcomp._local as local
 import gradcomp.torch as gt
-rank, out = int(sys.argv[1]), sys.argv[2]
+rank, out, kwargs = int(sys.argv[1]), sys.argv[2], json.loads(sys.argv[3])
 dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d", rank=rank, world_size=2)
 real = local._core.LocalRounds
-calls = []
+# Per inner step: the model as the front handed it to the step's round
+# operations, and as they left it. A delayed round's start (on the
+# communication thread) reads a snapshot taken after the step's merge; the
+# two touch different fragments, so the core's start-then-merge of the
+# "before" model is the same computation.
+calls = {}
 class Recording:
     def __init__(self, *args):
         self.inner = real(*args)
+        self.due, self.starts_at, self.merges_at = self.inner.due, self.inner.starts_at, self.inner.merges_at
+        self.state, self.load = self.inner.state, self.inner.load
     def round(self, step, host, comm):
         before = host.copy()
         r = self.inner.round(step, host, comm)
-        calls.append({"step": step, "before": before.tolist(), "after": host.tolist()})
+        calls[step] = {"before": before.tolist(), "after": host.tolist()}
         return r
+    def merge(self, step, host):
+        before = host.copy()
+        self.inner.merge(step, host)
+        calls[step] = {"before": before.tolist(), "after": host.tolist()}
+    def start(self, step, host, comm):
+        calls.setdefault(step, {"before": host.tolist(), "after": host.tolist()})
+        return self.inner.start(step, host, comm)
 local._core.LocalRounds = Recording
 torch.manual_seed(rank)
 model = torch.nn.Sequential(torch.nn.Linear(6, 4), torch.nn.Tanh(), torch.nn.Linear(4, 1))
 opt = torch.optim.AdamW(model.parameters(), lr=0.05)
-lu = gt.LocalUpdates(model, opt, period=3, outer="nesterov", compressor="topk", density=0.3)
+lu = gt.LocalUpdates(model, opt, outer="nesterov", compressor="topk", density=0.3, **kwargs)
 for step in range(12):
     g = torch.Generator().manual_seed(100 * step + rank)
     x = torch.randn(16, 6, generator=g)
     torch.nn.functional.mse_loss(model(x), x.sum(1, keepdim=True)).backward()
     opt.step(); opt.zero_grad(); lu.step()
-json.dump({"config": lu.config, "shapes": [list(p.shape) for p in lu.params], "calls": calls},
-          open(out + "/rank%%d.json" %% rank, "w"))
+lu.close()
+steps = sorted(calls)
+json.dump({"config": lu.config, "shapes": [list(p.shape) for p in lu.params], "steps": steps,
+           "calls": [calls[s] for s in steps]}, open(out + "/rank%%d.json" %% rank, "w"))
 '''
 
 
-def test_the_fronts_rounds_are_the_cores(tmp_path: Any) -> None:
-    """`LocalUpdates`' rounds, recorded on two gloo ranks, replayed through the core's
-    strategy on the in-process collective: the same models, bit for bit."""
+@pytest.mark.parametrize("kwargs,rounds", [({"period": 3}, 5), ({"period": 4, "fragments": 2, "delay": 1}, 13),
+                                           ({"period": 4, "fragments": 4, "delay": 2, "mix": 0.3}, 13)])
+def test_the_fronts_rounds_are_the_cores(tmp_path: Any, kwargs: Dict[str, Any], rounds: int) -> None:
+    """`LocalUpdates`' rounds (blocking, and Streaming with its rounds on the
+    communication thread), recorded on two gloo ranks, replayed through the
+    core's strategy on the in-process collective: the same models, bit for bit."""
     import json
     import numpy as np
     from gradcomp import _core
     from conftest import free_port, run_ranks
     script = RECORD % free_port()
-    outs = run_ranks(script, 2, str(tmp_path))
+    outs = run_ranks(script, 2, str(tmp_path), json.dumps(kwargs))
     recs = []
     for r in range(2):
         path = tmp_path / f"rank{r}.json"
         assert path.exists(), outs
         recs.append(json.loads(path.read_text()))
     calls = [rec["calls"] for rec in recs]
-    assert len(calls[0]) == 5, "the starting round and 4 outer rounds"
-    replayed = _core.replay_local(recs[0]["config"], recs[0]["shapes"], [c["step"] for c in calls[0]],
+    assert recs[0]["steps"] == recs[1]["steps"] and len(calls[0]) == rounds, recs[0]["steps"]
+    replayed = _core.replay_local(recs[0]["config"], recs[0]["shapes"], recs[0]["steps"],
                                   [[np.asarray(c["before"], dtype=np.float32) for c in w] for w in calls])
     for rank in range(2):
         for i, c in enumerate(calls[rank]):
             assert np.array_equal(np.asarray(c["after"], dtype=np.float32), replayed[rank][i]), (rank, i)
-    assert calls[0][-1]["after"] == calls[1][-1]["after"], "both ranks adopt the same model"
+    if "fragments" not in kwargs:
+        assert calls[0][-1]["after"] == calls[1][-1]["after"], "both ranks adopt the same model"

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use clap::Args as ClapArgs;
-use gradcomp_train::config::{StrategyKind, TrainConfig};
+use gradcomp_train::config::TrainConfig;
 use gradcomp_train::records::{read_jsonl, EpochRecord, StepRecord};
 
 use crate::bench::timing::median;
@@ -322,8 +322,8 @@ pub fn summary_table(runs: &[Run]) -> String {
             Some(d) => format!("{} ρ={d}", c.compressor.name()),
             None => c.compressor.name().to_string(),
         };
-        let topology = if c.strategy.kind == StrategyKind::Celgc {
-            format!("celgc I={}", c.strategy.period)
+        let topology = if c.strategy.kind.steps_locally() {
+            format!("{} I={}", kebab(&c.strategy.kind), c.strategy.period)
         } else {
             kebab(&c.comm.topology)
         };

@@ -412,6 +412,24 @@ fn schedule_comm_and_network_values(bad_calibration: &str) -> Vec<ConfigCase<'_>
             vec!["strategy", "outer", "adam"],
         ),
         (vec!["strategy={ outer = { name = \"nesterov\" } }"], vec!["strategy.outer"]),
+        // Local updates and Streaming DiLoCo (issue #36).
+        (vec!["strategy={ kind = \"local\", period = 0 }"], vec!["strategy.period"]),
+        (vec!["strategy={ kind = \"local\", period = 8, delay = 8 }"], vec!["strategy.delay"]),
+        (vec!["strategy={ kind = \"local\", period = 8, delay = 1, mix = 1.5 }"], vec!["strategy.mix"]),
+        (vec!["strategy={ kind = \"local\", period = 8, fragments = 0 }"], vec!["strategy.fragments"]),
+        (
+            vec!["strategy={ kind = \"local\", period = 64, fragments = 40, compress_delta = true }"],
+            vec!["strategy.fragments", "tensors"],
+        ),
+        (
+            vec!["strategy={ kind = \"local\", outer = { name = \"adam\" } }"],
+            vec!["strategy", "outer", "adam"],
+        ),
+        (
+            vec!["compressor={ name = \"signsgd\" }", "strategy={ kind = \"local\", compress_delta = true }"],
+            vec!["compressor.name", "majority vote"],
+        ),
+        (vec!["strategy={ fragments = 2 }"], vec!["strategy.fragments"]),
         (vec!["compression.local_clip=nan"], vec!["compression.local_clip"]),
         (vec!["compression.dgc_momentum=2.0"], vec!["compression.dgc_momentum"]),
         (vec!["network.links_bps=[-1.0]"], vec!["network.links_bps"]),

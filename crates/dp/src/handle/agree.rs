@@ -81,9 +81,13 @@ impl DataParallel {
         self.pending_seconds += t.elapsed().as_secs_f64();
         self.averaged_at = Some(step);
         let model = params::write_params(model, &self.params);
-        // Replicas agree right after a round, before local steps move them apart.
+        // Replicas agree right after a round that merges the whole model,
+        // before local steps move them apart (not after a Streaming fragment's).
         let round = step / self.cfg.strategy.period;
-        if self.cfg.checksum_every > 0 && round.is_multiple_of(self.cfg.checksum_every) {
+        if self.cfg.checksum_every > 0
+            && round.is_multiple_of(self.cfg.checksum_every)
+            && self.strategy.agrees_after_round(step)
+        {
             self.compare_checksums(step)?;
         }
         Ok(model)

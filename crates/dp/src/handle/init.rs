@@ -61,7 +61,7 @@ impl InitDataParallel for DataParallelConfig {
         let values: Vec<f32> =
             bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
         let model = params::write_params(model, &values);
-        let strategy = crate::strategy::build(&self, &layout, c.world_size());
+        let strategy = crate::strategy::build(&self, &layout, c.world_size())?;
         let density = self.compressor.density();
         let n = layout.total();
         let dp = DataParallel {

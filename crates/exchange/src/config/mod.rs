@@ -12,7 +12,7 @@ mod validate;
 
 pub use compression::{CompressionConfig, Exclusions, Granularity};
 pub use error::ConfigError;
-pub use strategy::{Average, ClipNorm, OuterConfig, OuterKind, StrategyConfig, StrategyKind};
+pub use strategy::{Average, ClipNorm, OuterConfig, OuterKind, StrategyConfig, StrategyKind, STREAMING_MIX};
 pub use topology::{ServerPlace, Topology};
 
 use gradcomp_comm::ServerPlacement;

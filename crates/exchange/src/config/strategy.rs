@@ -1,5 +1,7 @@
 //! How workers combine their work (`[strategy]`): synchronous exchange, or
-//! CELGC's local steps with periodic averaging (ALGORITHMS.md §2).
+//! local steps with periodic rounds: CELGC's clipped local SGD with model
+//! averaging (ALGORITHMS.md §2), and local updates with an outer optimizer,
+//! DiLoCo and Streaming DiLoCo (§2.1), which are the same strategy.
 
 use serde::{Deserialize, Serialize};
 
@@ -10,6 +12,19 @@ pub enum StrategyKind {
     Sync,
     /// CELGC: local SGD with per-worker clipping, models averaged every `period` steps.
     Celgc,
+    /// Local updates (DiLoCo): the caller's inner optimizer for `period`
+    /// steps, then a round in which the outer optimizer (`nesterov` unless
+    /// `outer.name` says otherwise) moves the shared model by the averaged
+    /// pseudo-gradient; with `fragments` and `delay`, Streaming DiLoCo. The
+    /// same strategy as `celgc`, whose clipping stays an option (`gamma`).
+    Local,
+}
+
+impl StrategyKind {
+    /// Whether workers step on their own between rounds (`celgc`, `local`).
+    pub fn steps_locally(self) -> bool {
+        matches!(self, StrategyKind::Celgc | StrategyKind::Local)
+    }
 }
 
 /// Which norm CELGC clips with (ALGORITHMS.md §2).
@@ -49,10 +64,12 @@ pub enum OuterKind {
 }
 
 /// `[strategy.outer]`: the outer optimizer and its settings.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct OuterConfig {
-    pub name: OuterKind,
+    /// Unset: `nesterov` for `kind = "local"`, `sgd` (averaging) for `celgc`
+    /// ([`StrategyConfig::outer`] resolves it).
+    pub name: Option<OuterKind>,
     /// The outer learning rate; unset: 1 for `sgd` (averaging), 0.7 for
     /// `nesterov` (DiLoCo's).
     pub lr: Option<f64>,
@@ -63,18 +80,29 @@ pub struct OuterConfig {
 impl OuterConfig {
     /// DiLoCo's outer optimizer: Nesterov at lr 0.7, momentum 0.9.
     pub fn nesterov() -> Self {
-        Self { name: OuterKind::Nesterov, lr: None, momentum: None }
+        Self { name: Some(OuterKind::Nesterov), lr: None, momentum: None }
+    }
+
+    /// Plain SGD at `lr` with `momentum`.
+    pub fn sgd(lr: f64, momentum: f64) -> Self {
+        Self { name: Some(OuterKind::Sgd), lr: Some(lr), momentum: Some(momentum) }
+    }
+
+    /// The optimizer; unset is `sgd` (resolve the kind's default with
+    /// [`StrategyConfig::outer`]).
+    pub fn kind(&self) -> OuterKind {
+        self.name.unwrap_or(OuterKind::Sgd)
     }
 
     pub fn lr(&self) -> f64 {
-        self.lr.unwrap_or(match self.name {
+        self.lr.unwrap_or(match self.kind() {
             OuterKind::Sgd => 1.0,
             OuterKind::Nesterov => 0.7,
         })
     }
 
     pub fn momentum(&self) -> f64 {
-        self.momentum.unwrap_or(match self.name {
+        self.momentum.unwrap_or(match self.kind() {
             OuterKind::Sgd => 0.0,
             OuterKind::Nesterov => 0.9,
         })
@@ -82,15 +110,14 @@ impl OuterConfig {
 
     /// Whether the outer step is plain model averaging (`sgd`, lr 1, no momentum).
     pub fn averages(&self) -> bool {
-        self.name == OuterKind::Sgd && self.lr() == 1.0 && self.momentum() == 0.0
+        self.kind() == OuterKind::Sgd && self.lr() == 1.0 && self.momentum() == 0.0
     }
 }
 
-impl Default for OuterConfig {
-    fn default() -> Self {
-        Self { name: OuterKind::Sgd, lr: None, momentum: None }
-    }
-}
+/// Streaming DiLoCo's mixing factor α when a fragment's round overlaps
+/// `delay` ≥ 1 inner steps (Douillard et al. 2025, arXiv 2501.18512, §2.3:
+/// the merged fragment is α·θ_local + (1 − α)·θ_outer, α = 0.5 in their runs).
+pub const STREAMING_MIX: f64 = 0.5;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -109,9 +136,21 @@ pub struct StrategyConfig {
     /// CELGC: send the periodic model change through `[compressor]` with
     /// error feedback instead of averaging models densely.
     pub compress_delta: bool,
-    /// CELGC's model rounds: the outer optimizer applied to the averaged
-    /// pseudo-gradient (default `sgd` at lr 1: model averaging).
+    /// The model rounds' outer optimizer, applied to the averaged
+    /// pseudo-gradient ([`StrategyConfig::outer`] gives it resolved).
     pub outer: OuterConfig,
+    /// Streaming: the model's tensors in P contiguous groups of about equal
+    /// size; group p has its round at the steps t with t ≥ p·H/P and
+    /// (t − p·H/P) mod H = 0, so a round carries 1/P of the model. 1: the
+    /// whole model at once.
+    pub fragments: u64,
+    /// Streaming: τ, the inner steps a fragment's round overlaps; its result
+    /// is merged τ steps after its pseudo-gradient was taken. 0: blocking.
+    pub delay: u64,
+    /// Streaming: α in θ ← α·θ_local + (1 − α)·θ_outer when a round's result
+    /// is merged; unset: [`STREAMING_MIX`] with `delay` ≥ 1, else 0 (adopt
+    /// θ_outer, DiLoCo).
+    pub mix: Option<f64>,
 }
 
 impl StrategyConfig {
@@ -145,6 +184,45 @@ impl StrategyConfig {
         self.outer = outer;
         self
     }
+
+    /// Local updates (DiLoCo): rounds every `period` inner steps, the outer
+    /// optimizer `nesterov` unless set otherwise.
+    pub fn local(period: u64) -> Self {
+        Self { kind: StrategyKind::Local, period, ..Default::default() }
+    }
+
+    /// Streaming: `fragments` groups, each round overlapping `delay` steps.
+    pub fn with_streaming(mut self, fragments: u64, delay: u64) -> Self {
+        self.fragments = fragments;
+        self.delay = delay;
+        self
+    }
+
+    pub fn with_mix(mut self, mix: f64) -> Self {
+        self.mix = Some(mix);
+        self
+    }
+
+    /// The outer optimizer with its name resolved: `outer.name`, else
+    /// `nesterov` for `kind = "local"` and `sgd` (averaging) otherwise.
+    pub fn outer(&self) -> OuterConfig {
+        let default = match self.kind {
+            StrategyKind::Local => OuterKind::Nesterov,
+            _ => OuterKind::Sgd,
+        };
+        OuterConfig { name: Some(self.outer.name.unwrap_or(default)), ..self.outer }
+    }
+
+    /// α, resolved (see [`StrategyConfig::mix`]).
+    pub fn mix(&self) -> f64 {
+        self.mix.unwrap_or(if self.delay > 0 { STREAMING_MIX } else { 0.0 })
+    }
+
+    /// Whether a round ends with every worker holding the whole shared
+    /// model: one fragment, merged without mixing.
+    pub fn rounds_agree(&self) -> bool {
+        self.fragments <= 1 && self.mix() == 0.0
+    }
 }
 
 impl Default for StrategyConfig {
@@ -158,6 +236,9 @@ impl Default for StrategyConfig {
             average_at_epoch_end: false,
             compress_delta: false,
             outer: OuterConfig::default(),
+            fragments: 1,
+            delay: 0,
+            mix: None,
         }
     }
 }

@@ -4,7 +4,7 @@
 use gradcomp_compress::memory::{DensitySchedule, MemoryKind};
 use gradcomp_compress::{Combine, CompressorConfig};
 
-use super::{Average, ConfigError, DataParallelConfig, Granularity, StrategyKind, Topology};
+use super::{Average, ConfigError, DataParallelConfig, Granularity, Topology};
 
 fn err(key: &str, problem: impl Into<String>) -> ConfigError {
     ConfigError::new(key, problem)
@@ -80,6 +80,51 @@ impl DataParallelConfig {
         Ok(())
     }
 
+    /// Streaming DiLoCo's keys: fragments, delay and mix.
+    fn validate_streaming(&self) -> Result<(), ConfigError> {
+        let st = &self.strategy;
+        let rounds = st.kind.steps_locally() && st.average == Average::Models;
+        let streaming = st.fragments != 1 || st.delay != 0 || st.mix.is_some();
+        if streaming && !rounds {
+            let key = if st.fragments != 1 {
+                "strategy.fragments"
+            } else if st.delay != 0 {
+                "strategy.delay"
+            } else {
+                "strategy.mix"
+            };
+            return Err(err(
+                key,
+                "streaming acts on the model rounds of local steps (kind = \"local\" or \"celgc\", average = \"models\")",
+            ));
+        }
+        if st.fragments == 0 {
+            return Err(err("strategy.fragments", "must be at least 1 (1: the whole model in every round)"));
+        }
+        if st.fragments > st.period {
+            return Err(err(
+                "strategy.fragments",
+                format!(
+                    "{} fragments need a period of at least {} steps (fragment p has its round at step p·H/P of every period; period = {})",
+                    st.fragments, st.fragments, st.period
+                ),
+            ));
+        }
+        if st.delay >= st.period {
+            return Err(err(
+                "strategy.delay",
+                format!(
+                    "a round overlapping {} steps would still be open at the fragment's next round; delay must be below the period ({})",
+                    st.delay, st.period
+                ),
+            ));
+        }
+        if let Some(a) = st.mix.filter(|a| !(0.0..=1.0).contains(a)) {
+            return Err(err("strategy.mix", format!("{a} is not in [0, 1] (α·θ_local + (1 − α)·θ_outer)")));
+        }
+        Ok(())
+    }
+
     fn validate_strategy(&self) -> Result<(), ConfigError> {
         let st = &self.strategy;
         if st.period == 0 {
@@ -88,27 +133,28 @@ impl DataParallelConfig {
         if !(st.gamma >= 0.0 && st.gamma.is_finite()) {
             return Err(err("strategy.gamma", "must be ≥ 0 (0 turns clipping off)"));
         }
-        if st.average_at_epoch_end && !(st.kind == StrategyKind::Celgc && st.average == Average::Models) {
+        let rounds = st.kind.steps_locally() && st.average == Average::Models;
+        if st.average_at_epoch_end && !rounds {
             return Err(err(
                 "strategy.average_at_epoch_end",
-                "applies to CELGC's model averaging (kind = \"celgc\", average = \"models\")",
+                "applies to the model rounds of local steps (kind = \"celgc\" or \"local\", average = \"models\")",
             ));
         }
-        let outer = st.outer;
+        let outer = st.outer();
         if !(outer.lr() > 0.0 && outer.lr().is_finite()) {
             return Err(err("strategy.outer.lr", format!("{} is not a positive learning rate", outer.lr())));
         }
         if !(0.0..1.0).contains(&outer.momentum()) {
             return Err(err("strategy.outer.momentum", format!("{} is not in [0, 1)", outer.momentum())));
         }
-        let has_rounds = st.kind == StrategyKind::Celgc && st.average == Average::Models;
-        if !(outer.averages() || has_rounds) {
+        if !(outer.averages() || rounds) {
             return Err(err(
                 "strategy.outer",
-                "an outer optimizer acts on the model rounds of local steps (kind = \"celgc\", average = \"models\")",
+                "an outer optimizer acts on the model rounds of local steps (kind = \"local\" or \"celgc\", average = \"models\")",
             ));
         }
-        if st.kind != StrategyKind::Celgc {
+        self.validate_streaming()?;
+        if !st.kind.steps_locally() {
             return Ok(());
         }
         if st.average == Average::Gradients && st.period != 1 {
@@ -124,7 +170,16 @@ impl DataParallelConfig {
             return Err(err(
                 "strategy.compress_delta",
                 format!(
-                    "CELGC averages models densely; to send the model change through compressor {} with error feedback, turn compress_delta on (TOML: strategy.compress_delta = true)",
+                    "local steps average models densely; to send the model change through compressor {} with error feedback, turn compress_delta on (TOML: strategy.compress_delta = true)",
+                    self.compressor_name()
+                ),
+            ));
+        }
+        if st.average == Average::Models && self.combine() == Combine::MajorityVote {
+            return Err(err(
+                "compressor.name",
+                format!(
+                    "{} combines by majority vote, one sign per coordinate for every worker: no average of the model changes for a round to apply; pick a compressor that averages (topk, terngrad, qsgd, ...)",
                     self.compressor_name()
                 ),
             ));
@@ -181,7 +236,10 @@ mod tests {
         let bad = [
             (OuterConfig { lr: Some(0.0), ..OuterConfig::nesterov() }, "strategy.outer.lr"),
             (OuterConfig { momentum: Some(1.0), ..OuterConfig::nesterov() }, "strategy.outer.momentum"),
-            (OuterConfig { name: OuterKind::Sgd, lr: Some(f64::NAN), momentum: None }, "strategy.outer.lr"),
+            (
+                OuterConfig { name: Some(OuterKind::Sgd), lr: Some(f64::NAN), momentum: None },
+                "strategy.outer.lr",
+            ),
         ];
         for (outer, key) in bad {
             let e = local(outer).validate().unwrap_err().to_string();
@@ -190,5 +248,55 @@ mod tests {
         let sync = DataParallelConfig::new(CompressorConfig::named("dense").unwrap())
             .with_strategy(StrategyConfig::default().with_outer(OuterConfig::nesterov()));
         assert!(sync.validate().unwrap_err().to_string().contains("strategy.outer"));
+    }
+
+    #[test]
+    fn streaming_keys_that_cannot_work_are_named() {
+        use crate::config::{Average, StrategyConfig};
+        let with = |name: &str, st: StrategyConfig| {
+            DataParallelConfig::new(CompressorConfig::named(name).unwrap()).with_strategy(st).validate()
+        };
+        with("dense", StrategyConfig::local(8).with_streaming(4, 2).with_mix(0.25)).unwrap();
+        let mixed = StrategyConfig::local(8).with_mix(1.5);
+        let nan = StrategyConfig::local(8).with_mix(f64::NAN);
+        let sync_mix = StrategyConfig { mix: Some(0.5), ..Default::default() };
+        let bad = [
+            (StrategyConfig::local(0), "strategy.period"),
+            (StrategyConfig::local(8).with_streaming(0, 0), "strategy.fragments"),
+            (StrategyConfig::local(4).with_streaming(8, 0), "strategy.fragments"),
+            (StrategyConfig::local(8).with_streaming(2, 8), "strategy.delay"),
+            (StrategyConfig::local(8).with_streaming(2, 9), "strategy.delay"),
+            (mixed, "strategy.mix"),
+            (nan, "strategy.mix"),
+            (StrategyConfig::default().with_streaming(2, 0), "strategy.fragments"),
+            (StrategyConfig::default().with_streaming(1, 1), "strategy.delay"),
+            (sync_mix, "strategy.mix"),
+            (
+                StrategyConfig::celgc(1, 0.0)
+                    .with_average(Average::Gradients)
+                    .with_streaming(1, 0)
+                    .with_mix(0.0),
+                "strategy.mix",
+            ),
+        ];
+        for (st, key) in bad {
+            let e = with("dense", st.clone()).unwrap_err();
+            assert_eq!(e.key, key, "{st:?}: {e}");
+        }
+        let e = with("signsgd", StrategyConfig::local(8).with_compress_delta(true)).unwrap_err();
+        assert_eq!(e.key, "compressor.name", "{e}");
+        assert!(e.to_string().contains("majority vote"), "{e}");
+    }
+
+    #[test]
+    fn local_updates_default_to_nesterov_and_celgc_to_averaging() {
+        use crate::config::{OuterKind, StrategyConfig};
+        assert_eq!(StrategyConfig::local(8).outer().kind(), OuterKind::Nesterov);
+        assert_eq!(StrategyConfig::celgc(8, 0.0).outer().kind(), OuterKind::Sgd);
+        let mut sgd = StrategyConfig::local(8);
+        sgd.outer.name = Some(OuterKind::Sgd);
+        assert!(sgd.outer().averages(), "an explicit sgd stays sgd at lr 1");
+        assert_eq!(StrategyConfig::local(8).mix(), 0.0, "blocking rounds adopt θ_outer");
+        assert_eq!(StrategyConfig::local(8).with_streaming(2, 1).mix(), crate::config::STREAMING_MIX);
     }
 }

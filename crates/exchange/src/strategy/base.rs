@@ -54,6 +54,12 @@ pub trait Strategy: Send {
     /// [`Strategy::step`] for that step.
     fn averages_models(&self, step: u64) -> bool;
 
+    /// Whether every worker holds the same model right after the round at
+    /// `step` (CELGC's and DiLoCo's; not a Streaming fragment's, which
+    /// leaves the rest of the model local, nor one mixed with α > 0): when
+    /// the caller may compare replica checksums.
+    fn agrees_after_round(&self, step: u64) -> bool;
+
     /// Averages the workers' parameters `params` in place (every worker ends
     /// with the same values). Called only at a step where
     /// [`Strategy::averages_models`] is true, or at an epoch end.

@@ -13,9 +13,11 @@
 //! with momentum the clipped step size multiplies the momentum buffer, as in
 //! the authors' `SGDClipGrad`.
 //!
-//! A round applies the outer optimizer (`strategy.outer`, [`Outer`]) to the
-//! workers' averaged model change: `sgd` at lr 1 is model averaging, and
-//! `nesterov` with γ = 0 and the caller's AdamW inside is DiLoCo.
+//! A round applies the outer optimizer (`strategy.outer`) to the workers'
+//! averaged model change ([`ModelRounds`]): `sgd` at lr 1 is model
+//! averaging, and `nesterov` with γ = 0 and the caller's AdamW inside is
+//! DiLoCo (`kind = "local"` names that configuration); fragments and a
+//! delay make it Streaming DiLoCo.
 
 use std::time::Instant;
 
@@ -23,25 +25,11 @@ use gradcomp_comm::Collective;
 use gradcomp_compress::StateError;
 
 use super::base::{StepResult, Strategy};
-use super::outer::Outer;
-use crate::config::{Average, ClipNorm, StrategyConfig};
+use super::model_rounds::ModelRounds;
+use crate::config::{Average, ClipNorm, ConfigError, DataParallelConfig, StrategyConfig};
 use crate::error::ExchangeError;
-use crate::grad_stages::CompleteGrad;
-use crate::{ExchangeStats, Gradient, GradientExchange, StateBuffers, StepInput, Unit};
-
-/// Model rounds beyond plain averaging: the model change sent through a
-/// compressor with error feedback (`compress_delta`), an outer optimizer
-/// other than averaging (DiLoCo's Nesterov), or both.
-struct Rounds {
-    /// `compress_delta`'s exchange; `None`: the change is averaged densely.
-    exchange: Option<GradientExchange>,
-    /// θ_outer: the model after the last round, identical everywhere.
-    anchor: Vec<f32>,
-    /// This worker's change θ_local − θ_outer, and the workers' average of it.
-    delta: Vec<f32>,
-    averaged: Vec<f32>,
-    outer: Outer,
-}
+use crate::layout::GradientLayout;
+use crate::{ExchangeStats, Gradient, StateBuffers, StepInput, Unit};
 
 /// A worker's CELGC state.
 pub struct Celgc {
@@ -51,7 +39,7 @@ pub struct Celgc {
     /// ‖ḡ‖ of the last communication round (for `global-average` and `max`).
     global_norm: Option<f64>,
     /// `None`: plain model averaging, the mean of the models.
-    rounds: Option<Rounds>,
+    rounds: Option<ModelRounds>,
 }
 
 fn norm(x: &[f32]) -> f64 {
@@ -59,17 +47,30 @@ fn norm(x: &[f32]) -> f64 {
 }
 
 impl Celgc {
-    /// `base_lr` is η₀ (γ decays with η/η₀); `delta` is the exchange for
-    /// compressed model deltas (`compress_delta`).
-    pub fn new(cfg: &StrategyConfig, base_lr: f64, delta: Option<GradientExchange>) -> Self {
-        let rounds = (delta.is_some() || !cfg.outer.averages()).then(|| Rounds {
-            exchange: delta,
-            anchor: Vec::new(),
-            delta: Vec::new(),
-            averaged: Vec::new(),
-            outer: Outer::new(cfg.outer),
-        });
-        Self { cfg: cfg.clone(), base_lr, global_norm: None, rounds }
+    /// The strategy `cfg` describes for a model of `layout` among `workers`
+    /// (γ decays with η/η₀, η₀ = `cfg.base_lr`). Plain averaging (dense,
+    /// `sgd` at lr 1, one fragment, no delay or mix) keeps no θ_outer; every
+    /// other form runs [`ModelRounds`].
+    pub fn new(
+        cfg: &DataParallelConfig,
+        layout: &GradientLayout,
+        workers: usize,
+    ) -> Result<Self, ConfigError> {
+        let st = &cfg.strategy;
+        let plain = !st.compress_delta
+            && st.outer().averages()
+            && st.fragments <= 1
+            && st.delay == 0
+            && st.mix() == 0.0;
+        let rounds =
+            if plain { None } else { Some(ModelRounds::new(cfg, layout, workers, st.compress_delta)?) };
+        Ok(Self { cfg: st.clone(), base_lr: cfg.base_lr.unwrap_or(1.0), global_norm: None, rounds })
+    }
+
+    /// The model rounds, for a front that runs their halves itself (the
+    /// PyTorch front's overlap); `None` for plain averaging.
+    pub fn rounds_mut(&mut self) -> Option<&mut ModelRounds> {
+        self.rounds.as_mut()
     }
 
     /// The norm the clipping uses: the local one, or the last round's average.
@@ -87,11 +88,22 @@ impl Celgc {
 
 impl Strategy for Celgc {
     fn name(&self) -> &'static str {
-        "celgc"
+        match self.cfg.kind {
+            crate::config::StrategyKind::Local => "local",
+            _ => "celgc",
+        }
     }
 
     fn averages_models(&self, step: u64) -> bool {
-        self.cfg.average == Average::Models && step.is_multiple_of(self.cfg.period)
+        self.cfg.average == Average::Models
+            && match &self.rounds {
+                Some(r) => r.schedule().due(step),
+                None => step.is_multiple_of(self.cfg.period),
+            }
+    }
+
+    fn agrees_after_round(&self, step: u64) -> bool {
+        self.rounds.as_ref().map_or(self.cfg.average == Average::Models, |r| r.agrees_after(step))
     }
 
     fn average_models(
@@ -100,35 +112,14 @@ impl Strategy for Celgc {
         params: &mut [f32],
         c: &mut dyn Collective,
     ) -> Result<(), ExchangeError> {
-        let n = c.world_size() as f32;
         let Some(r) = &mut self.rounds else {
+            let n = c.world_size() as f32;
             c.allreduce_sum_f32(params)?;
             params.iter_mut().for_each(|p| *p /= n);
             return Ok(());
         };
-        if r.anchor.len() != params.len() {
-            // The first round: every worker starts from the same model.
-            r.anchor = params.to_vec();
-            r.delta = vec![0.0; params.len()];
-            r.averaged = vec![0.0; params.len()];
-            return Ok(());
-        }
-        for ((o, x), a) in r.delta.iter_mut().zip(params.iter()).zip(&r.anchor) {
-            *o = x - a;
-        }
-        match &mut r.exchange {
-            Some(e) => {
-                let input = StepInput { step, lr: 1.0, loss: None, measure: false };
-                e.exchange(Gradient::Host(&mut CompleteGrad(&r.delta)), &input, &mut r.averaged, c)?;
-            }
-            None => {
-                r.averaged.copy_from_slice(&r.delta);
-                c.allreduce_sum_f32(&mut r.averaged)?;
-                r.averaged.iter_mut().for_each(|v| *v /= n);
-            }
-        }
-        r.outer.step(&mut r.anchor, &r.averaged);
-        params.copy_from_slice(&r.anchor);
+        r.start(step, params, c)?;
+        r.merge(step, params);
         Ok(())
     }
 
@@ -148,7 +139,11 @@ impl Strategy for Celgc {
         stages.complete()?;
         let grad = stages.grad();
         let averaged_gradient = self.cfg.average == Average::Gradients;
-        let communicated = self.averages_models(input.step);
+        let communicated = self.cfg.average == Average::Models
+            && self
+                .rounds
+                .as_ref()
+                .map_or(input.step.is_multiple_of(self.cfg.period), |r| r.schedule().starts_any(input.step));
         out.copy_from_slice(grad);
         let mut communicate_seconds = 0.0;
         if averaged_gradient || (communicated && self.cfg.clip_norm != ClipNorm::Local) {
@@ -184,24 +179,20 @@ impl Strategy for Celgc {
     }
 
     fn set_density(&mut self, rho: f64) {
-        if let Some(e) = self.rounds.as_mut().and_then(|r| r.exchange.as_mut()) {
-            e.set_density(rho);
+        if let Some(r) = &mut self.rounds {
+            r.set_density(rho);
         }
     }
 
     fn units(&self) -> &[Unit] {
-        self.rounds.as_ref().and_then(|r| r.exchange.as_ref()).map_or(&[], |e| e.units())
+        self.rounds.as_ref().map_or(&[], |r| r.units())
     }
 
     fn state(&self) -> Result<StateBuffers, ExchangeError> {
         let mut s = StateBuffers::new();
         s.insert("celgc.global_norm".into(), vec![self.global_norm.map_or(f32::NAN, |g| g as f32)]);
         if let Some(r) = &self.rounds {
-            s.insert("celgc.anchor".into(), r.anchor.clone());
-            r.outer.state(&mut s);
-            if let Some(e) = &r.exchange {
-                e.state("delta.", &mut s)?;
-            }
+            r.state(&mut s)?;
         }
         Ok(s)
     }
@@ -211,21 +202,7 @@ impl Strategy for Celgc {
         let g = s.get("celgc.global_norm").ok_or_else(|| missing("celgc.global_norm"))?;
         self.global_norm = g.first().filter(|g| !g.is_nan()).map(|&g| f64::from(g));
         if let Some(r) = &mut self.rounds {
-            let a = s.get("celgc.anchor").ok_or_else(|| missing("celgc.anchor"))?;
-            if let Some(e) = &r.exchange {
-                let total: usize = e.units().iter().map(|u| u.len).sum();
-                if !a.is_empty() && a.len() != total {
-                    let buffer = "CELGC's model anchor (celgc.anchor)".to_string();
-                    return Err(StateError::Length { buffer, expected: total, got: a.len() });
-                }
-            }
-            r.anchor.clone_from(a);
-            r.delta = vec![0.0; a.len()];
-            r.averaged = vec![0.0; a.len()];
-            r.outer.restore(s, a.len())?;
-            if let Some(e) = &mut r.exchange {
-                e.restore("delta.", s)?;
-            }
+            r.restore(s)?;
         }
         Ok(())
     }
@@ -234,9 +211,20 @@ impl Strategy for Celgc {
 #[cfg(test)]
 mod tests {
     use gradcomp_comm::InProcessGroup;
+    use gradcomp_compress::CompressorConfig;
 
     use super::*;
     use crate::config::{OuterConfig, StrategyConfig};
+
+    fn layout(len: usize) -> GradientLayout {
+        GradientLayout::new([("w".to_string(), vec![len])])
+    }
+
+    fn strategy(st: &StrategyConfig, len: usize, workers: usize) -> Celgc {
+        let cfg =
+            DataParallelConfig::new(CompressorConfig::named("dense").unwrap()).with_strategy(st.clone());
+        Celgc::new(&cfg, &layout(len), workers).unwrap()
+    }
 
     /// Two workers' rounds with DiLoCo's Nesterov: each moves its model by its
     /// own steps between rounds; after every round both hold θ_outer, which is
@@ -253,7 +241,7 @@ mod tests {
         let results = InProcessGroup::new(2)
             .run(|mut c| {
                 let rank = c.rank();
-                let mut s = Celgc::new(&cfg, 1.0, None);
+                let mut s = strategy(&cfg, 4, 2);
                 let mut params = start.to_vec();
                 let mut seen = Vec::new();
                 for k in 0..4u64 {
@@ -291,7 +279,7 @@ mod tests {
 
     #[test]
     fn plain_averaging_keeps_no_anchor_and_an_outer_optimizer_checkpoints_its_own() {
-        let avg = Celgc::new(&StrategyConfig::celgc(4, 0.0), 1.0, None);
+        let avg = strategy(&StrategyConfig::celgc(4, 0.0), 3, 1);
         assert!(
             !avg.state().unwrap().contains_key("celgc.anchor"),
             "the mean of the models needs no θ_outer"
@@ -299,7 +287,7 @@ mod tests {
         let cfg = StrategyConfig::celgc(4, 0.0).with_outer(OuterConfig::nesterov());
         let s = InProcessGroup::new(1)
             .run(|mut c| {
-                let mut a = Celgc::new(&cfg, 1.0, None);
+                let mut a = strategy(&cfg, 3, 1);
                 for k in 0..3u64 {
                     let mut p = vec![k as f32; 3];
                     a.average_models(4 * k, &mut p, &mut c).unwrap();
@@ -310,7 +298,7 @@ mod tests {
             .remove(0)
             .unwrap();
         assert!(s.contains_key("celgc.anchor") && s.contains_key("outer.momentum"), "{:?}", s.keys());
-        let mut b = Celgc::new(&cfg, 1.0, None);
+        let mut b = strategy(&cfg, 3, 1);
         b.restore(&s).unwrap();
         let back = b.state().unwrap();
         for key in ["celgc.anchor", "outer.momentum"] {

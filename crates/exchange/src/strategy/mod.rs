@@ -9,9 +9,11 @@
 //!   compressor → codec → collective → decode → aggregate → memory update).
 //!   eSGD and DGC are compressors and memories inside it; DGC's local
 //!   clipping is an option of it.
-//! - `Celgc`: local SGD with per-worker norm clipping and model averaging
-//!   every I steps (ALGORITHMS.md §2), or, averaging gradients with I = 1,
-//!   naive parallel clipping.
+//! - `Celgc`: local steps with a round every I steps (ALGORITHMS.md §2):
+//!   CELGC's per-worker norm clipping and model averaging; local updates
+//!   with an outer optimizer (DiLoCo) and Streaming fragments
+//!   ([`ModelRounds`]); or, averaging gradients with I = 1, naive parallel
+//!   clipping.
 //!
 //! The library's [`DataParallel`](crate::DataParallel) handle drives a
 //! strategy through this trait and knows nothing else of it.
@@ -19,8 +21,11 @@
 mod base;
 mod build;
 mod celgc;
+mod model_rounds;
 mod outer;
 mod sync;
 
 pub use base::{StepResult, Strategy};
-pub use build::build;
+pub use build::{build, build_local};
+pub use celgc::Celgc;
+pub use model_rounds::{ModelRounds, Schedule};

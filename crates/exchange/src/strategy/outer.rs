@@ -24,21 +24,23 @@ pub struct Outer {
     momentum: Vec<f32>,
 }
 
-const MOMENTUM: &str = "outer.momentum";
-
 impl Outer {
     pub fn new(cfg: OuterConfig) -> Self {
         Self { cfg, momentum: Vec::new() }
     }
 
-    /// Moves `anchor` (θ_outer) by the averaged model `change`.
+    /// Moves `anchor` (θ_outer) by the averaged model `change`, with torch's
+    /// SGD arithmetic: its CPU kernels fuse `p.add_(g, alpha=−lr)` and the
+    /// Nesterov `g.add(buf, alpha=μ)` into one multiply-add each, and so does
+    /// this (bit for bit torchft's DiLoCo: tests/diloco_reference.rs). The
+    /// signs are flipped throughout (m′ = −m, c = −Δ̄), which rounds the same.
     pub fn step(&mut self, anchor: &mut [f32], change: &[f32]) {
         let lr = self.cfg.lr() as f32;
         let mu = self.cfg.momentum() as f32;
         if mu == 0.0 {
             // torch's SGD without momentum: the buffer is the gradient itself.
             for (a, c) in anchor.iter_mut().zip(change) {
-                *a += lr * c;
+                *a = c.mul_add(lr, *a);
             }
             return;
         }
@@ -46,38 +48,40 @@ impl Outer {
             // torch's first step: the buffer starts as the gradient.
             self.momentum = change.to_vec();
         } else {
+            // `buf.mul_(μ).add_(g)`: two roundings.
             for (m, c) in self.momentum.iter_mut().zip(change) {
-                *m = mu * *m + c;
+                *m = *m * mu + c;
             }
         }
-        match self.cfg.name {
+        match self.cfg.kind() {
             OuterKind::Sgd => {
                 for (a, m) in anchor.iter_mut().zip(&self.momentum) {
-                    *a += lr * m;
+                    *a = m.mul_add(lr, *a);
                 }
             }
             OuterKind::Nesterov => {
                 for ((a, m), c) in anchor.iter_mut().zip(&self.momentum).zip(change) {
-                    *a += lr * (c + mu * m);
+                    *a = m.mul_add(mu, *c).mul_add(lr, *a);
                 }
             }
         }
     }
 
-    pub fn state(&self, s: &mut StateBuffers) {
+    /// Saves the momentum (if it has one) under `key`.
+    pub fn state(&self, key: &str, s: &mut StateBuffers) {
         if self.cfg.momentum() != 0.0 {
-            s.insert(MOMENTUM.into(), self.momentum.clone());
+            s.insert(key.into(), self.momentum.clone());
         }
     }
 
-    /// Restores [`Outer::state`]; `len` is the model's length.
-    pub fn restore(&mut self, s: &StateBuffers, len: usize) -> Result<(), StateError> {
+    /// Restores [`Outer::state`] from `key`; `len` is the length it covers.
+    pub fn restore(&mut self, key: &str, s: &StateBuffers, len: usize) -> Result<(), StateError> {
         if self.cfg.momentum() == 0.0 {
             return Ok(());
         }
-        let m = s.get(MOMENTUM).ok_or_else(|| StateError::Missing { buffer: MOMENTUM.into() })?;
+        let m = s.get(key).ok_or_else(|| StateError::Missing { buffer: key.into() })?;
         if !m.is_empty() && m.len() != len {
-            let buffer = format!("the outer momentum ({MOMENTUM})");
+            let buffer = format!("the outer momentum ({key})");
             return Err(StateError::Length { buffer, expected: len, got: m.len() });
         }
         self.momentum.clone_from(m);
@@ -101,7 +105,7 @@ mod tests {
                 None => g.clone(),
                 Some(b) => b.iter().zip(&g).map(|(b, g)| mu * b + g).collect(),
             };
-            let d: Vec<f64> = match cfg.name {
+            let d: Vec<f64> = match cfg.kind() {
                 OuterKind::Nesterov => g.iter().zip(&b).map(|(g, b)| g + mu * b).collect(),
                 OuterKind::Sgd if mu == 0.0 => g.clone(),
                 OuterKind::Sgd => b.clone(),
@@ -119,8 +123,8 @@ mod tests {
         let configs = [
             OuterConfig::default(),
             OuterConfig::nesterov(),
-            OuterConfig { name: OuterKind::Sgd, lr: Some(0.5), momentum: Some(0.8) },
-            OuterConfig { name: OuterKind::Nesterov, lr: Some(1.0), momentum: Some(0.5) },
+            OuterConfig::sgd(0.5, 0.8),
+            OuterConfig { lr: Some(1.0), momentum: Some(0.5), ..OuterConfig::nesterov() },
         ];
         for cfg in configs {
             let mut anchor = theta.to_vec();
@@ -150,11 +154,11 @@ mod tests {
         let mut a = Outer::new(OuterConfig::nesterov());
         a.step(&mut [0.0; 3], &[1.0, 2.0, 3.0]);
         let mut s = StateBuffers::new();
-        a.state(&mut s);
+        a.state("m", &mut s);
         let mut b = Outer::new(OuterConfig::nesterov());
-        b.restore(&s, 3).unwrap();
+        b.restore("m", &s, 3).unwrap();
         assert_eq!(b.momentum, a.momentum);
-        assert!(matches!(b.restore(&s, 4), Err(StateError::Length { .. })));
-        assert!(matches!(b.restore(&StateBuffers::new(), 3), Err(StateError::Missing { .. })));
+        assert!(matches!(b.restore("m", &s, 4), Err(StateError::Length { .. })));
+        assert!(matches!(b.restore("m", &StateBuffers::new(), 3), Err(StateError::Missing { .. })));
     }
 }

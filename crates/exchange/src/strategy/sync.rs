@@ -71,6 +71,10 @@ impl Strategy for Synchronous {
         false
     }
 
+    fn agrees_after_round(&self, _step: u64) -> bool {
+        true
+    }
+
     fn average_models(
         &mut self,
         _step: u64,

@@ -40,6 +40,19 @@ def payload_device(group: Optional[dist.ProcessGroup], tensors_on: torch.device)
     return tensors_on
 
 
+def own_comm(group: Optional[dist.ProcessGroup], tensors_on: torch.device) -> "Comm":
+    """A group of its own, of the same ranks as `group` (made collectively:
+    every rank of `group` calls this), so that collectives run from a
+    communication thread never interleave with the caller's own (DDP's, or
+    the user's): gloo, or NCCL where `group` is NCCL (the payloads then
+    cross as CUDA tensors on `tensors_on`; compression stays on the host)."""
+    ranks = None if group is None else dist.get_process_group_ranks(group)
+    device = payload_device(group, tensors_on)
+    own = dist.new_group(ranks=ranks, backend="gloo" if device is None else "nccl")
+    assert isinstance(own, dist.ProcessGroup), "this worker is in the group"
+    return Comm(own, device=device)
+
+
 class Comm:
     """gradcomp's collectives on `group` (None: the default group); with
     `device`, every payload crosses as a tensor on that device (NCCL)."""

@@ -1,18 +1,24 @@
-"""Local updates with an outer optimizer (DiLoCo) for any torch module.
+"""Local updates with an outer optimizer (DiLoCo, Streaming DiLoCo) for any torch module.
 
-    outer = gradcomp.torch.LocalUpdates(model, inner_opt, period=32, outer="nesterov")
+    outer = gradcomp.torch.LocalUpdates(model, inner_opt, period=32, outer="nesterov",
+                                        compressor="topk", density=0.01, fragments=4, delay=2)
     for batch in data:
         loss_fn(model(batch)).backward(); inner_opt.step(); inner_opt.zero_grad()
-        outer.step()        # counts inner steps; every `period`, an outer round
+        outer.step()        # counts inner steps; runs (or starts, or finishes) outer rounds
 
 No DDP: every rank keeps a full replica and steps on its own batches with its
 own optimizer (whose state is kept across rounds, as DiLoCo does). Every
 `period` inner steps the ranks average their pseudo-gradients (the model's
 change since the last round; densely, or through a gradcomp compressor with
 its error feedback) and the outer optimizer moves the shared model, which
-every rank adopts. The round is the core's (`gradcomp_exchange`'s model-round
-strategy, the one the burn trainer runs), over torch.distributed.
+every rank adopts. With `fragments` P the model's tensors form P groups whose
+rounds are staggered across the period; with `delay` τ a round runs on a
+communication thread while the next τ inner steps compute, and its result is
+mixed in as α·θ + (1 − α)·θ_outer (`mix` α). The rounds are the core's
+(`gradcomp_exchange`'s local-update strategy, the one the burn trainer
+runs), over torch.distributed.
 """
+import concurrent.futures
 from typing import Any, Dict, List, Optional
 
 import numpy as np
@@ -20,8 +26,8 @@ import torch
 import torch.distributed as dist
 
 from . import _core
-from ._comm import Comm, check_group, payload_device
-from ._config import whole
+from ._comm import Comm, check_group, own_comm, payload_device
+from ._config import number, whole
 
 OUTER = ("sgd", "nesterov")
 
@@ -34,14 +40,25 @@ class LocalUpdates:
       `outer_lr`, `outer_momentum` override the defaults.
     - `compressor` and `**options`: how the pseudo-gradient travels
       (gradcomp's names, docs/CONFIG.md); `"dense"` averages it as it is.
+    - `fragments` P: Streaming DiLoCo's fragments, contiguous runs of whole
+      tensors of about equal size; fragment p's rounds end at the inner steps
+      (p+1)·period/P + k·period (torchft's schedule).
+    - `delay` τ (< period): a round starts τ steps before it ends, and its
+      exchange runs on a communication thread (a gloo or NCCL group of its
+      own) while those τ inner steps compute. 0: blocking.
+    - `mix` α: the merge is α·θ_local + (1 − α)·θ_outer; default 0.5 with a
+      delay (Streaming DiLoCo's), 0 without (adopt θ_outer).
     - `process_group`: a gloo or NCCL group (None: the default group); over
       NCCL the payloads cross as CUDA tensors, the arithmetic stays on the host.
+
+    Call `close()` (or use it as a context manager) to wait for a round in
+    flight before tearing down the process group.
     """
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, *, period: int,
                  outer: str = "nesterov", outer_lr: Optional[float] = None, outer_momentum: Optional[float] = None,
-                 compressor: str = "dense", process_group: Optional[dist.ProcessGroup] = None,
-                 **options: Any) -> None:
+                 compressor: str = "dense", fragments: int = 1, delay: int = 0, mix: Optional[float] = None,
+                 process_group: Optional[dist.ProcessGroup] = None, **options: Any) -> None:
         period = whole("period", period)
         if period == 0:
             raise ValueError("gradcomp: period: 0 inner steps per round; at least 1")
@@ -53,17 +70,29 @@ class LocalUpdates:
             settings["lr"] = outer_lr
         if outer_momentum is not None:
             settings["momentum"] = outer_momentum
-        self.config = _core.local_config(compressor, period, settings, options)
-        self.model, self.optimizer, self.period = model, optimizer, period
+        strategy: Dict[str, Any] = {"period": period, "outer": settings, "fragments": whole("fragments", fragments),
+                                    "delay": whole("delay", delay)}
+        if mix is not None:
+            strategy["mix"] = number("mix", mix)
+        self.config = _core.local_config(compressor, strategy, options)
+        self.model, self.optimizer, self.period, self.delay = model, optimizer, period, strategy["delay"]
         self.params: List[torch.nn.Parameter] = [p for p in model.parameters() if p.requires_grad]
         self.process_group = process_group
         self.rank, self.world = dist.get_rank(process_group), dist.get_world_size(process_group)
         self._rust = _core.LocalRounds(self.config, [list(p.shape) or [1] for p in self.params],
                                        self.rank, self.world)
         # Over NCCL the payloads cross as CUDA tensors on the model's device
-        # (the round's arithmetic stays on the host, in Rust).
+        # (the round's arithmetic stays on the host, in Rust). Delayed rounds
+        # run on a thread, over a group of their own.
         on = self.params[0].device if self.params else torch.device("cpu")
         self._comm = Comm(process_group, device=payload_device(process_group, on))
+        self._thread_comm: Optional[Comm] = None
+        self._worker: Optional[concurrent.futures.ThreadPoolExecutor] = None
+        if self.delay > 0:
+            self._thread_comm = own_comm(process_group, on)
+            self._worker = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="gradcomp-local")
+        # Rounds in flight, by the inner step at which they are merged.
+        self._in_flight: Dict[int, "concurrent.futures.Future[Dict[str, Any]]"] = {}
         self.inner_steps = 0
         self.last_round: Optional[Dict[str, Any]] = None
         # Every replica starts from rank 0's model (as DDP's constructor
@@ -75,16 +104,32 @@ class LocalUpdates:
         self._round()
 
     def step(self) -> None:
-        """Counts one inner step (call it after `optimizer.step()`); runs the
-        outer round when `period` inner steps have passed."""
+        """Counts one inner step (call it after `optimizer.step()`); runs,
+        starts or finishes the outer rounds due at it."""
         self.inner_steps += 1
-        if self.inner_steps % self.period == 0:
-            self._round()
+        t = self.inner_steps
+        if self.delay == 0:
+            if self._rust.due(t):
+                self._round()
+            return
+        if self._rust.merges_at(t):
+            # The start τ steps ago has finished (the thread runs them in
+            # order); its result is mixed into the model as it is now.
+            fut = self._in_flight.pop(t, None)
+            if fut is not None:
+                self.last_round = fut.result()
+            flat = self._flat()
+            self._rust.merge(t, flat.numpy())
+            self._write(flat)
+        if self._rust.starts_at(t):
+            assert self._worker is not None and self._thread_comm is not None
+            snapshot = self._flat().numpy()
+            self._in_flight[t + self.delay] = self._worker.submit(self._rust.start, t, snapshot, self._thread_comm)
 
-    def _round(self) -> None:
-        flat = torch.cat([p.detach().reshape(-1).to("cpu", torch.float32) for p in self.params])
-        host = flat.numpy()
-        self.last_round = self._rust.round(self.inner_steps, host, self._comm)
+    def _flat(self) -> torch.Tensor:
+        return torch.cat([p.detach().reshape(-1).to("cpu", torch.float32) for p in self.params])
+
+    def _write(self, flat: torch.Tensor) -> None:
         offset = 0
         with torch.no_grad():
             for p in self.params:
@@ -92,13 +137,39 @@ class LocalUpdates:
                 p.copy_(flat[offset:offset + n].reshape(p.shape))
                 offset += n
 
+    def _round(self) -> None:
+        flat = self._flat()
+        self.last_round = self._rust.round(self.inner_steps, flat.numpy(), self._comm)
+        self._write(flat)
+
+    def _wait(self) -> None:
+        """Waits for the rounds in flight (their starts); their merges stay due."""
+        concurrent.futures.wait(list(self._in_flight.values()))
+        for fut in self._in_flight.values():
+            fut.result()  # a failed round raises here
+
+    def close(self) -> None:
+        """Waits for a round in flight and stops the communication thread."""
+        if self._worker is not None:
+            self._wait()
+            self._worker.shutdown()
+            self._worker = None
+
+    def __enter__(self) -> "LocalUpdates":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
     # -- checkpoints -----------------------------------------------------------
 
     def state_dict(self) -> Dict[str, Any]:
         """The outer state (θ_outer, the outer momentum, the compressor's
         memories) as torch tensors, the inner step count, and the rank and
         world size that made it: save one file per rank (the memories differ
-        between workers)."""
+        between workers). A round in flight is waited for first; its merge
+        is due by the schedule, so a resume at any step continues exactly."""
+        self._wait()
         return {"config": self.config, "inner_steps": self.inner_steps, "rank": self.rank,
                 "world_size": self.world,
                 "state": {k: torch.from_numpy(np.array(v)) for k, v in self._rust.state().items()}}
@@ -111,5 +182,7 @@ class LocalUpdates:
         if (state["rank"], state["world_size"]) != (self.rank, self.world):
             raise ValueError(f"gradcomp: this state was saved by rank {state['rank']} of {state['world_size']}; "
                              f"rank {self.rank} of {self.world} must load its own")
+        self._wait()
+        self._in_flight.clear()
         self._rust.load({k: np.asarray(v, dtype=np.float32).reshape(-1) for k, v in state["state"].items()})
         self.inner_steps = int(state["inner_steps"])

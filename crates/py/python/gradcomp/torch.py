@@ -28,7 +28,7 @@ import torch
 import torch.distributed as dist
 
 from . import _core
-from ._comm import Comm, check_group, payload_device
+from ._comm import Comm, check_group, own_comm
 from ._config import whole
 
 __all__ = ["GradcompState", "hook", "exchange_hook", "model", "LocalUpdates"]
@@ -198,7 +198,7 @@ def exchange_hook(state: "GradcompState",
     goes on. Its collectives use a gloo group of their own, made at the first
     bucket, so they never interleave with DDP's own collectives."""
     if state._comm is None:
-        state._comm = _own_comm(state.process_group, bucket.buffer().device)
+        state._comm = own_comm(state.process_group, bucket.buffer().device)
         state._worker = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="gradcomp-hook")
     buf = bucket.buffer()
     if buf.dtype not in _BUCKET_DTYPES:
@@ -217,18 +217,6 @@ def exchange_hook(state: "GradcompState",
     assert state._worker is not None
     state._worker.submit(run)
     return fut
-
-
-def _own_comm(group: Optional[dist.ProcessGroup], bucket_device: torch.device) -> Comm:
-    """The hook's own group, of the same ranks as `group`, so its collectives
-    never interleave with DDP's: gloo, or NCCL where `group` is NCCL (the
-    payloads then cross as CUDA tensors on the bucket's device; compression
-    stays on the host)."""
-    ranks = None if group is None else dist.get_process_group_ranks(group)
-    device = payload_device(group, bucket_device)
-    own = dist.new_group(ranks=ranks, backend="gloo" if device is None else "nccl")
-    assert isinstance(own, dist.ProcessGroup), "this worker is in the hook's group"
-    return Comm(own, device=device)
 
 
 class _BucketWork:

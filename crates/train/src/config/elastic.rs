@@ -55,8 +55,8 @@ impl TrainConfig {
     pub fn fixed_workers_reason(&self) -> Option<&'static str> {
         if self.elastic.fixed_workers {
             Some("its configuration fixes them (elastic.fixed_workers = true)")
-        } else if self.strategy.kind == gradcomp_dp::config::StrategyKind::Celgc {
-            Some("CELGC's averaging period and per-worker batches are defined for its N (each worker's model drifts on its own shard between rounds)")
+        } else if self.strategy.kind.steps_locally() {
+            Some("local steps (CELGC, DiLoCo: kind = \"celgc\" or \"local\") keep each worker's own model, and its compressor memory, between rounds: a worker added or removed mid-period has no model of its own to take up or hand over (each drifts on its own shard), and the per-worker batches are defined for its N")
         } else {
             None
         }

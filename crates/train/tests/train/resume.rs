@@ -273,6 +273,7 @@ fn a_resume_keeps_the_workers_where_they_are_part_of_the_meaning() {
     for (extra, why) in [
         ("[elastic]\nfixed_workers = true", "elastic.fixed_workers"),
         ("[strategy]\nkind = \"celgc\"\nperiod = 2\ngamma = 0.5", "CELGC"),
+        ("[strategy]\nkind = \"local\"\nperiod = 2\nfragments = 2\ndelay = 1", "DiLoCo"),
     ] {
         let d = tempdir::Dir::new();
         let cfg = config(d.path(), &format!("{extra}\n[train]\nmax_steps = 4"));

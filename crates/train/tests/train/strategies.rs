@@ -27,6 +27,10 @@ fn celgc_strategies_learn() {
         // DiLoCo's outer Nesterov, densely and through Top-k with error feedback.
         "[strategy]\nkind = \"celgc\"\nperiod = 4\ngamma = 0.0\nouter = { name = \"nesterov\" }",
         "[strategy]\nkind = \"celgc\"\nperiod = 4\ngamma = 0.0\ncompress_delta = true\nouter = { name = \"nesterov\", lr = 0.5 }\n[compressor]\nname = \"topk\"\ndensity = 0.1\n[comm]\ntopology = \"allgather\"",
+        // `kind = "local"`: DiLoCo by name; Streaming with fragments, delay and mix.
+        "[strategy]\nkind = \"local\"\nperiod = 4",
+        "[strategy]\nkind = \"local\"\nperiod = 4\nfragments = 2\ndelay = 1",
+        "[strategy]\nkind = \"local\"\nperiod = 4\nfragments = 3\ndelay = 2\nmix = 0.25\ncompress_delta = true\n[compressor]\nname = \"topk\"\ndensity = 0.1\n[comm]\ntopology = \"allgather\"",
     ] {
         let (s, d) = run(extra);
         let acc = s.epochs[1].test_accuracy.unwrap();
@@ -35,7 +39,7 @@ fn celgc_strategies_learn() {
         assert!(steps.contains("\"eta_eff\""), "{extra}");
         let rounds = steps.lines().filter(|l| l.contains("\"communicated\":1.0")).count();
         let period: usize = extra.split("period = ").nth(1).unwrap()[..1].parse().unwrap();
-        if !extra.contains("gradients") {
+        if !extra.contains("gradients") && !extra.contains("fragments") {
             assert_eq!(rounds, 50usize.div_ceil(period), "{extra}: I× fewer rounds");
         }
     }
@@ -48,6 +52,18 @@ fn outer_nesterov_resumes_bit_exactly() {
         31,
     );
     assert_eq!(rest.final_params, full.final_params);
+}
+
+#[test]
+fn streaming_resumes_bit_exactly_from_inside_an_overlap() {
+    // H 4, P 2, τ 2: a round is in flight (started, not merged) at half the steps.
+    for at in [31, 30] {
+        let (full, rest) = interrupted_and_resumed(
+            "[strategy]\nkind = \"local\"\nperiod = 4\nfragments = 2\ndelay = 2\ncompress_delta = true\n[compressor]\nname = \"topk\"\ndensity = 0.1\n[comm]\ntopology = \"allgather\"",
+            at,
+        );
+        assert_eq!(rest.final_params, full.final_params, "interrupted after step {at}");
+    }
 }
 
 #[test]
@@ -83,6 +99,9 @@ fn invalid_strategy_combinations_are_config_errors() {
             "strategy.outer.momentum",
         ),
         ("[strategy]\nouter = { name = \"nesterov\" }", "strategy.outer"),
+        ("[strategy]\nkind = \"local\"\nperiod = 4\ndelay = 4", "strategy.delay"),
+        ("[strategy]\nkind = \"local\"\nperiod = 4\nmix = -0.5", "strategy.mix"),
+        ("[strategy]\nkind = \"local\"\nperiod = 4\nfragments = 5", "strategy.fragments"),
     ] {
         let base = format!("name = \"x\"\nrun_dir = \"{}\"\n", d.path().display());
         let e = TrainConfig::from_toml(&format!("{base}{extra}"), &[]).unwrap_err();

@@ -1,0 +1,534 @@
+//! The model rounds of local steps (ALGORITHMS.md §2.1): every `period` H
+//! steps a worker's pseudo-gradient goes out (its model change since the
+//! last round, densely or through a compressor with error feedback), the
+//! outer optimizer moves the shared model θ_outer by the workers' average,
+//! and the worker takes θ_outer back. DiLoCo is this with Nesterov;
+//! CELGC's compressed averaging is it with `sgd` at lr 1.
+//!
+//! Streaming DiLoCo (Douillard et al. 2025) splits the model into
+//! `fragments` P, contiguous runs of whole tensors of about equal size.
+//! Fragment p's rounds end (merge) at the steps t ≥ o_p with
+//! (t − o_p) mod H = 0, where o_p = ⌊(p+1)·H/P⌋, and start `delay` τ steps
+//! earlier: the pseudo-gradient is taken at t − τ and the result merged at t
+//! as θ_p ← α·θ_p + (1 − α)·θ_outer,p (`mix` α; α = 0 adopts θ_outer),
+//! computed as torch's `lerp`. This is torchft's `DiLoCo` schedule (its
+//! fragment p is performed at (p+1)·H/P + kH and prepared τ steps before),
+//! checked against its vectors (tests/diloco_reference.rs); a round whose
+//! start would fall before step 1 is left out (torchft refuses τ ≥ H/P).
+//!
+//! A round is split in two so a front can run the first half while the
+//! next τ inner steps compute: [`ModelRounds::start`] (form the change from
+//! a snapshot of the model, exchange it, step θ_outer) touches only the
+//! rounds' own buffers and the collective; [`ModelRounds::merge`] touches
+//! only the model. Which fragments start or merge at a step follows from
+//! the step alone, so a checkpoint between steps needs no record of a
+//! round in flight once its start has finished.
+
+use std::ops::Range;
+
+use gradcomp_comm::Collective;
+use gradcomp_compress::StateError;
+
+use super::outer::Outer;
+use crate::config::{ConfigError, DataParallelConfig};
+use crate::error::ExchangeError;
+use crate::grad_stages::CompleteGrad;
+use crate::layout::GradientLayout;
+use crate::{Gradient, GradientExchange, StateBuffers, StepInput, Unit};
+
+/// One fragment: its place in the flat model, its exchange and its outer
+/// optimizer (whose momentum covers the fragment only).
+struct Fragment {
+    range: Range<usize>,
+    /// `None`: the change is averaged densely.
+    exchange: Option<GradientExchange>,
+    outer: Outer,
+}
+
+/// When each fragment's rounds start and merge: a function of the step
+/// alone, which a front may query without touching the rounds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Schedule {
+    period: u64,
+    delay: u64,
+    /// o_p per fragment: the step of its first merge.
+    offsets: Vec<u64>,
+}
+
+impl Schedule {
+    /// Whether fragment `p`'s round's result is merged at `step`: at
+    /// t ≥ o_p with (t − o_p) mod H = 0, if its start τ steps earlier is a
+    /// step (≥ 1; the starting model is recorded at step 0).
+    fn merges(&self, p: usize, step: u64) -> bool {
+        let o = self.offsets[p];
+        step >= o && (step - o).is_multiple_of(self.period) && step > self.delay
+    }
+
+    /// Whether fragment `p`'s round starts at `step`: τ steps before its merge.
+    fn starts(&self, p: usize, step: u64) -> bool {
+        self.merges(p, step + self.delay)
+    }
+
+    /// Whether anything happens at `step`: the first round, a start or a merge.
+    pub fn due(&self, step: u64) -> bool {
+        step == 0 || (0..self.offsets.len()).any(|p| self.starts(p, step) || self.merges(p, step))
+    }
+
+    /// Whether `step` starts a round (a collective) on any fragment; step 0
+    /// records the starting model.
+    pub fn starts_any(&self, step: u64) -> bool {
+        step == 0 || (0..self.offsets.len()).any(|p| self.starts(p, step))
+    }
+
+    /// Whether a round's result is merged at `step` on any fragment.
+    pub fn merges_any(&self, step: u64) -> bool {
+        step > 0 && (0..self.offsets.len()).any(|p| self.merges(p, step))
+    }
+}
+
+/// Every fragment's rounds, and θ_outer.
+pub struct ModelRounds {
+    fragments: Vec<Fragment>,
+    /// Every fragment's units, at their offsets in the whole model.
+    units: Vec<Unit>,
+    schedule: Schedule,
+    mix: f32,
+    /// θ_outer: the shared model, identical on every worker; empty until
+    /// the first round records the starting model.
+    anchor: Vec<f32>,
+    /// This worker's change θ_local − θ_outer, and the workers' average of it.
+    delta: Vec<f32>,
+    averaged: Vec<f32>,
+}
+
+/// Splits tensors of lengths `lens` into `parts` contiguous groups of about
+/// equal total length: group k ends at the tensor boundary nearest to
+/// (k+1)/parts of the total, leaving every group at least one tensor.
+fn partition(lens: &[usize], parts: usize) -> Vec<Range<usize>> {
+    let total: usize = lens.iter().sum();
+    let ends: Vec<usize> = lens
+        .iter()
+        .scan(0, |sum, &l| {
+            *sum += l;
+            Some(*sum)
+        })
+        .collect();
+    let mut groups = Vec::with_capacity(parts);
+    let mut start = 0;
+    for k in 1..parts {
+        let target = (total as f64) * k as f64 / parts as f64;
+        // The boundary after tensor j (exclusive end j + 1), kept so that
+        // this group has a tensor and each later group one too.
+        let last_end = lens.len() - (parts - k);
+        let end = (start + 1..=last_end)
+            .min_by(|&a, &b| {
+                let da = (ends[a - 1] as f64 - target).abs();
+                let db = (ends[b - 1] as f64 - target).abs();
+                da.total_cmp(&db)
+            })
+            .unwrap_or(start + 1);
+        groups.push(start..end);
+        start = end;
+    }
+    groups.push(start..lens.len());
+    groups
+}
+
+impl ModelRounds {
+    /// The rounds `cfg.strategy` describes for a model of `layout` among
+    /// `workers`; `compress`: send the change through `cfg`'s compressor
+    /// (`compress_delta`), each fragment's with its own random stream.
+    /// Errors (key `strategy.fragments`) if the model has fewer tensors than
+    /// fragments.
+    pub fn new(
+        cfg: &DataParallelConfig,
+        layout: &GradientLayout,
+        workers: usize,
+        compress: bool,
+    ) -> Result<Self, ConfigError> {
+        let st = &cfg.strategy;
+        let slots = layout.slots();
+        let parts = st.fragments.max(1) as usize;
+        if parts > slots.len().max(1) {
+            return Err(ConfigError::new(
+                "strategy.fragments",
+                format!(
+                    "{parts} fragments of a model of {} tensors: a fragment holds whole tensors; at most {}",
+                    slots.len(),
+                    slots.len()
+                ),
+            ));
+        }
+        let lens: Vec<usize> = slots.iter().map(|s| s.len).collect();
+        let groups =
+            if slots.is_empty() { vec![Range { start: 0, end: 0 }] } else { partition(&lens, parts) };
+        let mut units = Vec::new();
+        let mut fragments = Vec::with_capacity(parts);
+        for (p, g) in groups.into_iter().enumerate() {
+            let start = slots.get(g.start).map_or(0, |s| s.offset);
+            let end = g.clone().last().map_or(start, |j| slots[j].offset + slots[j].len);
+            // The model delta's random stream differs from a gradient
+            // exchange's, and each fragment's from the others'.
+            let seed = cfg.seed ^ 0xCE16C ^ ((p as u64) << 40);
+            let exchange = compress.then(|| {
+                let sub =
+                    GradientLayout::new(slots[g.clone()].iter().map(|s| (s.name.clone(), s.shape.clone())));
+                GradientExchange::new(&sub, cfg, workers, seed)
+            });
+            if let Some(e) = &exchange {
+                units.extend(e.units().iter().map(|u| Unit { offset: u.offset + start, ..u.clone() }));
+            }
+            fragments.push(Fragment { range: start..end, exchange, outer: Outer::new(st.outer()) });
+        }
+        let offsets = (1..=parts as u64).map(|p| p * st.period / parts as u64).collect();
+        Ok(Self {
+            fragments,
+            units,
+            schedule: Schedule { period: st.period, delay: st.delay, offsets },
+            mix: st.mix() as f32,
+            anchor: Vec::new(),
+            delta: Vec::new(),
+            averaged: Vec::new(),
+        })
+    }
+
+    /// When the rounds start and merge.
+    pub fn schedule(&self) -> &Schedule {
+        &self.schedule
+    }
+
+    /// Whether `step` merges the whole model with nothing mixed in, after
+    /// which every worker holds θ_outer.
+    pub fn agrees_after(&self, step: u64) -> bool {
+        self.fragments.len() == 1 && self.mix == 0.0 && step > 0 && self.schedule.merges(0, step)
+    }
+
+    /// The first half of the rounds due at `step`, on `params` as they are
+    /// at `step` (a snapshot, if the caller goes on stepping): each starting
+    /// fragment's change is averaged across workers and its outer optimizer
+    /// steps θ_outer. At the first call it records `params` as θ_outer.
+    /// Every worker calls it at the same steps (it runs collectives).
+    pub fn start(&mut self, step: u64, params: &[f32], c: &mut dyn Collective) -> Result<(), ExchangeError> {
+        if self.anchor.len() != params.len() {
+            // The first round: every worker starts from the same model.
+            self.anchor = params.to_vec();
+            self.delta = vec![0.0; params.len()];
+            self.averaged = vec![0.0; params.len()];
+            return Ok(());
+        }
+        let n = c.world_size() as f32;
+        for p in 0..self.fragments.len() {
+            if !self.schedule.starts(p, step) {
+                continue;
+            }
+            let f = &mut self.fragments[p];
+            let r = f.range.clone();
+            let (delta, averaged, anchor) =
+                (&mut self.delta[r.clone()], &mut self.averaged[r.clone()], &mut self.anchor[r.clone()]);
+            for ((o, x), a) in delta.iter_mut().zip(&params[r]).zip(anchor.iter()) {
+                *o = x - a;
+            }
+            match &mut f.exchange {
+                Some(e) => {
+                    let input = StepInput { step, lr: 1.0, loss: None, measure: false };
+                    e.exchange(Gradient::Host(&mut CompleteGrad(delta)), &input, averaged, c)?;
+                }
+                None => {
+                    averaged.copy_from_slice(delta);
+                    c.allreduce_sum_f32(averaged)?;
+                    averaged.iter_mut().for_each(|v| *v /= n);
+                }
+            }
+            f.outer.step(anchor, averaged);
+        }
+        Ok(())
+    }
+
+    /// The second half: every fragment whose round's result is due at
+    /// `step` takes θ_outer into `params` (α·θ + (1 − α)·θ_outer). Local.
+    pub fn merge(&self, step: u64, params: &mut [f32]) {
+        if self.anchor.len() != params.len() {
+            return;
+        }
+        for (p, f) in self.fragments.iter().enumerate() {
+            if step == 0 || !self.schedule.merges(p, step) {
+                continue;
+            }
+            let (x, a) = (&mut params[f.range.clone()], &self.anchor[f.range.clone()]);
+            let alpha = self.mix;
+            if alpha == 0.0 {
+                x.copy_from_slice(a);
+            } else if alpha < 0.5 {
+                // torch's lerp(θ_outer, θ_local, α), fused as its CPU kernel is.
+                x.iter_mut().zip(a).for_each(|(x, &a)| *x = alpha.mul_add(*x - a, a));
+            } else {
+                let beta = -(1.0 - alpha);
+                x.iter_mut().zip(a).for_each(|(x, &a)| *x = beta.mul_add(*x - a, *x));
+            }
+        }
+    }
+
+    pub fn units(&self) -> &[Unit] {
+        &self.units
+    }
+
+    pub fn set_density(&mut self, rho: f64) {
+        self.fragments.iter_mut().filter_map(|f| f.exchange.as_mut()).for_each(|e| e.set_density(rho));
+    }
+
+    /// State keys: `celgc.anchor` (θ_outer), the outer momentum and the
+    /// compressors' memories (`outer.momentum`, `delta.` for one fragment;
+    /// with `.p` and `delta.p.` per fragment p for several).
+    fn keys(&self, p: usize) -> (String, String) {
+        if self.fragments.len() == 1 {
+            ("outer.momentum".into(), "delta.".into())
+        } else {
+            (format!("outer.momentum.{p}"), format!("delta.{p}."))
+        }
+    }
+
+    pub fn state(&self, s: &mut StateBuffers) -> Result<(), ExchangeError> {
+        s.insert("celgc.anchor".into(), self.anchor.clone());
+        for (p, f) in self.fragments.iter().enumerate() {
+            let (momentum, delta) = self.keys(p);
+            f.outer.state(&momentum, s);
+            if let Some(e) = &f.exchange {
+                e.state(&delta, s)?;
+            }
+        }
+        Ok(())
+    }
+
+    pub fn restore(&mut self, s: &StateBuffers) -> Result<(), StateError> {
+        let a = s.get("celgc.anchor").ok_or_else(|| StateError::Missing { buffer: "celgc.anchor".into() })?;
+        let total = self.fragments.last().map_or(0, |f| f.range.end);
+        if !a.is_empty() && total > 0 && a.len() != total {
+            let buffer = "the shared model θ_outer (celgc.anchor)".to_string();
+            return Err(StateError::Length { buffer, expected: total, got: a.len() });
+        }
+        self.anchor.clone_from(a);
+        self.delta = vec![0.0; a.len()];
+        self.averaged = vec![0.0; a.len()];
+        for p in 0..self.fragments.len() {
+            let (momentum, delta) = self.keys(p);
+            let f = &mut self.fragments[p];
+            f.outer.restore(&momentum, s, f.range.len())?;
+            if let Some(e) = &mut f.exchange {
+                e.restore(&delta, s)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use gradcomp_comm::InProcessGroup;
+    use gradcomp_compress::CompressorConfig;
+
+    use super::*;
+    use crate::config::{OuterConfig, StrategyConfig};
+
+    #[test]
+    fn fragments_are_contiguous_tensor_runs_of_about_equal_size() {
+        assert_eq!(partition(&[10, 10, 10, 10], 2), vec![0..2, 2..4]);
+        assert_eq!(partition(&[100, 1, 1, 1], 2), vec![0..1, 1..4]);
+        assert_eq!(partition(&[1, 1, 1, 100], 2), vec![0..3, 3..4]);
+        assert_eq!(partition(&[5, 5, 5], 3), vec![0..1, 1..2, 2..3]);
+        assert_eq!(partition(&[7], 1), vec![0..1]);
+        // Every group keeps a tensor even when one tensor dominates.
+        assert_eq!(partition(&[1000, 1, 1, 1], 3), vec![0..1, 1..2, 2..4]);
+    }
+
+    /// Tensors of 3, 2 and 3 values: two fragments are values 0..3 and 3..8.
+    fn layout() -> GradientLayout {
+        GradientLayout::new([
+            ("a".to_string(), vec![3]),
+            ("b".to_string(), vec![2]),
+            ("c".to_string(), vec![3]),
+        ])
+    }
+
+    fn config(st: StrategyConfig) -> DataParallelConfig {
+        DataParallelConfig::new(CompressorConfig::named("dense").unwrap()).with_strategy(st)
+    }
+
+    /// Worker r's own change at inner step t (its inner optimizer's work).
+    fn change(r: usize, t: u64, j: usize) -> f32 {
+        ((r * 5 + t as usize * 3 + j * 7) % 11) as f32 * 0.0625 - 0.3
+    }
+
+    /// Two workers, `steps` inner steps, a round call at every step; every
+    /// worker's model after each step. `save_at`: the rounds are saved after
+    /// that step and restored into a fresh strategy (a resume).
+    fn run(st: &StrategyConfig, steps: u64, save_at: Option<u64>) -> Vec<Vec<Vec<f32>>> {
+        let cfg = config(st.clone());
+        InProcessGroup::new(2)
+            .run(|mut c| {
+                let r = c.rank();
+                let mut rounds = ModelRounds::new(&cfg, &layout(), 2, false).unwrap();
+                let mut params: Vec<f32> = (0..8).map(|j| j as f32 * 0.25 - 1.0).collect();
+                let mut seen = Vec::new();
+                for t in 0..=steps {
+                    if t > 0 {
+                        params.iter_mut().enumerate().for_each(|(j, p)| *p += change(r, t, j));
+                    }
+                    if rounds.schedule().due(t) {
+                        rounds.start(t, &params, &mut c).unwrap();
+                        rounds.merge(t, &mut params);
+                    }
+                    seen.push(params.clone());
+                    if Some(t) == save_at {
+                        let mut s = StateBuffers::new();
+                        rounds.state(&mut s).unwrap();
+                        rounds = ModelRounds::new(&cfg, &layout(), 2, false).unwrap();
+                        rounds.restore(&s).unwrap();
+                    }
+                }
+                seen
+            })
+            .unwrap()
+            .into_iter()
+            .map(Result::unwrap)
+            .collect()
+    }
+
+    /// The same in f64, written from the method's description (ALGORITHMS.md
+    /// §2.2) rather than the code: fragment p of range `ranges[p]` merges at
+    /// t ≥ o_p = ⌊(p+1)·H/P⌋, (t − o_p) mod H = 0, having started at t − τ ≥ 1
+    /// with its outer Nesterov step on the averaged change.
+    fn reference(h: u64, tau: u64, alpha: f64, ranges: &[Range<usize>], steps: u64) -> Vec<Vec<Vec<f64>>> {
+        let (lr, mu) = (0.7, 0.9);
+        let p_count = ranges.len() as u64;
+        let mut theta: Vec<Vec<f64>> = vec![(0..8).map(|j| j as f64 * 0.25 - 1.0).collect(); 2];
+        let mut anchor = theta[0].clone();
+        let mut momentum: Vec<Option<Vec<f64>>> = vec![None; ranges.len()];
+        let mut seen = vec![vec![]; 2];
+        let merges = |p: u64, t: u64| {
+            let o = (p + 1) * h / p_count;
+            t >= o && (t - o).is_multiple_of(h) && t > tau
+        };
+        let starts = |p: u64, t: u64| merges(p, t + tau);
+        for t in 0..=steps {
+            if t > 0 {
+                for (r, th) in theta.iter_mut().enumerate() {
+                    th.iter_mut().enumerate().for_each(|(j, x)| *x = (*x as f32 + change(r, t, j)) as f64);
+                }
+            }
+            for (p, range) in ranges.iter().enumerate() {
+                if starts(p as u64, t) {
+                    // c = mean(θ_i − θ_outer) = −Δ̄; torch's SGD on Δ̄ = −c.
+                    let c: Vec<f64> =
+                        range.clone().map(|j| (theta[0][j] + theta[1][j]) / 2.0 - anchor[j]).collect();
+                    let m = match momentum[p].take() {
+                        None => c.clone(),
+                        Some(m) => m.iter().zip(&c).map(|(m, c)| mu * m + c).collect(),
+                    };
+                    for (k, j) in range.clone().enumerate() {
+                        anchor[j] += lr * (c[k] + mu * m[k]);
+                    }
+                    momentum[p] = Some(m);
+                }
+                if merges(p as u64, t) {
+                    for th in theta.iter_mut() {
+                        range.clone().for_each(|j| th[j] = alpha * th[j] + (1.0 - alpha) * anchor[j]);
+                    }
+                }
+            }
+            for (r, th) in theta.iter().enumerate() {
+                seen[r].push(th.clone());
+            }
+        }
+        seen
+    }
+
+    fn assert_close(got: &[Vec<Vec<f32>>], want: &[Vec<Vec<f64>>], what: &str) {
+        for (r, (g, w)) in got.iter().zip(want).enumerate() {
+            for (t, (g, w)) in g.iter().zip(w).enumerate() {
+                for (j, (g, w)) in g.iter().zip(w).enumerate() {
+                    assert!(
+                        (f64::from(*g) - w).abs() < 1e-4,
+                        "{what}: worker {r} step {t} value {j}: {g} against {w}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn streaming_rounds_follow_the_schedule_the_outer_step_and_the_mix() {
+        let ranges = [0..3, 3..8];
+        for (fragments, delay, mix) in
+            [(1, 0, None), (2, 0, None), (2, 1, Some(0.5)), (2, 2, Some(0.0)), (2, 3, None)]
+        {
+            let mut st =
+                StrategyConfig::local(4).with_outer(OuterConfig::nesterov()).with_streaming(fragments, delay);
+            st.mix = mix;
+            let got = run(&st, 13, None);
+            let whole = [Range { start: 0, end: 8 }];
+            let r: &[Range<usize>] = if fragments == 1 { &whole } else { &ranges };
+            let want = reference(4, delay, st.mix(), r, 13);
+            assert_close(&got, &want, &format!("P {fragments}, τ {delay}, α {}", st.mix()));
+        }
+    }
+
+    #[test]
+    fn a_resume_inside_an_overlap_continues_bit_for_bit() {
+        // P 2, H 4, τ 2: fragment 0 merges at 6, 10 (started at 4, 8; its
+        // round ending at 2 would start at 0, left out), fragment 1 at 4, 8,
+        // 12 (started at 2, 6, 10). Saving after step 3, 5 or 7 leaves a
+        // round between its start and its merge.
+        let st = StrategyConfig::local(4).with_streaming(2, 2);
+        let whole = run(&st, 13, None);
+        for at in [3, 5, 7] {
+            assert_eq!(run(&st, 13, Some(at)), whole, "resumed after step {at}");
+        }
+    }
+
+    #[test]
+    fn only_a_whole_unmixed_merge_leaves_the_replicas_equal() {
+        let rounds = |st: StrategyConfig| ModelRounds::new(&config(st), &layout(), 2, false).unwrap();
+        let diloco = rounds(StrategyConfig::local(4));
+        assert!(diloco.agrees_after(4) && !diloco.agrees_after(3));
+        assert_eq!(diloco.schedule().offsets, vec![4]);
+        let streaming = rounds(StrategyConfig::local(8).with_streaming(2, 1));
+        assert_eq!(streaming.schedule().offsets, vec![4, 8], "torchft's: fragment p ends at (p+1)·H/P");
+        let starts: Vec<u64> = (0..20).filter(|&t| streaming.schedule().starts_any(t) && t > 0).collect();
+        let merges: Vec<u64> = (0..20).filter(|&t| streaming.schedule().merges_any(t)).collect();
+        assert_eq!((starts, merges), (vec![3, 7, 11, 15, 19], vec![4, 8, 12, 16]));
+        assert!(!rounds(StrategyConfig::local(4).with_streaming(2, 0)).agrees_after(4));
+        assert!(!rounds(StrategyConfig::local(4).with_streaming(1, 1)).agrees_after(4), "mixed at α 0.5");
+        assert!(rounds(StrategyConfig::local(4).with_streaming(1, 1).with_mix(0.0)).agrees_after(4));
+        let got = run(&StrategyConfig::local(4), 8, None);
+        assert_eq!(got[0][4], got[1][4], "after a DiLoCo round both workers hold θ_outer");
+    }
+
+    #[test]
+    fn more_fragments_than_tensors_is_refused_naming_the_key() {
+        let cfg = config(StrategyConfig::local(8).with_streaming(4, 0));
+        let e = ModelRounds::new(&cfg, &layout(), 2, false).err().expect("4 fragments of 3 tensors");
+        assert_eq!(e.key, "strategy.fragments", "{e}");
+    }
+
+    #[test]
+    fn each_fragment_checkpoints_its_own_momentum_and_memory() {
+        let cfg = DataParallelConfig::new(CompressorConfig::named("topk").unwrap())
+            .with_strategy(StrategyConfig::local(4).with_streaming(2, 0).with_compress_delta(true));
+        let rounds = ModelRounds::new(&cfg, &layout(), 1, true).unwrap();
+        let mut s = StateBuffers::new();
+        rounds.state(&mut s).unwrap();
+        for key in ["celgc.anchor", "outer.momentum.0", "outer.momentum.1"] {
+            assert!(s.contains_key(key), "{key} in {:?}", s.keys());
+        }
+        assert!(
+            s.keys().any(|k| k.starts_with("delta.0.")) && s.keys().any(|k| k.starts_with("delta.1.")),
+            "{:?}",
+            s.keys()
+        );
+        assert_eq!(
+            rounds.units().iter().map(|u| u.offset).collect::<Vec<_>>(),
+            vec![0, 3, 5],
+            "units at their model offsets"
+        );
+    }
+}
