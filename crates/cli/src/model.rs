@@ -17,8 +17,8 @@ use clap::Args as ClapArgs;
 use gradcomp_comm::{NetworkModel, ServerPlacement};
 use gradcomp_compress::CompressorConfig;
 use gradcomp_dp::predict::{
-    code_width, measure, methods, rounds_seconds, step_seconds, ternary_download, Method, Route, UnitCost,
-    Workload,
+    code_width, local_step_seconds, measure, methods, outer_seconds, rounds_seconds, step_seconds,
+    ternary_download, LocalRounds, Method, Route, UnitCost, Workload,
 };
 use gradcomp_train::config::TrainConfig;
 use gradcomp_train::records::{read_json, read_jsonl, Manifest, StepRecord};
@@ -104,6 +104,7 @@ fn profile(cfg: &TrainConfig, steps: u64) -> Result<Profile> {
     p.train.eval = false;
     p.train.eval_every = 0;
     p.train.target_accuracy = None;
+    p.train.target_perplexity = None;
     p.train.checksum_every = 0;
     p.train.stats_every = 0;
     p.train.checkpoint_every_epochs = 0;
@@ -496,5 +497,63 @@ fn dry_run(cfg: &TrainConfig, p: &Profile, a: &Args) -> Result<()> {
             td / tm
         );
     }
+    if cfg.strategy.kind.steps_locally() && cfg.strategy.average == gradcomp_train::config::Average::Models {
+        print!("{}", local_lines(cfg, p, &dense, &mine, a.alpha));
+    }
     Ok(())
+}
+
+/// Local updates priced (ALGORITHMS.md §2.1–2.2): the configured rounds
+/// (period, fragments, delay) with the change sent densely or through the
+/// configured compressor, per inner step at each configured link, beside
+/// synchronous dense; the burn trainer runs a round where the step begins,
+/// the PyTorch front (`LocalUpdates`) overlaps it with `delay` steps.
+fn local_lines(cfg: &TrainConfig, p: &Profile, dense: &Method, mine: &Method, alpha: f64) -> String {
+    let st = &cfg.strategy;
+    let n = cfg.workers;
+    let outer = outer_seconds(p.work.units.iter().sum()) / p.work.units.iter().sum::<usize>().max(1) as f64;
+    let carrier = if st.compress_delta { mine } else { dense };
+    let rounds = |overlap| LocalRounds {
+        period: st.period,
+        fragments: st.fragments as usize,
+        delay: st.delay,
+        overlap,
+    };
+    let mut out = String::new();
+    let first = local_step_seconds(
+        &p.work,
+        carrier,
+        n,
+        &NetworkModel::from_bits_per_second(1e9, alpha),
+        &rounds(false),
+        outer,
+    );
+    let _ = writeln!(
+        out,
+        "local updates ({}, H = {}, P = {}, τ = {}, change {}): {} bytes per worker per period, at most {} in one round (dense every step: {} per step):",
+        cfg.strategy.outer().kind_name(),
+        st.period,
+        st.fragments,
+        st.delay,
+        carrier.compressor.name(),
+        first.bytes_per_period,
+        first.peak_round_bytes,
+        dense.upload
+    );
+    for &b in &cfg.network.links_bps {
+        let net = NetworkModel::from_bits_per_second(b, alpha);
+        let sync = step_seconds(&p.work, dense, n, &net);
+        let burn = local_step_seconds(&p.work, carrier, n, &net, &rounds(false), outer);
+        let torch = local_step_seconds(&p.work, carrier, n, &net, &rounds(true), outer);
+        let _ = writeln!(
+            out,
+            "  {:>12}: dense sync {:8.2} ms/step; local {:8.2} ms/step in the trainer, {:8.2} with the round overlapped (LocalUpdates); compute {:.2}",
+            link_name(b),
+            sync * 1e3,
+            burn.step_seconds * 1e3,
+            torch.step_seconds * 1e3,
+            p.work.compute_seconds * 1e3
+        );
+    }
+    out
 }

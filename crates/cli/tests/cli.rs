@@ -116,6 +116,22 @@ fn the_model_predicts_and_dry_runs() {
     let (code, out, err) = gradcomp(&["model", "--config", &cfg, "--steps", "6", "--dry-run"]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("Mbit/s") && out.contains("pays off"), "{out}");
+    // Local updates are priced per inner step, with and without the round overlapped.
+    let (code, out, err) = gradcomp(&[
+        "model",
+        "--config",
+        &cfg,
+        "--steps",
+        "6",
+        "--dry-run",
+        "--set",
+        "strategy={ kind = \"local\", period = 8, fragments = 2, delay = 1, compress_delta = true }",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("local updates (nesterov, H = 8, P = 2, τ = 1") && out.contains("overlapped"),
+        "{out}"
+    );
     let (code, out, err) = gradcomp(&["model", "--config", &cfg, "--steps", "6", "--json"]);
     assert_eq!(code, 0, "{err}");
     let rows: Vec<serde_json::Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();

@@ -245,3 +245,135 @@ pub fn step_seconds(p: &Workload, m: &Method, n: usize, net: &NetworkModel) -> f
 pub fn rounds_seconds(m: &Method, n: usize, net: &NetworkModel) -> f64 {
     m.rounds.iter().map(|&b| net.allreduce(n, b)).sum()
 }
+
+/// Local updates' rounds as the model prices them (ALGORITHMS.md §2.1–2.2).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LocalRounds {
+    /// H: inner steps per round of each fragment.
+    pub period: u64,
+    /// P: fragments, cut as the strategy cuts them (whole tensors, about
+    /// equal sizes).
+    pub fragments: usize,
+    /// τ: inner steps between a round's start and its merge.
+    pub delay: u64,
+    /// Whether the front runs a round's exchange while those τ steps
+    /// compute (the PyTorch front's communication thread); the burn
+    /// trainer runs it where the step begins.
+    pub overlap: bool,
+}
+
+/// What local updates cost per inner step, averaged over a period.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct LocalPrice {
+    /// Mean seconds per inner step: compute plus the rounds' exposed time / H.
+    pub step_seconds: f64,
+    /// The rounds' seconds per period, all fragments (exchange, codec, outer step).
+    pub round_seconds: f64,
+    /// Of those, the seconds the inner steps wait for per period.
+    pub exposed_seconds: f64,
+    /// Bytes a worker sends per period (every fragment's round once).
+    pub bytes_per_period: u64,
+    /// The largest one round sends (the peak Streaming lowers).
+    pub peak_round_bytes: u64,
+}
+
+/// Seconds to form a change, step θ_outer (Nesterov, the costliest) and merge
+/// back, per parameter: measured here on `len` values (median of 3).
+pub fn outer_seconds(len: usize) -> f64 {
+    use crate::config::OuterConfig;
+    let mut outer = crate::strategy::outer_for_pricing(OuterConfig::nesterov());
+    let (mut anchor, mut model, mut change) = (vec![0.5f32; len], vec![0.25f32; len], vec![0.0f32; len]);
+    let mut times = Vec::new();
+    for _ in 0..3 {
+        let t = Instant::now();
+        change.iter_mut().zip(&model).zip(&anchor).for_each(|((c, x), a)| *c = x - a);
+        outer.step(&mut anchor, &change);
+        model.copy_from_slice(&anchor);
+        times.push(t.elapsed().as_secs_f64());
+    }
+    std::hint::black_box(&model);
+    median(times)
+}
+
+/// Local updates with `m` carrying each round's change: per fragment its
+/// tensors' share of `m`'s measured bytes and codec seconds (agreement
+/// rounds in proportion to its size), priced on `net` among `n` workers,
+/// plus the outer step (`outer_per_value` seconds per parameter); a round
+/// hides behind `delay` inner steps of compute when the front overlaps it.
+pub fn local_step_seconds(
+    p: &Workload,
+    m: &Method,
+    n: usize,
+    net: &NetworkModel,
+    s: &LocalRounds,
+    outer_per_value: f64,
+) -> LocalPrice {
+    let total: usize = p.units.iter().sum();
+    let groups = crate::strategy::partition(&p.units, s.fragments.clamp(1, p.units.len().max(1)));
+    let mut price = LocalPrice::default();
+    for g in groups {
+        let len: usize = p.units[g.clone()].iter().sum();
+        let share = len as f64 / total.max(1) as f64;
+        let costs = &m.units[g];
+        let part = Method {
+            label: m.label.clone(),
+            compressor: m.compressor.clone(),
+            route: m.route,
+            upload: costs.iter().map(|c| c.upload).sum(),
+            rounds: m.rounds.iter().map(|&b| (b as f64 * share).round() as u64).collect(),
+            compress_seconds: costs.iter().map(|c| c.compress_seconds).sum(),
+            decode_seconds: costs.iter().map(|c| c.decode_seconds).sum(),
+            units: costs.to_vec(),
+        };
+        // A round is a step of this fragment without the compute.
+        let round = step_seconds(&Workload { compute_seconds: 0.0, ..p.clone() }, &part, n, net)
+            + outer_per_value * len as f64;
+        let hidden = if s.overlap { s.delay as f64 * p.compute_seconds } else { 0.0 };
+        price.round_seconds += round;
+        price.exposed_seconds += (round - hidden).max(0.0);
+        let bytes = part.upload + part.rounds.iter().sum::<u64>();
+        price.bytes_per_period += bytes;
+        price.peak_round_bytes = price.peak_round_bytes.max(bytes);
+    }
+    price.step_seconds = p.compute_seconds + price.exposed_seconds / s.period.max(1) as f64;
+    price
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn local_updates_cost_a_round_per_period_spread_over_fragments_and_hidden_by_overlap() {
+        let shapes = vec![vec![256, 64], vec![64], vec![64, 256], vec![256]];
+        let total: u64 = shapes.iter().map(|s| s.iter().product::<usize>() as u64).sum();
+        let dense = measure("dense", CompressorConfig::dense(), Route::Allreduce, &shapes);
+        let net = NetworkModel::from_bits_per_second(1e8, 1e-4);
+        let p = Workload::new(0.05, shapes);
+        let sync = step_seconds(&p, &dense, 4, &net);
+        let whole = |fragments, delay, overlap| {
+            local_step_seconds(
+                &p,
+                &dense,
+                4,
+                &net,
+                &LocalRounds { period: 16, fragments, delay, overlap },
+                0.0,
+            )
+        };
+        let diloco = whole(1, 0, false);
+        assert_eq!(diloco.bytes_per_period, 4 * total, "one dense round of the model per period");
+        assert!(
+            (diloco.step_seconds - (0.05 + (sync - 0.05) / 16.0)).abs() < 1e-9,
+            "{diloco:?} against {sync}"
+        );
+        let streaming = whole(2, 0, false);
+        assert_eq!(streaming.bytes_per_period, 4 * total, "the same bytes, in two rounds");
+        assert!(streaming.peak_round_bytes < diloco.peak_round_bytes, "{streaming:?}");
+        // A round of a few ms hides behind 4 steps of 50 ms when overlapped, not in the trainer.
+        let hidden = whole(2, 4, true);
+        assert_eq!(hidden.exposed_seconds, 0.0, "{hidden:?}");
+        assert_eq!(hidden.step_seconds, 0.05);
+        assert!(whole(2, 4, false).step_seconds > 0.05);
+    }
+}

@@ -108,6 +108,14 @@ impl OuterConfig {
         })
     }
 
+    /// The optimizer's name as the configuration spells it.
+    pub fn kind_name(&self) -> &'static str {
+        match self.kind() {
+            OuterKind::Sgd => "sgd",
+            OuterKind::Nesterov => "nesterov",
+        }
+    }
+
     /// Whether the outer step is plain model averaging (`sgd`, lr 1, no momentum).
     pub fn averages(&self) -> bool {
         self.kind() == OuterKind::Sgd && self.lr() == 1.0 && self.momentum() == 0.0

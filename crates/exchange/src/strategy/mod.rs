@@ -28,4 +28,10 @@ mod sync;
 pub use base::{StepResult, Strategy};
 pub use build::{build, build_local};
 pub use celgc::Celgc;
+pub(crate) use model_rounds::partition;
 pub use model_rounds::{ModelRounds, Schedule};
+
+/// The outer optimizer alone, for the performance model's measurement.
+pub(crate) fn outer_for_pricing(cfg: crate::config::OuterConfig) -> outer::Outer {
+    outer::Outer::new(cfg)
+}

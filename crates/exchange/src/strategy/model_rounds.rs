@@ -104,7 +104,7 @@ pub struct ModelRounds {
 /// Splits tensors of lengths `lens` into `parts` contiguous groups of about
 /// equal total length: group k ends at the tensor boundary nearest to
 /// (k+1)/parts of the total, leaving every group at least one tensor.
-fn partition(lens: &[usize], parts: usize) -> Vec<Range<usize>> {
+pub(crate) fn partition(lens: &[usize], parts: usize) -> Vec<Range<usize>> {
     let total: usize = lens.iter().sum();
     let ends: Vec<usize> = lens
         .iter()
