@@ -9,6 +9,14 @@
   two LSTMs with a bias on both the input and the hidden transform (as burn's
   and torch's), a linear decoder, inverted dropout after the embedding and
   after each LSTM.
+- `Gpt`: the decoder-only transformer language model (models/gpt.rs): token
+  and learned position embeddings, pre-norm blocks (LayerNorm, causal
+  self-attention from four linear layers with biases: query, key, value,
+  output; LayerNorm, Linear → GELU → Linear), a final LayerNorm and a head
+  tied to the token embedding or a Linear without bias; GPT-2's
+  initialization (weights N(0, 0.02), biases 0); inverted dropout after the
+  embeddings and on each residual branch. 5,752,320 parameters at the
+  defaults (10k words, embed 256, 4 layers, MLP 1024, context 128, tied).
 
 Data as gradcomp's loaders read it (crates/train/src/data): the IDX files of
 MNIST and Fashion-MNIST scaled to [0, 1], Penn Treebank with gradcomp's
@@ -163,6 +171,60 @@ class LstmLm(torch.nn.Module):
         return self.decoder(h.reshape(-1, h.shape[-1]))
 
 
+class GptBlock(torch.nn.Module):
+    """x + attn(LN(x)), then x + MLP(LN(x)). Attention as burn's
+    `MultiHeadAttention`: separate query, key, value and output projections
+    (its parameters in that order), scores scaled by 1/√(embed/heads)."""
+
+    def __init__(self, embed, heads, mlp, dropout):
+        super().__init__()
+        self.heads, self.dropout = heads, dropout
+        self.norm1 = torch.nn.LayerNorm(embed)
+        self.query, self.key = torch.nn.Linear(embed, embed), torch.nn.Linear(embed, embed)
+        self.value, self.output = torch.nn.Linear(embed, embed), torch.nn.Linear(embed, embed)
+        self.norm2 = torch.nn.LayerNorm(embed)
+        self.fc, self.proj = torch.nn.Linear(embed, mlp), torch.nn.Linear(mlp, embed)
+
+    def attention(self, x):
+        b, t, d = x.shape
+        q, k, v = (lin(x).view(b, t, self.heads, d // self.heads).transpose(1, 2)
+                   for lin in (self.query, self.key, self.value))
+        # burn fills the masked scores with -1e4 where torch's causal mask
+        # puts -inf: both are exactly 0 after the softmax in f32.
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.output(y.transpose(1, 2).reshape(b, t, d))
+
+    def forward(self, x):
+        x = x + F.dropout(self.attention(self.norm1(x)), self.dropout, self.training)
+        return x + F.dropout(self.proj(F.gelu(self.fc(self.norm2(x)))), self.dropout, self.training)
+
+
+class Gpt(torch.nn.Module):
+    def __init__(self, vocab, layers=4, heads=4, embed=256, mlp=None, context=128, dropout=0.0, tie=True):
+        super().__init__()
+        self.tokens = torch.nn.Embedding(vocab, embed)
+        self.positions = torch.nn.Embedding(context, embed)
+        self.blocks = torch.nn.ModuleList(GptBlock(embed, heads, mlp or 4 * embed, dropout) for _ in range(layers))
+        self.norm = torch.nn.LayerNorm(embed)
+        self.head = None if tie else torch.nn.Linear(embed, vocab, bias=False)
+        self.dropout = dropout
+        # GPT-2's initialization, as models/gpt.rs draws it: every Linear and
+        # Embedding weight N(0, 0.02), biases 0 (LayerNorm keeps 1 and 0).
+        for m in self.modules():
+            if isinstance(m, (torch.nn.Linear, torch.nn.Embedding)):
+                torch.nn.init.normal_(m.weight, 0.0, 0.02)
+                if getattr(m, "bias", None) is not None:
+                    torch.nn.init.zeros_(m.bias)
+
+    def forward(self, tokens):
+        t = tokens.shape[1]
+        h = F.dropout(self.tokens(tokens) + self.positions.weight[:t], self.dropout, self.training)
+        for block in self.blocks:
+            h = block(h)
+        h = self.norm(h).reshape(-1, self.tokens.weight.shape[1])
+        return self.head(h) if self.head is not None else F.linear(h, self.tokens.weight)
+
+
 IMAGE_MODELS = {"lenet5": LeNet5, "resnet18": ResNet18}
 IMAGE_DATA = {"mnist": "mnist", "fashion-mnist": "fashion-mnist"}
 
@@ -182,13 +244,21 @@ def build(cfg):
             xt, yt = xt[:n], yt[:n]
         model = IMAGE_MODELS[name](channels=x.shape[1], classes=int(y.max()) + 1, size=x.shape[-1])
         return model, ("images", x, y, xt, yt)
-    if name == "lstm" and dataset == "ptb":
+    if name in ("lstm", "gpt") and dataset == "ptb":
         train, test, vocab = ptb()
         n = cfg["data"].get("train_examples", 0)
         if n:
             train = train[:n]
-        lstm = cfg["model"].get("lstm", {})
-        model = LstmLm(vocab, lstm.get("embed", 200), lstm.get("hidden", 200), lstm.get("dropout", 0.2))
+        n = cfg["data"].get("test_examples", 0)
+        if n:
+            test = test[:n]
+        if name == "lstm":
+            lstm = cfg["model"].get("lstm", {})
+            model = LstmLm(vocab, lstm.get("embed", 200), lstm.get("hidden", 200), lstm.get("dropout", 0.2))
+        else:
+            # gradcomp's defaults (config/model.rs's GptConfig) for unset sizes.
+            gpt = {k: v for k, v in cfg["model"].get("gpt", {}).items() if k != "vocab"}
+            model = Gpt(vocab, **gpt)
         return model, ("tokens", train, test, vocab)
-    sys.exit(f"error: the peer trains lenet5 and resnet18 on mnist or fashion-mnist and the lstm on ptb, "
-             f"not {name} on {dataset}")
+    sys.exit(f"error: the peer trains lenet5 and resnet18 on mnist or fashion-mnist and the lstm and the gpt "
+             f"on ptb, not {name} on {dataset}")

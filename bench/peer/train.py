@@ -21,8 +21,10 @@ counts none.
 
 Models (bench/peer/models.py, layer for layer gradcomp's): `lenet5` and
 `resnet18` on MNIST or Fashion-MNIST (SGD with the config's momentum and weight
-decay, test accuracy), the `lstm` on Penn Treebank (the config's optimizer, SGD
-or Adam; test perplexity over gradcomp's 10 evaluation rows).
+decay, test accuracy), the `lstm` and the `gpt` (a decoder-only transformer,
+segments of `data.bptt` ≤ `model.gpt.context` tokens) on Penn Treebank (the
+config's optimizer, SGD or Adam; test perplexity over gradcomp's 10 evaluation
+rows of the first `data.test_examples` test tokens, all without it).
 """
 import argparse
 import json

@@ -32,7 +32,7 @@ pub use gradcomp_dp::config::{
     StrategyKind, Topology,
 };
 pub use gradcomp_dp::OnNonFinite;
-pub use model::{LstmLmConfig, ModelConfig, ModelName};
+pub use model::{GptConfig, LstmLmConfig, ModelConfig, ModelName};
 pub use optimizer::{OptimizerConfig, OptimizerName, ScheduleConfig, ScheduleKind};
 pub use overrides::{parse_override, set_key};
 pub use resume::RESUME_SAFE_KEYS;
@@ -134,6 +134,6 @@ impl TrainConfig {
     }
 
     pub fn is_language_model(&self) -> bool {
-        self.model.name == model::ModelName::Lstm
+        self.model.name.is_language_model()
     }
 }

@@ -51,3 +51,38 @@ fn overrides_and_errors_name_the_key() {
     let e = TrainConfig::from_toml("[model]\nname = \"lstm\"\n", &[]).unwrap_err();
     assert_eq!(e.key, "model.name");
 }
+
+#[test]
+fn gpt_sizes_and_segments_are_checked_naming_the_key() {
+    let gpt = [("data.dataset", "\"synthetic-tokens\""), ("model.name", "\"gpt\"")];
+    let check = |sets: &[(&str, &str)]| {
+        let ov: Vec<(String, String)> =
+            gpt.iter().chain(sets).map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        TrainConfig::from_toml("", &ov).and_then(|c| c.validate())
+    };
+    check(&[]).unwrap();
+    check(&[("model.gpt", "{ embed = 96, heads = 3, mlp = 100, tie = false }"), ("data.bptt", "128")])
+        .unwrap();
+    for (sets, key) in [
+        (vec![("model.gpt", "{ heads = 3 }")], "model.gpt.heads"),
+        (vec![("model.gpt", "{ heads = 0 }")], "model.gpt.heads"),
+        (vec![("model.gpt", "{ layers = 0 }")], "model.gpt.layers"),
+        (vec![("model.gpt", "{ embed = 0 }")], "model.gpt.embed"),
+        (vec![("model.gpt", "{ mlp = 0 }")], "model.gpt.mlp"),
+        (vec![("model.gpt", "{ context = 0 }")], "model.gpt.context"),
+        (vec![("model.gpt", "{ vocab = 0 }")], "model.gpt.vocab"),
+        (vec![("model.gpt", "{ dropout = 1.0 }")], "model.gpt.dropout"),
+        (vec![("model.gpt", "{ dropout = nan }")], "model.gpt.dropout"),
+        (vec![("model.gpt", "{ context = 64 }"), ("data.bptt", "65")], "data.bptt"),
+        (vec![("data.variable_bptt", "true")], "data.variable_bptt"),
+        (vec![("model.gpt", "{ layer = 2 }")], "layer"),
+        (vec![("data.dataset", "\"synthetic-images\"")], "model.name"),
+    ] {
+        let e = check(&sets).unwrap_err();
+        assert!(e.key.contains(key), "{sets:?}: {e}");
+    }
+    // The LSTM's segments are not the GPT's business.
+    let lstm = [("data.dataset", "\"synthetic-tokens\""), ("model.name", "\"lstm\""), ("data.bptt", "200")];
+    let ov: Vec<(String, String)> = lstm.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    TrainConfig::from_toml("", &ov).and_then(|c| c.validate()).unwrap();
+}

@@ -2,7 +2,7 @@
 //! starts, one function per section; the library's sections are
 //! [`DataParallelConfig::validate`](gradcomp_dp::DataParallelConfig::validate)'s.
 
-use super::{ConfigError, Dataset, TrainConfig};
+use super::{ConfigError, Dataset, ModelName, TrainConfig};
 
 fn err(key: &str, problem: impl Into<String>) -> ConfigError {
     ConfigError::new(key, problem)
@@ -55,7 +55,7 @@ impl TrainConfig {
         if self.data.dataset.is_text() != self.is_language_model() {
             return Err(err(
                 "model.name",
-                format!("{:?} does not fit dataset {:?} (the LSTM takes ptb, text or synthetic-tokens; the others take images)", self.model.name, self.data.dataset),
+                format!("{:?} does not fit dataset {:?} (the language models, lstm and gpt, take ptb, text or synthetic-tokens; the others take images)", self.model.name, self.data.dataset),
             ));
         }
         if self.data.bptt == 0 {
@@ -160,6 +160,59 @@ impl TrainConfig {
             return Err(err(
                 "model.lstm.dropout",
                 format!("{} is out of range: a probability in [0, 1)", lstm.dropout),
+            ));
+        }
+        self.validate_gpt()
+    }
+
+    /// `[model]`'s `gpt`: its sizes, and (when it trains) segments that fit
+    /// its context.
+    fn validate_gpt(&self) -> Result<(), ConfigError> {
+        let gpt = &self.model.gpt;
+        for (key, v) in [
+            ("model.gpt.vocab", gpt.vocab),
+            ("model.gpt.layers", gpt.layers),
+            ("model.gpt.heads", gpt.heads),
+            ("model.gpt.embed", gpt.embed),
+            ("model.gpt.mlp", gpt.mlp_width()),
+            ("model.gpt.context", gpt.context),
+        ] {
+            if v == 0 {
+                return Err(err(key, "must be at least 1"));
+            }
+        }
+        if !gpt.embed.is_multiple_of(gpt.heads) {
+            return Err(err(
+                "model.gpt.heads",
+                format!(
+                    "{} heads do not divide model.gpt.embed = {}: each head takes embed / heads of it",
+                    gpt.heads, gpt.embed
+                ),
+            ));
+        }
+        if !(0.0..1.0).contains(&gpt.dropout) {
+            return Err(err(
+                "model.gpt.dropout",
+                format!("{} is out of range: a probability in [0, 1)", gpt.dropout),
+            ));
+        }
+        if self.model.name != ModelName::Gpt {
+            return Ok(());
+        }
+        // A batch is a segment of `data.bptt` tokens, one position each.
+        if self.data.bptt > gpt.context {
+            return Err(err(
+                "data.bptt",
+                format!(
+                    "{} is longer than model.gpt.context = {}: the position embedding holds that many positions; lower data.bptt or raise model.gpt.context",
+                    self.data.bptt, gpt.context
+                ),
+            ));
+        }
+        if self.data.variable_bptt {
+            return Err(err(
+                "data.variable_bptt",
+                "draws segments around data.bptt, some longer, past model.gpt.context: the gpt trains on fixed segments (set it to false)",
             ));
         }
         Ok(())

@@ -140,7 +140,7 @@ impl TrainData {
                 cfg,
             ),
             Dataset::SyntheticTokens => {
-                let vocab = cfg.model.lstm.vocab.min(1000) as u32;
+                let vocab = cfg.model.vocab().min(1000) as u32;
                 let n = d.synthetic_size;
                 TrainData::Tokens {
                     train: Arc::new(synthetic::tokens(n, vocab, cfg.seed, 0)),

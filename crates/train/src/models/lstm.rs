@@ -5,10 +5,9 @@
 
 use burn::module::Module;
 use burn::nn::{Embedding, EmbeddingConfig, Linear, LinearConfig, Lstm, LstmConfig};
-use burn::tensor::{Device, Int, Tensor, TensorData};
-use gradcomp_compress::UnitRng;
+use burn::tensor::{Device, Int, Tensor};
 
-use super::{classification_stats, cross_entropy, Batch, EvalStats, Net};
+use super::{classification_stats, cross_entropy, keyed_dropout, Batch, EvalStats, Net};
 use crate::config::LstmLmConfig;
 
 #[derive(Module, Debug)]
@@ -37,31 +36,13 @@ impl LstmLm {
             Batch::Tokens { key, .. } => *key,
             Batch::Images { .. } => 0,
         };
-        let h = self.drop(self.embed.forward(x), key, 0);
+        let h = keyed_dropout(self.embed.forward(x), self.dropout, key, 0);
         let (h, _) = self.lstm1.forward(h, None);
-        let h = self.drop(h, key, 1);
+        let h = keyed_dropout(h, self.dropout, key, 1);
         let (h, _) = self.lstm2.forward(h, None);
-        let h = self.drop(h, key, 2);
+        let h = keyed_dropout(h, self.dropout, key, 2);
         let [b, t, d] = h.dims();
         (self.decoder.forward(h.reshape([b * t, d])), y)
-    }
-
-    /// Inverted dropout at connection `point`, with a mask from the batch's
-    /// key: while training (an autodiff device) only, so evaluation on the
-    /// inner device sees the whole network.
-    fn drop(&self, h: Tensor<3>, key: u64, point: u64) -> Tensor<3> {
-        if self.dropout <= 0.0 || !h.device().is_autodiff() {
-            return h;
-        }
-        let keep = 1.0 - self.dropout;
-        let dims = h.dims();
-        let mut r = UnitRng::from_parts(&[key, point]);
-        let scale = (1.0 / keep) as f32;
-        let mask: Vec<f32> = (0..dims.iter().product::<usize>())
-            .map(|_| if r.next_f64() < keep { scale } else { 0.0 })
-            .collect();
-        let device = h.device();
-        h * Tensor::from_data(TensorData::new(mask, dims), &device)
     }
 }
 

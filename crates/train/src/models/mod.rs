@@ -41,19 +41,22 @@ macro_rules! image_classifier {
 
 mod cnn;
 mod fcn;
+mod gpt;
 mod lenet;
 mod lstm;
 mod resnet;
 
-pub use crate::config::LstmLmConfig;
+pub use crate::config::{GptConfig, LstmLmConfig};
 pub use cnn::FashionCnn;
 pub use fcn::Fcn5;
+pub use gpt::Gpt;
 pub use lenet::LeNet5;
 pub use lstm::LstmLm;
 pub use resnet::ResNet18;
 
 use burn::module::Module;
-use burn::tensor::{Device, Int, Tensor};
+use burn::tensor::{Device, Int, Tensor, TensorData};
+use gradcomp_compress::UnitRng;
 
 use crate::config::{ConfigError, ModelName, TrainConfig};
 pub use crate::data::Batch;
@@ -99,7 +102,7 @@ impl EvalStats {
 }
 
 /// One of the built-in models, fitted to the data: image classifiers take
-/// the data's image shape and classes, the language model its vocabulary.
+/// the data's image shape and classes, the language models its vocabulary.
 #[derive(Clone, Debug, PartialEq)]
 pub enum ModelChoice {
     Lenet5(ImageTask),
@@ -107,6 +110,7 @@ pub enum ModelChoice {
     FashionCnn(ImageTask),
     ResNet18(ImageTask),
     Lstm(LstmLmConfig),
+    Gpt(GptConfig),
 }
 
 /// Something to do with a built-in model whatever its type: it receives a
@@ -126,7 +130,10 @@ impl ModelChoice {
                 ModelName::Lstm => {
                     Ok(ModelChoice::Lstm(LstmLmConfig { vocab: *vocab, ..cfg.model.lstm.clone() }))
                 }
-                other => Err(bad(format!("{other:?} classifies images; text data needs the lstm"))),
+                ModelName::Gpt => Ok(ModelChoice::Gpt(GptConfig { vocab: *vocab, ..cfg.model.gpt.clone() })),
+                other => {
+                    Err(bad(format!("{other:?} classifies images; text data needs the lstm or the gpt")))
+                }
             },
             TrainData::Images { train, .. } => {
                 let task = ImageTask { shape: train.shape, classes: train.classes };
@@ -141,10 +148,10 @@ impl ModelChoice {
                         ResNet18::check(&task).map(|()| ModelChoice::ResNet18(task)).map_err(bad)
                     }
                     ModelName::Fcn5 => Ok(ModelChoice::Fcn5(task)),
-                    ModelName::Lstm => {
-                        Err(bad("the lstm is a language model; image data needs lenet5, fcn5, fashion-cnn or resnet18"
-                            .into()))
-                    }
+                    ModelName::Lstm | ModelName::Gpt => Err(bad(format!(
+                        "the {} is a language model; image data needs lenet5, fcn5, fashion-cnn or resnet18",
+                        if cfg.model.name == ModelName::Gpt { "gpt" } else { "lstm" }
+                    ))),
                 }
             }
         }
@@ -158,6 +165,7 @@ impl ModelChoice {
             ModelChoice::FashionCnn(t) => w.run(move |d: &Device| FashionCnn::new(&t, d)),
             ModelChoice::ResNet18(t) => w.run(move |d: &Device| ResNet18::new(&t, d)),
             ModelChoice::Lstm(c) => w.run(move |d: &Device| LstmLm::new(&c, d)),
+            ModelChoice::Gpt(c) => w.run(move |d: &Device| Gpt::new(&c, d)),
         }
     }
 }
@@ -189,6 +197,24 @@ pub fn classification_stats(logits: Tensor<2>, labels: Tensor<1, Int>) -> EvalSt
     let correct: i64 = pred.equal(labels).int().sum().into_scalar();
     let mean: f32 = loss.into_scalar();
     EvalStats { loss_sum: f64::from(mean) * n as f64, correct: correct as u64, count: n as u64 }
+}
+
+/// Inverted dropout of probability `p` at connection `point`, its mask
+/// drawn from the batch's key (`Batch::Tokens`' `key`), so masks do not
+/// depend on how worker threads interleave: while training (an autodiff
+/// device) only, so evaluation on the inner device sees the whole network.
+pub(crate) fn keyed_dropout<const D: usize>(h: Tensor<D>, p: f64, key: u64, point: u64) -> Tensor<D> {
+    if p <= 0.0 || !h.device().is_autodiff() {
+        return h;
+    }
+    let keep = 1.0 - p;
+    let dims = h.dims();
+    let mut r = UnitRng::from_parts(&[key, point]);
+    let scale = (1.0 / keep) as f32;
+    let mask: Vec<f32> =
+        (0..dims.iter().product::<usize>()).map(|_| if r.next_f64() < keep { scale } else { 0.0 }).collect();
+    let device = h.device();
+    h * Tensor::from_data(TensorData::new(mask, dims), &device)
 }
 
 /// Mean cross-entropy of logits `[n, classes]`.
