@@ -41,6 +41,16 @@ method_sets() {
         # default start of 1000 is past these runs' targets).
         powersgd-r1|powersgd-r2|powersgd-r4)
             sets=("compressor={ name = \"powersgd\", rank = ${1#powersgd-r}, start_iter = 10 }" 'comm.topology="allreduce"') ;;
+        # Local updates (issue #36): local-hH (DiLoCo: outer Nesterov every H steps, the change
+        # dense), local-hH-topk (the change through Top-k 1% with error feedback),
+        # streaming-hH-pP-dD (P fragments, each round's merge D steps after its start).
+        local-h*-topk) h=${1#local-h}; h=${h%-topk}
+            sets=("strategy={ kind = \"local\", period = $h, compress_delta = true }"
+                  'compressor={ name = "topk", density = 0.01 }' 'comm.topology="allgather"') ;;
+        local-h*) sets=("strategy={ kind = \"local\", period = ${1#local-h} }" 'compressor.name="dense"') ;;
+        streaming-h*-p*-d*) local rest=${1#streaming-h}
+            local h=${rest%%-*} p=${rest#*-p}; p=${p%%-*}; local d=${rest##*-d}
+            sets=("strategy={ kind = \"local\", period = $h, fragments = $p, delay = $d }" 'compressor.name="dense"') ;;
         *) echo "unknown method $1" >&2; exit 2 ;;
     esac
 }

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Local updates against synchronous training at equal tokens (issue #36, point 8):
+# the same model, data and inner optimizer for every setting (the file's
+# recipe: 4 in-process workers, its epochs, no early stop), only [strategy]
+# and [compressor] differ. Each run's final test perplexity and the bytes its
+# workers sent go to scripts/local-updates-table.py.
+#
+#   scripts/local-updates-sweep.sh CONFIG OUT [NAME ...]
+#
+# CONFIG: experiments/tta-ptb-lstm.toml or experiments/tta-ptb-gpt.toml; OUT: a
+# directory for the runs (one per setting); NAME: only these settings.
+set -euo pipefail
+config=${1:?usage: local-updates-sweep.sh CONFIG OUT [NAME ...]}
+out=${2:?usage: local-updates-sweep.sh CONFIG OUT [NAME ...]}
+shift 2
+bin=${GRADCOMP:-target/release/gradcomp}
+[ -x "$bin" ] || cargo build --release -p gradcomp-cli
+mkdir -p "$out"
+
+topk='compressor={ name = "topk", density = 0.01 }'
+# name | strategy | compressor | extra --set
+settings=(
+  "sync-dense|{ kind = \"sync\" }||"
+  "local-sgd-h8|{ kind = \"local\", period = 8, outer = { name = \"sgd\" } }||"
+  "local-nesterov-h8|{ kind = \"local\", period = 8 }||"
+  "local-sgd-h32|{ kind = \"local\", period = 32, outer = { name = \"sgd\" } }||"
+  "local-nesterov-h32|{ kind = \"local\", period = 32 }||"
+  "local-sgd-h128|{ kind = \"local\", period = 128, outer = { name = \"sgd\" } }||"
+  "local-nesterov-h128|{ kind = \"local\", period = 128 }||"
+  "local-nesterov-h32-topk|{ kind = \"local\", period = 32, compress_delta = true }|$topk|comm.topology=\"allgather\""
+  "local-nesterov-h32-terngrad|{ kind = \"local\", period = 32, compress_delta = true }|compressor={ name = \"terngrad\" }|"
+  "local-nesterov-h32-eightbit|{ kind = \"local\", period = 32, compress_delta = true }|compressor={ name = \"eightbit\" }|"
+  "streaming-h32-p4-d1|{ kind = \"local\", period = 32, fragments = 4, delay = 1 }||"
+  "streaming-h32-p4-d2|{ kind = \"local\", period = 32, fragments = 4, delay = 2 }||"
+  "streaming-h32-p4-d1-eightbit|{ kind = \"local\", period = 32, fragments = 4, delay = 1, compress_delta = true }|compressor={ name = \"eightbit\" }|"
+)
+for s in "${settings[@]}"; do
+  IFS='|' read -r name strategy compressor extra <<<"$s"
+  if [ $# -gt 0 ] && ! printf '%s\n' "$@" | grep -qx "$name"; then continue; fi
+  args=(train --config "$config" --overwrite --quiet --set "run_dir=\"$out/$name\""
+        --set "strategy=$strategy" --set "train.target_perplexity=1.0001" --set "train.eval_every=0")
+  [ -n "$compressor" ] && args+=(--set "$compressor")
+  [ -n "$extra" ] && args+=(--set "$extra")
+  echo "== $name" >&2
+  start=$(date +%s)
+  "$bin" "${args[@]}" > "$out/$name.log" 2>&1 || { echo "   failed: see $out/$name.log" >&2; continue; }
+  echo "   $(( $(date +%s) - start )) s" >&2
+done
