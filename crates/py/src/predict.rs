@@ -2,7 +2,9 @@
 //! [`predict`](gradcomp_exchange::predict) (the code `gradcomp model` runs).
 
 use gradcomp_comm::NetworkModel;
-use gradcomp_exchange::predict::{methods, step_seconds, Route, Workload};
+use gradcomp_exchange::predict::{
+    local_step_seconds, methods, outer_seconds, step_seconds, LocalRounds, Route, Workload,
+};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -12,9 +14,14 @@ use pyo3::types::PyDict;
 /// `link_bps` bits per second with per-message latency `alpha` seconds;
 /// the sparsifiers at `density`. Each method's message sizes and codec
 /// speed are measured here, on this CPU, on the model's shapes. Only what
-/// the DDP hook can run: torch.distributed has no parameter server.
+/// the DDP hook can run: torch.distributed has no parameter server. With
+/// `period`, each method also prices local updates carrying the change
+/// (`LocalUpdates`: `fragments`, `delay`, the round overlapped with the
+/// delay's inner steps): `local_step_seconds` per inner step and
+/// `local_bytes_per_period`.
 #[pyfunction]
-#[pyo3(signature = (shapes, compute_seconds, workers, link_bps, density=0.001, alpha=1e-4))]
+#[pyo3(signature = (shapes, compute_seconds, workers, link_bps, density=0.001, alpha=1e-4, period=None, fragments=1, delay=0))]
+#[allow(clippy::too_many_arguments)]
 pub fn predict<'py>(
     py: Python<'py>,
     shapes: Vec<Vec<usize>>,
@@ -23,6 +30,9 @@ pub fn predict<'py>(
     link_bps: f64,
     density: f64,
     alpha: f64,
+    period: Option<u64>,
+    fragments: usize,
+    delay: u64,
 ) -> PyResult<Vec<Bound<'py, PyDict>>> {
     let bad = |key: &str, what: &str| Err(PyValueError::new_err(format!("gradcomp.model: {key}: {what}")));
     if shapes.is_empty() || shapes.iter().any(|s| s.iter().product::<usize>() == 0) {
@@ -43,8 +53,20 @@ pub fn predict<'py>(
     if !(alpha.is_finite() && alpha >= 0.0) {
         return bad("alpha", "must be a latency in seconds, ≥ 0");
     }
+    if period == Some(0) {
+        return bad("period", "must be at least 1 inner step");
+    }
+    if fragments == 0 || fragments > shapes.len() || period.is_some_and(|h| fragments as u64 > h) {
+        return bad("fragments", "must be at least 1 and at most the number of tensors and the period");
+    }
+    if period.is_some_and(|h| delay >= h) {
+        return bad("delay", "must be below the period");
+    }
     let work = Workload::new(compute_seconds, shapes);
-    let mut ms = py.detach(|| methods(&work.shapes, density));
+    let (mut ms, outer) = py.detach(|| {
+        let total: usize = work.units.iter().sum();
+        (methods(&work.shapes, density), outer_seconds(total) / total as f64)
+    });
     ms.retain(|m| m.route != Route::ParameterServer);
     let net = NetworkModel::from_bits_per_second(link_bps, alpha);
     let dense = step_seconds(&work, &ms[0], workers, &net);
@@ -59,6 +81,12 @@ pub fn predict<'py>(
             d.set_item("bytes_per_worker", m.upload + m.rounds.iter().sum::<u64>())?;
             d.set_item("compress_seconds", m.compress_seconds)?;
             d.set_item("decode_seconds", m.decode_seconds)?;
+            if let Some(period) = period {
+                let rounds = LocalRounds { period, fragments, delay, overlap: true };
+                let local = local_step_seconds(&work, m, workers, &net, &rounds, outer);
+                d.set_item("local_step_seconds", local.step_seconds)?;
+                d.set_item("local_bytes_per_period", local.bytes_per_period)?;
+            }
             Ok(d)
         })
         .collect()

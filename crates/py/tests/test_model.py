@@ -50,6 +50,10 @@ def test_from_a_torch_module() -> None:
     ({"link_gbps": True}, "link_gbps"),
     ({"compute_seconds": "fast"}, "compute_seconds"),
     ({"alpha": None}, "alpha"),
+    ({"period": 0}, "period"),
+    ({"period": 8, "fragments": 9}, "fragments"),
+    ({"period": 8, "delay": 8}, "delay"),
+    ({"period": 8, "fragments": 0}, "fragments"),
 ])
 def test_bad_arguments_name_themselves(kwargs: Any, needle: Any) -> None:
     args: Any = dict(shapes=SHAPES, compute_seconds=0.01, workers=4, link_gbps=1)
@@ -66,3 +70,15 @@ def test_the_model_ranks_only_what_the_hook_runs_and_states_its_margin() -> None
     # A method a few percent faster than dense does not "pay off": the model cannot tell them apart.
     close = gradcomp.model(SHAPES, compute_seconds=100.0, workers=2, link_gbps=100)
     assert close["margin"] < 1.1 and not close["pays_off"], close["margin"]
+
+
+def test_local_updates_are_priced_per_inner_step() -> None:
+    """Local updates at H = 32 on a slow link: one round of the model per period,
+    so dense's bytes once per 32 inner steps and a step near the compute time."""
+    sync = gradcomp.model(SHAPES, compute_seconds=0.05, workers=4, link_gbps=0.1)
+    local = gradcomp.model(SHAPES, compute_seconds=0.05, workers=4, link_gbps=0.1, period=32, fragments=2, delay=1)
+    dense = {m["method"]: m for m in local["methods"]}["dense (allreduce)"]
+    sync_dense = {m["method"]: m for m in sync["methods"]}["dense (allreduce)"]
+    assert dense["local_bytes_per_period"] == dense["bytes_per_worker"]
+    assert 0.05 <= dense["local_step_seconds"] < sync_dense["step_seconds"]
+    assert "local_step_seconds" not in sync_dense

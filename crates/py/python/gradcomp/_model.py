@@ -5,7 +5,7 @@ bytes are what its codec really produces for these shapes, and its compress and
 decode times are measured on this CPU; the wire is priced with α–β formulas
 (latency `alpha` per message, bandwidth `link_gbps`).
 """
-from typing import TYPE_CHECKING, Any, Dict, List, Sequence, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Union
 
 from . import _core
 from ._config import number, whole
@@ -21,7 +21,8 @@ DOES_NOT_KNOW = ("accuracy: a compressed step may learn less, so a faster step p
 
 
 def model(shapes: Union["torch.nn.Module", Sequence[Sequence[int]]], compute_seconds: float, workers: int,
-          link_gbps: float, *, density: float = 0.001, alpha: float = 1e-4) -> Dict[str, Any]:
+          link_gbps: float, *, density: float = 0.001, alpha: float = 1e-4, period: Optional[int] = None,
+          fragments: int = 1, delay: int = 0) -> Dict[str, Any]:
     """Predicts one training step for each method.
 
     - `shapes`: the parameter tensors' shapes (e.g. `[p.shape for p in m.parameters()]`),
@@ -35,12 +36,19 @@ def model(shapes: Union["torch.nn.Module", Sequence[Sequence[int]]], compute_sec
     fastest's speedup over dense; `pays_off` is whether it beats dense by at
     least PAYS_OFF_MARGIN (closer than that, the α–β model cannot tell them
     apart); `does_not_know` says what the model leaves out.
+
+    With `period` (and `fragments`, `delay`: `LocalUpdates`' arguments), each
+    method also prices local updates whose rounds carry the change through it:
+    `local_step_seconds` per inner step (the round overlapped with `delay`
+    inner steps, as `LocalUpdates` runs it) and `local_bytes_per_period`.
     """
     dims = _shapes_of(shapes)
     # The ranges are Rust's to check; here only that each is a number at all.
     rows = _core.predict(dims, number("compute_seconds", compute_seconds), whole("workers", workers),
                          number("link_gbps", link_gbps) * 1e9, density=number("density", density),
-                         alpha=number("alpha", alpha))
+                         alpha=number("alpha", alpha),
+                         period=None if period is None else whole("period", period),
+                         fragments=whole("fragments", fragments), delay=whole("delay", delay))
     rows.sort(key=lambda r: r["step_seconds"])
     best = rows[0]
     margin = best["speedup_over_dense"]
