@@ -11,6 +11,10 @@ read from the gradcomp configuration, so both frameworks run one recipe. METHOD:
 - `torch-fp16`, `torch-powersgd-rR`, `torch-batched-powersgd-rR`: torch's hooks
   (PowerSGD from step 10, as gradcomp's time-to-accuracy runs start it)
 - `gradcomp:NAME` with `--option key=value`: gradcomp's hook
+- `gradcomp-local:NAME` with `--option key=value` (`period`, `outer`, `fragments`,
+  `delay`, `mix`, the compressor's own): no DDP, `gradcomp.torch.LocalUpdates`
+  around the config's optimizer, the change sent through compressor NAME;
+  evaluated on the replicas' average, as gradcomp's trainer evaluates local steps
 
 Rank 0 writes a gradcomp run directory: `config.toml` (the configuration with the
 method recorded) and `evals.jsonl` with gradcomp's fields, so
@@ -92,6 +96,18 @@ def hook_for(method, options):
         import gradcomp.torch as gt
         return gt.hook(method.split(":", 1)[1], **options)
     sys.exit(f"error: unknown method {method!r}")
+
+
+def averaged(model, world):
+    """A copy of `model` holding the replicas' average (local updates' replicas
+    differ between rounds; gradcomp's trainer evaluates this average too)."""
+    import copy
+    avg = copy.deepcopy(model)
+    with torch.no_grad():
+        for p in avg.parameters():
+            dist.all_reduce(p.data)
+            p.data /= world
+    return avg
 
 
 def optimizer(o, params):
@@ -194,14 +210,22 @@ def main():
     dist.init_process_group("gloo", rank=rank, world_size=world)
     torch.manual_seed(cfg.get("seed", 1))
     model, task = models.build(cfg)
-    cap = {"one": 1e4, "ddp": 25}.get(a.buckets)
-    ddp = DDP(model, bucket_cap_mb=cap if cap is not None else float(a.buckets))
-    made = hook_for(a.method, dict(a.option))
-    state = None
-    if made is not None:
-        state, fn = made
-        ddp.register_comm_hook(state, fn)
-    opt = optimizer(cfg["optimizer"], ddp.parameters())
+    local = None
+    if a.method.startswith("gradcomp-local:"):
+        import gradcomp.torch as gt
+        ddp = model
+        opt = optimizer(cfg["optimizer"], model.parameters())
+        options = dict(a.option)
+        local = gt.LocalUpdates(model, opt, compressor=a.method.split(":", 1)[1], **options)
+    else:
+        cap = {"one": 1e4, "ddp": 25}.get(a.buckets)
+        ddp = DDP(model, bucket_cap_mb=cap if cap is not None else float(a.buckets))
+        made = hook_for(a.method, dict(a.option))
+        state = None
+        if made is not None:
+            state, fn = made
+            ddp.register_comm_hook(state, fn)
+        opt = optimizer(cfg["optimizer"], ddp.parameters())
     t = cfg["train"]
     every, target, target_ppl = t.get("eval_every", 0), t.get("target_accuracy"), t.get("target_perplexity")
     batches = Batches(cfg, task, rank, world)
@@ -224,13 +248,17 @@ def main():
         loss = torch.nn.functional.cross_entropy(ddp(x), y)
         loss.backward()
         opt.step()
+        if local is not None:
+            local.step()
         loss_sum, loss_n = loss_sum + loss.item(), loss_n + 1
         wall += time.perf_counter() - t0
         if step < 15 and rank == 0 and os.environ.get("PEER_SHOW_BUCKETS"):
             # DDP rebuilds its buckets after the first step: from then on they are the ones that run.
             print(json.dumps({"step_done": step, "bucket_sizes": ddp._get_ddp_logging_data().get("bucket_sizes")}),
                   flush=True)
-        if a.method.startswith("gradcomp:"):
+        if local is not None:
+            sent, received = local.bytes_sent, local.bytes_received
+        elif a.method.startswith("gradcomp:"):
             last = state.last_step()
             sent, received = sent + last["bytes_sent"], received + last["bytes_received"]
         else:
@@ -242,7 +270,7 @@ def main():
             continue
         totals = torch.tensor([sent, received], dtype=torch.float64)
         dist.all_reduce(totals)
-        metric = evaluate(model, cfg, task)
+        metric = evaluate(model if local is None else averaged(model, world), cfg, task)
         if rank == 0:
             rec = {"epoch": epoch, "steps": step + 1, "train_loss": loss_sum / loss_n, **metric,
                    "bytes_sent": int(totals[0]), "bytes_received": int(totals[1]),
@@ -265,6 +293,8 @@ def main():
         dist.broadcast(stop, 0)
         if stop.item():
             break
+    if local is not None:
+        local.close()
     dist.barrier()
     sys.stdout.flush()
     # gloo can abort at interpreter exit after DDP; leave once everyone is done.

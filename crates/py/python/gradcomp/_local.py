@@ -95,6 +95,9 @@ class LocalUpdates:
         self._in_flight: Dict[int, "concurrent.futures.Future[Dict[str, Any]]"] = {}
         self.inner_steps = 0
         self.last_round: Optional[Dict[str, Any]] = None
+        # This worker's bytes over the rounds finished so far.
+        self.bytes_sent = 0
+        self.bytes_received = 0
         # Every replica starts from rank 0's model (as DDP's constructor
         # does); the first round records it as the shared model.
         src = dist.get_global_rank(process_group, 0) if process_group is not None else 0
@@ -117,7 +120,7 @@ class LocalUpdates:
             # order); its result is mixed into the model as it is now.
             fut = self._in_flight.pop(t, None)
             if fut is not None:
-                self.last_round = fut.result()
+                self._finished(fut.result())
             flat = self._flat()
             self._rust.merge(t, flat.numpy())
             self._write(flat)
@@ -139,8 +142,13 @@ class LocalUpdates:
 
     def _round(self) -> None:
         flat = self._flat()
-        self.last_round = self._rust.round(self.inner_steps, flat.numpy(), self._comm)
+        self._finished(self._rust.round(self.inner_steps, flat.numpy(), self._comm))
         self._write(flat)
+
+    def _finished(self, record: Dict[str, Any]) -> None:
+        self.last_round = record
+        self.bytes_sent += int(record["bytes_sent"])
+        self.bytes_received += int(record["bytes_received"])
 
     def _wait(self) -> None:
         """Waits for the rounds in flight (their starts); their merges stay due."""
