@@ -36,7 +36,24 @@ peer_options() {
         gradcomp:topk) echo "--option density=0.01 --buckets ddp" ;;
         gradcomp:powersgd) echo "--option matrix_approximation_rank=2 --option start_iter=10 --buckets ddp" ;;
         torch-powersgd-*|torch-batched-powersgd-*) echo "--buckets one" ;;
+        # gradcomp's LocalUpdates (issue #36): gradcomp-local-hH[-pP-dD][-topk], no DDP.
+        gradcomp-local-*)
+            local m=$1 o=""
+            [[ $m =~ -h([0-9]+) ]] && o+=" --option period=${BASH_REMATCH[1]}"
+            [[ $m =~ -p([0-9]+) ]] && o+=" --option fragments=${BASH_REMATCH[1]}"
+            [[ $m =~ -d([0-9]+) ]] && o+=" --option delay=${BASH_REMATCH[1]}"
+            [[ $m == *-topk ]] && o+=" --option density=0.01"
+            echo "$o" ;;
         *) echo "--buckets ddp" ;;
+    esac
+}
+
+# The method train.py runs: gradcomp-local-… is LocalUpdates with the change dense or through Top-k.
+peer_method() {
+    case $1 in
+        gradcomp-local-*-topk) echo "gradcomp-local:topk" ;;
+        gradcomp-local-*) echo "gradcomp-local:dense" ;;
+        *) echo "$1" ;;
     esac
 }
 
@@ -49,7 +66,7 @@ run_peer() { # MODEL RATE METHOD
     echo "== $name" >&2
     # shellcheck disable=SC2046
     NETSIM_BURST=$burst NETSIM_TIMEOUT=1200 scripts/netsim.sh torch 4 "$2" "$py" bench/peer/train.py \
-        --config "experiments/tta-$1.toml" --method "$3" $(peer_options "$3") --out "$out/$name" \
+        --config "experiments/tta-$1.toml" --method "$(peer_method "$3")" $(peer_options "$3") --out "$out/$name" \
         > "$out/$name.log" 2>&1 || echo "   FAILED (see $out/$name.log)" >&2
 }
 
