@@ -32,6 +32,9 @@ python3 -c 'import torch; print("torch", torch.__version__, torch.cuda.get_devic
 part test-cuda 180 python3 -m pytest -q -p no:cacheprovider crates/py/tests/test_cuda.py
 part hooks-cuda 240 python3 crates/py/benches/hooks.py --device cuda --reps 10 --steps 30 \
     --json "$out/hooks-cuda.jsonl"
+# Issue #36: LocalUpdates' outer round per inner step on a CUDA GPT (GPT-2 small's shape).
+part local-round-cuda 240 python3 bench/peer/local_round_cost.py --world 2 --device cuda --embed 768 \
+    --layers 12 --heads 12 --batch 8 --period 32 --fragments 4 --delay 2 --steps 96
 
 if [ -n "$bin" ]; then
     part compress-cuda 180 "$bin" bench compress --device cuda --elements 25000000 --min-time 0.3 --json

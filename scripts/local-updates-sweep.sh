@@ -27,12 +27,16 @@ settings=(
   "local-nesterov-h32|{ kind = \"local\", period = 32 }||"
   "local-sgd-h128|{ kind = \"local\", period = 128, outer = { name = \"sgd\" } }||"
   "local-nesterov-h128|{ kind = \"local\", period = 128 }||"
-  "local-nesterov-h32-topk|{ kind = \"local\", period = 32, compress_delta = true }|$topk|comm.topology=\"allgather\""
-  "local-nesterov-h32-terngrad|{ kind = \"local\", period = 32, compress_delta = true }|compressor={ name = \"terngrad\" }|"
-  "local-nesterov-h32-eightbit|{ kind = \"local\", period = 32, compress_delta = true }|compressor={ name = \"eightbit\" }|"
-  "streaming-h32-p4-d1|{ kind = \"local\", period = 32, fragments = 4, delay = 1 }||"
-  "streaming-h32-p4-d2|{ kind = \"local\", period = 32, fragments = 4, delay = 2 }||"
-  "streaming-h32-p4-d1-eightbit|{ kind = \"local\", period = 32, fragments = 4, delay = 1, compress_delta = true }|compressor={ name = \"eightbit\" }|"
+  # The change compressed, and Streaming, with the outer optimizer that did
+  # better at this scale (sgd averaging, lr 1: the rounds of post-local SGD).
+  "local-sgd-h32-topk|{ kind = \"local\", period = 32, outer = { name = \"sgd\" }, compress_delta = true }|$topk|comm.topology=\"allgather\""
+  "local-sgd-h32-terngrad|{ kind = \"local\", period = 32, outer = { name = \"sgd\" }, compress_delta = true }|compressor={ name = \"terngrad\" }|"
+  "local-sgd-h32-eightbit|{ kind = \"local\", period = 32, outer = { name = \"sgd\" }, compress_delta = true }|compressor={ name = \"eightbit\" }|comm.topology=\"allgather\""
+  "streaming-sgd-h32-p4-d1|{ kind = \"local\", period = 32, outer = { name = \"sgd\" }, fragments = 4, delay = 1 }||"
+  "streaming-sgd-h32-p4-d2|{ kind = \"local\", period = 32, outer = { name = \"sgd\" }, fragments = 4, delay = 2 }||"
+  "streaming-sgd-h32-p4-d1-eightbit|{ kind = \"local\", period = 32, outer = { name = \"sgd\" }, fragments = 4, delay = 1, compress_delta = true }|compressor={ name = \"eightbit\" }|comm.topology=\"allgather\""
+  # DiLoCo's Nesterov with a smaller step, for its 17 rounds here.
+  "local-nesterov-h32-lr0.5-m0.5|{ kind = \"local\", period = 32, outer = { name = \"nesterov\", lr = 0.5, momentum = 0.5 } }||"
 )
 for s in "${settings[@]}"; do
   IFS='|' read -r name strategy compressor extra <<<"$s"

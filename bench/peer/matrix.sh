@@ -36,9 +36,11 @@ peer_options() {
         gradcomp:topk) echo "--option density=0.01 --buckets ddp" ;;
         gradcomp:powersgd) echo "--option matrix_approximation_rank=2 --option start_iter=10 --buckets ddp" ;;
         torch-powersgd-*|torch-batched-powersgd-*) echo "--buckets one" ;;
-        # gradcomp's LocalUpdates (issue #36): gradcomp-local-hH[-pP-dD][-topk], no DDP.
+        # gradcomp's LocalUpdates (issue #36): gradcomp-local[-sgd]-hH[-pP-dD][-topk], no DDP
+        # (outer Nesterov, or sgd: averaging).
         gradcomp-local-*)
             local m=$1 o=""
+            [[ $m == gradcomp-local-sgd-* ]] && o+=" --option outer=sgd"
             [[ $m =~ -h([0-9]+) ]] && o+=" --option period=${BASH_REMATCH[1]}"
             [[ $m =~ -p([0-9]+) ]] && o+=" --option fragments=${BASH_REMATCH[1]}"
             [[ $m =~ -d([0-9]+) ]] && o+=" --option delay=${BASH_REMATCH[1]}"
