@@ -17,7 +17,7 @@ use clap::Args as ClapArgs;
 use gradcomp_comm::{NetworkModel, ServerPlacement};
 use gradcomp_compress::CompressorConfig;
 use gradcomp_dp::predict::{
-    code_width, local_step_seconds, measure, methods, outer_seconds, rounds_seconds, step_seconds,
+    code_width, local_step_seconds, measure, methods, outer_seconds_per_value, rounds_seconds, step_seconds,
     ternary_download, LocalRounds, Method, Route, UnitCost, Workload,
 };
 use gradcomp_train::config::TrainConfig;
@@ -511,7 +511,7 @@ fn dry_run(cfg: &TrainConfig, p: &Profile, a: &Args) -> Result<()> {
 fn local_lines(cfg: &TrainConfig, p: &Profile, dense: &Method, mine: &Method, alpha: f64) -> String {
     let st = &cfg.strategy;
     let n = cfg.workers;
-    let outer = outer_seconds(p.work.units.iter().sum()) / p.work.units.iter().sum::<usize>().max(1) as f64;
+    let outer = outer_seconds_per_value(p.work.units.iter().sum());
     let carrier = if st.compress_delta { mine } else { dense };
     let rounds = |overlap| LocalRounds {
         period: st.period,

@@ -279,7 +279,7 @@ pub struct LocalPrice {
 
 /// Seconds to form a change, step θ_outer (Nesterov, the costliest) and merge
 /// back, per parameter: measured here on `len` values (median of 3).
-pub fn outer_seconds(len: usize) -> f64 {
+pub fn outer_seconds_per_value(len: usize) -> f64 {
     use crate::config::OuterConfig;
     let mut outer = crate::strategy::outer_for_pricing(OuterConfig::nesterov());
     let (mut anchor, mut model, mut change) = (vec![0.5f32; len], vec![0.25f32; len], vec![0.0f32; len]);
@@ -292,7 +292,7 @@ pub fn outer_seconds(len: usize) -> f64 {
         times.push(t.elapsed().as_secs_f64());
     }
     std::hint::black_box(&model);
-    median(times)
+    median(times) / len.max(1) as f64
 }
 
 /// Local updates with `m` carrying each round's change: per fragment its
@@ -311,6 +311,8 @@ pub fn local_step_seconds(
     let total: usize = p.units.iter().sum();
     let groups = crate::strategy::partition(&p.units, s.fragments.clamp(1, p.units.len().max(1)));
     let mut price = LocalPrice::default();
+    // A round is a step of its fragment without the compute.
+    let no_compute = Workload { compute_seconds: 0.0, ..p.clone() };
     for g in groups {
         let len: usize = p.units[g.clone()].iter().sum();
         let share = len as f64 / total.max(1) as f64;
@@ -325,9 +327,7 @@ pub fn local_step_seconds(
             decode_seconds: costs.iter().map(|c| c.decode_seconds).sum(),
             units: costs.to_vec(),
         };
-        // A round is a step of this fragment without the compute.
-        let round = step_seconds(&Workload { compute_seconds: 0.0, ..p.clone() }, &part, n, net)
-            + outer_per_value * len as f64;
+        let round = step_seconds(&no_compute, &part, n, net) + outer_per_value * len as f64;
         let hidden = if s.overlap { s.delay as f64 * p.compute_seconds } else { 0.0 };
         price.round_seconds += round;
         price.exposed_seconds += (round - hidden).max(0.0);

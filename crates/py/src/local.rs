@@ -33,9 +33,7 @@ use crate::collective::TorchCollective;
 #[pyclass(module = "gradcomp._core")]
 pub struct LocalRounds {
     strategy: Mutex<Celgc>,
-    /// `None`: plain averaging, a round every `period` steps.
-    schedule: Option<Schedule>,
-    period: u64,
+    schedule: Schedule,
     len: usize,
     rank: usize,
     world: usize,
@@ -55,27 +53,26 @@ impl LocalRounds {
             return Err(PyValueError::new_err("gradcomp: the model has an empty tensor"));
         }
         let len = shapes.iter().map(|s| s.iter().product::<usize>()).sum();
-        let mut strategy = gradcomp_exchange::strategy::build_local(&cfg, &layout_of(shapes), world)
+        let strategy = gradcomp_exchange::strategy::build_local(&cfg, &layout_of(shapes), world)
             .map_err(|e| PyValueError::new_err(format!("gradcomp: {e}")))?;
-        let schedule = strategy.rounds_mut().map(|r| r.schedule().clone());
-        let period = cfg.strategy.period;
-        Ok(LocalRounds { strategy: Mutex::new(strategy), schedule, period, len, rank, world })
+        let schedule = strategy.schedule().clone();
+        Ok(LocalRounds { strategy: Mutex::new(strategy), schedule, len, rank, world })
     }
 
     /// Whether inner step `step` has a round (blocking form), or the start
     /// or merge of one (with a delay).
     fn due(&self, step: u64) -> bool {
-        self.schedule.as_ref().map_or(step.is_multiple_of(self.period), |s| s.due(step))
+        self.schedule.due(step)
     }
 
     /// Whether a round starts at `step` (its pseudo-gradient taken).
     fn starts_at(&self, step: u64) -> bool {
-        self.schedule.as_ref().is_some_and(|s| s.starts_any(step))
+        self.schedule.starts_any(step)
     }
 
     /// Whether a round's result is merged at `step`.
     fn merges_at(&self, step: u64) -> bool {
-        self.schedule.as_ref().is_some_and(|s| s.merges_any(step))
+        self.schedule.merges_any(step)
     }
 
     /// The round at inner step `step` (step 0 records the starting model,
@@ -91,11 +88,7 @@ impl LocalRounds {
     ) -> PyResult<Bound<'py, PyDict>> {
         let p = params.as_slice_mut().map_err(|e| PyValueError::new_err(format!("params: {e}")))?;
         self.check(step, p)?;
-        let mut c = Metered::new(TorchCollective::new(comm, self.rank, self.world));
-        let t = std::time::Instant::now();
-        py.detach(|| self.lock_str()?.average_models(step, p, &mut c).map_err(|e| e.to_string()))
-            .map_err(PyRuntimeError::new_err)?;
-        record(py, &mut c, t)
+        self.collective(py, comm, |s, c| s.average_models(step, p, c).map_err(|e| e.to_string()))
     }
 
     /// The first half of the rounds starting at `step`, on `params`, a
@@ -111,15 +104,10 @@ impl LocalRounds {
     ) -> PyResult<Bound<'py, PyDict>> {
         let p = params.as_slice().map_err(|e| PyValueError::new_err(format!("params: {e}")))?;
         self.check(step, p)?;
-        let mut c = Metered::new(TorchCollective::new(comm, self.rank, self.world));
-        let t = std::time::Instant::now();
-        py.detach(|| -> Result<(), String> {
-            let mut s = self.lock_str()?;
+        self.collective(py, comm, |s, c| {
             let r = s.rounds_mut().ok_or("plain averaging has no delayed rounds")?;
-            r.start(step, p, &mut c).map_err(|e| e.to_string())
+            r.start(step, p, c).map_err(|e| e.to_string())
         })
-        .map_err(PyRuntimeError::new_err)?;
-        record(py, &mut c, t)
     }
 
     /// The second half: the results due at `step` merged into `params`
@@ -171,21 +159,26 @@ pub fn layout_of(shapes: Vec<Vec<usize>>) -> GradientLayout {
     GradientLayout::new(shapes.into_iter().enumerate().map(|(i, s)| (i.to_string(), s)))
 }
 
-/// A round's bytes (this worker's) and seconds.
-fn record<'py, C: gradcomp_comm::Collective>(
-    py: Python<'py>,
-    c: &mut Metered<C>,
-    t: std::time::Instant,
-) -> PyResult<Bound<'py, PyDict>> {
-    let bytes = c.meter_mut().take_step();
-    let d = PyDict::new(py);
-    d.set_item("bytes_sent", bytes.sent())?;
-    d.set_item("bytes_received", bytes.received())?;
-    d.set_item("seconds", t.elapsed().as_secs_f64())?;
-    Ok(d)
-}
-
 impl LocalRounds {
+    /// `f` on the strategy and a metered collective over `comm`, with the
+    /// GIL released; the round's bytes (this worker's) and seconds.
+    fn collective<'py>(
+        &self,
+        py: Python<'py>,
+        comm: Py<PyAny>,
+        f: impl FnOnce(&mut Celgc, &mut Metered<TorchCollective>) -> Result<(), String> + Send,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let mut c = Metered::new(TorchCollective::new(comm, self.rank, self.world));
+        let t = std::time::Instant::now();
+        py.detach(|| f(&mut *self.lock_str()?, &mut c)).map_err(PyRuntimeError::new_err)?;
+        let bytes = c.meter_mut().take_step();
+        let d = PyDict::new(py);
+        d.set_item("bytes_sent", bytes.sent())?;
+        d.set_item("bytes_received", bytes.received())?;
+        d.set_item("seconds", t.elapsed().as_secs_f64())?;
+        Ok(d)
+    }
+
     /// The strategy; call it with the GIL released (see [`LocalRounds`]).
     fn lock_str(&self) -> Result<MutexGuard<'_, Celgc>, String> {
         self.strategy.lock().map_err(|_| "a previous round panicked".to_string())

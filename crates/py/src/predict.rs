@@ -3,7 +3,7 @@
 
 use gradcomp_comm::NetworkModel;
 use gradcomp_exchange::predict::{
-    local_step_seconds, methods, outer_seconds, step_seconds, LocalRounds, Route, Workload,
+    local_step_seconds, methods, outer_seconds_per_value, step_seconds, LocalRounds, Route, Workload,
 };
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -63,9 +63,10 @@ pub fn predict<'py>(
         return bad("delay", "must be below the period");
     }
     let work = Workload::new(compute_seconds, shapes);
+    // The outer step is measured only when local updates are priced.
     let (mut ms, outer) = py.detach(|| {
         let total: usize = work.units.iter().sum();
-        (methods(&work.shapes, density), outer_seconds(total) / total as f64)
+        (methods(&work.shapes, density), period.map(|_| outer_seconds_per_value(total)))
     });
     ms.retain(|m| m.route != Route::ParameterServer);
     let net = NetworkModel::from_bits_per_second(link_bps, alpha);
@@ -81,7 +82,7 @@ pub fn predict<'py>(
             d.set_item("bytes_per_worker", m.upload + m.rounds.iter().sum::<u64>())?;
             d.set_item("compress_seconds", m.compress_seconds)?;
             d.set_item("decode_seconds", m.decode_seconds)?;
-            if let Some(period) = period {
+            if let (Some(period), Some(outer)) = (period, outer) {
                 let rounds = LocalRounds { period, fragments, delay, overlap: true };
                 let local = local_step_seconds(&work, m, workers, &net, &rounds, outer);
                 d.set_item("local_step_seconds", local.step_seconds)?;

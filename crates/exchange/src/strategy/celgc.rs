@@ -25,7 +25,7 @@ use gradcomp_comm::Collective;
 use gradcomp_compress::StateError;
 
 use super::base::{StepResult, Strategy};
-use super::model_rounds::ModelRounds;
+use super::model_rounds::{ModelRounds, Schedule};
 use crate::config::{Average, ClipNorm, ConfigError, DataParallelConfig, StrategyConfig};
 use crate::error::ExchangeError;
 use crate::layout::GradientLayout;
@@ -38,6 +38,8 @@ pub struct Celgc {
     base_lr: f64,
     /// ‖ḡ‖ of the last communication round (for `global-average` and `max`).
     global_norm: Option<f64>,
+    /// When rounds start and merge (plain averaging's too).
+    schedule: Schedule,
     /// `None`: plain model averaging, the mean of the models.
     rounds: Option<ModelRounds>,
 }
@@ -64,7 +66,13 @@ impl Celgc {
             && st.mix() == 0.0;
         let rounds =
             if plain { None } else { Some(ModelRounds::new(cfg, layout, workers, st.compress_delta)?) };
-        Ok(Self { cfg: st.clone(), base_lr: cfg.base_lr.unwrap_or(1.0), global_norm: None, rounds })
+        let schedule = Schedule::new(st);
+        Ok(Self { cfg: st.clone(), base_lr: cfg.base_lr.unwrap_or(1.0), global_norm: None, schedule, rounds })
+    }
+
+    /// When the rounds start and merge, for a front that drives them itself.
+    pub fn schedule(&self) -> &Schedule {
+        &self.schedule
     }
 
     /// The model rounds, for a front that runs their halves itself (the
@@ -95,11 +103,7 @@ impl Strategy for Celgc {
     }
 
     fn averages_models(&self, step: u64) -> bool {
-        self.cfg.average == Average::Models
-            && match &self.rounds {
-                Some(r) => r.schedule().due(step),
-                None => step.is_multiple_of(self.cfg.period),
-            }
+        self.cfg.average == Average::Models && self.schedule.due(step)
     }
 
     fn agrees_after_round(&self, step: u64) -> bool {

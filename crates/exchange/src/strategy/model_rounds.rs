@@ -30,7 +30,7 @@ use gradcomp_comm::Collective;
 use gradcomp_compress::StateError;
 
 use super::outer::Outer;
-use crate::config::{ConfigError, DataParallelConfig};
+use crate::config::{ConfigError, DataParallelConfig, StrategyConfig};
 use crate::error::ExchangeError;
 use crate::grad_stages::CompleteGrad;
 use crate::layout::GradientLayout;
@@ -56,6 +56,14 @@ pub struct Schedule {
 }
 
 impl Schedule {
+    /// The schedule `st` describes (one fragment ending every H steps when
+    /// it has no `fragments`: plain averaging's rounds).
+    pub fn new(st: &StrategyConfig) -> Self {
+        let parts = st.fragments.max(1);
+        let offsets = (1..=parts).map(|p| p * st.period / parts).collect();
+        Self { period: st.period, delay: st.delay, offsets }
+    }
+
     /// Whether fragment `p`'s round's result is merged at `step`: at
     /// t ≥ o_p with (t − o_p) mod H = 0, if its start τ steps earlier is a
     /// step (≥ 1; the starting model is recorded at step 0).
@@ -180,11 +188,10 @@ impl ModelRounds {
             }
             fragments.push(Fragment { range: start..end, exchange, outer: Outer::new(st.outer()) });
         }
-        let offsets = (1..=parts as u64).map(|p| p * st.period / parts as u64).collect();
         Ok(Self {
             fragments,
             units,
-            schedule: Schedule { period: st.period, delay: st.delay, offsets },
+            schedule: Schedule::new(st),
             mix: st.mix() as f32,
             anchor: Vec::new(),
             delta: Vec::new(),

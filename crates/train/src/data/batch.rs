@@ -41,6 +41,14 @@ impl Batch {
         (x, y)
     }
 
+    /// The key that seeds a token batch's dropout masks (0 for an image batch).
+    pub fn dropout_key(&self) -> u64 {
+        match self {
+            Batch::Tokens { key, .. } => *key,
+            Batch::Images { .. } => 0,
+        }
+    }
+
     /// The inputs `[batch, steps]` and next-token targets `[batch·steps]` of a
     /// token batch, on `device`. Panics on an image batch.
     pub fn tokens(&self, device: &Device) -> (Tensor<2, Int>, Tensor<1, Int>) {

@@ -18,7 +18,7 @@ use burn::nn::{Embedding, EmbeddingConfig, Initializer, LayerNorm, LayerNormConf
 use burn::tensor::activation::gelu;
 use burn::tensor::{Bool, Device, Int, Tensor};
 
-use super::{classification_stats, cross_entropy, keyed_dropout, Batch, EvalStats, Net};
+use super::{keyed_dropout, Batch};
 use crate::config::GptConfig;
 
 /// GPT-2's initialization of every linear and embedding weight.
@@ -100,10 +100,7 @@ impl Gpt {
     /// Logits `[batch·steps, vocab]` of a token batch, and its targets.
     fn logits_and_targets(&self, batch: &Batch, device: &Device) -> (Tensor<2>, Tensor<1, Int>) {
         let (x, y) = batch.tokens(device);
-        let key = match batch {
-            Batch::Tokens { key, .. } => *key,
-            Batch::Images { .. } => 0,
-        };
+        let key = batch.dropout_key();
         (self.logits(x, key), y)
     }
 
@@ -128,14 +125,4 @@ impl Gpt {
     }
 }
 
-impl Net for Gpt {
-    fn loss(&self, batch: &Batch, device: &Device) -> Tensor<1> {
-        let (logits, y) = self.logits_and_targets(batch, device);
-        cross_entropy(logits, y)
-    }
-
-    fn evaluate(&self, batch: &Batch, device: &Device) -> EvalStats {
-        let (logits, y) = self.logits_and_targets(batch, device);
-        classification_stats(logits, y)
-    }
-}
+language_model!(Gpt);

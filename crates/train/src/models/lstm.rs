@@ -7,7 +7,7 @@ use burn::module::Module;
 use burn::nn::{Embedding, EmbeddingConfig, Linear, LinearConfig, Lstm, LstmConfig};
 use burn::tensor::{Device, Int, Tensor};
 
-use super::{classification_stats, cross_entropy, keyed_dropout, Batch, EvalStats, Net};
+use super::{keyed_dropout, Batch};
 use crate::config::LstmLmConfig;
 
 #[derive(Module, Debug)]
@@ -32,10 +32,7 @@ impl LstmLm {
 
     fn logits_and_targets(&self, batch: &Batch, device: &Device) -> (Tensor<2>, Tensor<1, Int>) {
         let (x, y) = batch.tokens(device);
-        let key = match batch {
-            Batch::Tokens { key, .. } => *key,
-            Batch::Images { .. } => 0,
-        };
+        let key = batch.dropout_key();
         let h = keyed_dropout(self.embed.forward(x), self.dropout, key, 0);
         let (h, _) = self.lstm1.forward(h, None);
         let h = keyed_dropout(h, self.dropout, key, 1);
@@ -46,14 +43,4 @@ impl LstmLm {
     }
 }
 
-impl Net for LstmLm {
-    fn loss(&self, batch: &Batch, device: &Device) -> Tensor<1> {
-        let (logits, y) = self.logits_and_targets(batch, device);
-        cross_entropy(logits, y)
-    }
-
-    fn evaluate(&self, batch: &Batch, device: &Device) -> EvalStats {
-        let (logits, y) = self.logits_and_targets(batch, device);
-        classification_stats(logits, y)
-    }
-}
+language_model!(LstmLm);

@@ -39,6 +39,32 @@ macro_rules! image_classifier {
     };
 }
 
+/// Implements [`Net`] for a language model with a
+/// `logits_and_targets(&self, &Batch, &Device) -> (Tensor<2>, Tensor<1, Int>)` method.
+macro_rules! language_model {
+    ($t:ty) => {
+        impl $crate::models::Net for $t {
+            fn loss(
+                &self,
+                batch: &$crate::models::Batch,
+                device: &burn::tensor::Device,
+            ) -> burn::tensor::Tensor<1> {
+                let (logits, y) = self.logits_and_targets(batch, device);
+                $crate::models::cross_entropy(logits, y)
+            }
+
+            fn evaluate(
+                &self,
+                batch: &$crate::models::Batch,
+                device: &burn::tensor::Device,
+            ) -> $crate::models::EvalStats {
+                let (logits, y) = self.logits_and_targets(batch, device);
+                $crate::models::classification_stats(logits, y)
+            }
+        }
+    };
+}
+
 mod cnn;
 mod fcn;
 mod gpt;
