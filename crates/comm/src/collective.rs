@@ -203,6 +203,18 @@ pub trait Collective: Send {
     /// backend ends the whole job with `code`, since MPI cannot cancel a
     /// collective a peer is blocked in.
     fn abandon(&mut self, _code: i32) {}
+
+    /// A second channel among the same workers, whose operations may run on
+    /// another thread while this one's run (`MPI_Comm_dup` under
+    /// `MPI_THREAD_MULTIPLE`; a second in-process group): what lets a
+    /// round's exchange overlap the steps that go on computing. It is not
+    /// metered by a [`Metered`](crate::Metered) around this one. Every worker
+    /// calls it at the same point, as any collective call. `Ok(None)`: this
+    /// backend has no second channel (the default), and the caller runs its
+    /// rounds on this one.
+    fn duplicate(&mut self) -> Result<Option<Box<dyn Collective>>, CommError> {
+        Ok(None)
+    }
 }
 
 /// Forwards every operation: a boxed or borrowed collective is one.
@@ -230,6 +242,7 @@ macro_rules! forward_collective {
                 (**self).push_pull(placement, upload, aggregate, download)
             }
             fn abandon(&mut self, code: i32) { (**self).abandon(code) }
+            fn duplicate(&mut self) -> Result<Option<Box<dyn Collective>>, CommError> { (**self).duplicate() }
         }
     )*};
 }

@@ -58,28 +58,14 @@ impl InProcessGroup {
         if n == 0 {
             return Err(CommError::Invalid("a group needs at least one worker".into()));
         }
-        let shared = Arc::new(Shared {
-            n,
-            timeout: self.timeout,
-            max_message: self.max_message_bytes,
-            state: Mutex::new(State {
-                generation: 0,
-                arrived: vec![false; n],
-                n_arrived: 0,
-                posts: vec![Post::default(); n],
-                verdict: Ok(()),
-                readers: 0,
-                failed: None,
-                aggregate_error: None,
-            }),
-            cv: Condvar::new(),
-        });
+        let shared = Shared::new(n, self.timeout, self.max_message_bytes);
         Ok((0..n)
             .map(|rank| InProcessCollective {
                 rank,
                 shared: Arc::clone(&shared),
                 posts: vec![Post::default(); n],
                 uploads: Gathered::default(),
+                duplicates: 0,
             })
             .collect())
     }
@@ -164,9 +150,33 @@ struct Shared {
     max_message: usize,
     state: Mutex<State>,
     cv: Condvar,
+    /// The groups [`Collective::duplicate`] made, in the order the ranks
+    /// asked: a rank's k-th call joins the k-th, made by whichever rank
+    /// asked first.
+    duplicates: Mutex<Vec<Arc<Shared>>>,
 }
 
 impl Shared {
+    fn new(n: usize, timeout: Duration, max_message: usize) -> Arc<Self> {
+        Arc::new(Shared {
+            n,
+            timeout,
+            max_message,
+            state: Mutex::new(State {
+                generation: 0,
+                arrived: vec![false; n],
+                n_arrived: 0,
+                posts: vec![Post::default(); n],
+                verdict: Ok(()),
+                readers: 0,
+                failed: None,
+                aggregate_error: None,
+            }),
+            cv: Condvar::new(),
+            duplicates: Mutex::new(Vec::new()),
+        })
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         // A poisoned lock means a thread panicked while holding it; the state
         // itself is still consistent (every critical section is panic-free),
@@ -183,6 +193,8 @@ pub struct InProcessCollective {
     posts: Vec<Post>,
     /// The server's view of the uploads.
     uploads: Gathered,
+    /// How many second channels this rank has asked for.
+    duplicates: usize,
 }
 
 /// Decrements the reader count even if the work phase unwinds.
@@ -437,6 +449,30 @@ impl Collective for InProcessCollective {
 
     fn barrier(&mut self) -> Result<(), CommError> {
         self.round(Post { op: Some(OpKind::Barrier), ..Default::default() }, |_| ())
+    }
+
+    /// A group of its own among the same threads: the k-th call on every
+    /// rank joins the same one. A peer that fails in one group is not seen in
+    /// the other until its handle there drops too (as it does when its
+    /// thread ends).
+    fn duplicate(&mut self) -> Result<Option<Box<dyn Collective>>, CommError> {
+        let k = self.duplicates;
+        self.duplicates += 1;
+        let shared = &self.shared;
+        let child = {
+            let mut made = shared.duplicates.lock().unwrap_or_else(|e| e.into_inner());
+            while made.len() <= k {
+                made.push(Shared::new(shared.n, shared.timeout, shared.max_message));
+            }
+            Arc::clone(&made[k])
+        };
+        Ok(Some(Box::new(InProcessCollective {
+            rank: self.rank,
+            shared: child,
+            posts: vec![Post::default(); shared.n],
+            uploads: Gathered::default(),
+            duplicates: 0,
+        })))
     }
 
     fn push_pull(

@@ -217,6 +217,12 @@ impl<C: Collective> Collective for Metered<C> {
         Ok(())
     }
 
+    /// The inner collective's second channel, not metered here: its owner
+    /// meters it (a round thread's bytes are the step's that merges it).
+    fn duplicate(&mut self) -> Result<Option<Box<dyn Collective>>, CommError> {
+        self.inner.duplicate()
+    }
+
     fn push_pull(
         &mut self,
         placement: ServerPlacement,

@@ -67,6 +67,31 @@ fn every_operation_at_two_and_four_ranks() {
     }
 }
 
+/// Round four's overlap: a duplicate of the world (MPI_Comm_dup under
+/// MPI_THREAD_MULTIPLE) runs every operation on a thread of its own while
+/// the world runs them on the main thread.
+#[test]
+fn a_duplicate_channel_works_beside_the_world_at_two_and_four_ranks() {
+    for np in [2, 4] {
+        let o = mpirun(np, &["duplicate"], Duration::from_secs(60));
+        assert_eq!(o.code, Some(0), "{}", o.output);
+        for r in 0..np {
+            assert!(o.output.contains(&format!("rank {r} of {np}: both channels ok")), "{}", o.output);
+        }
+    }
+}
+
+/// Each channel has its own deadline: the world's calls returning do not
+/// clear the second channel's, so a peer stalled there still ends the job.
+#[test]
+fn a_stall_on_the_duplicate_channel_times_out_while_the_world_works() {
+    let o = mpirun(2, &["duplicate-stall"], Duration::from_secs(60));
+    assert_ne!(o.code, Some(0), "{}", o.output);
+    assert!(o.output.contains("MPI rank 0 timed out in allreduce"), "{}", o.output);
+    assert!(!o.output.contains("unexpectedly finished"), "{}", o.output);
+    assert!(o.elapsed < Duration::from_secs(30), "took {:?}", o.elapsed);
+}
+
 #[test]
 fn mismatched_calls_are_errors_on_every_rank() {
     let o = mpirun(2, &["mismatch"], Duration::from_secs(60));

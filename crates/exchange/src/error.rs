@@ -61,6 +61,7 @@ impl DataParallelError {
             }
             e @ ExchangeError::Device(_) => DataParallelError::Device { rank, message: e.to_string() },
             ExchangeError::Usage(message) => DataParallelError::Usage(message),
+            ExchangeError::Thread(message) => DataParallelError::Panic { rank, message },
         }
     }
 }
@@ -96,4 +97,8 @@ pub enum ExchangeError {
     /// a parameter in two backward stages).
     #[error("{0}")]
     Usage(String),
+    /// The thread a round's exchange ran on failed (it panicked, or could
+    /// not be started).
+    #[error("{0}")]
+    Thread(String),
 }

@@ -7,6 +7,8 @@
 //! mpirun -np 2 gradcomp-mpi-selftest panic      # rank 1 panics mid-run
 //! mpirun -np 2 gradcomp-mpi-selftest stall      # rank 1 stalls past the timeout
 //! mpirun -np 2 gradcomp-mpi-selftest mismatch   # ranks call different operations
+//! mpirun -np 4 gradcomp-mpi-selftest duplicate  # every operation on two channels at once
+//! mpirun -np 2 gradcomp-mpi-selftest duplicate-stall  # rank 1 stalls on the second channel
 //! gradcomp-mpi-selftest expect 4                # world size 1, 4 expected
 //! ```
 
@@ -23,7 +25,8 @@ fn main() -> ExitCode {
     // Heartbeat scenarios give the per-operation timeout no chance to fire
     // first: whatever ends the job there is the heartbeat (default bound).
     let timeout = if scenario.starts_with("sig") { Duration::from_secs(120) } else { Duration::from_secs(3) };
-    let mut c = match MpiCollective::init(expected, timeout) {
+    let concurrent = scenario.starts_with("duplicate");
+    let mut c = match MpiCollective::init_with(expected, timeout, concurrent) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("error: {e}");
@@ -39,6 +42,38 @@ fn main() -> ExitCode {
                 return ExitCode::from(1);
             }
             println!("rank {rank} of {}: ok", c.world_size());
+        }
+        "duplicate" => {
+            // The world and its duplicate, each checked on a thread of its
+            // own at the same time (MPI_THREAD_MULTIPLE).
+            let mut dup = c.duplicate().expect("MPI_Comm_dup").expect("a second channel under Multiple");
+            let other = std::thread::spawn(move || conformance::check_all(&mut dup));
+            let here = conformance::check_all(&mut c);
+            let there = other.join().expect("the second channel's thread");
+            if let Err(e) = here.and(there) {
+                eprintln!("rank {rank}: FAILED: {e}");
+                return ExitCode::from(1);
+            }
+            println!("rank {rank} of {}: both channels ok", c.world_size());
+        }
+        "duplicate-stall" => {
+            // Rank 1 never calls on the second channel: rank 0's thread
+            // waits there while its world keeps working, and the watchdog
+            // ends the job for the second channel's deadline.
+            let mut dup = c.duplicate().expect("MPI_Comm_dup").expect("a second channel under Multiple");
+            let other = std::thread::spawn(move || {
+                if rank == 0 {
+                    let mut b = vec![1.0f32; 10];
+                    let _ = dup.allreduce_sum_f32(&mut b);
+                }
+                dup
+            });
+            for _ in 0..60 {
+                c.allreduce_sum_f32(&mut buf).expect("the world's allreduce");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            drop(other);
+            println!("rank {rank}: unexpectedly finished");
         }
         "sigstop" | "sigkill" => {
             c.allreduce_sum_f32(&mut buf).expect("first allreduce");

@@ -18,10 +18,11 @@
 //! for longer than the heartbeat bound (10 s by default) and ends the job.
 
 mod in_place;
+mod watchdog;
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
 
 use mpi::collective::SystemOperation;
 use mpi::datatype::{Equivalence, PartitionMut};
@@ -31,83 +32,10 @@ use mpi::Count;
 
 use crate::collective::{Aggregate, Collective, CommError, Gathered, ServerPlacement};
 use crate::heartbeat::{self, Heartbeat};
+use watchdog::Watchdog;
+pub use watchdog::{DEFAULT_HEARTBEAT, TIMEOUT_EXIT_CODE};
 use crate::op::OpKind;
 
-/// Exit code of a rank whose collective timed out.
-pub const TIMEOUT_EXIT_CODE: i32 = 75;
-
-/// The deadline the watchdog enforces, if a call is in flight.
-#[derive(Default)]
-struct Armed {
-    deadline: Option<(Instant, &'static str)>,
-}
-
-struct Watchdog {
-    armed: Mutex<Armed>,
-    cv: Condvar,
-    /// Silence of the predecessor's heartbeat that ends the job, in ms (0: off).
-    heartbeat_bound_ms: AtomicU64,
-}
-
-/// The default heartbeat bound (`comm.heartbeat_seconds`).
-pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(10);
-
-impl Watchdog {
-    fn start(rank: usize, heartbeat: Option<Heartbeat>) -> Arc<Self> {
-        let w = Arc::new(Watchdog {
-            armed: Mutex::new(Armed::default()),
-            cv: Condvar::new(),
-            heartbeat_bound_ms: AtomicU64::new(DEFAULT_HEARTBEAT.as_millis() as u64),
-        });
-        let watch = Arc::clone(&w);
-        std::thread::Builder::new()
-            .name("gradcomp-mpi-watchdog".into())
-            .spawn(move || {
-                let mut a = watch.armed.lock().unwrap_or_else(|e| e.into_inner());
-                loop {
-                    match a.deadline {
-                        None => a = watch.cv.wait(a).unwrap_or_else(|e| e.into_inner()),
-                        Some((deadline, op)) => {
-                            let now = Instant::now();
-                            if now >= deadline {
-                                eprintln!(
-                                    "error: MPI rank {rank} timed out in {op}: a peer failed or stalled; ending the job"
-                                );
-                                std::process::exit(TIMEOUT_EXIT_CODE);
-                            }
-                            let bound = Duration::from_millis(watch.heartbeat_bound_ms.load(Ordering::Relaxed));
-                            if let Some(h) = heartbeat.as_ref().filter(|_| !bound.is_zero()) {
-                                let (peer, quiet) = h.silence();
-                                if quiet > bound {
-                                    eprintln!(
-                                        "error: MPI rank {peer} stopped responding: no heartbeat for {:.1} s \
-                                         (bound {:.0} s, comm.heartbeat_seconds) while rank {rank} waited in {op}; \
-                                         it is stopped, dead or cut off; ending the job",
-                                        quiet.as_secs_f64(),
-                                        bound.as_secs_f64()
-                                    );
-                                    std::process::exit(TIMEOUT_EXIT_CODE);
-                                }
-                            }
-                            let wait = (deadline - now).min(heartbeat::INTERVAL);
-                            a = watch.cv.wait_timeout(a, wait).unwrap_or_else(|e| e.into_inner()).0;
-                        }
-                    }
-                }
-            })
-            .expect("spawning the MPI watchdog thread");
-        w
-    }
-
-    fn arm(&self, op: &'static str, timeout: Duration) {
-        self.armed.lock().unwrap_or_else(|e| e.into_inner()).deadline = Some((Instant::now() + timeout, op));
-        self.cv.notify_all();
-    }
-
-    fn disarm(&self) {
-        self.armed.lock().unwrap_or_else(|e| e.into_inner()).deadline = None;
-    }
-}
 
 /// Bytes of a rank's record in the heartbeat address exchange: port (2),
 /// nonce (8), address count (1), up to 16 IPv4 addresses (4 each).
@@ -183,6 +111,11 @@ pub struct MpiCollective {
     timeout: Duration,
     max_message: usize,
     watchdog: Arc<Watchdog>,
+    /// This channel's deadline slot in the watchdog (0: the world).
+    channel: usize,
+    /// Whether MPI runs at `MPI_THREAD_MULTIPLE`, so that a duplicate may
+    /// be called from another thread while this one is in a call.
+    concurrent: bool,
     /// (operation, length or root) signatures every rank has agreed on.
     agreed: Vec<(OpKind, usize)>,
     /// The (operation, length) pairs of every rank, from [`Self::gather_lengths`].
@@ -192,8 +125,9 @@ pub struct MpiCollective {
     uploads: Gathered,
     /// The server's receive buffer for the uploads.
     flat: Vec<u8>,
-    // Declared last: finalizes MPI after everything above is dropped.
-    _universe: mpi::environment::Universe,
+    // Declared last: finalizes MPI after everything above is dropped, and
+    // after the last duplicate (each holds it too).
+    _universe: Arc<mpi::environment::Universe>,
 }
 
 impl MpiCollective {
@@ -202,15 +136,31 @@ impl MpiCollective {
     /// `mpirun`, with the wrong `-np`, or by another MPI's launcher (which
     /// silently starts N independent size-1 jobs), and is an error.
     pub fn init(expected_workers: Option<usize>, timeout: Duration) -> Result<Self, CommError> {
+        Self::init_with(expected_workers, timeout, false)
+    }
+
+    /// [`MpiCollective::init`], asking MPI for `MPI_THREAD_MULTIPLE` when
+    /// `concurrent` (a run whose rounds overlap its steps on a
+    /// [duplicate](Collective::duplicate) channel). An MPI that does not
+    /// offer it leaves the run on one channel ([`Collective::duplicate`] is
+    /// `None`), its rounds blocking, and rank 0 says so.
+    pub fn init_with(
+        expected_workers: Option<usize>,
+        timeout: Duration,
+        concurrent: bool,
+    ) -> Result<Self, CommError> {
         // Serialized: MPI may be called from any thread, one at a time, which
-        // ownership of this handle guarantees (see the `Send` impl).
-        let (universe, level) = mpi::initialize_with_threading(mpi::Threading::Serialized)
+        // ownership of this handle guarantees (see the `Send` impl); Multiple
+        // for duplicates called from a thread of their own.
+        let wanted = if concurrent { mpi::Threading::Multiple } else { mpi::Threading::Serialized };
+        let (universe, level) = mpi::initialize_with_threading(wanted)
             .ok_or_else(|| CommError::Mpi("MPI was already initialized in this process".into()))?;
         if level < mpi::Threading::Serialized {
             return Err(CommError::Mpi(format!(
                 "the MPI library offers thread level {level:?}; gradcomp needs Serialized"
             )));
         }
+        let concurrent = level >= mpi::Threading::Multiple;
         let world = universe.world();
         let (rank, size) = (world.rank() as usize, world.size() as usize);
         if let Some(n) = expected_workers {
@@ -222,6 +172,12 @@ impl MpiCollective {
                 )));
             }
         }
+        if wanted == mpi::Threading::Multiple && !concurrent && rank == 0 {
+            eprintln!(
+                "warning: the MPI library offers thread level {level:?}, not Multiple: rounds that \
+                 could overlap the steps (strategy.delay) block them instead"
+            );
+        }
         let heartbeat = start_heartbeat(&world, rank, size)?;
         Ok(Self {
             world,
@@ -230,13 +186,15 @@ impl MpiCollective {
             timeout,
             max_message: 1 << 31,
             watchdog: Watchdog::start(rank, heartbeat),
+            channel: 0,
+            concurrent,
             agreed: Vec::new(),
             pairs: Vec::new(),
             counts: Vec::new(),
             displs: Vec::new(),
             uploads: Gathered::default(),
             flat: Vec::new(),
-            _universe: universe,
+            _universe: Arc::new(universe),
         })
     }
 
@@ -266,9 +224,9 @@ impl MpiCollective {
 
     /// Runs one blocking MPI call under the watchdog.
     fn guarded<R>(&self, op: OpKind, f: impl FnOnce(&SimpleCommunicator) -> R) -> R {
-        self.watchdog.arm(op.name(), self.timeout);
+        self.watchdog.arm(self.channel, op.name(), self.timeout);
         let r = f(&self.world);
-        self.watchdog.disarm();
+        self.watchdog.disarm(self.channel);
         r
     }
 
@@ -350,9 +308,9 @@ impl MpiCollective {
         self.agree_once(kind, buf.len())?;
         let bytes = std::mem::size_of_val(buf);
         self.check_len(kind, bytes)?;
-        self.watchdog.arm(kind.name(), self.timeout);
+        self.watchdog.arm(self.channel, kind.name(), self.timeout);
         let rc = in_place::allreduce(&self.world, buf, datatype, op);
-        self.watchdog.disarm();
+        self.watchdog.disarm(self.channel);
         if rc != mpi::ffi::MPI_SUCCESS as i32 {
             return Err(CommError::Mpi(format!("{} returned MPI error code {rc}", kind.name())));
         }
@@ -374,9 +332,9 @@ impl MpiCollective {
         self.pairs.clear();
         self.pairs.resize(2 * self.size, 0);
         let pairs = &mut self.pairs;
-        self.watchdog.arm(op.name(), self.timeout);
+        self.watchdog.arm(self.channel, op.name(), self.timeout);
         self.world.all_gather_into(&mine[..], &mut pairs[..]);
-        self.watchdog.disarm();
+        self.watchdog.disarm(self.channel);
         if let Some(r) = self.pairs.chunks_exact(2).position(|p| p[0] != mine[0]) {
             return Err(self.other_operation(op, r));
         }
@@ -396,9 +354,11 @@ impl MpiCollective {
     }
 }
 
-// SAFETY: MPI was initialized with `Threading::Serialized`, so its calls may
-// come from any thread as long as they do not overlap; every call goes
-// through `&mut self` or `&self` of this single owner, so they cannot.
+// SAFETY: MPI was initialized with `Threading::Serialized` at least, so its
+// calls may come from any thread as long as they do not overlap; every call
+// goes through `&mut self` or `&self` of this single owner, so they cannot.
+// A duplicate (another communicator) exists only under `Threading::Multiple`,
+// where calls on different communicators may overlap.
 unsafe impl Send for MpiCollective {}
 
 impl Collective for MpiCollective {
@@ -444,9 +404,9 @@ impl Collective for MpiCollective {
         self.gather_lengths(OpKind::Allgatherv, send.len())?;
         let dst = recv.set_from_parts(self.counts.iter().map(|&c| c as usize));
         let mut part = PartitionMut::new(&mut dst[..], &self.counts[..], &self.displs[..]);
-        self.watchdog.arm(OpKind::Allgatherv.name(), self.timeout);
+        self.watchdog.arm(self.channel, OpKind::Allgatherv.name(), self.timeout);
         self.world.all_gather_varcount_into(send, &mut part);
-        self.watchdog.disarm();
+        self.watchdog.disarm(self.channel);
         Ok(())
     }
 
@@ -460,9 +420,9 @@ impl Collective for MpiCollective {
         self.check_len(OpKind::Broadcast, len as usize)?;
         buf.resize(len as usize, 0);
         let data = &mut buf[..];
-        self.watchdog.arm(OpKind::Broadcast.name(), self.timeout);
+        self.watchdog.arm(self.channel, OpKind::Broadcast.name(), self.timeout);
         self.world.process_at_rank(root as i32).broadcast_into(data);
-        self.watchdog.disarm();
+        self.watchdog.disarm(self.channel);
         Ok(())
     }
 
@@ -471,6 +431,35 @@ impl Collective for MpiCollective {
         // when every rank contributed) and catches mismatched calls.
         self.agree(OpKind::Barrier, 0)?;
         Ok(())
+    }
+
+    /// `MPI_Comm_dup` of the world, under the same watchdog (a deadline
+    /// slot of its own) and heartbeats; `None` unless MPI runs at
+    /// `MPI_THREAD_MULTIPLE` ([`MpiCollective::init_with`]).
+    fn duplicate(&mut self) -> Result<Option<Box<dyn Collective>>, CommError> {
+        if !self.concurrent {
+            return Ok(None);
+        }
+        self.watchdog.arm(self.channel, "MPI_Comm_dup", self.timeout);
+        let world = self.world.duplicate();
+        self.watchdog.disarm(self.channel);
+        Ok(Some(Box::new(MpiCollective {
+            world,
+            rank: self.rank,
+            size: self.size,
+            timeout: self.timeout,
+            max_message: self.max_message,
+            watchdog: Arc::clone(&self.watchdog),
+            channel: self.watchdog.add_channel(),
+            concurrent: true,
+            agreed: Vec::new(),
+            pairs: Vec::new(),
+            counts: Vec::new(),
+            displs: Vec::new(),
+            uploads: Gathered::default(),
+            flat: Vec::new(),
+            _universe: Arc::clone(&self._universe),
+        })))
     }
 
     fn push_pull(
@@ -496,9 +485,9 @@ impl Collective for MpiCollective {
             flat.resize(total, 0);
             {
                 let mut part = PartitionMut::new(&mut flat[..], &self.counts[..], &self.displs[..]);
-                self.watchdog.arm(OpKind::PsPush.name(), self.timeout);
+                self.watchdog.arm(self.channel, OpKind::PsPush.name(), self.timeout);
                 root.gather_varcount_into_root(upload, &mut part);
-                self.watchdog.disarm();
+                self.watchdog.disarm(self.channel);
             }
             all.clear();
             for (r, (&c, &d)) in self.counts.iter().zip(&self.displs).enumerate() {
@@ -519,9 +508,9 @@ impl Collective for MpiCollective {
                 return Err(CommError::Aggregate(e));
             }
         } else {
-            self.watchdog.arm(OpKind::PsPush.name(), self.timeout);
+            self.watchdog.arm(self.channel, OpKind::PsPush.name(), self.timeout);
             root.gather_varcount_into(upload);
-            self.watchdog.disarm();
+            self.watchdog.disarm(self.channel);
             let mut code = 0u8;
             self.guarded(OpKind::PsPull, |w| w.process_at_rank(server as i32).broadcast_into(&mut code));
             if code != 0 {
@@ -535,9 +524,9 @@ impl Collective for MpiCollective {
         self.guarded(OpKind::PsPull, |w| w.process_at_rank(server as i32).broadcast_into(&mut len));
         download.resize(len as usize, 0);
         let data = &mut download[..];
-        self.watchdog.arm(OpKind::PsPull.name(), self.timeout);
+        self.watchdog.arm(self.channel, OpKind::PsPull.name(), self.timeout);
         self.world.process_at_rank(server as i32).broadcast_into(data);
-        self.watchdog.disarm();
+        self.watchdog.disarm(self.channel);
         Ok(())
     }
 }

@@ -78,6 +78,7 @@ impl DataParallel {
             .average_models(step, &mut self.params, &mut self.c)
             .map_err(|e| DataParallelError::from_exchange(rank, e))?;
         self.pending.add(&self.c.meter_mut().take_step());
+        self.pending.add(&self.strategy.take_channel_bytes());
         self.pending_seconds += t.elapsed().as_secs_f64();
         self.averaged_at = Some(step);
         let model = params::write_params(model, &self.params);

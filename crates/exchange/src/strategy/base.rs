@@ -70,6 +70,15 @@ pub trait Strategy: Send {
         c: &mut dyn Collective,
     ) -> Result<(), ExchangeError>;
 
+    /// The bytes the strategy moved on a channel of its own since the last
+    /// call (a Streaming round's exchange on its round thread,
+    /// [`Collective::duplicate`]), which the caller counts as the step's: it
+    /// calls this after [`Strategy::average_models`]. The default moves
+    /// nothing there.
+    fn take_channel_bytes(&mut self) -> gradcomp_comm::StepBytes {
+        gradcomp_comm::StepBytes::default()
+    }
+
     /// This worker's step: its gradient combined with the others' into
     /// `out` (every step for the synchronous exchange; CELGC's local steps
     /// keep their own gradient), the gradient (in

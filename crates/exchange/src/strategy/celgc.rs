@@ -26,6 +26,7 @@ use gradcomp_compress::StateError;
 
 use super::base::{StepResult, Strategy};
 use super::model_rounds::{ModelRounds, Schedule};
+use super::round_thread::Rounds;
 use crate::config::{Average, ClipNorm, ConfigError, DataParallelConfig, StrategyConfig};
 use crate::error::ExchangeError;
 use crate::layout::GradientLayout;
@@ -41,7 +42,7 @@ pub struct Celgc {
     /// When rounds start and merge (plain averaging's too).
     schedule: Schedule,
     /// `None`: plain model averaging, the mean of the models.
-    rounds: Option<ModelRounds>,
+    rounds: Option<Rounds>,
 }
 
 fn norm(x: &[f32]) -> f64 {
@@ -64,8 +65,11 @@ impl Celgc {
             && st.fragments <= 1
             && st.delay == 0
             && st.mix() == 0.0;
-        let rounds =
-            if plain { None } else { Some(ModelRounds::new(cfg, layout, workers, st.compress_delta)?) };
+        let rounds = if plain {
+            None
+        } else {
+            Some(Rounds::new(ModelRounds::new(cfg, layout, workers, st.compress_delta)?, st.delay))
+        };
         let schedule = Schedule::new(st);
         Ok(Self { cfg: st.clone(), base_lr: cfg.base_lr.unwrap_or(1.0), global_norm: None, schedule, rounds })
     }
@@ -76,9 +80,10 @@ impl Celgc {
     }
 
     /// The model rounds, for a front that runs their halves itself (the
-    /// PyTorch front's overlap); `None` for plain averaging.
+    /// PyTorch front's overlap); `None` for plain averaging (or after the
+    /// round thread failed).
     pub fn rounds_mut(&mut self) -> Option<&mut ModelRounds> {
-        self.rounds.as_mut()
+        self.rounds.as_mut().and_then(Rounds::rounds_mut)
     }
 
     /// The norm the clipping uses: the local one, or the last round's average.
@@ -122,9 +127,11 @@ impl Strategy for Celgc {
             params.iter_mut().for_each(|p| *p /= n);
             return Ok(());
         };
-        r.start(step, params, c)?;
-        r.merge(step, params);
-        Ok(())
+        r.average(step, params, c)
+    }
+
+    fn take_channel_bytes(&mut self) -> gradcomp_comm::StepBytes {
+        self.rounds.as_mut().map(Rounds::take_bytes).unwrap_or_default()
     }
 
     /// Completes a staged gradient first: the clipping needs its whole norm.
@@ -143,11 +150,7 @@ impl Strategy for Celgc {
         stages.complete()?;
         let grad = stages.grad();
         let averaged_gradient = self.cfg.average == Average::Gradients;
-        let communicated = self.cfg.average == Average::Models
-            && self
-                .rounds
-                .as_ref()
-                .map_or(input.step.is_multiple_of(self.cfg.period), |r| r.schedule().starts_any(input.step));
+        let communicated = self.cfg.average == Average::Models && self.schedule.starts_any(input.step);
         out.copy_from_slice(grad);
         let mut communicate_seconds = 0.0;
         if averaged_gradient || (communicated && self.cfg.clip_norm != ClipNorm::Local) {

@@ -23,6 +23,7 @@ mod build;
 mod celgc;
 mod model_rounds;
 mod outer;
+mod round_thread;
 mod sync;
 
 pub use base::{StepResult, Strategy};

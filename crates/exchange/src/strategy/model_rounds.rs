@@ -204,10 +204,16 @@ impl ModelRounds {
         &self.schedule
     }
 
-    /// Whether `step` merges the whole model with nothing mixed in, after
+    /// Whether a merge takes the whole model with nothing mixed in, after
     /// which every worker holds θ_outer.
-    pub fn agrees_after(&self, step: u64) -> bool {
-        self.fragments.len() == 1 && self.mix == 0.0 && step > 0 && self.schedule.merges(0, step)
+    pub fn merges_whole(&self) -> bool {
+        self.fragments.len() == 1 && self.mix == 0.0
+    }
+
+    /// Whether θ_outer has been recorded for a model of `len` values (the
+    /// first round has been).
+    pub fn anchored(&self, len: usize) -> bool {
+        self.anchor.len() == len
     }
 
     /// The first half of the rounds due at `step`, on `params` as they are
@@ -494,7 +500,13 @@ mod tests {
 
     #[test]
     fn only_a_whole_unmixed_merge_leaves_the_replicas_equal() {
-        let rounds = |st: StrategyConfig| ModelRounds::new(&config(st), &layout(), 2, false).unwrap();
+        let rounds = |st: StrategyConfig| {
+            let delay = st.delay;
+            super::super::round_thread::Rounds::new(
+                ModelRounds::new(&config(st), &layout(), 2, false).unwrap(),
+                delay,
+            )
+        };
         let diloco = rounds(StrategyConfig::local(4));
         assert!(diloco.agrees_after(4) && !diloco.agrees_after(3));
         assert_eq!(diloco.schedule().offsets, vec![4]);

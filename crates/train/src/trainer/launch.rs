@@ -63,7 +63,10 @@ fn mpi_rank<M: Net>(
     make: impl Fn(&Device) -> M + Send + Sync + Clone,
 ) -> Result<RunSummary, TrainError> {
     let timeout = Duration::from_secs_f64(sh.cfg.comm.timeout_seconds);
-    let c = gradcomp_comm::mpi::MpiCollective::init(Some(sh.cfg.workers), timeout)
+    // A delayed round runs on a thread of its own over a duplicate of the
+    // world, which needs MPI_THREAD_MULTIPLE.
+    let overlap = sh.cfg.strategy.kind.steps_locally() && sh.cfg.strategy.delay > 0;
+    let c = gradcomp_comm::mpi::MpiCollective::init_with(Some(sh.cfg.workers), timeout, overlap)
         .map_err(|source| DataParallelError::Comm { rank: 0, source })?
         .heartbeat_bound(Duration::from_secs_f64(sh.cfg.comm.heartbeat_seconds));
     // Other ranks return no summary: theirs is rank 0's.
