@@ -9,6 +9,8 @@
 #
 # CONFIG: experiments/tta-ptb-lstm.toml or experiments/tta-ptb-gpt.toml; OUT: a
 # directory for the runs (one per setting); NAME: only these settings.
+# SWEEP_SEED=N: the file's seed replaced by N, each run named NAME-seedN (the
+# repeats of a setting whose difference is within the spread).
 set -euo pipefail
 config=${1:?usage: local-updates-sweep.sh CONFIG OUT [NAME ...]}
 out=${2:?usage: local-updates-sweep.sh CONFIG OUT [NAME ...]}
@@ -41,10 +43,12 @@ settings=(
 for s in "${settings[@]}"; do
   IFS='|' read -r name strategy compressor extra <<<"$s"
   if [ $# -gt 0 ] && ! printf '%s\n' "$@" | grep -qx "$name"; then continue; fi
+  if [ -n "${SWEEP_SEED:-}" ]; then name="$name-seed$SWEEP_SEED"; fi
   args=(train --config "$config" --overwrite --quiet --set "run_dir=\"$out/$name\""
         --set "strategy=$strategy" --set "train.target_perplexity=1.0001" --set "train.eval_every=0")
   [ -n "$compressor" ] && args+=(--set "$compressor")
   [ -n "$extra" ] && args+=(--set "$extra")
+  [ -n "${SWEEP_SEED:-}" ] && args+=(--set "seed=$SWEEP_SEED")
   echo "== $name" >&2
   start=$(date +%s)
   "$bin" "${args[@]}" > "$out/$name.log" 2>&1 || { echo "   failed: see $out/$name.log" >&2; continue; }

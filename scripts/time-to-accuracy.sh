@@ -43,14 +43,16 @@ method_sets() {
             sets=("compressor={ name = \"powersgd\", rank = ${1#powersgd-r}, start_iter = 10 }" 'comm.topology="allreduce"') ;;
         # Local updates (issue #36): local-hH (DiLoCo: outer Nesterov every H steps, the change
         # dense), local-hH-topk (the change through Top-k 1% with error feedback),
-        # streaming-hH-pP-dD (P fragments, each round's merge D steps after its start).
+        # streaming-hH-pP-dD (P fragments, each round's merge D steps after its start, on the
+        # rounds' own thread and channel); streaming-sgd-...: the outer step is averaging.
         local-h*-topk) h=${1#local-h}; h=${h%-topk}
             sets=("strategy={ kind = \"local\", period = $h, compress_delta = true }"
                   'compressor={ name = "topk", density = 0.01 }' 'comm.topology="allgather"') ;;
         local-h*) sets=("strategy={ kind = \"local\", period = ${1#local-h} }" 'compressor.name="dense"') ;;
-        streaming-h*-p*-d*) local rest=${1#streaming-h}
-            local h=${rest%%-*} p=${rest#*-p}; p=${p%%-*}; local d=${rest##*-d}
-            sets=("strategy={ kind = \"local\", period = $h, fragments = $p, delay = $d }" 'compressor.name="dense"') ;;
+        streaming-h*-p*-d*|streaming-sgd-h*-p*-d*) local rest=${1#streaming-}; local outer=""
+            if [ "${rest#sgd-}" != "$rest" ]; then rest=${rest#sgd-}; outer=', outer = { name = "sgd" }'; fi
+            rest=${rest#h}; local h=${rest%%-*} p=${rest#*-p}; p=${p%%-*}; local d=${rest##*-d}
+            sets=("strategy={ kind = \"local\", period = $h, fragments = $p, delay = $d$outer }" 'compressor.name="dense"') ;;
         *) echo "unknown method $1" >&2; exit 2 ;;
     esac
 }
