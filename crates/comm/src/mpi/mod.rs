@@ -32,10 +32,9 @@ use mpi::Count;
 
 use crate::collective::{Aggregate, Collective, CommError, Gathered, ServerPlacement};
 use crate::heartbeat::{self, Heartbeat};
+use crate::op::OpKind;
 use watchdog::Watchdog;
 pub use watchdog::{DEFAULT_HEARTBEAT, TIMEOUT_EXIT_CODE};
-use crate::op::OpKind;
-
 
 /// Bytes of a rank's record in the heartbeat address exchange: port (2),
 /// nonce (8), address count (1), up to 16 IPv4 addresses (4 each).

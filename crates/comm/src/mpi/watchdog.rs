@@ -100,4 +100,3 @@ impl Watchdog {
         self.armed.lock().unwrap_or_else(|e| e.into_inner()).deadlines[channel] = None;
     }
 }
-
