@@ -10,6 +10,9 @@
 
 /// Defines `fn $name` whose body is compiled twice, for the baseline target
 /// and with `avx2,fma`, and dispatched on the CPU's features at run time.
+/// Exported for the other crates' hot loops (the outer optimizer's fused
+/// multiply-adds, which the baseline build leaves to libm's `fmaf`).
+#[macro_export]
 macro_rules! multiversion {
     ($(#[$meta:meta])* $vis:vis fn $name:ident($($arg:ident : $ty:ty),* $(,)?) $(-> $ret:ty)? $body:block) => {
         $(#[$meta])*
@@ -31,6 +34,3 @@ macro_rules! multiversion {
         }
     };
 }
-
-#[allow(unused_imports)] // used through #[macro_use]
-pub(crate) use multiversion;

@@ -271,12 +271,8 @@ impl ModelRounds {
             let alpha = self.mix;
             if alpha == 0.0 {
                 x.copy_from_slice(a);
-            } else if alpha < 0.5 {
-                // torch's lerp(θ_outer, θ_local, α), fused as its CPU kernel is.
-                x.iter_mut().zip(a).for_each(|(x, &a)| *x = alpha.mul_add(*x - a, a));
             } else {
-                let beta = -(1.0 - alpha);
-                x.iter_mut().zip(a).for_each(|(x, &a)| *x = beta.mul_add(*x - a, *x));
+                lerp(x, a, alpha);
             }
         }
     }
@@ -331,6 +327,21 @@ impl ModelRounds {
             }
         }
         Ok(())
+    }
+}
+
+gradcomp_compress::multiversion! {
+    /// x ← torch's lerp(a, x, α) = a + α·(x − a), fused as its CPU kernel
+    /// is (from the nearer end: x − (1 − α)·(x − a) when α ≥ 0.5); one
+    /// instruction per value where the CPU has FMA, libm's `fmaf` otherwise,
+    /// the same bits either way.
+    fn lerp(x: &mut [f32], a: &[f32], alpha: f32) {
+        if alpha < 0.5 {
+            x.iter_mut().zip(a).for_each(|(x, &a)| *x = alpha.mul_add(*x - a, a));
+        } else {
+            let beta = -(1.0 - alpha);
+            x.iter_mut().zip(a).for_each(|(x, &a)| *x = beta.mul_add(*x - a, *x));
+        }
     }
 }
 
