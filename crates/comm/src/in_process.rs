@@ -59,15 +59,7 @@ impl InProcessGroup {
             return Err(CommError::Invalid("a group needs at least one worker".into()));
         }
         let shared = Shared::new(n, self.timeout, self.max_message_bytes);
-        Ok((0..n)
-            .map(|rank| InProcessCollective {
-                rank,
-                shared: Arc::clone(&shared),
-                posts: vec![Post::default(); n],
-                uploads: Gathered::default(),
-                duplicates: 0,
-            })
-            .collect())
+        Ok((0..n).map(|rank| InProcessCollective::join(rank, Arc::clone(&shared))).collect())
     }
 }
 
@@ -264,6 +256,18 @@ fn name(op: Option<OpKind>) -> &'static str {
 }
 
 impl InProcessCollective {
+    /// Rank `rank`'s handle to the group `shared`.
+    fn join(rank: usize, shared: Arc<Shared>) -> Self {
+        let n = shared.n;
+        InProcessCollective {
+            rank,
+            shared,
+            posts: vec![Post::default(); n],
+            uploads: Gathered::default(),
+            duplicates: 0,
+        }
+    }
+
     /// Runs one round: arrive, `work` on all posts, release.
     fn round<R>(&mut self, post: Post, work: impl FnOnce(&[Post]) -> R) -> Result<R, CommError> {
         let shared = Arc::clone(&self.shared);
@@ -466,13 +470,7 @@ impl Collective for InProcessCollective {
             }
             Arc::clone(&made[k])
         };
-        Ok(Some(Box::new(InProcessCollective {
-            rank: self.rank,
-            shared: child,
-            posts: vec![Post::default(); shared.n],
-            uploads: Gathered::default(),
-            duplicates: 0,
-        })))
+        Ok(Some(Box::new(InProcessCollective::join(self.rank, child))))
     }
 
     fn push_pull(

@@ -102,6 +102,21 @@ fn start_heartbeat(
     Ok(None)
 }
 
+/// What each channel (the world, a duplicate) keeps for itself, empty at
+/// first: the signatures agreed on and the buffers its calls reuse.
+#[derive(Default)]
+struct ChannelState {
+    /// (operation, length or root) signatures every rank has agreed on.
+    agreed: Vec<(OpKind, usize)>,
+    /// The (operation, length) pairs of every rank, from [`MpiCollective::gather_lengths`].
+    pairs: Vec<Count>,
+    counts: Vec<Count>,
+    displs: Vec<Count>,
+    uploads: Gathered,
+    /// The server's receive buffer for the uploads.
+    flat: Vec<u8>,
+}
+
 /// This process's rank of an MPI job.
 pub struct MpiCollective {
     world: SimpleCommunicator,
@@ -115,15 +130,7 @@ pub struct MpiCollective {
     /// Whether MPI runs at `MPI_THREAD_MULTIPLE`, so that a duplicate may
     /// be called from another thread while this one is in a call.
     concurrent: bool,
-    /// (operation, length or root) signatures every rank has agreed on.
-    agreed: Vec<(OpKind, usize)>,
-    /// The (operation, length) pairs of every rank, from [`Self::gather_lengths`].
-    pairs: Vec<Count>,
-    counts: Vec<Count>,
-    displs: Vec<Count>,
-    uploads: Gathered,
-    /// The server's receive buffer for the uploads.
-    flat: Vec<u8>,
+    own: ChannelState,
     // Declared last: finalizes MPI after everything above is dropped, and
     // after the last duplicate (each holds it too).
     _universe: Arc<mpi::environment::Universe>,
@@ -187,12 +194,7 @@ impl MpiCollective {
             watchdog: Watchdog::start(rank, heartbeat),
             channel: 0,
             concurrent,
-            agreed: Vec::new(),
-            pairs: Vec::new(),
-            counts: Vec::new(),
-            displs: Vec::new(),
-            uploads: Gathered::default(),
-            flat: Vec::new(),
+            own: ChannelState::default(),
             _universe: Arc::new(universe),
         })
     }
@@ -244,11 +246,11 @@ impl MpiCollective {
     /// between two signatures that were each agreed before is left to MPI
     /// and the watchdog (a hang ends the job naming the rank).
     fn agree_once(&mut self, op: OpKind, len: usize) -> Result<(), CommError> {
-        if self.agreed.contains(&(op, len)) {
+        if self.own.agreed.contains(&(op, len)) {
             return Ok(());
         }
         self.agree(op, len)?;
-        self.agreed.push((op, len));
+        self.own.agreed.push((op, len));
         Ok(())
     }
 
@@ -328,21 +330,21 @@ impl MpiCollective {
                 limit: self.max_message,
             })?,
         ];
-        self.pairs.clear();
-        self.pairs.resize(2 * self.size, 0);
-        let pairs = &mut self.pairs;
+        self.own.pairs.clear();
+        self.own.pairs.resize(2 * self.size, 0);
+        let pairs = &mut self.own.pairs;
         self.watchdog.arm(self.channel, op.name(), self.timeout);
         self.world.all_gather_into(&mine[..], &mut pairs[..]);
         self.watchdog.disarm(self.channel);
-        if let Some(r) = self.pairs.chunks_exact(2).position(|p| p[0] != mine[0]) {
+        if let Some(r) = self.own.pairs.chunks_exact(2).position(|p| p[0] != mine[0]) {
             return Err(self.other_operation(op, r));
         }
-        self.counts.clear();
-        self.counts.extend(self.pairs.chunks_exact(2).map(|p| p[1]));
-        self.displs.clear();
+        self.own.counts.clear();
+        self.own.counts.extend(self.own.pairs.chunks_exact(2).map(|p| p[1]));
+        self.own.displs.clear();
         let mut at: Count = 0;
-        for &c in &self.counts {
-            self.displs.push(at);
+        for &c in &self.own.counts {
+            self.own.displs.push(at);
             at = at.checked_add(c).ok_or(CommError::TooLarge {
                 op: op.name(),
                 bytes: usize::MAX,
@@ -401,8 +403,8 @@ impl Collective for MpiCollective {
     fn allgatherv(&mut self, send: &[u8], recv: &mut Gathered) -> Result<(), CommError> {
         self.check_len(OpKind::Allgatherv, send.len())?;
         self.gather_lengths(OpKind::Allgatherv, send.len())?;
-        let dst = recv.set_from_parts(self.counts.iter().map(|&c| c as usize));
-        let mut part = PartitionMut::new(&mut dst[..], &self.counts[..], &self.displs[..]);
+        let dst = recv.set_from_parts(self.own.counts.iter().map(|&c| c as usize));
+        let mut part = PartitionMut::new(&mut dst[..], &self.own.counts[..], &self.own.displs[..]);
         self.watchdog.arm(self.channel, OpKind::Allgatherv.name(), self.timeout);
         self.world.all_gather_varcount_into(send, &mut part);
         self.watchdog.disarm(self.channel);
@@ -451,12 +453,7 @@ impl Collective for MpiCollective {
             watchdog: Arc::clone(&self.watchdog),
             channel: self.watchdog.add_channel(),
             concurrent: true,
-            agreed: Vec::new(),
-            pairs: Vec::new(),
-            counts: Vec::new(),
-            displs: Vec::new(),
-            uploads: Gathered::default(),
-            flat: Vec::new(),
+            own: ChannelState::default(),
             _universe: Arc::clone(&self._universe),
         })))
     }
@@ -478,26 +475,26 @@ impl Collective for MpiCollective {
         self.gather_lengths(OpKind::PsPush, upload.len())?;
         let root = self.world.process_at_rank(server as i32);
         if self.rank == server {
-            let mut all = std::mem::take(&mut self.uploads);
-            let total: usize = self.counts.iter().map(|&c| c as usize).sum();
-            let mut flat = std::mem::take(&mut self.flat);
+            let mut all = std::mem::take(&mut self.own.uploads);
+            let total: usize = self.own.counts.iter().map(|&c| c as usize).sum();
+            let mut flat = std::mem::take(&mut self.own.flat);
             flat.resize(total, 0);
             {
-                let mut part = PartitionMut::new(&mut flat[..], &self.counts[..], &self.displs[..]);
+                let mut part = PartitionMut::new(&mut flat[..], &self.own.counts[..], &self.own.displs[..]);
                 self.watchdog.arm(self.channel, OpKind::PsPush.name(), self.timeout);
                 root.gather_varcount_into_root(upload, &mut part);
                 self.watchdog.disarm(self.channel);
             }
             all.clear();
-            for (r, (&c, &d)) in self.counts.iter().zip(&self.displs).enumerate() {
+            for (r, (&c, &d)) in self.own.counts.iter().zip(&self.own.displs).enumerate() {
                 if !(dedicated && r == server) {
                     all.push(&flat[d as usize..(d + c) as usize]);
                 }
             }
             download.clear();
             let status = aggregate(&all, download);
-            self.uploads = all;
-            self.flat = flat;
+            self.own.uploads = all;
+            self.own.flat = flat;
             // Tell everyone whether the aggregation worked before the download.
             let mut code: u8 = u8::from(status.is_err());
             self.guarded(OpKind::PsPull, |w| w.process_at_rank(server as i32).broadcast_into(&mut code));

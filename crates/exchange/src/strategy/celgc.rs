@@ -112,7 +112,10 @@ impl Strategy for Celgc {
     }
 
     fn agrees_after_round(&self, step: u64) -> bool {
-        self.rounds.as_ref().map_or(self.cfg.average == Average::Models, |r| r.agrees_after(step))
+        match &self.rounds {
+            None => self.cfg.average == Average::Models,
+            Some(r) => r.merges_whole() && step > 0 && self.schedule.merges_any(step),
+        }
     }
 
     fn average_models(

@@ -511,24 +511,22 @@ mod tests {
 
     #[test]
     fn only_a_whole_unmixed_merge_leaves_the_replicas_equal() {
-        let rounds = |st: StrategyConfig| {
-            let delay = st.delay;
-            super::super::round_thread::Rounds::new(
-                ModelRounds::new(&config(st), &layout(), 2, false).unwrap(),
-                delay,
-            )
-        };
+        use crate::strategy::{Celgc, Strategy};
+        let rounds = |st: StrategyConfig| Celgc::new(&config(st), &layout(), 2).unwrap();
         let diloco = rounds(StrategyConfig::local(4));
-        assert!(diloco.agrees_after(4) && !diloco.agrees_after(3));
+        assert!(diloco.agrees_after_round(4) && !diloco.agrees_after_round(3));
         assert_eq!(diloco.schedule().offsets, vec![4]);
         let streaming = rounds(StrategyConfig::local(8).with_streaming(2, 1));
         assert_eq!(streaming.schedule().offsets, vec![4, 8], "torchft's: fragment p ends at (p+1)·H/P");
         let starts: Vec<u64> = (0..20).filter(|&t| streaming.schedule().starts_any(t) && t > 0).collect();
         let merges: Vec<u64> = (0..20).filter(|&t| streaming.schedule().merges_any(t)).collect();
         assert_eq!((starts, merges), (vec![3, 7, 11, 15, 19], vec![4, 8, 12, 16]));
-        assert!(!rounds(StrategyConfig::local(4).with_streaming(2, 0)).agrees_after(4));
-        assert!(!rounds(StrategyConfig::local(4).with_streaming(1, 1)).agrees_after(4), "mixed at α 0.5");
-        assert!(rounds(StrategyConfig::local(4).with_streaming(1, 1).with_mix(0.0)).agrees_after(4));
+        assert!(!rounds(StrategyConfig::local(4).with_streaming(2, 0)).agrees_after_round(4));
+        assert!(
+            !rounds(StrategyConfig::local(4).with_streaming(1, 1)).agrees_after_round(4),
+            "mixed at α 0.5"
+        );
+        assert!(rounds(StrategyConfig::local(4).with_streaming(1, 1).with_mix(0.0)).agrees_after_round(4));
         let got = run(&StrategyConfig::local(4), 8, None);
         assert_eq!(got[0][4], got[1][4], "after a DiLoCo round both workers hold θ_outer");
     }

@@ -22,7 +22,7 @@ use std::thread::JoinHandle;
 use gradcomp_comm::{Collective, Metered, StepBytes};
 use gradcomp_compress::StateError;
 
-use super::model_rounds::{ModelRounds, Schedule};
+use super::model_rounds::ModelRounds;
 use crate::error::ExchangeError;
 use crate::{StateBuffers, Unit};
 
@@ -47,9 +47,9 @@ enum Slot {
 /// The model rounds of a strategy, run in place or overlapped.
 pub(crate) struct Rounds {
     slot: Mutex<Slot>,
+    /// The rounds' units and [`ModelRounds::merges_whole`], which the
+    /// caller may ask while a round is in flight.
     units: Vec<Unit>,
-    schedule: Schedule,
-    /// Whether a merge takes the whole model with nothing mixed in.
     whole: bool,
     /// Whether to overlap: a delay leaves steps to hide a start behind.
     overlap: bool,
@@ -94,7 +94,6 @@ impl Rounds {
     pub fn new(rounds: ModelRounds, delay: u64) -> Self {
         Self {
             units: rounds.units().to_vec(),
-            schedule: rounds.schedule().clone(),
             whole: rounds.merges_whole(),
             overlap: delay > 0,
             asked: false,
@@ -108,11 +107,6 @@ impl Rounds {
         }
     }
 
-    /// The rounds, landed.
-    fn desk_mut(&mut self) -> Result<&mut Desk, ExchangeError> {
-        desk_in(&mut self.slot)
-    }
-
     /// The rounds, landed, through `&self` (a checkpoint's read).
     fn landed(&self) -> MutexGuard<'_, Slot> {
         let mut slot = self.slot.lock().unwrap_or_else(|e| e.into_inner());
@@ -120,14 +114,9 @@ impl Rounds {
         slot
     }
 
-    #[cfg(test)]
-    pub fn schedule(&self) -> &Schedule {
-        &self.schedule
-    }
-
-    /// Whether every worker holds θ_outer right after `step`'s merge.
-    pub fn agrees_after(&self, step: u64) -> bool {
-        self.whole && step > 0 && self.schedule.merges_any(step)
+    /// Whether a merge takes the whole model with nothing mixed in.
+    pub fn merges_whole(&self) -> bool {
+        self.whole
     }
 
     pub fn units(&self) -> &[Unit] {
@@ -147,8 +136,8 @@ impl Rounds {
     ) -> Result<(), ExchangeError> {
         let ask = self.overlap && !self.asked;
         self.asked = true;
-        let starts = self.schedule.starts_any(step);
         let desk = desk_in(&mut self.slot)?;
+        let starts = desk.rounds.schedule().starts_any(step);
         if let Some(c) = &mut desk.channel {
             self.bytes.add(&c.meter_mut().take_step());
         }
@@ -206,11 +195,11 @@ impl Rounds {
     /// The rounds themselves, landed, for a front that runs their halves
     /// itself; `None` if the round thread failed.
     pub fn rounds_mut(&mut self) -> Option<&mut ModelRounds> {
-        self.desk_mut().ok().map(|d| &mut d.rounds)
+        desk_in(&mut self.slot).ok().map(|d| &mut d.rounds)
     }
 
     pub fn set_density(&mut self, rho: f64) {
-        if let Ok(d) = self.desk_mut() {
+        if let Ok(d) = desk_in(&mut self.slot) {
             d.rounds.set_density(rho);
         }
     }
@@ -229,18 +218,10 @@ impl Rounds {
     }
 
     pub fn restore(&mut self, s: &StateBuffers) -> Result<(), StateError> {
-        let slot = self.slot.get_mut().unwrap_or_else(|e| e.into_inner());
-        land(slot);
-        match slot {
-            Slot::Here(desk) => {
-                desk.failed = None;
-                desk.rounds.restore(s)
-            }
-            Slot::Lost(why) => Err(StateError::Missing {
-                buffer: format!("the model rounds (lost when the round thread failed: {why})"),
-            }),
-            Slot::Away(_) => unreachable!("landed"),
-        }
+        let desk = desk_in(&mut self.slot)
+            .map_err(|e| StateError::Missing { buffer: format!("the model rounds (lost: {e})") })?;
+        desk.failed = None;
+        desk.rounds.restore(s)
     }
 }
 
@@ -260,6 +241,7 @@ mod tests {
     use super::*;
     use crate::config::{DataParallelConfig, StrategyConfig};
     use crate::layout::GradientLayout;
+    use crate::strategy::Schedule;
 
     fn layout() -> GradientLayout {
         GradientLayout::new([
