@@ -17,8 +17,8 @@ use crate::lowrank::PowerSgdConfig;
 use crate::memory::{Memory, MemoryKind, ResidualForm};
 use crate::method::Method;
 use crate::quantize::{
-    EfSignSgdConfig, EightBitConfig, Fp16Config, NaturalConfig, OneBitConfig, QsgdConfig, SignSgdConfig,
-    SignumConfig, TernGradConfig,
+    EfSignSgdConfig, EightBitConfig, Fp16Config, Fp4Config, NaturalConfig, OneBitConfig, QsgdConfig,
+    SignSgdConfig, SignumConfig, TernGradConfig,
 };
 use crate::sparsify::{
     DgcKConfig, EsgdConfig, GaussianKConfig, RandKConfig, ThresholdConfig, TopKConfig, TrimmedKConfig,
@@ -118,6 +118,8 @@ methods! {
     "natural" => Natural(NaturalConfig),
     /// 8-bit quantization: Dettmers' dynamic tree data type, one scale per block.
     "eightbit" => Eightbit(EightBitConfig),
+    /// 4-bit floats (E3M0, or OCP's E2M1), one scale per block.
+    "fp4" => Fp4(Fp4Config),
 }
 
 impl Default for CompressorConfig {

@@ -152,12 +152,13 @@ pub struct NaturalMessage {
     pub codes: Vec<u8>,
 }
 
-/// 8-bit quantization's message: per block of `block` elements its largest
-/// magnitude, per element an index into the dynamic tree codebook
-/// ([`dynamic_codebook`](crate::codebook::dynamic_codebook)); it
-/// decodes to `codebook[code] · absmax`.
+/// A blockwise quantizer's message (8-bit quantization, fp4): per block of
+/// `block` elements its largest magnitude, per element a code of
+/// `codebook` (one byte each in memory; 4-bit codes travel two per byte); it
+/// decodes to `codebook.values()[code] · absmax`.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct EightBitMessage {
+pub struct BlockwiseMessage {
+    pub codebook: crate::codebook::BlockCodebook,
     pub block: u32,
     pub absmax: Vec<f32>,
     pub codes: Vec<u8>,
@@ -175,7 +176,7 @@ pub enum Message {
     Sign(SignMessage),
     LowRank(LowRankMessage),
     Natural(NaturalMessage),
-    EightBit(EightBitMessage),
+    Blockwise(BlockwiseMessage),
 }
 
 /// The kind of a message, as written in the wire header.
@@ -191,7 +192,7 @@ pub enum MessageKind {
     Sign = 7,
     LowRank = 8,
     Natural = 9,
-    EightBit = 10,
+    Blockwise = 10,
 }
 
 impl MessageKind {
@@ -206,7 +207,7 @@ impl MessageKind {
             7 => Self::Sign,
             8 => Self::LowRank,
             9 => Self::Natural,
-            10 => Self::EightBit,
+            10 => Self::Blockwise,
             _ => return None,
         })
     }
@@ -244,7 +245,7 @@ impl Message {
     variant_mut!(sign_mut, Sign, SignMessage);
     variant_mut!(low_rank_mut, LowRank, LowRankMessage);
     variant_mut!(natural_mut, Natural, NaturalMessage);
-    variant_mut!(eight_bit_mut, EightBit, EightBitMessage);
+    variant_mut!(blockwise_mut, Blockwise, BlockwiseMessage);
 
     pub fn kind(&self) -> MessageKind {
         match self {
@@ -257,7 +258,7 @@ impl Message {
             Message::Sign(_) => MessageKind::Sign,
             Message::LowRank(_) => MessageKind::LowRank,
             Message::Natural(_) => MessageKind::Natural,
-            Message::EightBit(_) => MessageKind::EightBit,
+            Message::Blockwise(_) => MessageKind::Blockwise,
         }
     }
 
@@ -273,7 +274,7 @@ impl Message {
             Message::Sign(m) => m.len,
             Message::LowRank(m) => m.rows as usize * m.cols as usize,
             Message::Natural(m) => m.codes.len(),
-            Message::EightBit(m) => m.codes.len(),
+            Message::Blockwise(m) => m.codes.len(),
         }
     }
 
@@ -296,7 +297,7 @@ impl Message {
             Message::Sign(m) => m.len,
             Message::LowRank(m) => m.rows as usize * m.cols as usize,
             Message::Natural(m) => m.codes.iter().filter(|&&c| c != 0).count(),
-            Message::EightBit(m) => m.codes.len(),
+            Message::Blockwise(m) => m.codes.len(),
         }
     }
 
@@ -354,8 +355,8 @@ impl Message {
                     *o += weight * crate::codebook::natural_value(c);
                 }
             }
-            Message::EightBit(m) => {
-                let codebook = crate::codebook::dynamic_codebook();
+            Message::Blockwise(m) => {
+                let codebook = m.codebook.values();
                 let block = m.block.max(1) as usize;
                 for ((o, c), &absmax) in out.chunks_mut(block).zip(m.codes.chunks(block)).zip(&m.absmax) {
                     let w = weight * absmax;

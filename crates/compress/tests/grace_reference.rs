@@ -151,7 +151,7 @@ fn eightbit_is_bitsandbytes_quantize_blockwise() {
             &UnitContext::default(),
             &mut msg,
         );
-        let Message::EightBit(m) = &msg else { panic!("not an 8-bit message") };
+        let Message::Blockwise(m) = &msg else { panic!("not an 8-bit message") };
         assert_eq!(m.absmax, floats(&case["absmax"]), "block {block}: scales");
         let want = ints(&case["codes"]);
         let whole = x.len() / block * block;

@@ -6,7 +6,8 @@ use gradcomp_compress::lowrank::PowerSgdConfig;
 use gradcomp_compress::memory::{ErrorFeedback, Memory, ResidualForm};
 use gradcomp_compress::message::{IndexEncoding, Message, SparseWire, TernaryPacking, ValueEncoding};
 use gradcomp_compress::quantize::{
-    EfSignSgd, EightBitConfig, Natural, Qsgd, QsgdConfig, Signum, SignumConfig, TernGrad, TernGradConfig,
+    EfSignSgd, EightBitConfig, Fp4Config, Fp4Format, Natural, Qsgd, QsgdConfig, Rounding, Signum,
+    SignumConfig, TernGrad, TernGradConfig,
 };
 use gradcomp_compress::sparsify::{GaussianK, GaussianKConfig, RandK, RandKConfig, TopK, TopKConfig};
 use gradcomp_compress::{
@@ -34,6 +35,10 @@ fn all_configs() -> Vec<CompressorConfig> {
     }));
     v.push(CompressorConfig::Qsgd(QsgdConfig { levels: 3, bucket: 7 }));
     v.push(CompressorConfig::Eightbit(EightBitConfig { block: 7 }));
+    for (format, rounding) in [(Fp4Format::E2m1, Rounding::Nearest), (Fp4Format::E3m0, Rounding::Stochastic)]
+    {
+        v.push(CompressorConfig::Fp4(Fp4Config { block: 5, format, rounding }));
+    }
     // PowerSGD past its warm-up, at a rank the one-column test matrices cap to 1.
     v.push(CompressorConfig::Powersgd(PowerSgdConfig { rank: 2, start_iter: 0, ..Default::default() }));
     for indices in [IndexEncoding::U32, IndexEncoding::Varint] {
@@ -245,6 +250,30 @@ proptest! {
         prop_assert!((err - want).abs() <= 1e-4 * l2, "{} vs {}", err, want);
     }
 
+    /// fp4 codes are the argmin over the format's 15 values (ties to the
+    /// lower value), so the error is at most half the widest gap times the
+    /// block's maximum.
+    #[test]
+    fn fp4_rounds_to_the_nearest_table_value(x in values(), block in 1usize..40, e2m1: bool) {
+        let format = if e2m1 { Fp4Format::E2m1 } else { Fp4Format::E3m0 };
+        let cfg = Fp4Config { block, format, ..Default::default() };
+        let mut msg = Message::default();
+        CompressorConfig::Fp4(cfg).build().compress(&x, &ctx(0, 0), &mut msg);
+        let Message::Blockwise(m) = &msg else { panic!("a blockwise message") };
+        let table = m.codebook.values();
+        let widest = if e2m1 { 2.0 / 6.0 } else { 0.5 };
+        for (b, chunk) in x.chunks(block).enumerate() {
+            let absmax = m.absmax[b];
+            for (j, &v) in chunk.iter().enumerate() {
+                let s = if absmax > 0.0 { (v * (1.0 / absmax)).clamp(-1.0, 1.0) } else { 0.0 };
+                let q = m.codes[b * block + j] as usize;
+                let best = (0..16).filter(|&c| c != 8).map(|c| (table[c] - s).abs()).fold(f32::MAX, f32::min);
+                prop_assert!((table[q] - s).abs() <= best, "{} → {}", s, table[q]);
+                prop_assert!((table[q] * absmax - v).abs() <= (widest / 2.0 + 1e-6) * absmax);
+            }
+        }
+    }
+
     /// 8-bit codes are the argmin over the codebook (ties to the lower
     /// index), and each element is off by at most half the codebook's widest
     /// gap (0.9/128) times its block's maximum.
@@ -253,7 +282,7 @@ proptest! {
         let codebook = dynamic_codebook();
         let mut msg = Message::default();
         CompressorConfig::Eightbit(EightBitConfig { block }).build().compress(&x, &ctx(0, 0), &mut msg);
-        let Message::EightBit(m) = &msg else { panic!("an 8-bit message") };
+        let Message::Blockwise(m) = &msg else { panic!("an 8-bit message") };
         for (b, chunk) in x.chunks(block).enumerate() {
             let absmax = m.absmax[b];
             for (j, &v) in chunk.iter().enumerate() {

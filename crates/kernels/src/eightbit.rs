@@ -80,7 +80,7 @@ fn pack_codes(x: &[f32], pre: &[f32], inv: &[f32], midpoints: &[f32], words: &mu
     }
 }
 
-/// [`Message::EightBit`] for `g` with the CPU compressor's options.
+/// [`Message::Blockwise`] for `g` with the CPU compressor's options.
 pub fn compress(
     client: &Client,
     g: &DeviceF32,
@@ -88,7 +88,8 @@ pub fn compress(
     out: &mut Message,
 ) -> Result<(), KernelError> {
     let block = cfg.block.clamp(1, u32::MAX as usize);
-    let m = out.eight_bit_mut();
+    let m = out.blockwise_mut();
+    m.codebook = gradcomp_compress::codebook::BlockCodebook::Dynamic;
     m.block = block as u32;
     m.absmax.clear();
     m.codes.clear();

@@ -3,8 +3,9 @@
 //! buffer without one.
 
 use super::error::{CodecError, Header};
-use super::parse::{exactly_one, f32s, for_each_index, sparse_values, u16s, View};
+use super::parse::{exactly_one, f32s, for_each_code, for_each_index, sparse_values, u16s, View};
 use super::{bits, ternary};
+use crate::codebook::BlockCodebook;
 use crate::message::{Message, QsgdMessage, TernaryMessage, TernaryPacking, TernarySumMessage};
 
 /// Decodes one message (all of `bytes`) into `msg`, reusing its buffers.
@@ -63,13 +64,16 @@ pub fn decode(bytes: &[u8], msg: &mut Message) -> Result<Header, CodecError> {
             m.codes.clear();
             m.codes.extend_from_slice(codes);
         }
-        View::EightBit { block, absmax, codes } => {
-            let m = msg.eight_bit_mut();
+        View::Blockwise { codebook, block, absmax, codes } => {
+            let m = msg.blockwise_mut();
+            m.codebook = codebook;
             m.block = block;
             m.absmax.clear();
             m.absmax.extend(f32s(absmax));
             m.codes.clear();
-            m.codes.extend_from_slice(codes);
+            m.codes.reserve(n);
+            let out = &mut m.codes;
+            for_each_code(codebook, codes, n, |c| out.push(c));
         }
     }
     Ok(h)
@@ -196,15 +200,8 @@ pub fn accumulate(bytes: &[u8], weight: f32, out: &mut [f32]) -> Result<Header, 
                 *o += weight * crate::codebook::natural_value(c);
             }
         }
-        View::EightBit { block, absmax, codes } => {
-            let codebook = crate::codebook::dynamic_codebook();
-            let b = block as usize;
-            for ((o, c), scale) in out.chunks_mut(b).zip(codes.chunks(b)).zip(f32s(absmax)) {
-                let w = weight * scale;
-                for (o, &c) in o.iter_mut().zip(c) {
-                    *o += w * codebook[c as usize];
-                }
-            }
+        View::Blockwise { codebook, block, absmax, codes } => {
+            add_blockwise(codebook, block as usize, absmax, codes, weight, out)
         }
     }
     Ok(h)
@@ -276,6 +273,35 @@ fn add_low_rank_bytes(cols: u32, rank: u32, p: &[u8], q: &[u8], weight: f32, out
                 v += at(p, i * rank + k) * at(q, j * rank + k);
             }
             *o += weight * v;
+        }
+    }
+}
+
+/// Adds `weight ×` a blockwise message (checked by `parse`) into `out`.
+fn add_blockwise(
+    codebook: BlockCodebook,
+    block: usize,
+    absmax: &[u8],
+    codes: &[u8],
+    weight: f32,
+    out: &mut [f32],
+) {
+    let table = codebook.values();
+    let blocks = out.chunks_mut(block).zip(f32s(absmax));
+    if codebook.bits() == 8 {
+        for ((o, scale), c) in blocks.zip(codes.chunks(block)) {
+            let w = weight * scale;
+            for (o, &c) in o.iter_mut().zip(c) {
+                *o += w * table[c as usize];
+            }
+        }
+        return;
+    }
+    for (b, (o, scale)) in blocks.enumerate() {
+        let w = weight * scale;
+        for (t, o) in o.iter_mut().enumerate() {
+            let i = b * block + t;
+            *o += w * table[usize::from(codes[i / 2] >> (4 * (i % 2)) & 15)];
         }
     }
 }

@@ -29,7 +29,9 @@ pub fn encoded_len(msg: &Message) -> usize {
             Message::Sign(m) => 8 + m.bits.len(),
             Message::LowRank(m) => 12 + 4 * (m.p.len() + m.q.len()),
             Message::Natural(m) => m.codes.len(),
-            Message::EightBit(m) => 4 + 4 * m.absmax.len() + m.codes.len(),
+            Message::Blockwise(m) => {
+                4 + 4 * m.absmax.len() + bits::packed_len(m.codes.len(), m.codebook.bits())
+            }
         }
 }
 
@@ -68,6 +70,7 @@ fn header_flags(msg: &Message) -> u8 {
             (if m.wire.indices == IndexEncoding::Varint { FLAG_VARINT } else { 0 })
                 | (if m.wire.values == ValueEncoding::F16 { FLAG_F16 } else { 0 })
         }
+        Message::Blockwise(m) => m.codebook as u8,
         _ => 0,
     }
 }
@@ -124,7 +127,7 @@ fn put_payload(msg: &Message, out: &mut Vec<u8>) {
             m.p.iter().chain(&m.q).for_each(|&v| put_f32(out, v));
         }
         Message::Natural(m) => out.extend_from_slice(&m.codes),
-        Message::EightBit(m) => {
+        Message::Blockwise(m) => {
             assert_eq!(
                 m.absmax.len(),
                 m.codes.len().div_ceil(m.block.max(1) as usize),
@@ -132,7 +135,10 @@ fn put_payload(msg: &Message, out: &mut Vec<u8>) {
             );
             out.extend_from_slice(&m.block.to_le_bytes());
             m.absmax.iter().for_each(|&v| put_f32(out, v));
-            out.extend_from_slice(&m.codes);
+            match m.codebook.bits() {
+                8 => out.extend_from_slice(&m.codes),
+                w => bits::pack(m.codes.iter().map(|&c| u32::from(c)), w, out),
+            }
         }
     }
 }

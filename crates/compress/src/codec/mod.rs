@@ -18,8 +18,9 @@
 //!             len = rows·cols, 1 ≤ rank ≤ min(rows, cols), every value finite
 //! Natural     len bytes: sign bit 0x80 | k in 0..=127, the value ±2^(k − 109) (k = 0: zero;
 //!             0x80 is invalid)
-//! EightBit    block u32 | ceil(len/block) × f32 block maxima (finite, ≥ 0) |
-//!             len bytes, indices into the dynamic tree codebook
+//! Blockwise   block u32 | ceil(len/block) × f32 block maxima (finite, ≥ 0) | codes of the
+//!             codebook the flags name (0: dynamic tree, one byte each; 1: FP4 E2M1,
+//!             2: FP4 E3M0, 4 bits each, low nibble first; the code 0b1000 is invalid)
 //! ```
 //! All integers and floats are little-endian; padding bits are zero.
 //!

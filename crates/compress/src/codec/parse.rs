@@ -2,8 +2,11 @@
 //! scalars, checked before any element is read ([`View`]); splitting
 //! concatenated messages.
 
-use super::error::{CodecError, Header, FLAG_BASE3, FLAG_F16, FLAG_VARINT, MAGIC, MAX_WORKERS, VERSION};
+use super::error::{
+    CodecError, Header, FLAG_BASE3, FLAG_CODEBOOK, FLAG_F16, FLAG_VARINT, MAGIC, MAX_WORKERS, VERSION,
+};
 use super::{bits, ternary};
+use crate::codebook::BlockCodebook;
 use crate::message::{IndexEncoding, MessageKind, SparseWire, TernaryPacking, ValueEncoding};
 
 /// A bounds-checked cursor over received bytes.
@@ -49,7 +52,7 @@ pub(super) enum View<'a> {
     Sign { positive: f32, negative: f32, bits: &'a [u8] },
     LowRank { rows: u32, cols: u32, rank: u32, p: &'a [u8], q: &'a [u8] },
     Natural(&'a [u8]),
-    EightBit { block: u32, absmax: &'a [u8], codes: &'a [u8] },
+    Blockwise { codebook: BlockCodebook, block: u32, absmax: &'a [u8], codes: &'a [u8] },
 }
 
 pub(super) fn parse(bytes: &[u8]) -> Result<(Header, View<'_>, &[u8]), CodecError> {
@@ -100,17 +103,7 @@ pub(super) fn parse(bytes: &[u8]) -> Result<(Header, View<'_>, &[u8]), CodecErro
             }
             View::Natural(codes)
         }
-        MessageKind::EightBit => {
-            let block = r.u32("8-bit block")?;
-            if block == 0 {
-                return Err(CodecError::Invalid("8-bit block size 0"));
-            }
-            let absmax = r.take(n.div_ceil(block as usize) * 4, "8-bit block scales")?;
-            if f32s(absmax).any(|v| !v.is_finite() || v < 0.0) {
-                return Err(CodecError::Invalid("8-bit block scale is negative or not finite"));
-            }
-            View::EightBit { block, absmax, codes: r.take(n, "8-bit codes")? }
-        }
+        MessageKind::Blockwise => blockwise(&mut r, flags, n)?,
     };
     Ok((header, view, r.bytes))
 }
@@ -132,6 +125,7 @@ fn header(r: &mut Reader<'_>) -> Result<Header, CodecError> {
     let allowed = match kind {
         MessageKind::Ternary => FLAG_BASE3,
         MessageKind::Sparse => FLAG_VARINT | FLAG_F16,
+        MessageKind::Blockwise => FLAG_CODEBOOK,
         _ => 0,
     };
     if flags & !allowed != 0 {
@@ -174,6 +168,42 @@ fn sparse<'a>(r: &mut Reader<'a>, flags: u8, n: usize) -> Result<View<'a>, Codec
         ValueEncoding::F16 => finite_f16s(values, "non-finite sparse value")?,
     };
     Ok(View::Sparse { wire, count, indices, values })
+}
+
+/// A blockwise message's block size, scales and codes, checked: a known
+/// codebook (the flags), a nonzero block, every scale finite and ≥ 0, every
+/// code one the codebook writes and the padding bits zero.
+fn blockwise<'a>(r: &mut Reader<'a>, flags: u8, n: usize) -> Result<View<'a>, CodecError> {
+    let codebook = BlockCodebook::from_u8(flags).ok_or(CodecError::Invalid("unknown blockwise codebook"))?;
+    let block = r.u32("blockwise block")?;
+    if block == 0 {
+        return Err(CodecError::Invalid("blockwise block size 0"));
+    }
+    let absmax = r.take(n.div_ceil(block as usize) * 4, "blockwise block scales")?;
+    if f32s(absmax).any(|v| !v.is_finite() || v < 0.0) {
+        return Err(CodecError::Invalid("blockwise block scale is negative or not finite"));
+    }
+    let codes = r.take(bits::packed_len(n, codebook.bits()), "blockwise codes")?;
+    if codebook.bits() == 4 {
+        let nibbles = codes.iter().flat_map(|&b| [b & 15, b >> 4]);
+        if nibbles.clone().take(n).any(|c| !codebook.valid(c)) {
+            return Err(CodecError::Invalid("4-bit code of a negative zero"));
+        }
+        if n % 2 == 1 && codes.last().is_some_and(|&b| b >> 4 != 0) {
+            return Err(CodecError::Invalid("nonzero padding bits"));
+        }
+    }
+    Ok(View::Blockwise { codebook, block, absmax, codes })
+}
+
+/// Calls `f` with each of a blockwise message's `n` codes (4-bit codes low
+/// nibble first).
+pub(super) fn for_each_code(codebook: BlockCodebook, codes: &[u8], n: usize, mut f: impl FnMut(u8)) {
+    if codebook.bits() == 8 {
+        codes.iter().for_each(|&c| f(c));
+    } else {
+        codes.iter().flat_map(|&b| [b & 15, b >> 4]).take(n).for_each(f);
+    }
 }
 
 /// A QSGD message's norms and codes, sized and checked: levels in

@@ -11,10 +11,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::codebook::nearest_code;
-use crate::compressor::{Combine, Compressor, UnitContext};
+use super::blockwise::{Blockwise, Rounding};
+use crate::codebook::BlockCodebook;
 use crate::memory::MemoryKind;
-use crate::message::Message;
 use crate::method::{check, Method};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -30,43 +29,6 @@ impl Default for EightBitConfig {
     }
 }
 
-#[derive(Clone, Debug)]
-pub struct EightBit {
-    block: usize,
-}
-
-impl EightBit {
-    pub fn new(cfg: &EightBitConfig) -> Self {
-        Self { block: cfg.block.max(1) }
-    }
-}
-
-impl Compressor for EightBit {
-    fn name(&self) -> &'static str {
-        "eightbit"
-    }
-
-    fn combine(&self) -> Combine {
-        Combine::Gather
-    }
-
-    fn compress(&mut self, input: &[f32], _ctx: &UnitContext, out: &mut Message) {
-        let m = out.eight_bit_mut();
-        m.block = self.block as u32;
-        m.absmax.clear();
-        m.codes.clear();
-        m.codes.reserve(input.len());
-        for chunk in input.chunks(self.block) {
-            let absmax = chunk.iter().fold(0.0f32, |a, x| a.max(x.abs()));
-            m.absmax.push(absmax);
-            // x·(1/absmax), as bitsandbytes scales, kept finite for a subnormal
-            // block maximum; a zero block is all zeros (0's code).
-            let (pre, inv) = if absmax > 0.0 { super::ratio_factors(1.0, absmax) } else { (1.0, 0.0) };
-            m.codes.extend(chunk.iter().map(|&x| nearest_code(((x * pre) * inv).clamp(-1.0, 1.0))));
-        }
-    }
-}
-
 impl Method for EightBitConfig {
     fn validate(&self) -> Result<(), crate::method::InvalidOption> {
         check(self.block >= 1 && self.block <= u32::MAX as usize, "block", || {
@@ -77,7 +39,7 @@ impl Method for EightBitConfig {
         MemoryKind::ErrorFeedback
     }
     fn build(&self, _shape: &[usize]) -> Box<dyn crate::Compressor> {
-        Box::new(EightBit::new(self))
+        Box::new(Blockwise::new(BlockCodebook::Dynamic, self.block, Rounding::Nearest))
     }
 }
 
@@ -85,6 +47,8 @@ impl Method for EightBitConfig {
 mod tests {
     use super::*;
     use crate::codebook::dynamic_codebook;
+    use crate::compressor::{Compressor, UnitContext};
+    use crate::message::Message;
 
     #[test]
     fn the_codebook_ascends_from_its_negative_end_to_one_with_one_zero() {
@@ -99,7 +63,7 @@ mod tests {
     fn each_element_decodes_to_its_nearest_value_times_the_block_max() {
         let x = [4.0f32, -2.0, 0.0, 1.0, 1e-9];
         let mut msg = Message::default();
-        EightBit::new(&EightBitConfig { block: 4 }).compress(&x, &UnitContext::default(), &mut msg);
+        EightBitConfig { block: 4 }.build(&[]).compress(&x, &UnitContext::default(), &mut msg);
         let mut out = vec![0.0; x.len()];
         msg.add_to(1.0, &mut out);
         assert_eq!(out[0], 4.0);

@@ -1,9 +1,11 @@
 //! Quantizers: every element is kept, in fewer bits (signs alone, for the
 //! signSGD family).
 
+pub mod blockwise;
 pub mod efsignsgd;
 pub mod eightbit;
 pub mod fp16;
+pub mod fp4;
 pub mod natural;
 pub mod onebit;
 pub mod qsgd;
@@ -11,9 +13,11 @@ pub mod signsgd;
 pub mod signum;
 pub mod terngrad;
 
+pub use blockwise::{Blockwise, Rounding};
 pub use efsignsgd::{EfSignSgd, EfSignSgdConfig};
-pub use eightbit::{EightBit, EightBitConfig};
+pub use eightbit::EightBitConfig;
 pub use fp16::{Fp16, Fp16Config};
+pub use fp4::{Fp4Config, Fp4Format};
 pub use natural::{Natural, NaturalConfig};
 pub use onebit::{OneBit, OneBitConfig};
 pub use qsgd::{Qsgd, QsgdConfig};
