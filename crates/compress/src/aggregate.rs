@@ -14,8 +14,7 @@ use crate::message::{
 };
 
 /// Combines N workers' encoded messages into `out` (overwritten) as a
-/// compressor's exchange combines them: their average, or for
-/// [`Combine::MajorityVote`] the vote on the sum of their signs. For a
+/// compressor's exchange combines them ([`combine_unit`]). For a
 /// caller with a transport of its own; the error names the message
 /// (its index) that did not decode.
 pub fn combine_encoded<'a>(
@@ -23,14 +22,124 @@ pub fn combine_encoded<'a>(
     combine: Combine,
     out: &mut [f32],
 ) -> Result<(), (usize, CodecError)> {
+    let messages: Vec<&[u8]> = messages.collect();
+    combine_unit(&messages, combine, None, out, &mut Scratch::default())
+}
+
+/// What [`combine_unit`] keeps between calls, so that it does not allocate
+/// once grown.
+#[derive(Debug, Default)]
+pub struct Scratch {
+    messages: Vec<Message>,
+    sums: Vec<f32>,
+    counts: Vec<u32>,
+    norms: Vec<f32>,
+}
+
+/// Combines one unit's messages from every worker (`messages`, in rank
+/// order) into `out` (overwritten) as `combine` says: their average, the
+/// vote on their signs, or the senders' mean. Each header must carry `unit`
+/// where it is given. The error names the message (its index) at fault.
+pub fn combine_unit(
+    messages: &[&[u8]],
+    combine: Combine,
+    unit: Option<u32>,
+    out: &mut [f32],
+    scratch: &mut Scratch,
+) -> Result<(), (usize, CodecError)> {
+    let check_unit = |h: codec::Header| match unit {
+        Some(u) if h.unit != u => Err(CodecError::Invalid("message for another unit")),
+        _ => Ok(()),
+    };
+    if let Combine::SenderMean { clip } = combine {
+        scratch.messages.resize_with(messages.len(), Message::default);
+        for (i, (m, bytes)) in scratch.messages.iter_mut().zip(messages).enumerate() {
+            codec::decode(bytes, m).and_then(check_unit).map_err(|e| (i, e))?;
+        }
+        let Scratch { messages: decoded, sums, counts, norms } = scratch;
+        return sender_mean(&decoded[..messages.len()], clip, out, (sums, counts, norms));
+    }
     let vote = combine == Combine::MajorityVote;
     let w = if vote { 1.0 } else { 1.0 / messages.len().max(1) as f32 };
     out.fill(0.0);
-    for (i, m) in messages.enumerate() {
-        codec::accumulate(m, w, out).map_err(|e| (i, e))?;
+    for (i, m) in messages.iter().enumerate() {
+        codec::accumulate(m, w, out).and_then(check_unit).map_err(|e| (i, e))?;
     }
     if vote {
         majority_vote(out);
+    }
+    Ok(())
+}
+
+/// The senders' mean of chunked messages ([`Combine::SenderMean`]) into
+/// `out`: each position's values summed in worker order and divided by the
+/// number of workers that sent it (0 where none did), as Templar's and
+/// DeMo's `scatter_reduce(…, "mean", include_self=False)`; with `clip`,
+/// each worker's values first multiplied by `min(median / (norm + 1e−8), 1)`
+/// (the lower median of the workers' value norms, Templar's `outer_step`).
+/// DCT messages are averaged per coefficient and decoded once.
+pub fn sender_mean(
+    messages: &[Message],
+    clip: bool,
+    out: &mut [f32],
+    (sums, counts, norms): (&mut Vec<f32>, &mut Vec<u32>, &mut Vec<f32>),
+) -> Result<(), (usize, CodecError)> {
+    let Some(Message::Chunked(first)) = messages.first() else {
+        return match messages.first() {
+            None => {
+                out.fill(0.0);
+                Ok(())
+            }
+            Some(_) => Err((0, CodecError::Invalid("the senders' mean takes only chunked messages"))),
+        };
+    };
+    for (i, m) in messages.iter().enumerate() {
+        match m {
+            Message::Chunked(c) if c.tiles == first.tiles && c.k == first.k && c.dct == first.dct => {}
+            _ => return Err((i, CodecError::Invalid("chunked messages of different tilings"))),
+        }
+    }
+    if first.tiles.len() != out.len() {
+        return Err((0, CodecError::LenMismatch { expected: out.len(), got: first.tiles.len() }));
+    }
+    let each = || {
+        messages.iter().map(|m| match m {
+            Message::Chunked(c) => c,
+            _ => unreachable!("checked above"),
+        })
+    };
+    norms.clear();
+    norms.extend(each().map(|c| {
+        let ss: f64 = (0..c.positions.len()).map(|e| f64::from(c.value(e)).powi(2)).sum();
+        ss.sqrt() as f32
+    }));
+    // The lower median (torch.median's), sorted in the scratch's second half.
+    let w = messages.len();
+    norms.extend_from_within(..w);
+    norms[w..].sort_by(f32::total_cmp);
+    let median = norms[w + (w - 1) / 2];
+    sums.clear();
+    sums.resize(out.len(), 0.0);
+    counts.clear();
+    counts.resize(out.len(), 0);
+    for (c, &norm) in each().zip(norms[..w].iter()) {
+        let f = if clip { (median / (norm + 1e-8)).min(1.0) } else { 1.0 };
+        crate::chunked::scatter::for_each_entry(&c.tiles, c.k as usize, &c.positions, |i, e| {
+            sums[i] += c.value(e) * f;
+            counts[i] += 1;
+        });
+    }
+    for (s, &n) in sums.iter_mut().zip(counts.iter()) {
+        if n > 0 {
+            *s /= n as f32;
+        }
+    }
+    if first.dct {
+        out.fill(0.0);
+        let bases = crate::chunked::scatter::Bases::new(&first.tiles);
+        crate::chunked::scatter::add_inverse(&first.tiles, &bases, sums, |i| counts[i] > 0, out);
+    } else {
+        out.copy_from_slice(sums);
     }
     Ok(())
 }

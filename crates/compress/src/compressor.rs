@@ -68,6 +68,12 @@ pub enum Combine {
     /// (signSGD's majority vote, ties to +1): allgatherv, or a parameter
     /// server that votes and sends the one-bit result down.
     MajorityVote,
+    /// Per-worker sparse messages averaged per position over the workers
+    /// that sent it (SparseLoCo's and DeMo's aggregate; a position no one
+    /// sent is 0), each worker's values first scaled down to the median of
+    /// the workers' norms when `clip` (Templar's): allgatherv, or a
+    /// parameter server that does the same.
+    SenderMean { clip: bool },
     /// The agreement rounds are the exchange: every worker's message is
     /// already the aggregate (PowerSGD's P Qᵀ after two allreduces), and
     /// nothing more travels.
@@ -133,6 +139,14 @@ pub trait Compressor: Send {
     /// replacements and importance scores); empty for most compressors.
     fn stats(&self) -> Vec<(&'static str, f64)> {
         Vec::new()
+    }
+}
+
+impl Combine {
+    /// Whether each worker's message travels as it is (allgatherv, or a
+    /// parameter server): the messages do not add in compressed form.
+    pub fn per_worker(self) -> bool {
+        matches!(self, Combine::Gather | Combine::MajorityVote | Combine::SenderMean { .. })
     }
 }
 

@@ -12,6 +12,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::chunked::{DctTopKConfig, SparseLocoConfig};
 use crate::compressor::Compressor;
 use crate::lowrank::PowerSgdConfig;
 use crate::memory::{Memory, MemoryKind, ResidualForm};
@@ -120,6 +121,10 @@ methods! {
     "eightbit" => Eightbit(EightBitConfig),
     /// 4-bit floats (E3M0, or OCP's E2M1), one scale per block.
     "fp4" => Fp4(Fp4Config),
+    /// SparseLoCo: top-k per 64×64 tile, 2-bit values, decaying error feedback.
+    "sparseloco" => Sparseloco(SparseLocoConfig),
+    /// DeMo: top-k of each tile's 2-D DCT, sign values, decaying memory.
+    "dct-topk" => DctTopk(DctTopKConfig),
 }
 
 impl Default for CompressorConfig {
@@ -245,7 +250,7 @@ impl CompressorConfig {
     ) -> Option<Box<dyn Memory>> {
         match self.resolve_memory(requested) {
             MemoryKind::None | MemoryKind::Auto => None,
-            kind => Some(kind.build(residual, momentum)),
+            kind => Some(kind.build(residual, momentum, self.method().memory_decay())),
         }
     }
 
@@ -354,6 +359,9 @@ mod tests {
             ("natural", None),
             ("efsignsgd", ErrorFeedback),
             ("eightbit", ErrorFeedback),
+            ("fp4", ErrorFeedback),
+            ("sparseloco", ErrorFeedback),
+            ("dct-topk", ErrorFeedback),
         ] {
             let c = CompressorConfig::named(name).unwrap();
             assert_eq!(c.resolve_memory(Auto), want, "{name}");

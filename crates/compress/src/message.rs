@@ -164,6 +164,50 @@ pub struct BlockwiseMessage {
     pub codes: Vec<u8>,
 }
 
+/// A chunked top-k message (SparseLoCo, DeMo): the unit cut into tiles, per
+/// tile its `k` largest entries (all of a smaller tile) by their in-tile
+/// positions, strictly ascending, and values: `codebook[code]` for
+/// `value_bits` of 1 to 8, f32 `values` for 32. With `dct` the entries are
+/// coefficients of each tile's 2-D DCT-II and decode through its inverse.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ChunkedMessage {
+    pub tiles: crate::chunked::Tiles,
+    pub k: u32,
+    pub dct: bool,
+    pub value_bits: u32,
+    pub codebook: Vec<f32>,
+    pub positions: Vec<u16>,
+    pub codes: Vec<u8>,
+    pub values: Vec<f32>,
+}
+
+impl ChunkedMessage {
+    /// The value of entry `e`.
+    #[inline]
+    pub fn value(&self, e: usize) -> f32 {
+        if self.value_bits == 32 {
+            self.values[e]
+        } else {
+            self.codebook[usize::from(self.codes[e])]
+        }
+    }
+
+    /// `out += weight · decode(self)`.
+    pub fn add_to(&self, weight: f32, out: &mut [f32]) {
+        let bases = self.dct.then(|| crate::chunked::scatter::Bases::new(&self.tiles));
+        let k = self.k as usize;
+        crate::chunked::scatter::add_entries(
+            &self.tiles,
+            k,
+            bases.as_ref(),
+            &self.positions,
+            |e| self.value(e),
+            weight,
+            out,
+        );
+    }
+}
+
 /// One compressed unit (a tensor, or the whole flattened model).
 #[derive(Clone, Debug, PartialEq)]
 pub enum Message {
@@ -177,6 +221,7 @@ pub enum Message {
     LowRank(LowRankMessage),
     Natural(NaturalMessage),
     Blockwise(BlockwiseMessage),
+    Chunked(ChunkedMessage),
 }
 
 /// The kind of a message, as written in the wire header.
@@ -193,6 +238,7 @@ pub enum MessageKind {
     LowRank = 8,
     Natural = 9,
     Blockwise = 10,
+    Chunked = 11,
 }
 
 impl MessageKind {
@@ -208,6 +254,7 @@ impl MessageKind {
             8 => Self::LowRank,
             9 => Self::Natural,
             10 => Self::Blockwise,
+            11 => Self::Chunked,
             _ => return None,
         })
     }
@@ -246,6 +293,7 @@ impl Message {
     variant_mut!(low_rank_mut, LowRank, LowRankMessage);
     variant_mut!(natural_mut, Natural, NaturalMessage);
     variant_mut!(blockwise_mut, Blockwise, BlockwiseMessage);
+    variant_mut!(chunked_mut, Chunked, ChunkedMessage);
 
     pub fn kind(&self) -> MessageKind {
         match self {
@@ -259,6 +307,7 @@ impl Message {
             Message::LowRank(_) => MessageKind::LowRank,
             Message::Natural(_) => MessageKind::Natural,
             Message::Blockwise(_) => MessageKind::Blockwise,
+            Message::Chunked(_) => MessageKind::Chunked,
         }
     }
 
@@ -275,6 +324,7 @@ impl Message {
             Message::LowRank(m) => m.rows as usize * m.cols as usize,
             Message::Natural(m) => m.codes.len(),
             Message::Blockwise(m) => m.codes.len(),
+            Message::Chunked(m) => m.tiles.len(),
         }
     }
 
@@ -298,6 +348,7 @@ impl Message {
             Message::LowRank(m) => m.rows as usize * m.cols as usize,
             Message::Natural(m) => m.codes.iter().filter(|&&c| c != 0).count(),
             Message::Blockwise(m) => m.codes.len(),
+            Message::Chunked(m) => m.positions.len(),
         }
     }
 
@@ -365,6 +416,7 @@ impl Message {
                     }
                 }
             }
+            Message::Chunked(m) => m.add_to(weight, out),
         }
     }
 

@@ -35,6 +35,12 @@ pub trait Method: fmt::Debug + Send + Sync {
     /// biased ones whose dropped mass must come back, none for the unbiased.
     fn default_memory(&self) -> MemoryKind;
 
+    /// Error feedback's decay β for this method (`e ← β·e + g`): 1 (no
+    /// decay) but for the pseudo-gradient compressors, whose references decay.
+    fn memory_decay(&self) -> f32 {
+        1.0
+    }
+
     /// The target density, for sparsifiers that have one.
     fn density(&self) -> Option<f64> {
         None

@@ -57,8 +57,9 @@ fn hex(bytes: &[u8]) -> String {
 fn run(table: &Value) -> Value {
     let cfg: CompressorConfig = serde_json::from_value(table.clone()).unwrap();
     let memory = cfg.resolve_memory(MemoryKind::Auto);
-    let mut workers: Vec<_> =
-        (0..WORKERS).map(|_| (cfg.build_for(&SHAPE), memory.build(ResidualForm::Raw, 0.9))).collect();
+    let mut workers: Vec<_> = (0..WORKERS)
+        .map(|_| (cfg.build_for(&SHAPE), memory.build(ResidualForm::Raw, 0.9, cfg.method().memory_decay())))
+        .collect();
     let combine = workers[0].0.combine();
     let (mut inputs, mut messages, mut combined) = (vec![], vec![], vec![]);
     for step in 0..STEPS {

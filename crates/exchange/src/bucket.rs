@@ -6,7 +6,7 @@
 use std::time::Instant;
 
 use gradcomp_comm::{f16, Collective, CollectiveCall, CommError, Gathered, OpKind};
-use gradcomp_compress::aggregate::majority_vote;
+use gradcomp_compress::aggregate::{combine_unit, Scratch};
 use gradcomp_compress::codec::{self, CodecError};
 use gradcomp_compress::message::SparseMessage;
 use gradcomp_compress::Message;
@@ -118,6 +118,8 @@ pub(crate) struct Bucket {
     wire: Vec<u8>,
     gathered: Gathered,
     down: Vec<u8>,
+    /// The per-worker aggregation's buffers.
+    scratch: Box<Scratch>,
     /// What [`Bucket::run`] called, and its seconds.
     calls: Vec<CollectiveCall>,
     seconds: f64,
@@ -133,6 +135,7 @@ impl Bucket {
             wire: Vec::new(),
             gathered: Gathered::default(),
             down: Vec::new(),
+            scratch: Box::default(),
             calls: Vec::new(),
             seconds: 0.0,
         }
@@ -252,7 +255,7 @@ impl Bucket {
     /// Errors name the worker whose message does not decode (the server's
     /// download: rank 0).
     pub(crate) fn aggregate(
-        &self,
+        &mut self,
         plan: &Plan,
         msgs: &[Message],
         out: &mut [f32],
@@ -292,7 +295,7 @@ impl Bucket {
             }
         }
         if plan.has(b, Route::Gather) {
-            aggregate_gathered(plan, b, &p.gathered, out, inv_n)?;
+            aggregate_gathered(plan, b, &p.gathered, out, &mut p.scratch)?;
         }
         if plan.has(b, Route::Server) {
             let codec_error = |source| ExchangeError::Codec { rank: 0, source };
@@ -308,39 +311,32 @@ impl Bucket {
     }
 }
 
-/// Decodes every worker's gathered messages of bucket `b` into `out`, in
-/// rank order, each weighted `inv_n`; a voting unit's signs are summed
-/// unweighted (exact integers) and then voted on.
+/// Combines every worker's gathered messages of bucket `b` into `out`, unit
+/// by unit in rank order, as the unit's messages combine (averaged with
+/// weight 1/N, voted on, or the senders' mean: `aggregate::combine_unit`).
 fn aggregate_gathered(
     plan: &Plan,
     b: usize,
     gathered: &Gathered,
     out: &mut [f32],
-    inv_n: f32,
+    scratch: &mut Scratch,
 ) -> Result<(), ExchangeError> {
-    for (rank, mut bytes) in gathered.iter().enumerate() {
-        let codec_error = |source| ExchangeError::Codec { rank, source };
-        for u in plan.buckets[b].clone() {
-            if plan.units[u].route != Route::Gather {
-                continue;
-            }
-            let unit = &plan.units[u];
-            let (first, rest) = codec::split_first(bytes).map_err(codec_error)?;
-            let weight = if plan.units[u].vote { 1.0 } else { inv_n };
-            let h = codec::accumulate(first, weight, &mut out[unit.offset..unit.offset + unit.len])
-                .map_err(codec_error)?;
-            if h.unit != unit.id {
-                return Err(codec_error(CodecError::Invalid("message for another unit")));
-            }
-            bytes = rest;
-        }
-        if !bytes.is_empty() {
-            return Err(codec_error(CodecError::TrailingBytes(bytes.len())));
-        }
-    }
-    for u in plan.buckets[b].clone().filter(|&u| plan.units[u].route == Route::Gather && plan.units[u].vote) {
+    let codec_error = |(rank, source)| ExchangeError::Codec { rank, source };
+    let mut cursors: Vec<&[u8]> = gathered.iter().collect();
+    let mut firsts = Vec::with_capacity(cursors.len());
+    for u in plan.buckets[b].clone().filter(|&u| plan.units[u].route == Route::Gather) {
         let unit = &plan.units[u];
-        majority_vote(&mut out[unit.offset..unit.offset + unit.len]);
+        firsts.clear();
+        for (rank, cursor) in cursors.iter_mut().enumerate() {
+            let (first, rest) = codec::split_first(cursor).map_err(|e| codec_error((rank, e)))?;
+            firsts.push(first);
+            *cursor = rest;
+        }
+        let dst = &mut out[unit.offset..unit.offset + unit.len];
+        combine_unit(&firsts, unit.combine, Some(unit.id), dst, scratch).map_err(codec_error)?;
+    }
+    if let Some((rank, rest)) = cursors.iter().enumerate().find(|(_, c)| !c.is_empty()) {
+        return Err(codec_error((rank, CodecError::TrailingBytes(rest.len()))));
     }
     Ok(())
 }

@@ -32,9 +32,10 @@ pub struct Unit {
     /// Its error feedback holds lr-scaled residuals: the aggregate is divided
     /// by the learning rate to come back to gradient units.
     pub lr_scaled: bool,
-    /// Its aggregate is the majority vote of the workers' signs (signSGD,
-    /// Signum): summed unweighted, then signed.
-    pub vote: bool,
+    /// How its workers' messages combine when they travel per worker
+    /// (`Route::Gather` or `Route::Server`): averaged, voted on (signSGD,
+    /// Signum), or the senders' mean (SparseLoCo, DeMo).
+    pub combine: Combine,
     /// The collective its message travels in.
     pub route: Route,
 }
@@ -136,7 +137,7 @@ impl Plan {
             u.uncompressed = u.excluded || nothing || !recipe.compresses(&u.shape);
             u.has_memory = !u.uncompressed && recipe.has_memory();
             u.lr_scaled = u.has_memory && recipe.lr_scaled();
-            u.vote = !u.uncompressed && combine == Combine::MajorityVote;
+            u.combine = if u.uncompressed { Combine::DenseSum } else { combine };
             u.route = Route::of(u.uncompressed, topology, combine);
         }
         let lens: Vec<usize> = units.iter().map(|u| u.len).collect();
@@ -205,7 +206,7 @@ fn units(layout: &GradientLayout, c: &CompressionConfig, granularity: Granularit
         uncompressed: excluded,
         has_memory: false,
         lr_scaled: false,
-        vote: false,
+        combine: Combine::DenseSum,
         route: Route::DenseSum,
     };
     if granularity == Granularity::Global {

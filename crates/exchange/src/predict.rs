@@ -187,9 +187,11 @@ pub fn allreduce_bytes(combine: Combine, d: usize, encoded: &[u8]) -> u64 {
         Combine::HalfSum => 2 * d as u64,
         Combine::TernarySum => d as u64,
         Combine::DenseSum => 4 * d as u64,
-        Combine::SharedIndexSum | Combine::Gather | Combine::MajorityVote | Combine::InRounds => {
-            encoded.len() as u64
-        }
+        Combine::SharedIndexSum
+        | Combine::Gather
+        | Combine::MajorityVote
+        | Combine::SenderMean { .. }
+        | Combine::InRounds => encoded.len() as u64,
     }
 }
 

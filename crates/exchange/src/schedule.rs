@@ -232,7 +232,7 @@ impl ExchangeStep<'_> {
         out: &mut [f32],
         st: &mut ExchangeStats,
     ) -> Result<(), ExchangeError> {
-        let WireDone::Bucket(bucket, moved) = done else {
+        let WireDone::Bucket(mut bucket, moved) = done else {
             return Err(ExchangeError::Comm(CommError::Invalid(
                 "an agreement round came back while none was pending".into(),
             )));

@@ -2,9 +2,10 @@
 //! workers' uploads, and its reused buffers.
 
 use gradcomp_comm::Gathered;
-use gradcomp_compress::aggregate::{majority_vote, TernarySum};
+use gradcomp_compress::aggregate::{combine_unit, Scratch, TernarySum};
 use gradcomp_compress::codec::{self, CodecError};
 use gradcomp_compress::message::DenseMessage;
+use gradcomp_compress::Combine;
 use gradcomp_compress::Message;
 
 use super::plan::{Plan, Route};
@@ -15,6 +16,7 @@ pub(crate) struct ServerBuffers {
     sum: TernarySum,
     avg: Vec<f32>,
     msg: Message,
+    scratch: Scratch,
 }
 
 /// The server's aggregation: per unit, the integer sum of ternary codes
@@ -28,7 +30,6 @@ pub(crate) fn aggregate(
     down: &mut Vec<u8>,
     s: &mut ServerBuffers,
 ) -> Result<(), CodecError> {
-    let n = ups.len();
     let mut cursors: Vec<&[u8]> = ups.iter().collect();
     for u in plan.buckets[b].clone().filter(|&u| plan.units[u].route == Route::Server) {
         let unit = &plan.units[u];
@@ -44,13 +45,10 @@ pub(crate) fn aggregate(
         let scales = firsts.iter().map(|b| codec::ternary_scale(b)).collect::<Result<Vec<_>, _>>()?;
         let same_scale = scales.iter().all(|s| s.is_some())
             && scales.windows(2).all(|w| w[0].map(f32::to_bits) == w[1].map(f32::to_bits));
-        if plan.units[u].vote {
-            s.avg.clear();
-            s.avg.resize(unit.len, 0.0);
-            for b in &firsts {
-                codec::accumulate(b, 1.0, &mut s.avg)?;
-            }
-            majority_vote(&mut s.avg);
+        s.avg.clear();
+        s.avg.resize(unit.len, 0.0);
+        if unit.combine == Combine::MajorityVote {
+            combine_unit(&firsts, unit.combine, None, &mut s.avg, &mut s.scratch).map_err(|(_, e)| e)?;
             let m = s.msg.sign_mut();
             m.len = unit.len;
             (m.positive, m.negative) = (1.0, -1.0);
@@ -66,11 +64,8 @@ pub(crate) fn aggregate(
             }
             s.sum.take_into(&mut s.msg);
         } else {
-            s.avg.clear();
-            s.avg.resize(unit.len, 0.0);
-            for b in &firsts {
-                codec::accumulate(b, 1.0 / n as f32, &mut s.avg)?;
-            }
+            // The average, or the senders' mean (SparseLoCo, DeMo).
+            combine_unit(&firsts, unit.combine, None, &mut s.avg, &mut s.scratch).map_err(|(_, e)| e)?;
             let nnz = s.avg.iter().filter(|&&v| v != 0.0).count();
             if nnz * 8 + 4 < unit.len * 4 {
                 let m = s.msg.sparse_mut();

@@ -63,7 +63,11 @@ pub fn run(model: &str, names: &[&str], seed: u64, min_time: Duration, json: boo
                 let n = shape.iter().product();
                 Tensor {
                     compressor: cfg.compresses(shape).then(|| cfg.build_for(shape)),
-                    memory: cfg.resolve_memory(Default::default()).build(ResidualForm::Raw, 0.9),
+                    memory: cfg.resolve_memory(Default::default()).build(
+                        ResidualForm::Raw,
+                        0.9,
+                        cfg.method().memory_decay(),
+                    ),
                     grad: (0..n).map(|_| rng.next_gaussian() as f32).collect(),
                     out: vec![0.0; n],
                 }

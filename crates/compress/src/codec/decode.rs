@@ -3,10 +3,14 @@
 //! buffer without one.
 
 use super::error::{CodecError, Header};
-use super::parse::{exactly_one, f32s, for_each_code, for_each_index, sparse_values, u16s, View};
+use super::parse::{
+    exactly_one, f32s, for_each_code, for_each_index, sparse_values, u16s, ChunkedView, View,
+};
 use super::{bits, ternary};
 use crate::codebook::BlockCodebook;
-use crate::message::{Message, QsgdMessage, TernaryMessage, TernaryPacking, TernarySumMessage};
+use crate::message::{
+    ChunkedMessage, Message, QsgdMessage, TernaryMessage, TernaryPacking, TernarySumMessage,
+};
 
 /// Decodes one message (all of `bytes`) into `msg`, reusing its buffers.
 pub fn decode(bytes: &[u8], msg: &mut Message) -> Result<Header, CodecError> {
@@ -64,6 +68,7 @@ pub fn decode(bytes: &[u8], msg: &mut Message) -> Result<Header, CodecError> {
             m.codes.clear();
             m.codes.extend_from_slice(codes);
         }
+        View::Chunked(v) => decode_chunked(&v, msg.chunked_mut())?,
         View::Blockwise { codebook, block, absmax, codes } => {
             let m = msg.blockwise_mut();
             m.codebook = codebook;
@@ -77,6 +82,28 @@ pub fn decode(bytes: &[u8], msg: &mut Message) -> Result<Header, CodecError> {
         }
     }
     Ok(h)
+}
+
+/// Fills `m` with a chunked message's parts, checking its positions.
+fn decode_chunked(v: &ChunkedView<'_>, m: &mut ChunkedMessage) -> Result<(), CodecError> {
+    (m.tiles, m.k, m.dct, m.value_bits) = (v.tiles, v.k, v.dct, v.value_bits);
+    m.codebook.clear();
+    m.codebook.extend(f32s(v.codebook));
+    m.positions.clear();
+    let positions = &mut m.positions;
+    v.positions(|p| positions.push(p))?;
+    m.codes.clear();
+    m.values.clear();
+    if v.value_bits == 32 {
+        m.values.extend(f32s(v.values));
+    } else {
+        let codes = &mut m.codes;
+        bits::unpack(v.values, v.value_bits, positions.len(), |_, c| {
+            codes.push(c as u8);
+            Ok(())
+        })?;
+    }
+    Ok(())
 }
 
 /// Fills `m` with a ternary message's scale and 2-bit codes (base-3 codes
@@ -199,6 +226,16 @@ pub fn accumulate(bytes: &[u8], weight: f32, out: &mut [f32]) -> Result<Header, 
             for (o, &c) in out.iter_mut().zip(codes) {
                 *o += weight * crate::codebook::natural_value(c);
             }
+        }
+        View::Chunked(v) => {
+            // Rare on this path (the senders' mean decodes whole messages):
+            // decode into a buffer kept per thread, then add.
+            thread_local!(static SCRATCH: std::cell::RefCell<ChunkedMessage> = Default::default());
+            SCRATCH.with_borrow_mut(|m| {
+                decode_chunked(&v, m)?;
+                m.add_to(weight, out);
+                Ok::<_, CodecError>(())
+            })?;
         }
         View::Blockwise { codebook, block, absmax, codes } => {
             add_blockwise(codebook, block as usize, absmax, codes, weight, out)

@@ -1,8 +1,8 @@
 //! Writing a message: [`encoded_len`] and [`encode`].
 
-use super::error::{FLAG_BASE3, FLAG_F16, FLAG_VARINT, HEADER_LEN, MAGIC, VERSION};
+use super::error::{FLAG_BASE3, FLAG_DCT, FLAG_F16, FLAG_VARINT, HEADER_LEN, MAGIC, VERSION};
 use super::{bits, ternary};
-use crate::message::{IndexEncoding, Message, SparseMessage, TernaryPacking, ValueEncoding};
+use crate::message::{ChunkedMessage, IndexEncoding, Message, SparseMessage, TernaryPacking, ValueEncoding};
 
 /// The exact number of bytes [`encode`] writes for `msg`.
 pub fn encoded_len(msg: &Message) -> usize {
@@ -31,6 +31,12 @@ pub fn encoded_len(msg: &Message) -> usize {
             Message::Natural(m) => m.codes.len(),
             Message::Blockwise(m) => {
                 4 + 4 * m.absmax.len() + bits::packed_len(m.codes.len(), m.codebook.bits())
+            }
+            Message::Chunked(m) => {
+                let n = m.positions.len();
+                24 + 4 * m.codebook.len()
+                    + bits::packed_len(n, m.tiles.position_bits())
+                    + bits::packed_len(n, m.value_bits)
             }
         }
 }
@@ -71,6 +77,7 @@ fn header_flags(msg: &Message) -> u8 {
                 | (if m.wire.values == ValueEncoding::F16 { FLAG_F16 } else { 0 })
         }
         Message::Blockwise(m) => m.codebook as u8,
+        Message::Chunked(m) => u8::from(m.dct) * FLAG_DCT,
         _ => 0,
     }
 }
@@ -140,6 +147,27 @@ fn put_payload(msg: &Message, out: &mut Vec<u8>) {
                 w => bits::pack(m.codes.iter().map(|&c| u32::from(c)), w, out),
             }
         }
+        Message::Chunked(m) => put_chunked(m, out),
+    }
+}
+
+/// Appends a chunked payload: the tiling, k, the value width, the codebook,
+/// the positions, then the codes or f32 values.
+fn put_chunked(m: &ChunkedMessage, out: &mut Vec<u8>) {
+    let t = &m.tiles;
+    assert_eq!(m.positions.len(), t.entries(m.k as usize), "one entry per kept position");
+    for v in [t.rows, t.cols, t.tile_rows, t.tile_cols] {
+        out.extend_from_slice(&(v as u32).to_le_bytes());
+    }
+    out.extend_from_slice(&m.k.to_le_bytes());
+    out.extend_from_slice(&m.value_bits.to_le_bytes());
+    m.codebook.iter().for_each(|&v| put_f32(out, v));
+    bits::pack(m.positions.iter().map(|&p| u32::from(p)), t.position_bits(), out);
+    if m.value_bits == 32 {
+        m.values.iter().for_each(|&v| put_f32(out, v));
+    } else {
+        assert_eq!(m.codes.len(), m.positions.len(), "one code per entry");
+        bits::pack(m.codes.iter().map(|&c| u32::from(c)), m.value_bits, out);
     }
 }
 

@@ -14,6 +14,8 @@ pub(super) const FLAG_VARINT: u8 = 0x01;
 pub(super) const FLAG_F16: u8 = 0x02;
 /// A blockwise message's flags are its codebook's id (`BlockCodebook`).
 pub(super) const FLAG_CODEBOOK: u8 = 0x03;
+/// A chunked message's entries are DCT coefficients.
+pub(super) const FLAG_DCT: u8 = 0x01;
 
 /// Most workers a TernarySum can describe (sums are held in i16).
 pub const MAX_WORKERS: u32 = i16::MAX as u32;

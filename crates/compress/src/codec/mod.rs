@@ -21,6 +21,10 @@
 //! Blockwise   block u32 | ceil(len/block) × f32 block maxima (finite, ≥ 0) | codes of the
 //!             codebook the flags name (0: dynamic tree, one byte each; 1: FP4 E2M1,
 //!             2: FP4 E3M0, 4 bits each, low nibble first; the code 0b1000 is invalid)
+//! Chunked    rows u32 | cols u32 | tile_rows u32 | tile_cols u32 | k u32 | value_bits u32 |
+//!             2^value_bits × f32 codebook (none at 32) | per tile min(k, its size) positions in
+//!             it, strictly ascending, ceil(log2(tile_rows·tile_cols)) bits each | per entry a code
+//!             of value_bits, or an f32 at 32; flag 0x01: the entries are DCT coefficients
 //! ```
 //! All integers and floats are little-endian; padding bits are zero.
 //!

@@ -3,9 +3,11 @@
 //! concatenated messages.
 
 use super::error::{
-    CodecError, Header, FLAG_BASE3, FLAG_CODEBOOK, FLAG_F16, FLAG_VARINT, MAGIC, MAX_WORKERS, VERSION,
+    CodecError, Header, FLAG_BASE3, FLAG_CODEBOOK, FLAG_DCT, FLAG_F16, FLAG_VARINT, MAGIC, MAX_WORKERS,
+    VERSION,
 };
 use super::{bits, ternary};
+use crate::chunked::Tiles;
 use crate::codebook::BlockCodebook;
 use crate::message::{IndexEncoding, MessageKind, SparseWire, TernaryPacking, ValueEncoding};
 
@@ -53,6 +55,7 @@ pub(super) enum View<'a> {
     LowRank { rows: u32, cols: u32, rank: u32, p: &'a [u8], q: &'a [u8] },
     Natural(&'a [u8]),
     Blockwise { codebook: BlockCodebook, block: u32, absmax: &'a [u8], codes: &'a [u8] },
+    Chunked(ChunkedView<'a>),
 }
 
 pub(super) fn parse(bytes: &[u8]) -> Result<(Header, View<'_>, &[u8]), CodecError> {
@@ -104,6 +107,7 @@ pub(super) fn parse(bytes: &[u8]) -> Result<(Header, View<'_>, &[u8]), CodecErro
             View::Natural(codes)
         }
         MessageKind::Blockwise => blockwise(&mut r, flags, n)?,
+        MessageKind::Chunked => View::Chunked(chunked(&mut r, flags, n)?),
     };
     Ok((header, view, r.bytes))
 }
@@ -126,6 +130,7 @@ fn header(r: &mut Reader<'_>) -> Result<Header, CodecError> {
         MessageKind::Ternary => FLAG_BASE3,
         MessageKind::Sparse => FLAG_VARINT | FLAG_F16,
         MessageKind::Blockwise => FLAG_CODEBOOK,
+        MessageKind::Chunked => FLAG_DCT,
         _ => 0,
     };
     if flags & !allowed != 0 {
@@ -194,6 +199,101 @@ fn blockwise<'a>(r: &mut Reader<'a>, flags: u8, n: usize) -> Result<View<'a>, Co
         }
     }
     Ok(View::Blockwise { codebook, block, absmax, codes })
+}
+
+/// A chunked message's parts, sized and checked but for the positions
+/// (checked where they are read, [`ChunkedView::positions`]).
+pub(super) struct ChunkedView<'a> {
+    pub tiles: Tiles,
+    pub k: u32,
+    pub dct: bool,
+    pub value_bits: u32,
+    pub codebook: &'a [u8],
+    pub positions: &'a [u8],
+    pub values: &'a [u8],
+}
+
+/// A chunked message's structure, checked: the tiling covers the unit, a
+/// tile holds at most 2^16 positions (a DCT tile's sides at most 256), k is
+/// in 1..=tile size, the value width is 1, 2, 4, 8 or 32, the codebook and
+/// f32 values are finite, and the packed fields have exactly their length.
+fn chunked<'a>(r: &mut Reader<'a>, flags: u8, n: usize) -> Result<ChunkedView<'a>, CodecError> {
+    let mut dim = |what| r.u32(what).map(|v| v as usize);
+    let tiles = Tiles {
+        rows: dim("chunked rows")?,
+        cols: dim("chunked cols")?,
+        tile_rows: dim("chunked tile rows")?,
+        tile_cols: dim("chunked tile cols")?,
+    };
+    let (k, value_bits) = (r.u32("chunked k")?, r.u32("chunked value bits")?);
+    let dct = flags & FLAG_DCT != 0;
+    let side = if dct { crate::chunked::dct::MAX_SIDE } else { crate::chunked::tiles::MAX_TILE };
+    if (tiles.rows as u64) * (tiles.cols as u64) != n as u64 {
+        return Err(CodecError::Invalid("chunked tiling does not cover the unit"));
+    }
+    let tile = tiles.tile_rows * tiles.tile_cols;
+    if tiles.tile_rows == 0
+        || tiles.tile_cols == 0
+        || tiles.tile_rows > tiles.rows.max(1)
+        || tiles.tile_cols > tiles.cols.max(1)
+        || tiles.tile_rows.max(tiles.tile_cols) > side
+        || tile > crate::chunked::tiles::MAX_TILE
+    {
+        return Err(CodecError::Invalid("chunked tile outside the unit or too large"));
+    }
+    if k == 0 || k as usize > tile {
+        return Err(CodecError::Invalid("chunked k outside 1..=tile size"));
+    }
+    if ![1, 2, 4, 8, 32].contains(&value_bits) {
+        return Err(CodecError::Invalid("chunked value width not 1, 2, 4, 8 or 32"));
+    }
+    let entries = tiles.entries(k as usize);
+    let codebook_len = if value_bits == 32 { 0 } else { 1usize << value_bits };
+    let codebook = bounded(r.take(4 * codebook_len, "chunked codebook")?)?;
+    let positions = r.take(bits::packed_len(entries, tiles.position_bits()), "chunked positions")?;
+    let values = r.take(bits::packed_len(entries, value_bits), "chunked values")?;
+    if value_bits == 32 {
+        bounded(values)?;
+    } else {
+        bits::unpack(values, value_bits, entries, |_, _| Ok(()))?;
+    }
+    Ok(ChunkedView { tiles, k, dct, value_bits, codebook, positions, values })
+}
+
+/// `bytes` as f32s if every magnitude is at most [`MAX_CHUNKED_VALUE`].
+fn bounded(bytes: &[u8]) -> Result<&[u8], CodecError> {
+    if f32s(bytes).all(|v| v.abs() <= MAX_CHUNKED_VALUE) {
+        Ok(bytes)
+    } else {
+        Err(CodecError::Invalid("chunked value not finite or above 1e30 in magnitude"))
+    }
+}
+
+/// The largest magnitude a chunked value may have: the inverse DCT of a
+/// tile (at most 2^16 coefficients, basis entries below √2) and the
+/// senders' sums (at most 32767 workers) of such values stay finite.
+pub const MAX_CHUNKED_VALUE: f32 = 1e30;
+
+impl ChunkedView<'_> {
+    /// Calls `f` with every entry's position, checking that each tile's
+    /// ascend strictly and stay inside the tile.
+    pub fn positions(&self, mut f: impl FnMut(u16)) -> Result<(), CodecError> {
+        let (t, k) = (&self.tiles, self.k as usize);
+        let (mut tile, mut left, mut next_min, mut size) = (0, 0, 0u32, 0u32);
+        bits::unpack(self.positions, t.position_bits(), t.entries(k), |_, p| {
+            while left == 0 {
+                let (_, _, h, w) = t.tile(tile);
+                (left, next_min, size) = (t.k_of(tile, k), 0, (h * w) as u32);
+                tile += 1;
+            }
+            if p < next_min || p >= size {
+                return Err(CodecError::Invalid("chunked positions not ascending inside their tile"));
+            }
+            (next_min, left) = (p + 1, left - 1);
+            f(p as u16);
+            Ok(())
+        })
+    }
 }
 
 /// Calls `f` with each of a blockwise message's `n` codes (4-bit codes low

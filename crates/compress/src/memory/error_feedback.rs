@@ -18,17 +18,23 @@ pub enum ResidualForm {
     LrScaled,
 }
 
-/// The residual memory `e`.
-#[derive(Clone, Debug, Default)]
+/// The residual memory `e`: `acc = β·e + g` (β = `decay`, 1 but for the
+/// pseudo-gradient compressors: SparseLoCo's 0.95, DeMo's 0.999).
+#[derive(Clone, Debug)]
 pub struct ErrorFeedback {
     pub form: ResidualForm,
+    pub decay: f32,
     /// Holds `acc` between `compensate` and `update`, and `e` otherwise.
     residual: Vec<f32>,
 }
 
 impl ErrorFeedback {
     pub fn new(form: ResidualForm) -> Self {
-        Self { form, residual: Vec::new() }
+        Self::with_decay(form, 1.0)
+    }
+
+    pub fn with_decay(form: ResidualForm, decay: f32) -> Self {
+        Self { form, decay, residual: Vec::new() }
     }
 }
 
@@ -42,8 +48,16 @@ impl Memory for ErrorFeedback {
             ResidualForm::Raw => 1.0,
             ResidualForm::LrScaled => lr,
         };
-        for (e, &g) in self.residual.iter_mut().zip(grad) {
-            *e += scale * g;
+        if self.decay == 1.0 {
+            for (e, &g) in self.residual.iter_mut().zip(grad) {
+                *e += scale * g;
+            }
+        } else {
+            // Two roundings, as the references' `e.mul_(β); e.add_(g)`.
+            let decay = self.decay;
+            for (e, &g) in self.residual.iter_mut().zip(grad) {
+                *e = *e * decay + scale * g;
+            }
         }
         &self.residual
     }

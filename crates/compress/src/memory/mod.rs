@@ -35,10 +35,10 @@ pub enum MemoryKind {
 
 impl MemoryKind {
     /// Builds the memory; `Auto` must be resolved first (it builds none).
-    /// `residual` is error feedback's form, `momentum` DGC's factor.
-    pub fn build(self, residual: ResidualForm, momentum: f32) -> Box<dyn Memory> {
+    /// `residual` is error feedback's form and `decay` its β, `momentum` DGC's factor.
+    pub fn build(self, residual: ResidualForm, momentum: f32, decay: f32) -> Box<dyn Memory> {
         match self {
-            MemoryKind::ErrorFeedback => Box::new(ErrorFeedback::new(residual)),
+            MemoryKind::ErrorFeedback => Box::new(ErrorFeedback::with_decay(residual, decay)),
             MemoryKind::DgcMomentum => Box::new(DgcMomentum::new(momentum)),
             MemoryKind::Auto | MemoryKind::None => Box::new(NoMemory),
         }

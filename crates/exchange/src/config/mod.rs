@@ -225,9 +225,10 @@ impl DataParallelConfig {
     /// The topology in effect: the configured one, or the one the
     /// compressor's messages need.
     pub fn topology(&self) -> Topology {
-        self.topology.unwrap_or(match self.combine() {
-            Combine::Gather | Combine::MajorityVote => Topology::Allgather,
-            _ => Topology::Allreduce,
+        self.topology.unwrap_or(if self.combine().per_worker() {
+            Topology::Allgather
+        } else {
+            Topology::Allreduce
         })
     }
 

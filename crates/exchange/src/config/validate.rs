@@ -27,9 +27,7 @@ impl DataParallelConfig {
                 ),
             ));
         }
-        if self.topology() == Topology::Allreduce
-            && matches!(self.combine(), Combine::Gather | Combine::MajorityVote)
-        {
+        if self.topology() == Topology::Allreduce && self.combine().per_worker() {
             return Err(err(
                 "comm.topology",
                 format!(
@@ -206,7 +204,7 @@ mod tests {
         for name in CompressorConfig::NAMES {
             let cfg = DataParallelConfig::new(CompressorConfig::named(name).unwrap());
             cfg.validate().unwrap_or_else(|e| panic!("{name}'s defaults: {e}"));
-            let gathers = matches!(cfg.combine(), Combine::Gather | Combine::MajorityVote);
+            let gathers = cfg.combine().per_worker();
             let agrees = cfg.combine() == Combine::InRounds;
             for topology in [Topology::Allreduce, Topology::Allgather, Topology::ParameterServer] {
                 let refused = (gathers && topology == Topology::Allreduce)

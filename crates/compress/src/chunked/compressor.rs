@@ -1,0 +1,165 @@
+//! [`ChunkedTopK`]: the compressor behind `sparseloco` and `dct-topk`.
+
+use crate::compressor::{Combine, Compressor, UnitContext};
+use crate::message::Message;
+
+use super::dct;
+use super::tiles::Tiles;
+use super::values::{self, ValueCoding};
+
+/// What a chunked compressor is built from (its method's options).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ChunkedOptions {
+    pub name: &'static str,
+    /// Tile side per matrix dimension, and a vector's run ([`Tiles::new`]).
+    pub chunk: usize,
+    pub vector_chunk: usize,
+    /// Entries kept per tile.
+    pub k: usize,
+    /// Whether tiles are sent as their 2-D DCT's coefficients.
+    pub dct: bool,
+    pub values: ValueCoding,
+    /// Whether the aggregate first clips each worker's values to the median norm.
+    pub clip: bool,
+}
+
+/// Chunked top-k with its scratch (no allocation once grown).
+pub struct ChunkedTopK {
+    opts: ChunkedOptions,
+    shape: Vec<usize>,
+    /// `C_h`, `C_wᵀ` of the last tiling's full and edge sides (DCT only).
+    bases: Vec<(usize, Vec<f32>, Vec<f32>)>,
+    tile: Vec<f32>,
+    tmp: Vec<f32>,
+    keys: Vec<u32>,
+    picked: Vec<f32>,
+}
+
+impl ChunkedTopK {
+    /// The compressor of a unit of `shape` (empty: a vector of the input's length).
+    pub fn new(opts: ChunkedOptions, shape: &[usize]) -> Self {
+        let shape = shape.to_vec();
+        ChunkedTopK {
+            opts,
+            shape,
+            bases: Vec::new(),
+            tile: Vec::new(),
+            tmp: Vec::new(),
+            keys: Vec::new(),
+            picked: Vec::new(),
+        }
+    }
+
+    /// The tiling of an input of `len` elements.
+    pub fn tiles(&self, len: usize) -> Tiles {
+        let shape = if self.shape.iter().product::<usize>() == len { &self.shape[..] } else { &[] };
+        Tiles::new(shape, len, self.opts.chunk, self.opts.vector_chunk)
+    }
+
+    /// `(C_n, C_nᵀ)` for side `n`, computed once per side.
+    fn basis(&mut self, n: usize) -> usize {
+        if let Some(i) = self.bases.iter().position(|b| b.0 == n) {
+            return i;
+        }
+        let c = dct::basis(n);
+        self.bases.push((n, c.to_vec(), dct::transposed(&c, n)));
+        self.bases.len() - 1
+    }
+
+    /// Fills `self.tile` with tile (`r0`, `c0`, `h`, `w`) of `input`: its
+    /// values, or its DCT coefficients.
+    fn load_tile(&mut self, input: &[f32], cols: usize, (r0, c0, h, w): (usize, usize, usize, usize)) {
+        self.tile.clear();
+        if !self.opts.dct {
+            for i in 0..h {
+                self.tile.extend_from_slice(&input[(r0 + i) * cols + c0..][..w]);
+            }
+            return;
+        }
+        let (bh, bw) = (self.basis(h), self.basis(w));
+        self.tile.resize(h * w, 0.0);
+        self.tmp.resize(h * w, 0.0);
+        let (ch, cwt) = (&self.bases[bh].1, &self.bases[bw].2);
+        dct::forward(input, cols, (r0, c0, h, w), ch, cwt, &mut self.tmp, &mut self.tile);
+    }
+}
+
+/// Calls `keep(p, v)` for the `k` largest magnitudes of `x` in ascending
+/// position, ties going to the lower positions, exactly `k` of them
+/// (`1 ≤ k ≤ x.len()`) whatever the values (a NaN ranks above infinity).
+/// Magnitudes compare as their f32 bits, which order like the values.
+fn top_k(x: &[f32], k: usize, keys: &mut Vec<u32>, mut keep: impl FnMut(usize, f32)) {
+    if k >= x.len() {
+        x.iter().enumerate().for_each(|(p, &v)| keep(p, v));
+        return;
+    }
+    keys.clear();
+    keys.extend(x.iter().map(|v| v.to_bits() & 0x7fff_ffff));
+    let n = keys.len();
+    let (_, &mut thr, above) = keys.select_nth_unstable(n - k);
+    let mut ties = k - above.iter().filter(|&&a| a > thr).count();
+    for (p, &v) in x.iter().enumerate() {
+        let a = v.to_bits() & 0x7fff_ffff;
+        if a > thr || (a == thr && ties > 0) {
+            if a == thr {
+                ties -= 1;
+            }
+            keep(p, v);
+        }
+    }
+}
+
+impl Compressor for ChunkedTopK {
+    fn name(&self) -> &'static str {
+        self.opts.name
+    }
+
+    fn combine(&self) -> Combine {
+        Combine::SenderMean { clip: self.opts.clip }
+    }
+
+    fn compress(&mut self, input: &[f32], _ctx: &UnitContext, out: &mut Message) {
+        let tiles = self.tiles(input.len());
+        // k beyond a full tile means the whole tile (the message says so).
+        let k = self.opts.k.clamp(1, (tiles.tile_rows * tiles.tile_cols).max(1));
+        let m = out.chunked_mut();
+        m.tiles = tiles;
+        m.k = k as u32;
+        m.dct = self.opts.dct;
+        m.value_bits = self.opts.values.bits();
+        m.positions.clear();
+        m.positions.reserve(tiles.entries(k));
+        self.picked.clear();
+        for t in 0..tiles.count() {
+            let (r0, c0, h, w) = tiles.tile(t);
+            self.load_tile(input, tiles.cols, (r0, c0, h, w));
+            let (positions, picked) = (&mut m.positions, &mut self.picked);
+            top_k(&self.tile, tiles.k_of(t, k), &mut self.keys, |p, v| {
+                positions.push(p as u16);
+                picked.push(v);
+            });
+        }
+        m.codes.clear();
+        m.values.clear();
+        m.codebook.clear();
+        match self.opts.values {
+            ValueCoding::F32 => m.values.extend_from_slice(&self.picked),
+            coding => values::quantize(&self.picked, coding, &mut m.codes, &mut m.codebook),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn top_k_keeps_exactly_k_in_position_order_ties_low() {
+        let mut got = Vec::new();
+        top_k(&[1.0, -3.0, 3.0, 0.5, 3.0, f32::NAN], 3, &mut Vec::new(), |p, _| got.push(p));
+        assert_eq!(got, [1, 2, 5], "NaN ranks highest; of the tied 3s the lower positions");
+        got.clear();
+        top_k(&[2.0; 7], 4, &mut Vec::new(), |p, _| got.push(p));
+        assert_eq!(got, [0, 1, 2, 3]);
+    }
+}

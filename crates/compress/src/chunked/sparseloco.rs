@@ -1,0 +1,93 @@
+//! SparseLoCo (Sarfi et al., arXiv 2508.15706; Templar's `tplr/compress.py`
+//! and `neurons.py` at v2.1.3): per 64×64 tile the 64 largest magnitudes of
+//! the error-compensated pseudo-gradient, positions in 12 bits, values in 2
+//! bits (Templar's statistical quantizer), error feedback decaying by 0.95,
+//! and an aggregate that clips each worker to the median norm and averages
+//! every position over the workers that sent it. Defaults are Templar's
+//! production hyper-parameters (`hparams.json`). ALGORITHMS.md §9.9.
+
+use serde::{Deserialize, Serialize};
+
+use super::compressor::{ChunkedOptions, ChunkedTopK};
+use super::values::ValueCoding;
+use crate::memory::MemoryKind;
+use crate::method::{check, InvalidOption, Method};
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SparseLocoConfig {
+    /// Entries kept per tile (`topk_compression`).
+    pub k: usize,
+    /// Tile side per matrix dimension (`target_chunk`): the largest divisor
+    /// of the dimension up to it ([`chunk_for`](super::tiles::chunk_for)).
+    pub chunk: usize,
+    /// A vector's (or a flattened unit's) run length; Templar chunks a
+    /// vector like a matrix dimension, so its default is `chunk`'s.
+    pub vector_chunk: usize,
+    /// How values travel (`quantization_bins = 4`: 2 bits).
+    pub values: ValueCoding,
+    /// Error feedback's decay β (`momentum_decay`): `e ← β·e + Δ`.
+    pub decay: f32,
+    /// Clip each worker's values to the median of their norms before
+    /// averaging (Templar's `outer_step`).
+    pub clip: bool,
+}
+
+impl Default for SparseLocoConfig {
+    fn default() -> Self {
+        SparseLocoConfig {
+            k: 64,
+            chunk: 64,
+            vector_chunk: 64,
+            values: ValueCoding::Bits2,
+            decay: 0.95,
+            clip: true,
+        }
+    }
+}
+
+/// The options every chunked method checks alike.
+pub(crate) fn check_chunking(
+    k: usize,
+    chunk: usize,
+    vector_chunk: usize,
+    decay: f32,
+) -> Result<(), InvalidOption> {
+    check(k >= 1, "k", || format!("{k} must be at least 1 (entries kept per tile; SparseLoCo keeps 64)"))?;
+    check((1..=256).contains(&chunk), "chunk", || {
+        format!("{chunk} is not in 1..=256 (a tile side; 64 is the references')")
+    })?;
+    check((1..=super::tiles::MAX_TILE).contains(&vector_chunk), "vector_chunk", || {
+        format!("{vector_chunk} is not in 1..=65536 (a vector's run)")
+    })?;
+    check((0.0..=1.0).contains(&decay), "decay", || {
+        format!("{decay} is not in [0, 1] (error feedback's decay)")
+    })
+}
+
+impl Method for SparseLocoConfig {
+    fn validate(&self) -> Result<(), InvalidOption> {
+        check_chunking(self.k, self.chunk, self.vector_chunk, self.decay)?;
+        check(self.values != ValueCoding::Sign, "values", || {
+            "\"sign\" is dct-topk's coding; sparseloco takes \"1bit\", \"2bit\", \"4bit\", \"8bit\" or \"f32\"".into()
+        })
+    }
+    fn default_memory(&self) -> MemoryKind {
+        MemoryKind::ErrorFeedback
+    }
+    fn memory_decay(&self) -> f32 {
+        self.decay
+    }
+    fn build(&self, shape: &[usize]) -> Box<dyn crate::Compressor> {
+        let opts = ChunkedOptions {
+            name: "sparseloco",
+            chunk: self.chunk,
+            vector_chunk: self.vector_chunk,
+            k: self.k,
+            dct: false,
+            values: self.values,
+            clip: self.clip,
+        };
+        Box::new(ChunkedTopK::new(opts, shape))
+    }
+}
