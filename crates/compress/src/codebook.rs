@@ -84,7 +84,7 @@ pub fn nearest_code(v: f32) -> u8 {
 }
 
 /// The value table a blockwise message's codes index: every element is
-/// `table[code] · absmax` of its block (ALGORITHMS.md §9.5, §9.8). Written in
+/// `table[code] · absmax` of its block (ALGORITHMS.md §9.5, §9.7). Written in
 /// the header's flags, so a receiver reads the table from the message.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 #[repr(u8)]

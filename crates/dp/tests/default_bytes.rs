@@ -112,14 +112,33 @@ fn the_newer_compressors_send_exactly_their_formula() {
     let sign: usize = units.iter().map(|d| 12 + 8 + d.div_ceil(8)).sum();
     let natural: usize = units.iter().map(|d| 12 + d).sum();
     let eightbit: usize = units.iter().map(|d| 12 + 4 + 4 * d.div_ceil(4096) + d).sum();
+    let fp4: usize = units.iter().map(|d| 12 + 4 + 4 * d.div_ceil(32) + d.div_ceil(2)).sum();
     // PowerSGD at rank 1: P and Q of both matrices, the biases dense.
     let powersgd = 4 * ((784 + 256) + (256 + 10)) + 4 * (256 + 10);
+    // Chunked top-k: 12 + 24 + 4·2^b + ⌈E·p/8⌉ + ⌈E·b/8⌉ per unit, E = tiles · min(k, tile
+    // size) entries of p-bit positions and b-bit values. Per unit (tiles, tile size, p): the
+    // 784×256 weight in 56×64 tiles (784 = 14·56); the bias of 256 in runs of 64; the 256×10
+    // weight in 64×10 tiles; the bias of 10 in one run.
+    let tiles = [(14 * 4, 56 * 64, 12), (4, 64, 6), (4, 64 * 10, 10), (1, 10, 4)];
+    let chunked = |k: usize, b: usize| -> usize {
+        tiles
+            .iter()
+            .map(|&(n, size, p)| {
+                let e = n * k.min(size);
+                12 + 24 + 4 * (1 << b) + (e * p).div_ceil(8) + (e * b).div_ceil(8)
+            })
+            .sum()
+    };
+    let (sparseloco, dct_topk) = (chunked(64, 2), chunked(32, 1));
     for (name, want) in [
         ("signsgd", sign),
         ("signum", sign),
         ("efsignsgd", sign),
         ("natural", natural),
         ("eightbit", eightbit),
+        ("fp4", fp4),
+        ("sparseloco", sparseloco),
+        ("dct-topk", dct_topk),
         ("powersgd", powersgd),
     ] {
         let cfg = DataParallelConfig::new(CompressorConfig::named(name).unwrap());

@@ -38,11 +38,37 @@ CASES = [
     ("efsignsgd", {}, 0.1, 0.15),
     ("natural", {}, 0.1, 0.05),
     ("eightbit", {}, 0.1, 0.05),
+    ("fp4", {}, 0.1, 0.05),
+    ("sparseloco", {}, 0.1, 0.15),
+    ("dct-topk", {}, 0.1, 0.25),
 ]
 
 
 def k_of(d: Any) -> Any:
     return max(1, math.floor(DENSITY * d))
+
+
+def chunk_for(size: int, target: int = 64) -> int:
+    """A dimension's tile side (ALGORITHMS.md §9.8): its largest divisor up to the target."""
+    if size <= target:
+        return max(size, 1)
+    d = max(d for d in range(1, target + 1) if size % d == 0)
+    return d if 4 * d >= target else target
+
+
+def chunked_bytes(shape: list[int], k: int, bits: int) -> int:
+    """A chunked message's bytes: 12 + 24 + 4·2^b + ⌈E·p/8⌉ + ⌈E·b/8⌉ (ALGORITHMS.md §7)."""
+    d = math.prod(shape)
+    if len(shape) >= 2 and shape[0] > 1:
+        rows, cols = shape[0], d // shape[0]
+        tr, tc = chunk_for(rows), chunk_for(cols)
+    else:
+        rows, cols, tr, tc = 1, d, 1, chunk_for(d)
+    heights = [min(tr, rows - r) for r in range(0, rows, tr)]
+    widths = [min(tc, cols - c) for c in range(0, cols, tc)]
+    entries = sum(min(k, h * w) for h in heights for w in widths)
+    p = max(1, (tr * tc - 1).bit_length())
+    return 12 + 24 + 4 * 2 ** bits + math.ceil(entries * p / 8) + math.ceil(entries * bits / 8)
 
 
 def bytes_formula(name: Any, step: Any) -> Any:
@@ -62,7 +88,11 @@ def bytes_formula(name: Any, step: Any) -> Any:
         "efsignsgd": lambda d: 12 + 8 + math.ceil(d / 8),
         "natural": lambda d: 12 + d,
         "eightbit": lambda d: 12 + 4 + 4 * math.ceil(d / 4096) + d,
+        "fp4": lambda d: 12 + 4 + 4 * math.ceil(d / 32) + math.ceil(d / 2),
     }
+    if name in ("sparseloco", "dct-topk"):
+        k, bits = (64, 2) if name == "sparseloco" else (32, 1)
+        return sum(chunked_bytes(s, k, bits) for s in SHAPES)
     if name == "powersgd":
         if step < POWERSGD_START:
             return sum(4 * d for d in ds)

@@ -81,7 +81,8 @@ def test_compressor_api_errors() -> None:
 # -- the bytes API refuses what it cannot combine (issue #35) ------------------
 
 SINGLE_MESSAGE = ["dense", "fp16", "terngrad", "qsgd", "onebit", "topk", "gaussiank", "dgck", "trimmedk",
-                  "randk", "threshold", "signsgd", "signum", "efsignsgd", "natural", "eightbit"]
+                  "randk", "threshold", "signsgd", "signum", "efsignsgd", "natural", "eightbit", "fp4",
+                  "sparseloco", "dct-topk"]
 
 
 def test_messages_of_another_compressor_are_refused() -> None:

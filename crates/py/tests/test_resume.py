@@ -12,6 +12,8 @@ CASES = [
     ("signum", {}),
     ("randk", {"density": 0.05}),
     ("eightbit", {}),
+    ("sparseloco", {}),
+    ("dct-topk", {}),
 ]
 
 

@@ -3,7 +3,7 @@
 //! gradient, its 32 largest coefficients sent (as signs with their two
 //! means by default, or 8-bit or f32 values) and removed from the memory,
 //! which decays by 0.999; the aggregate averages every coefficient over the
-//! workers that sent it and decodes by the inverse DCT. ALGORITHMS.md §9.10.
+//! workers that sent it and decodes by the inverse DCT. ALGORITHMS.md §9.9.
 
 use serde::{Deserialize, Serialize};
 

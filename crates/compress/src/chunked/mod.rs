@@ -6,7 +6,7 @@
 //! small codebook ([`values`]). Error feedback with a decay carries what was
 //! not sent; workers' messages are averaged per position over the workers
 //! that sent it ([`Combine::SenderMean`](crate::Combine::SenderMean)), as
-//! both references aggregate. ALGORITHMS.md §9.9–9.10.
+//! both references aggregate. ALGORITHMS.md §9.8–9.9.
 
 pub mod compressor;
 pub mod dct;

@@ -4,7 +4,7 @@
 //! bits (Templar's statistical quantizer), error feedback decaying by 0.95,
 //! and an aggregate that clips each worker to the median norm and averages
 //! every position over the workers that sent it. Defaults are Templar's
-//! production hyper-parameters (`hparams.json`). ALGORITHMS.md §9.9.
+//! production hyper-parameters (`hparams.json`). ALGORITHMS.md §9.8.
 
 use serde::{Deserialize, Serialize};
 

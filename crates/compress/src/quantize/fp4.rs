@@ -1,4 +1,4 @@
-//! 4-bit floats with one scale per block (ALGORITHMS.md §9.8): each element
+//! 4-bit floats with one scale per block (ALGORITHMS.md §9.7): each element
 //! divided by its block's largest magnitude and rounded to a 4-bit float,
 //! two codes per byte. Streaming DiLoCo (Douillard et al., 2025) sends its
 //! outer gradients in 4 bits (E3M0, its format) with no loss of quality;
