@@ -138,13 +138,23 @@ impl BlockCodebook {
         }
     }
 
-    /// The code nearest to `v` (in [−1, 1]); a tie between two values takes
-    /// the lower one (bitsandbytes' rule for the dynamic type).
+    /// The code nearest to `v` (in [−1, 1]): the number of midpoints
+    /// between neighbouring values below `v`, so a value on a midpoint takes
+    /// the lower one (bitsandbytes' rule for the dynamic type), mapped to
+    /// its code. The device kernels search the same midpoints.
     pub fn nearest(self, v: f32) -> u8 {
+        let (midpoints, codes) = self.search();
+        let i = midpoints.partition_point(|&b| b < v);
+        codes.map_or(i as u8, |c| c[i])
+    }
+
+    /// The midpoints between the ascending values, and the code of each
+    /// ascending value (`None`: the codes ascend, as the dynamic type's).
+    pub fn search(self) -> (&'static [f32], Option<&'static [u8]>) {
         match self {
-            Self::Dynamic => nearest_code(v),
-            Self::E2m1 => fp4_tables()[0].nearest(v),
-            Self::E3m0 => fp4_tables()[1].nearest(v),
+            Self::Dynamic => (dynamic_midpoints(), None),
+            Self::E2m1 => (&fp4_tables()[0].midpoints, Some(&fp4_tables()[0].codes)),
+            Self::E3m0 => (&fp4_tables()[1].midpoints, Some(&fp4_tables()[1].codes)),
         }
     }
 
@@ -164,11 +174,13 @@ impl BlockCodebook {
 pub const FP4_NEGATIVE_ZERO: u8 = 0b1000;
 
 /// A 4-bit float table: values by code (sign in bit 3, magnitude index in
-/// bits 0..3), and the 15 distinct values ascending with their codes.
+/// bits 0..3), and the 15 distinct values ascending with their codes and
+/// the 14 midpoints between them, `(a[i] + a[i+1])/2` in f32.
 pub struct Fp4Table {
     by_code: [f32; 16],
     ascending: [f32; 15],
     codes: [u8; 15],
+    midpoints: [f32; 14],
 }
 
 impl Fp4Table {
@@ -191,19 +203,13 @@ impl Fp4Table {
             ascending[7 + i] = by_code[i];
             codes[7 + i] = i as u8;
         }
-        Fp4Table { by_code, ascending, codes }
+        let midpoints = std::array::from_fn(|i| (ascending[i] + ascending[i + 1]) / 2.0);
+        Fp4Table { by_code, ascending, codes, midpoints }
     }
 
     /// Index into `ascending` of the last value ≤ `v` (0 below the first).
     fn floor(&self, v: f32) -> usize {
         self.ascending.partition_point(|&a| a <= v).saturating_sub(1).min(13)
-    }
-
-    fn nearest(&self, v: f32) -> u8 {
-        let i = self.floor(v);
-        let (lo, hi) = (self.ascending[i], self.ascending[i + 1]);
-        // Above the midpoint goes up; on it, down (a tie takes the lower value).
-        self.codes[if v - lo > hi - v { i + 1 } else { i }]
     }
 
     fn stochastic(&self, v: f32, u: f32) -> u8 {

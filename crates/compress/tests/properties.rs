@@ -268,7 +268,8 @@ proptest! {
                 let s = if absmax > 0.0 { (v * (1.0 / absmax)).clamp(-1.0, 1.0) } else { 0.0 };
                 let q = m.codes[b * block + j] as usize;
                 let best = (0..16).filter(|&c| c != 8).map(|c| (table[c] - s).abs()).fold(f32::MAX, f32::min);
-                prop_assert!((table[q] - s).abs() <= best, "{} → {}", s, table[q]);
+                // Nearest up to the rounding of a midpoint (an f32 ulp at 1).
+                prop_assert!((table[q] - s).abs() <= best + 6e-8, "{} → {}", s, table[q]);
                 prop_assert!((table[q] * absmax - v).abs() <= (widest / 2.0 + 1e-6) * absmax);
             }
         }
