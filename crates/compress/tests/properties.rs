@@ -270,6 +270,7 @@ proptest! {
                 let best = (0..16).filter(|&c| c != 8).map(|c| (table[c] - s).abs()).fold(f32::MAX, f32::min);
                 // Nearest up to the rounding of a midpoint (an f32 ulp at 1).
                 prop_assert!((table[q] - s).abs() <= best + 6e-8, "{} → {}", s, table[q]);
+                prop_assert_eq!(m.codes[b * block + j], m.codebook.nearest(s), "the run's count is the search's");
                 prop_assert!((table[q] * absmax - v).abs() <= (widest / 2.0 + 1e-6) * absmax);
             }
         }

@@ -63,6 +63,11 @@ impl Compressor for Blockwise {
             let (pre, inv) = if absmax > 0.0 { super::ratio_factors(1.0, absmax) } else { (1.0, 0.0) };
             let unit = |x: f32| ((x * pre) * inv).clamp(-1.0, 1.0);
             match self.rounding {
+                Rounding::Nearest if self.codebook.bits() == 4 => {
+                    let (midpoints, codes) = self.codebook.search();
+                    let codes = codes.expect("a 4-bit table maps its ascending values to codes");
+                    nearest_by_count(chunk, (pre, inv), midpoints, codes, &mut m.codes);
+                }
                 Rounding::Nearest => m.codes.extend(chunk.iter().map(|&x| self.codebook.nearest(unit(x)))),
                 Rounding::Stochastic => m.codes.extend(chunk.iter().map(|&x| {
                     // 24 uniform bits: u in [0, 1).
@@ -73,3 +78,29 @@ impl Compressor for Blockwise {
         }
     }
 }
+
+crate::multiversion! {
+    /// Appends to `out` the code of each x·pre·inv (clamped to [−1, 1]) that
+    /// `BlockCodebook::nearest` gives, for a short table: the number of
+    /// `midpoints` below it, counted by a comparison per midpoint over a run
+    /// of elements (a loop the compiler vectorizes, where a binary search per
+    /// element branches), mapped through `codes`.
+    fn nearest_by_count(chunk: &[f32], factors: (f32, f32), midpoints: &[f32], codes: &[u8], out: &mut Vec<u8>) {
+        const RUN: usize = 64;
+        let (pre, inv) = factors;
+        for run in chunk.chunks(RUN) {
+            let mut v = [0.0f32; RUN];
+            for (v, &x) in v.iter_mut().zip(run) {
+                *v = ((x * pre) * inv).clamp(-1.0, 1.0);
+            }
+            let mut count = [0u8; RUN];
+            for &b in midpoints {
+                for (c, &v) in count.iter_mut().zip(&v) {
+                    *c += u8::from(v > b);
+                }
+            }
+            out.extend(count[..run.len()].iter().map(|&c| codes[usize::from(c)]));
+        }
+    }
+}
+
