@@ -131,9 +131,9 @@ impl DeviceUnits {
             .units
             .iter()
             .map(|u| match (u.has_memory, recipe.memory_kind()) {
-                (true, MemoryKind::ErrorFeedback) => {
-                    DeviceMemory::ErrorFeedback(DeviceErrorFeedback::new(recipe.residual))
-                }
+                (true, MemoryKind::ErrorFeedback) => DeviceMemory::ErrorFeedback(
+                    DeviceErrorFeedback::with_decay(recipe.residual, recipe.decay),
+                ),
                 (true, MemoryKind::DgcMomentum) => {
                     DeviceMemory::DgcMomentum(DeviceDgcMomentum::new(recipe.momentum))
                 }

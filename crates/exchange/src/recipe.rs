@@ -2,6 +2,7 @@
 //! compressor's configuration, or a compressor of the user's own.
 
 use gradcomp_compress::memory::{Memory, MemoryKind, ResidualForm};
+use gradcomp_compress::method::Method;
 use gradcomp_compress::{Combine, Compressor};
 
 use crate::config::DataParallelConfig;
@@ -16,6 +17,8 @@ pub(crate) struct Recipe {
     pub residual: ResidualForm,
     /// DGC momentum's factor.
     pub momentum: f32,
+    /// Error feedback's decay β (a built-in method's; 1 for a user's compressor).
+    pub decay: f32,
     /// How the compressor's messages combine across workers.
     pub combine: Combine,
 }
@@ -28,6 +31,10 @@ impl Recipe {
             requested: c.memory,
             residual: c.residual,
             momentum: c.dgc_momentum,
+            decay: match &cfg.compressor {
+                CompressorSpec::Builtin(b) => b.method().memory_decay(),
+                CompressorSpec::Custom(_) => 1.0,
+            },
             combine: cfg.combine(),
         }
     }

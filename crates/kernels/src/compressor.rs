@@ -3,6 +3,8 @@
 //! benchmark holds a [`DeviceCompressor`] per unit and calls `compress` on a
 //! gradient in device memory, whatever the method.
 
+use gradcomp_compress::codebook::BlockCodebook;
+use gradcomp_compress::quantize::Rounding;
 use gradcomp_compress::{CompressorConfig, Message, ReduceOp, StateError, UnitContext};
 
 use crate::buffer::{DeviceF32, KernelError};
@@ -11,7 +13,7 @@ use crate::onebit::SignValues;
 use crate::qsgd::DeviceQsgd;
 use crate::signum::DeviceSignum;
 use crate::terngrad::DeviceTernGrad;
-use crate::{eightbit, fp16, natural, onebit, select, Client};
+use crate::{blockwise, chunked, fp16, natural, onebit, select, Client};
 
 /// A compressor whose every pass runs on the device: one per unit, as the
 /// CPU's `Compressor`, since some keep state of their own across steps.
@@ -24,6 +26,8 @@ pub struct DeviceCompressor {
     signum: Option<DeviceSignum>,
     /// The agreed scalar of the last round (TernGrad's shared scaler).
     shared: Option<f32>,
+    /// The unit's shape (SparseLoCo's tiles).
+    shape: Vec<usize>,
     /// The CPU compressor's agreement rounds for this unit.
     rounds: usize,
 }
@@ -35,7 +39,9 @@ pub fn has_device_form(config: &CompressorConfig) -> bool {
         C::Gaussiank(c) => !c.refine,
         C::Dense(_) | C::Fp16(_) | C::Terngrad(_) | C::Qsgd(_) | C::Onebit(_) | C::Signsgd(_) => true,
         C::Efsignsgd(_) | C::Signum(_) | C::Natural(_) | C::Eightbit(_) | C::Topk(_) => true,
-        C::Dgck(_) | C::Randk(_) | C::Threshold(_) | C::Powersgd(_) => true,
+        C::Dgck(_) | C::Randk(_) | C::Threshold(_) | C::Powersgd(_) | C::Sparseloco(_) => true,
+        // Stochastic fp4 draws from the CPU's sequential stream, which a kernel cannot follow.
+        C::Fp4(c) => c.rounding == Rounding::Nearest,
         _ => false,
     }
 }
@@ -59,7 +65,7 @@ impl DeviceCompressor {
             _ => None,
         };
         let rounds = config.build_for(shape).rounds();
-        Ok(Self { config: config.clone(), lowrank, signum, shared: None, rounds })
+        Ok(Self { config: config.clone(), lowrank, signum, shared: None, shape: shape.to_vec(), rounds })
     }
 
     /// Agreement rounds before `compress`: the CPU compressor's own
@@ -157,7 +163,11 @@ impl DeviceCompressor {
                 self.signum.as_mut().expect("built with its momentum").compress(client, g, out)
             }
             CompressorConfig::Natural(_) => natural::compress(client, g, &ctx.key, out),
-            CompressorConfig::Eightbit(c) => eightbit::compress(client, g, c, out),
+            CompressorConfig::Eightbit(c) => {
+                blockwise::compress(client, g, BlockCodebook::Dynamic, c.block, out)
+            }
+            CompressorConfig::Fp4(c) => blockwise::compress(client, g, c.codebook(), c.block, out),
+            CompressorConfig::Sparseloco(c) => chunked::compress(client, g, &self.shape, &c.options(), out),
             CompressorConfig::Topk(c) => select::top_k(client, g, c.density, c.wire, out),
             CompressorConfig::Gaussiank(c) => select::gaussian_k(client, g, c.density, c.wire, out),
             CompressorConfig::Dgck(c) => select::dgc_k(client, g, c, ctx, out),

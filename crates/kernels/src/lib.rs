@@ -18,7 +18,8 @@
 //!   the CPU's order), signSGD's ±1, EF-SignSGD's ±‖g‖₁/d.
 //! - [`signum`]: Signum's momentum in device memory, then its signs.
 //! - [`natural`]: natural compression's stochastic powers of two, a byte each.
-//! - [`eightbit`]: 8-bit dynamic quantization, block maxima then codes.
+//! - [`blockwise`]: 8-bit dynamic quantization and fp4, block maxima then codes.
+//! - [`chunked`]: SparseLoCo's per-tile top-k (the host codes the kept values).
 //! - [`select`]: exact Top-k by radix select and the ordered compaction that
 //!   every threshold sparsifier shares (Gaussian-k, DGC-k, threshold), and
 //!   Rand-k's gather.
@@ -38,10 +39,11 @@
 #![allow(clippy::needless_range_loop)]
 
 pub mod aggregate;
+pub mod blockwise;
 pub mod buffer;
+pub mod chunked;
 pub mod compressor;
 pub mod device;
-pub mod eightbit;
 pub mod elementwise;
 pub mod fp16;
 mod hash;

@@ -24,6 +24,19 @@ fn add_scaled(acc: &mut [f32], g: &[f32], scale: f32) {
     }
 }
 
+/// `acc = acc·decay + scale·g`, the decayed product rounded first (the CPU's
+/// two roundings).
+#[cube(launch)]
+fn decay_add_scaled(acc: &mut [f32], g: &[f32], decay: f32, scale: f32) {
+    let stride = CUBE_COUNT * CUBE_DIM as usize;
+    let mut i = ABSOLUTE_POS;
+    while i < acc.len() {
+        let kept = acc[i] * decay;
+        acc[i] = kept + scale * g[i];
+        i += stride;
+    }
+}
+
 /// `acc[i] −= v` for each sent pair, and `mask[i] = 0` when `clear_mask`.
 #[cube(launch)]
 fn subtract_at(
@@ -123,15 +136,21 @@ fn remove_sent(
 /// The residual `e` of one compression unit, on the device.
 pub struct DeviceErrorFeedback {
     form: ResidualForm,
+    /// β of `e ← β·e + s·g` (the CPU's `ErrorFeedback::decay`).
+    decay: f32,
     residual: Option<DeviceF32>,
 }
 
 impl DeviceErrorFeedback {
     pub fn new(form: ResidualForm) -> Self {
-        Self { form, residual: None }
+        Self::with_decay(form, 1.0)
     }
 
-    /// `e += s·g` (`s` = 1, or the learning rate for the lr-scaled form);
+    pub fn with_decay(form: ResidualForm, decay: f32) -> Self {
+        Self { form, decay, residual: None }
+    }
+
+    /// `e = β·e + s·g` (`s` = 1, or the learning rate for the lr-scaled form);
     /// returns `e`, the vector to compress. The residual starts at zero and is
     /// reset when the unit's length changes.
     pub fn compensate(&mut self, client: &Client, g: &DeviceF32, lr: f32) -> &DeviceF32 {
@@ -145,7 +164,11 @@ impl DeviceErrorFeedback {
         };
         if g.len > 0 {
             let (cubes, dim) = grid(g.len, 1);
-            add_scaled::launch(client, cubes, dim, e.arg(), g.arg(), scale);
+            if self.decay == 1.0 {
+                add_scaled::launch(client, cubes, dim, e.arg(), g.arg(), scale);
+            } else {
+                decay_add_scaled::launch(client, cubes, dim, e.arg(), g.arg(), self.decay, scale);
+            }
         }
         e
     }

@@ -1,7 +1,7 @@
 //! [`ChunkedTopK`]: the compressor behind `sparseloco` and `dct-topk`.
 
 use crate::compressor::{Combine, Compressor, UnitContext};
-use crate::message::Message;
+use crate::message::{ChunkedMessage, Message};
 
 use super::dct;
 use super::tiles::Tiles;
@@ -52,8 +52,7 @@ impl ChunkedTopK {
 
     /// The tiling of an input of `len` elements.
     pub fn tiles(&self, len: usize) -> Tiles {
-        let shape = if self.shape.iter().product::<usize>() == len { &self.shape[..] } else { &[] };
-        Tiles::new(shape, len, self.opts.chunk, self.opts.vector_chunk)
+        tiles_for(&self.shape, len, &self.opts)
     }
 
     /// `(C_n, C_nᵀ)` for side `n`, computed once per side.
@@ -81,6 +80,42 @@ impl ChunkedTopK {
         self.tmp.resize(h * w, 0.0);
         let (ch, cwt) = (&self.bases[bh].1, &self.bases[bw].2);
         dct::forward(input, cols, (r0, c0, h, w), ch, cwt, &mut self.tmp, &mut self.tile);
+    }
+}
+
+/// The tiling of a unit of `shape` (ignored unless it holds `len` elements)
+/// under `opts`.
+pub fn tiles_for(shape: &[usize], len: usize, opts: &ChunkedOptions) -> Tiles {
+    let shape = if shape.iter().product::<usize>() == len { shape } else { &[] };
+    Tiles::new(shape, len, opts.chunk, opts.vector_chunk)
+}
+
+/// Starts `out` as a chunked message of `tiles` under `opts`: its header
+/// fields set, its entries cleared; returns it and the k per tile (the
+/// option, at most a full tile: beyond one, the whole tile).
+pub fn start_message<'a>(
+    out: &'a mut Message,
+    tiles: Tiles,
+    opts: &ChunkedOptions,
+) -> (&'a mut ChunkedMessage, usize) {
+    let k = opts.k.clamp(1, (tiles.tile_rows * tiles.tile_cols).max(1));
+    let m = out.chunked_mut();
+    m.tiles = tiles;
+    m.k = k as u32;
+    m.dct = opts.dct;
+    m.value_bits = opts.values.bits();
+    m.positions.clear();
+    m.codes.clear();
+    m.values.clear();
+    m.codebook.clear();
+    (m, k)
+}
+
+/// Writes the kept values `picked` (in entry order) into `m` as `coding` sends them.
+pub fn finish_values(m: &mut ChunkedMessage, coding: ValueCoding, picked: &[f32]) {
+    match coding {
+        ValueCoding::F32 => m.values.extend_from_slice(picked),
+        coding => values::quantize(picked, coding, &mut m.codes, &mut m.codebook),
     }
 }
 
@@ -120,14 +155,7 @@ impl Compressor for ChunkedTopK {
 
     fn compress(&mut self, input: &[f32], _ctx: &UnitContext, out: &mut Message) {
         let tiles = self.tiles(input.len());
-        // k beyond a full tile means the whole tile (the message says so).
-        let k = self.opts.k.clamp(1, (tiles.tile_rows * tiles.tile_cols).max(1));
-        let m = out.chunked_mut();
-        m.tiles = tiles;
-        m.k = k as u32;
-        m.dct = self.opts.dct;
-        m.value_bits = self.opts.values.bits();
-        m.positions.clear();
+        let (m, k) = start_message(out, tiles, &self.opts);
         m.positions.reserve(tiles.entries(k));
         self.picked.clear();
         for t in 0..tiles.count() {
@@ -139,13 +167,7 @@ impl Compressor for ChunkedTopK {
                 picked.push(v);
             });
         }
-        m.codes.clear();
-        m.values.clear();
-        m.codebook.clear();
-        match self.opts.values {
-            ValueCoding::F32 => m.values.extend_from_slice(&self.picked),
-            coding => values::quantize(&self.picked, coding, &mut m.codes, &mut m.codebook),
-        }
+        finish_values(m, self.opts.values, &self.picked);
     }
 }
 

@@ -33,6 +33,21 @@ impl Default for DctTopKConfig {
     }
 }
 
+impl DctTopKConfig {
+    /// The chunked compressor's options these stand for.
+    pub fn options(&self) -> ChunkedOptions {
+        ChunkedOptions {
+            name: "dct-topk",
+            chunk: self.chunk,
+            vector_chunk: self.vector_chunk,
+            k: self.k,
+            dct: true,
+            values: self.values,
+            clip: false,
+        }
+    }
+}
+
 impl Method for DctTopKConfig {
     fn validate(&self) -> Result<(), InvalidOption> {
         check_chunking(self.k, self.chunk, self.vector_chunk, self.decay)
@@ -44,15 +59,6 @@ impl Method for DctTopKConfig {
         self.decay
     }
     fn build(&self, shape: &[usize]) -> Box<dyn crate::Compressor> {
-        let opts = ChunkedOptions {
-            name: "dct-topk",
-            chunk: self.chunk,
-            vector_chunk: self.vector_chunk,
-            k: self.k,
-            dct: true,
-            values: self.values,
-            clip: false,
-        };
-        Box::new(ChunkedTopK::new(opts, shape))
+        Box::new(ChunkedTopK::new(self.options(), shape))
     }
 }

@@ -65,6 +65,21 @@ pub(crate) fn check_chunking(
     })
 }
 
+impl SparseLocoConfig {
+    /// The chunked compressor's options these stand for.
+    pub fn options(&self) -> ChunkedOptions {
+        ChunkedOptions {
+            name: "sparseloco",
+            chunk: self.chunk,
+            vector_chunk: self.vector_chunk,
+            k: self.k,
+            dct: false,
+            values: self.values,
+            clip: self.clip,
+        }
+    }
+}
+
 impl Method for SparseLocoConfig {
     fn validate(&self) -> Result<(), InvalidOption> {
         check_chunking(self.k, self.chunk, self.vector_chunk, self.decay)?;
@@ -79,15 +94,6 @@ impl Method for SparseLocoConfig {
         self.decay
     }
     fn build(&self, shape: &[usize]) -> Box<dyn crate::Compressor> {
-        let opts = ChunkedOptions {
-            name: "sparseloco",
-            chunk: self.chunk,
-            vector_chunk: self.vector_chunk,
-            k: self.k,
-            dct: false,
-            values: self.values,
-            clip: self.clip,
-        };
-        Box::new(ChunkedTopK::new(opts, shape))
+        Box::new(ChunkedTopK::new(self.options(), shape))
     }
 }

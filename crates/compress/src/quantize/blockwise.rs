@@ -103,4 +103,3 @@ crate::multiversion! {
         }
     }
 }
-

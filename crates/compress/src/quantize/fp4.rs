@@ -40,7 +40,8 @@ impl Default for Fp4Config {
 }
 
 impl Fp4Config {
-    fn codebook(&self) -> BlockCodebook {
+    /// The table of this format.
+    pub fn codebook(&self) -> BlockCodebook {
         match self.format {
             Fp4Format::E3m0 => BlockCodebook::E3m0,
             Fp4Format::E2m1 => BlockCodebook::E2m1,

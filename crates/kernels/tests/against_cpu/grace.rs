@@ -3,10 +3,12 @@
 //! compression in distribution.
 
 use gradcomp_compress::codebook::natural_value;
+use gradcomp_compress::codebook::BlockCodebook;
 use gradcomp_compress::quantize::eightbit::EightBitConfig;
 use gradcomp_compress::quantize::signum::SignumConfig;
+use gradcomp_compress::quantize::{Fp4Config, Fp4Format};
 use gradcomp_kernels::signum::DeviceSignum;
-use gradcomp_kernels::{eightbit, natural};
+use gradcomp_kernels::{blockwise, natural};
 
 use super::*;
 
@@ -70,9 +72,31 @@ fn eightbit_is_bit_identical_to_the_cpu() {
             let cfg = EightBitConfig { block };
             let cpu = cpu_message(&CompressorConfig::Eightbit(cfg.clone()), &g, &UnitContext::default());
             let mut dev = Message::default();
-            eightbit::compress(client(), &x, &cfg, &mut dev).unwrap();
+            blockwise::compress(client(), &x, BlockCodebook::Dynamic, block, &mut dev).unwrap();
             assert_eq!(dev, cpu, "n {n} block {block}");
             assert_eq!(wire(&dev), wire(&cpu));
+        }
+    }
+}
+
+#[test]
+fn fp4_is_bit_identical_to_the_cpu() {
+    for (n, seed) in SIZES {
+        let mut g = awkward(n, seed);
+        if n > 200 {
+            g[64..128].fill(0.0);
+            g[128..192].iter_mut().for_each(|v| *v *= 1e-40);
+        }
+        let x = DeviceF32::upload(client(), &g);
+        for format in [Fp4Format::E3m0, Fp4Format::E2m1] {
+            for block in [1usize, 32, 4096] {
+                let cfg = Fp4Config { block, format, ..Default::default() };
+                let cpu = cpu_message(&CompressorConfig::Fp4(cfg.clone()), &g, &UnitContext::default());
+                let mut dev = Message::default();
+                blockwise::compress(client(), &x, cfg.codebook(), block, &mut dev).unwrap();
+                assert_eq!(dev, cpu, "n {n} {format:?} block {block}");
+                assert_eq!(wire(&dev), wire(&cpu));
+            }
         }
     }
 }

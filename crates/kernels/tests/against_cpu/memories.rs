@@ -104,3 +104,36 @@ fn scaling_on_the_device_is_the_cpus_product_and_leaves_its_input() {
         .unwrap()
         .is_empty());
 }
+
+/// SparseLoCo's decaying error feedback on the device (`e ← 0.95·e + g`)
+/// tracks the CPU's memory and messages over several steps.
+#[test]
+fn decaying_error_feedback_on_the_device_tracks_the_cpu_bit_for_bit() {
+    use gradcomp_compress::chunked::SparseLocoConfig;
+    use gradcomp_compress::memory::{ErrorFeedback, Memory, ResidualForm};
+    use gradcomp_kernels::chunked;
+    use gradcomp_kernels::memory::DeviceErrorFeedback;
+    let shape = [130, 70];
+    let cfg = SparseLocoConfig::default();
+    let mut cpu_ef = ErrorFeedback::with_decay(ResidualForm::Raw, cfg.decay);
+    let mut dev_ef = DeviceErrorFeedback::with_decay(ResidualForm::Raw, cfg.decay);
+    let mut cpu_c = CompressorConfig::Sparseloco(cfg.clone()).build_for(&shape);
+    for step in 0..4u64 {
+        let g = gaussian(130 * 70, 60 + step);
+        let acc = cpu_ef.compensate(&g, 0.1).to_vec();
+        let mut cpu = Message::default();
+        cpu_c.compress(&acc, &UnitContext::default(), &mut cpu);
+        cpu_ef.update(&cpu);
+        let dev_acc = dev_ef.compensate(client(), &DeviceF32::upload(client(), &g), 0.1).clone();
+        assert_eq!(dev_acc.read(client()).unwrap(), acc, "step {step}: compensated");
+        let mut dev = Message::default();
+        chunked::compress(client(), &dev_acc, &shape, &cfg.options(), &mut dev).unwrap();
+        assert_eq!(dev, cpu, "step {step}: message");
+        dev_ef.update(client(), &dev).unwrap();
+        let e = dev_ef.residual().unwrap().read(client()).unwrap();
+        assert!(
+            e.iter().zip(cpu_ef.residual()).all(|(a, b)| a.to_bits() == b.to_bits()),
+            "step {step}: residual"
+        );
+    }
+}

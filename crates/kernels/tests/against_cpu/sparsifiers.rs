@@ -93,3 +93,36 @@ fn dgc_k_is_identical_to_the_cpu() {
         }
     }
 }
+
+/// SparseLoCo's per-tile selection on the device gives the CPU's message
+/// bit for bit: tiles by the divisor rule (70×13 in 35×13), a prime side's
+/// shorter last tile (67 rows), a vector's runs, ties at the threshold (values
+/// rounded to halves), k beyond a small tile, every value coding.
+#[test]
+fn sparseloco_is_bit_identical_to_the_cpu() {
+    use gradcomp_compress::chunked::{SparseLocoConfig, ValueCoding};
+    use gradcomp_kernels::chunked;
+    let shapes: [&[usize]; 4] = [&[70, 13], &[67, 130], &[4099], &[256, 512]];
+    for (s, shape) in shapes.iter().enumerate() {
+        let n: usize = shape.iter().product();
+        for ties in [false, true] {
+            let mut g = gaussian(n, 90 + s as u64);
+            if ties {
+                g.iter_mut().for_each(|v| *v = (*v * 2.0).round() / 2.0);
+            }
+            let x = DeviceF32::upload(client(), &g);
+            for (k, values) in [(64, ValueCoding::Bits2), (6, ValueCoding::F32), (500, ValueCoding::Bits8)] {
+                let cfg = SparseLocoConfig { k, values, vector_chunk: 1024, ..Default::default() };
+                let mut cpu = Message::default();
+                CompressorConfig::Sparseloco(cfg.clone()).build_for(shape).compress(
+                    &g,
+                    &UnitContext::default(),
+                    &mut cpu,
+                );
+                let mut dev = Message::default();
+                chunked::compress(client(), &x, shape, &cfg.options(), &mut dev).unwrap();
+                assert_eq!(dev, cpu, "{shape:?} ties {ties} k {k}");
+            }
+        }
+    }
+}

@@ -1,13 +1,14 @@
-//! 8-bit quantization on the device (ALGORITHMS.md §9.5): a cube per block
-//! finds its largest magnitude, the host turns each into the CPU's scale
-//! factors (`ratio_factors`, finite for a subnormal maximum), and one pass
-//! rounds every element to its nearest codebook value by binary search, four
-//! codes to a word. Every operation is the CPU's, so the messages are
-//! identical bit for bit.
+//! Blockwise quantization on the device, 8-bit (ALGORITHMS.md §9.5) and fp4
+//! with nearest rounding (§9.7): a cube per block finds its largest
+//! magnitude, the host turns each into the CPU's scale factors
+//! (`ratio_factors`, finite for a subnormal maximum), and one pass rounds
+//! every element to its nearest table value by binary search over the
+//! table's midpoints, mapped to its code, one code a byte, four to a word.
+//! Every operation is the CPU's (`BlockCodebook::nearest`), so the messages
+//! are identical bit for bit.
 
 use cubecl::prelude::*;
-use gradcomp_compress::codebook::dynamic_midpoints;
-use gradcomp_compress::quantize::eightbit::EightBitConfig;
+use gradcomp_compress::codebook::BlockCodebook;
 use gradcomp_compress::quantize::ratio_factors;
 use gradcomp_compress::Message;
 
@@ -39,12 +40,12 @@ fn block_max(x: &[f32], maxes: &mut [f32], block: u32) {
     }
 }
 
-/// The code nearest to `v`: the number of codebook midpoints below it (the
-/// CPU's `nearest_code`, by binary search over the 255 midpoints).
+/// The number of `midpoints` below `v`, by binary search (the CPU's
+/// `partition_point`).
 #[cube]
 fn nearest(midpoints: &[f32], v: f32) -> u32 {
     let mut first = 0u32;
-    let mut count = 255u32;
+    let mut count = midpoints.len() as u32;
     while count > 0u32 {
         let step = count / 2u32;
         let it = first + step;
@@ -59,8 +60,17 @@ fn nearest(midpoints: &[f32], v: f32) -> u32 {
 }
 
 /// Word `w` holds the codes of elements `4w..4w+4`, element `i` in byte `i mod 4`.
+/// `codes[i]` is the code of the i-th ascending table value.
 #[cube(launch)]
-fn pack_codes(x: &[f32], pre: &[f32], inv: &[f32], midpoints: &[f32], words: &mut [u32], block: u32) {
+fn pack_codes(
+    x: &[f32],
+    pre: &[f32],
+    inv: &[f32],
+    midpoints: &[f32],
+    codes: &[u32],
+    words: &mut [u32],
+    block: u32,
+) {
     let n = x.len();
     let stride = CUBE_COUNT * CUBE_DIM as usize;
     let mut w = ABSOLUTE_POS;
@@ -72,7 +82,7 @@ fn pack_codes(x: &[f32], pre: &[f32], inv: &[f32], midpoints: &[f32], words: &mu
             if i < n {
                 let b = i / block as usize;
                 let v = f32::clamp((x[i] * pre[b]) * inv[b], -1.0f32, 1.0f32);
-                word |= nearest(midpoints, v) << (8u32 * j);
+                word |= codes[nearest(midpoints, v) as usize] << (8u32 * j);
             }
         }
         words[w] = word;
@@ -80,16 +90,18 @@ fn pack_codes(x: &[f32], pre: &[f32], inv: &[f32], midpoints: &[f32], words: &mu
     }
 }
 
-/// [`Message::Blockwise`] for `g` with the CPU compressor's options.
+/// [`Message::Blockwise`] for `g` in blocks of `block` with `codebook`,
+/// rounded to nearest: the CPU's message for the same options.
 pub fn compress(
     client: &Client,
     g: &DeviceF32,
-    cfg: &EightBitConfig,
+    codebook: BlockCodebook,
+    block: usize,
     out: &mut Message,
 ) -> Result<(), KernelError> {
-    let block = cfg.block.clamp(1, u32::MAX as usize);
+    let block = block.clamp(1, u32::MAX as usize);
     let m = out.blockwise_mut();
-    m.codebook = gradcomp_compress::codebook::BlockCodebook::Dynamic;
+    m.codebook = codebook;
     m.block = block as u32;
     m.absmax.clear();
     m.codes.clear();
@@ -104,7 +116,14 @@ pub fn compress(
     let (pre, inv): (Vec<f32>, Vec<f32>) =
         m.absmax.iter().map(|&a| if a > 0.0 { ratio_factors(1.0, a) } else { (1.0, 0.0) }).unzip();
     let (pre, inv) = (DeviceF32::upload(client, &pre), DeviceF32::upload(client, &inv));
-    let midpoints = DeviceF32::upload(client, dynamic_midpoints());
+    let (midpoints, codes) = codebook.search();
+    let codes: Vec<u32> = match codes {
+        Some(c) => c.iter().map(|&c| u32::from(c)).collect(),
+        None => (0..=midpoints.len() as u32).collect(),
+    };
+    let n_codes = codes.len();
+    let codes = client.create_from_slice(u32::as_bytes(&codes));
+    let midpoints = DeviceF32::upload(client, midpoints);
     let n_words = g.len.div_ceil(4);
     let words = client.empty(n_words * 4);
     let (cubes, dim) = grid(n_words, 1);
@@ -116,6 +135,7 @@ pub fn compress(
         pre.arg(),
         inv.arg(),
         midpoints.arg(),
+        u32_arg(&codes, n_codes),
         u32_arg(&words, n_words),
         block as u32,
     );
