@@ -144,6 +144,13 @@ fn the_device_exchange_gives_the_host_exchanges_result_bit_for_bit() {
         ("signum", DataParallelConfig::new(CompressorConfig::signum(0.9))),
         ("efsignsgd", DataParallelConfig::new(CompressorConfig::efsignsgd())),
         ("eightbit", DataParallelConfig::new(CompressorConfig::eightbit())),
+        ("fp4", DataParallelConfig::new(CompressorConfig::named("fp4").unwrap())),
+        ("sparseloco", DataParallelConfig::new(CompressorConfig::named("sparseloco").unwrap())),
+        (
+            "sparseloco, parameter server",
+            DataParallelConfig::new(CompressorConfig::named("sparseloco").unwrap())
+                .with_topology(Topology::ParameterServer),
+        ),
         (
             "topk, small tensors dense, parameter server",
             DataParallelConfig::new(CompressorConfig::topk(0.1))
@@ -169,6 +176,20 @@ fn the_device_exchange_gives_the_host_exchanges_result_bit_for_bit() {
         assert_eq!((da.wire_bytes, da.selected), (ha.wire_bytes, ha.selected), "{name}");
         assert!((da.residual_norm - ha.residual_norm).abs() <= 1e-6 * ha.residual_norm.max(1.0), "{name}");
     }
+}
+
+/// A method without a device form (DeMo's DCT top-k) compresses on the host
+/// of a device run, and the location says why.
+#[test]
+fn dct_topk_stays_on_the_host_and_says_why() {
+    let cfg = DataParallelConfig::new(CompressorConfig::named("dct-topk").unwrap());
+    let (dev, _, results) = run_both(&cfg, 2);
+    assert!(
+        matches!(dev.compression_location(), CompressionLocation::Host(why) if why.contains("dct-topk")),
+        "{:?}",
+        dev.compression_location()
+    );
+    assert!(results.iter().all(|(a, b)| same_bits(a, b)));
 }
 
 /// Two workers train with `compressor`, compressing on the device or on the

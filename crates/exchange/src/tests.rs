@@ -159,7 +159,7 @@ fn buckets_pipelining_and_stages_leave_every_message_and_result_bit_identical() 
         if let CompressorConfig::Powersgd(p) = &mut compressor {
             p.start_iter = 2; // steps 2 and 3 compress (the others are its warm-up)
         }
-        let gathers = compressor.build().combine() == gradcomp_compress::Combine::Gather;
+        let gathers = compressor.build().combine().per_worker();
         let topologies: &[Topology] = if gathers {
             &[Topology::Allgather, Topology::ParameterServer]
         } else {

@@ -32,6 +32,12 @@ fn every_strategy_learns_and_keeps_replicas_identical() {
         "[compressor]\nname = \"natural\"",
         "[compressor]\nname = \"natural\"\n[comm]\ntopology = \"parameter-server\"",
         "[compressor]\nname = \"eightbit\"",
+        "[compressor]\nname = \"fp4\"\n[comm]\ntopology = \"allgather\"",
+        "[compressor]\nname = \"fp4\"\nformat = \"e2m1\"\nrounding = \"stochastic\"\n[comm]\ntopology = \"parameter-server\"",
+        "[compressor]\nname = \"sparseloco\"\n[comm]\ntopology = \"allgather\"",
+        "[compressor]\nname = \"sparseloco\"\nk = 16\n[comm]\ntopology = \"parameter-server\"",
+        "[compressor]\nname = \"dct-topk\"\n[comm]\ntopology = \"allgather\"",
+        "[compressor]\nname = \"dct-topk\"\nvalues = \"f32\"\n[comm]\ntopology = \"parameter-server\"",
         "[optimizer]\nweight_decay = 5e-4\nnesterov = true\nno_decay_on_biases = true\n[schedule]\nkind = \"poly\"\nwarmup_epochs = 0.5",
         "[optimizer]\nname = \"adam\"\nlr = 0.002\nmomentum = 0.0\n[schedule]\nkind = \"step\"\nstep_epochs = 1\ngamma = 0.5",
     ];

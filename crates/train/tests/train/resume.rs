@@ -30,6 +30,9 @@ fn stateful_compressors_resume_bit_exactly() {
         "name = \"signsgd\"",
         "name = \"natural\"",
         "name = \"eightbit\"",
+        "name = \"fp4\"\nrounding = \"stochastic\"",
+        "name = \"sparseloco\"\n[comm]\ntopology = \"allgather\"",
+        "name = \"dct-topk\"\n[comm]\ntopology = \"allgather\"",
     ] {
         let (full, rest) = interrupted_and_resumed(
             &format!("[compressor]\n{compressor}\n[train]\ncheckpoint_every_epochs = 1"),

@@ -31,6 +31,11 @@ fn celgc_strategies_learn() {
         "[strategy]\nkind = \"local\"\nperiod = 4",
         "[strategy]\nkind = \"local\"\nperiod = 4\nfragments = 2\ndelay = 1",
         "[strategy]\nkind = \"local\"\nperiod = 4\nfragments = 3\ndelay = 2\nmix = 0.25\ncompress_delta = true\n[compressor]\nname = \"topk\"\ndensity = 0.1\n[comm]\ntopology = \"allgather\"",
+        // The pseudo-gradient compressors (issue #37) on the change, SparseLoCo as Templar runs it
+        // (averaging, outer lr 1), DeMo's DCT top-k, and 4-bit floats in Streaming.
+        "[strategy]\nkind = \"local\"\nperiod = 4\nouter = { name = \"sgd\" }\ncompress_delta = true\n[compressor]\nname = \"sparseloco\"\nk = 16\n[comm]\ntopology = \"allgather\"",
+        "[strategy]\nkind = \"local\"\nperiod = 4\nouter = { name = \"sgd\" }\ncompress_delta = true\n[compressor]\nname = \"dct-topk\"\n[comm]\ntopology = \"parameter-server\"",
+        "[strategy]\nkind = \"local\"\nperiod = 4\nfragments = 2\ndelay = 1\ncompress_delta = true\n[compressor]\nname = \"fp4\"\n[comm]\ntopology = \"allgather\"",
     ] {
         let (s, d) = run(extra);
         let acc = s.epochs[1].test_accuracy.unwrap();
@@ -64,6 +69,12 @@ fn streaming_resumes_bit_exactly_from_inside_an_overlap() {
         );
         assert_eq!(rest.final_params, full.final_params, "interrupted after step {at}");
     }
+    // SparseLoCo's decaying memory of the change resumes bit-exactly too.
+    let (full, rest) = interrupted_and_resumed(
+        "[strategy]\nkind = \"local\"\nperiod = 4\nfragments = 2\ndelay = 1\ncompress_delta = true\n[compressor]\nname = \"sparseloco\"\nk = 16\n[comm]\ntopology = \"allgather\"",
+        30,
+    );
+    assert_eq!(rest.final_params, full.final_params, "sparseloco");
 }
 
 #[test]
