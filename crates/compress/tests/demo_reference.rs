@@ -17,12 +17,12 @@
 mod common;
 
 use common::{ints, load, sorted_chunks, tensor, worst};
-use gradcomp_compress::aggregate::{combine_unit, Scratch};
+use gradcomp_compress::aggregate::Scratch;
 use gradcomp_compress::chunked::{dct, DctTopKConfig, ValueCoding};
 use gradcomp_compress::codec;
 use gradcomp_compress::memory::{ErrorFeedback, Memory, ResidualForm};
 use gradcomp_compress::method::Method;
-use gradcomp_compress::{Combine, Message, UnitContext};
+use gradcomp_compress::{Message, UnitContext};
 
 const TOLERANCE: f32 = 2e-6;
 
@@ -83,10 +83,7 @@ fn run(name: &str) {
                 wires.push(bytes);
             }
             let want = tensor(&round["aggregate"][param]);
-            let mut got = vec![0.0; want.len()];
-            let slices: Vec<&[u8]> = wires.iter().map(|w| &w[..]).collect();
-            combine_unit(&slices, Combine::SenderMean { clip: false }, Some(0), &mut got, &mut scratch)
-                .unwrap();
+            let got = common::senders_mean(&wires, false, want.len(), &mut scratch);
             let scale = largest(&want);
             let off = worst(&got, &want, scale);
             assert!(off <= TOLERANCE, "{name} step {r} {param}: aggregate off by {off}");

@@ -19,14 +19,14 @@
 mod common;
 
 use common::{ints, load, scalar, sorted_chunks, tensor, worst};
-use gradcomp_compress::aggregate::{combine_unit, Scratch};
+use gradcomp_compress::aggregate::Scratch;
 use gradcomp_compress::chunked::values::quantize_with;
 use gradcomp_compress::chunked::{values, SparseLocoConfig, ValueCoding};
 use gradcomp_compress::codec;
 use gradcomp_compress::memory::{ErrorFeedback, Memory, ResidualForm};
 use gradcomp_compress::message::ChunkedMessage;
 use gradcomp_compress::method::Method;
-use gradcomp_compress::{Combine, Message, UnitContext};
+use gradcomp_compress::{Message, UnitContext};
 use serde_json::Value;
 
 /// One parameter's state on one worker: its memory.
@@ -130,10 +130,7 @@ fn run(name: &str) {
                 wires.push(bytes);
             }
             let want = tensor(&round["aggregate"][param]);
-            let mut got = vec![0.0; want.len()];
-            let slices: Vec<&[u8]> = wires.iter().map(|w| &w[..]).collect();
-            combine_unit(&slices, Combine::SenderMean { clip: true }, Some(0), &mut got, &mut scratch)
-                .unwrap();
+            let got = common::senders_mean(&wires, true, want.len(), &mut scratch);
             let scale = want.iter().fold(0.0f32, |a, v| a.max(v.abs()));
             let off = worst(&got, &want, scale);
             assert!(off <= 1e-6, "{name} round {r} {param}: aggregate off by {off} of its largest value");

@@ -2,7 +2,6 @@
 //! compressor's configuration, or a compressor of the user's own.
 
 use gradcomp_compress::memory::{Memory, MemoryKind, ResidualForm};
-use gradcomp_compress::method::Method;
 use gradcomp_compress::{Combine, Compressor};
 
 use crate::config::DataParallelConfig;
@@ -17,7 +16,9 @@ pub(crate) struct Recipe {
     pub residual: ResidualForm,
     /// DGC momentum's factor.
     pub momentum: f32,
-    /// Error feedback's decay β (a built-in method's; 1 for a user's compressor).
+    /// Error feedback's decay β (a built-in method's; 1 for a user's
+    /// compressor), for the device memories (the host's come from the method).
+    #[cfg(feature = "device-kernels")]
     pub decay: f32,
     /// How the compressor's messages combine across workers.
     pub combine: Combine,
@@ -31,6 +32,7 @@ impl Recipe {
             requested: c.memory,
             residual: c.residual,
             momentum: c.dgc_momentum,
+            #[cfg(feature = "device-kernels")]
             decay: match &cfg.compressor {
                 CompressorSpec::Builtin(b) => b.method().memory_decay(),
                 CompressorSpec::Custom(_) => 1.0,

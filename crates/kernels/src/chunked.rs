@@ -17,10 +17,17 @@ use crate::block_grid;
 use crate::buffer::{f32_arg, read_f32s, read_u32s, u32_arg, DeviceF32, KernelError};
 use crate::reduce::fold_shared;
 
-/// Tile `t`'s first row, first column, height and width (the CPU's `Tiles::tile`).
+/// Tile `t`'s first row, first column, height and width (the CPU's
+/// `Tiles::tile`), `across` tiles to a row of them.
 #[cube]
-fn tile_of(t: u32, rows: u32, cols: u32, tile_rows: u32, tile_cols: u32) -> (u32, u32, u32, u32) {
-    let across = (cols + tile_cols - 1u32) / tile_cols;
+fn tile_of(
+    t: u32,
+    rows: u32,
+    cols: u32,
+    tile_rows: u32,
+    tile_cols: u32,
+    across: u32,
+) -> (u32, u32, u32, u32) {
     let r0 = (t / across) * tile_rows;
     let c0 = (t % across) * tile_cols;
     (r0, c0, u32::min(tile_rows, rows - r0), u32::min(tile_cols, cols - c0))
@@ -30,6 +37,40 @@ fn tile_of(t: u32, rows: u32, cols: u32, tile_rows: u32, tile_cols: u32) -> (u32
 #[cube]
 fn key_at(x: &[f32], cols: u32, r0: u32, c0: u32, w: u32, p: u32) -> u32 {
     u32::reinterpret(x[((r0 + p / w) * cols + c0 + p % w) as usize]) & 0x7fff_ffffu32
+}
+
+/// The largest key with at least `kt` keys of the tile at or above it (the
+/// kt-th largest), each unit counting positions `start..end` and the cube
+/// folding the counts in `sh`, one bit at a time from the top.
+#[cube]
+fn kth_key(
+    x: &[f32],
+    at: (u32, u32, u32, u32),
+    start: u32,
+    end: u32,
+    kt: u32,
+    sh: &mut Shared<[f32]>,
+    u: usize,
+) -> u32 {
+    let (cols, r0, c0, w) = at;
+    let mut thr = 0u32;
+    for b in 0..31u32 {
+        let cand = thr | (1u32 << (30u32 - b));
+        let mut c = 0u32;
+        for p in start..end {
+            if key_at(x, cols, r0, c0, w, p) >= cand {
+                c += 1u32;
+            }
+        }
+        sh[u] = f32::cast_from(c);
+        sync_cube();
+        fold_shared(sh, u, false);
+        if u32::cast_from(sh[0]) >= kt {
+            thr = cand;
+        }
+        sync_cube();
+    }
+    thr
 }
 
 /// Per tile `t` (tiles `rows × cols` of `tile_rows × tile_cols`): its
@@ -45,6 +86,7 @@ fn tile_top_k(
     cols: u32,
     tile_rows: u32,
     tile_cols: u32,
+    across: u32,
     k: u32,
 ) {
     let u = UNIT_POS as usize;
@@ -55,30 +97,16 @@ fn tile_top_k(
     let tiles = offsets.len() as u32;
     let mut t = CUBE_POS as u32;
     while t < tiles {
-        let (r0, c0, h, w) = tile_of(t, rows, cols, tile_rows, tile_cols);
+        let (r0, c0, h, w) = tile_of(t, rows, cols, tile_rows, tile_cols, across);
         let size = h * w;
         let kt = u32::min(k, size);
-        let seg = (size + units - 1u32) / units;
+        let mut seg = size / units;
+        if size % units != 0u32 {
+            seg += 1u32;
+        }
         let start = u32::min(u as u32 * seg, size);
         let end = u32::min(start + seg, size);
-        // The largest key with at least kt keys at or above it: the kt-th largest.
-        let mut thr = 0u32;
-        for b in 0..31u32 {
-            let cand = thr | (1u32 << (30u32 - b));
-            let mut c = 0u32;
-            for p in start..end {
-                if key_at(x, cols, r0, c0, w, p) >= cand {
-                    c += 1u32;
-                }
-            }
-            sh[u] = f32::cast_from(c);
-            sync_cube();
-            fold_shared(&mut sh, u, false);
-            if u32::cast_from(sh[0]) >= kt {
-                thr = cand;
-            }
-            sync_cube();
-        }
+        let thr = kth_key(x, (cols, r0, c0, w), start, end, kt, &mut sh, u);
         let mut g = 0u32;
         let mut e = 0u32;
         for p in start..end {
@@ -167,6 +195,7 @@ pub fn compress(
         dims[1],
         dims[2],
         dims[3],
+        tiles.grid().1 as u32,
         k as u32,
     );
     m.positions = read_u32s(client, &positions, n)?.into_iter().map(|p| p as u16).collect();

@@ -2,6 +2,7 @@
 
 use crate::compressor::{Combine, Compressor, UnitContext};
 use crate::message::{ChunkedMessage, Message};
+use crate::method::{check, InvalidOption};
 
 use super::dct;
 use super::tiles::Tiles;
@@ -22,6 +23,44 @@ pub struct ChunkedOptions {
     /// Whether the aggregate first clips each worker's values to the median norm.
     pub clip: bool,
 }
+
+/// The options every chunked method checks alike; errors name the key.
+pub(crate) fn check_options(o: &ChunkedOptions, decay: f32) -> Result<(), InvalidOption> {
+    let (k, chunk, vector_chunk) = (o.k, o.chunk, o.vector_chunk);
+    check(k >= 1, "k", || format!("{k} must be at least 1 (entries kept per tile; SparseLoCo keeps 64)"))?;
+    check((1..=256).contains(&chunk), "chunk", || {
+        format!("{chunk} is not in 1..=256 (a tile side; 64 is the references')")
+    })?;
+    check((1..=super::tiles::MAX_TILE).contains(&vector_chunk), "vector_chunk", || {
+        format!("{vector_chunk} is not in 1..=65536 (a vector's run)")
+    })?;
+    check((0.0..=1.0).contains(&decay), "decay", || {
+        format!("{decay} is not in [0, 1] (error feedback's decay)")
+    })
+}
+
+/// The [`Method`](crate::method::Method) of a chunked method's configuration
+/// (its `options()` and `decay`): error feedback with that decay by default,
+/// a [`ChunkedTopK`] per unit.
+macro_rules! chunked_method {
+    ($config:ty) => {
+        impl $crate::method::Method for $config {
+            fn validate(&self) -> Result<(), $crate::method::InvalidOption> {
+                $crate::chunked::compressor::check_options(&self.options(), self.decay)
+            }
+            fn default_memory(&self) -> $crate::memory::MemoryKind {
+                $crate::memory::MemoryKind::ErrorFeedback
+            }
+            fn memory_decay(&self) -> f32 {
+                self.decay
+            }
+            fn build(&self, shape: &[usize]) -> Box<dyn $crate::Compressor> {
+                Box::new($crate::chunked::ChunkedTopK::new(self.options(), shape))
+            }
+        }
+    };
+}
+pub(crate) use chunked_method;
 
 /// Chunked top-k with its scratch (no allocation once grown).
 pub struct ChunkedTopK {

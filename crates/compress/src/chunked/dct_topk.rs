@@ -7,11 +7,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::compressor::{ChunkedOptions, ChunkedTopK};
-use super::sparseloco::check_chunking;
+use super::compressor::ChunkedOptions;
 use super::values::ValueCoding;
-use crate::memory::MemoryKind;
-use crate::method::{InvalidOption, Method};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -48,17 +45,4 @@ impl DctTopKConfig {
     }
 }
 
-impl Method for DctTopKConfig {
-    fn validate(&self) -> Result<(), InvalidOption> {
-        check_chunking(self.k, self.chunk, self.vector_chunk, self.decay)
-    }
-    fn default_memory(&self) -> MemoryKind {
-        MemoryKind::ErrorFeedback
-    }
-    fn memory_decay(&self) -> f32 {
-        self.decay
-    }
-    fn build(&self, shape: &[usize]) -> Box<dyn crate::Compressor> {
-        Box::new(ChunkedTopK::new(self.options(), shape))
-    }
-}
+super::compressor::chunked_method!(DctTopKConfig);

@@ -8,10 +8,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::compressor::{ChunkedOptions, ChunkedTopK};
+use super::compressor::ChunkedOptions;
 use super::values::ValueCoding;
-use crate::memory::MemoryKind;
-use crate::method::{check, InvalidOption, Method};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -46,25 +44,6 @@ impl Default for SparseLocoConfig {
     }
 }
 
-/// The options every chunked method checks alike.
-pub(crate) fn check_chunking(
-    k: usize,
-    chunk: usize,
-    vector_chunk: usize,
-    decay: f32,
-) -> Result<(), InvalidOption> {
-    check(k >= 1, "k", || format!("{k} must be at least 1 (entries kept per tile; SparseLoCo keeps 64)"))?;
-    check((1..=256).contains(&chunk), "chunk", || {
-        format!("{chunk} is not in 1..=256 (a tile side; 64 is the references')")
-    })?;
-    check((1..=super::tiles::MAX_TILE).contains(&vector_chunk), "vector_chunk", || {
-        format!("{vector_chunk} is not in 1..=65536 (a vector's run)")
-    })?;
-    check((0.0..=1.0).contains(&decay), "decay", || {
-        format!("{decay} is not in [0, 1] (error feedback's decay)")
-    })
-}
-
 impl SparseLocoConfig {
     /// The chunked compressor's options these stand for.
     pub fn options(&self) -> ChunkedOptions {
@@ -80,20 +59,4 @@ impl SparseLocoConfig {
     }
 }
 
-impl Method for SparseLocoConfig {
-    fn validate(&self) -> Result<(), InvalidOption> {
-        check_chunking(self.k, self.chunk, self.vector_chunk, self.decay)?;
-        check(self.values != ValueCoding::Sign, "values", || {
-            "\"sign\" is dct-topk's coding; sparseloco takes \"1bit\", \"2bit\", \"4bit\", \"8bit\" or \"f32\"".into()
-        })
-    }
-    fn default_memory(&self) -> MemoryKind {
-        MemoryKind::ErrorFeedback
-    }
-    fn memory_decay(&self) -> f32 {
-        self.decay
-    }
-    fn build(&self, shape: &[usize]) -> Box<dyn crate::Compressor> {
-        Box::new(ChunkedTopK::new(self.options(), shape))
-    }
-}
+super::compressor::chunked_method!(SparseLocoConfig);

@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+use gradcomp_compress::aggregate::{combine_unit, Scratch};
+use gradcomp_compress::Combine;
 use serde_json::Value;
 
 /// The file `tests/vectors/<name>`.
@@ -56,4 +58,14 @@ pub fn sorted_chunks(indices: &[usize], k: usize) -> Vec<Vec<usize>> {
             c
         })
         .collect()
+}
+
+/// The senders' mean of the workers' encoded messages (`clip`: Templar's
+/// median-norm clip first), `len` values.
+pub fn senders_mean(wires: &[Vec<u8>], clip: bool, len: usize, scratch: &mut Scratch) -> Vec<f32> {
+    let mut got = vec![0.0; len];
+    let slices: Vec<&[u8]> = wires.iter().map(|w| &w[..]).collect();
+    combine_unit(&slices, Combine::SenderMean { clip }, Some(0), &mut got, scratch)
+        .expect("the workers' messages combine");
+    got
 }

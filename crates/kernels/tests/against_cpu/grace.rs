@@ -58,8 +58,17 @@ fn signum_momentum_follows_the_cpu_step_after_step() {
     assert_eq!(a, b);
 }
 
+/// 8-bit and fp4 (both formats) quantization, blockwise, rounded to nearest.
 #[test]
-fn eightbit_is_bit_identical_to_the_cpu() {
+fn blockwise_quantization_is_bit_identical_to_the_cpu() {
+    let mut configs = Vec::new();
+    for block in [1usize, 32, 64, 4096] {
+        configs.push((CompressorConfig::Eightbit(EightBitConfig { block }), BlockCodebook::Dynamic, block));
+        for format in [Fp4Format::E3m0, Fp4Format::E2m1] {
+            let cfg = Fp4Config { block, format, ..Default::default() };
+            configs.push((CompressorConfig::Fp4(cfg.clone()), cfg.codebook(), block));
+        }
+    }
     for (n, seed) in SIZES {
         let mut g = awkward(n, seed);
         // One block of zeros (scale 0) and one at a tiny magnitude.
@@ -68,35 +77,12 @@ fn eightbit_is_bit_identical_to_the_cpu() {
             g[128..192].iter_mut().for_each(|v| *v *= 1e-40);
         }
         let x = DeviceF32::upload(client(), &g);
-        for block in [1usize, 64, 4096] {
-            let cfg = EightBitConfig { block };
-            let cpu = cpu_message(&CompressorConfig::Eightbit(cfg.clone()), &g, &UnitContext::default());
+        for (cfg, codebook, block) in &configs {
+            let cpu = cpu_message(cfg, &g, &UnitContext::default());
             let mut dev = Message::default();
-            blockwise::compress(client(), &x, BlockCodebook::Dynamic, block, &mut dev).unwrap();
-            assert_eq!(dev, cpu, "n {n} block {block}");
+            blockwise::compress(client(), &x, *codebook, *block, &mut dev).unwrap();
+            assert_eq!(dev, cpu, "n {n} {codebook:?} block {block}");
             assert_eq!(wire(&dev), wire(&cpu));
-        }
-    }
-}
-
-#[test]
-fn fp4_is_bit_identical_to_the_cpu() {
-    for (n, seed) in SIZES {
-        let mut g = awkward(n, seed);
-        if n > 200 {
-            g[64..128].fill(0.0);
-            g[128..192].iter_mut().for_each(|v| *v *= 1e-40);
-        }
-        let x = DeviceF32::upload(client(), &g);
-        for format in [Fp4Format::E3m0, Fp4Format::E2m1] {
-            for block in [1usize, 32, 4096] {
-                let cfg = Fp4Config { block, format, ..Default::default() };
-                let cpu = cpu_message(&CompressorConfig::Fp4(cfg.clone()), &g, &UnitContext::default());
-                let mut dev = Message::default();
-                blockwise::compress(client(), &x, cfg.codebook(), block, &mut dev).unwrap();
-                assert_eq!(dev, cpu, "n {n} {format:?} block {block}");
-                assert_eq!(wire(&dev), wire(&cpu));
-            }
         }
     }
 }
