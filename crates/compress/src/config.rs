@@ -377,5 +377,20 @@ mod tests {
         assert_eq!(c.validate().unwrap_err().key, "density");
         let q = CompressorConfig::Qsgd(QsgdConfig { levels: 0, bucket: 4 });
         assert!(q.validate().unwrap_err().to_string().starts_with("compressor.levels"));
+        let bad = [
+            (CompressorConfig::Fp4(Fp4Config { block: 0, ..Default::default() }), "block"),
+            (CompressorConfig::Sparseloco(SparseLocoConfig { k: 0, ..Default::default() }), "k"),
+            (CompressorConfig::Sparseloco(SparseLocoConfig { decay: 1.5, ..Default::default() }), "decay"),
+            (CompressorConfig::DctTopk(DctTopKConfig { chunk: 300, ..Default::default() }), "chunk"),
+            (
+                CompressorConfig::DctTopk(DctTopKConfig { vector_chunk: 0, ..Default::default() }),
+                "vector_chunk",
+            ),
+        ];
+        for (c, key) in bad {
+            assert_eq!(c.validate().unwrap_err().key, key, "{c:?}");
+        }
+        let unknown = r#"{"name":"fp4","format":"e5m2"}"#;
+        assert!(serde_json::from_str::<CompressorConfig>(unknown).is_err(), "an unknown fp4 format");
     }
 }

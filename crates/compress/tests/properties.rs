@@ -1,5 +1,6 @@
 //! Property tests of the compressors, memories and codec (issue #2, item 3).
 
+use gradcomp_compress::chunked::{DctTopKConfig, SparseLocoConfig, ValueCoding};
 use gradcomp_compress::codebook::{dynamic_codebook, nearest_code};
 use gradcomp_compress::codec;
 use gradcomp_compress::lowrank::PowerSgdConfig;
@@ -35,6 +36,27 @@ fn all_configs() -> Vec<CompressorConfig> {
     }));
     v.push(CompressorConfig::Qsgd(QsgdConfig { levels: 3, bucket: 7 }));
     v.push(CompressorConfig::Eightbit(EightBitConfig { block: 7 }));
+    // Chunked top-k with small tiles, f32 and 4-bit values, and a DCT with 8-bit values.
+    v.push(CompressorConfig::Sparseloco(SparseLocoConfig {
+        k: 5,
+        chunk: 8,
+        vector_chunk: 8,
+        values: ValueCoding::F32,
+        ..Default::default()
+    }));
+    v.push(CompressorConfig::Sparseloco(SparseLocoConfig {
+        k: 3,
+        vector_chunk: 6,
+        values: ValueCoding::Bits4,
+        clip: false,
+        ..Default::default()
+    }));
+    v.push(CompressorConfig::DctTopk(DctTopKConfig {
+        k: 2,
+        vector_chunk: 5,
+        values: ValueCoding::Bits8,
+        ..Default::default()
+    }));
     for (format, rounding) in [(Fp4Format::E2m1, Rounding::Nearest), (Fp4Format::E3m0, Rounding::Stochastic)]
     {
         v.push(CompressorConfig::Fp4(Fp4Config { block: 5, format, rounding }));
@@ -455,5 +477,48 @@ fn quantizers_at_the_issues_magnitudes() {
             let nonzero = d.iter().filter(|&&v| v != 0.0).count();
             assert!(d.iter().all(|v| v.is_finite()) && nonzero > 100, "{cfg:?} at {v}: {nonzero} non-zero");
         }
+    }
+}
+
+proptest! {
+    /// SparseLoCo's selection on a matrix is the exact top-k of every tile
+    /// (by a sort: magnitude down, position up on ties), in ascending
+    /// position with the input's values, and survives the codec.
+    #[test]
+    fn chunked_top_k_is_each_tiles_top_k_by_a_sort(
+        rows in 2usize..40,
+        cols in 1usize..40,
+        chunk in 1usize..16,
+        k in 1usize..20,
+        seed in 0u64..1000,
+    ) {
+        let x: Vec<f32> = gaussian(rows * cols, seed).iter().map(|v| (v * 4.0).round() / 4.0).collect();
+        let cfg = SparseLocoConfig { k, chunk, vector_chunk: chunk, values: ValueCoding::F32, ..Default::default() };
+        let mut msg = Message::default();
+        CompressorConfig::Sparseloco(cfg).build_for(&[rows, cols]).compress(&x, &ctx(0, 0), &mut msg);
+        let Message::Chunked(m) = &msg else { panic!("a chunked message") };
+        let t = m.tiles;
+        let mut e = 0;
+        for tile in 0..t.count() {
+            let (r0, c0, h, w) = t.tile(tile);
+            let at = |p: usize| x[(r0 + p / w) * cols + c0 + p % w];
+            let mut order: Vec<usize> = (0..h * w).collect();
+            order.sort_by(|&a, &b| at(b).abs().total_cmp(&at(a).abs()).then(a.cmp(&b)));
+            order.truncate(t.k_of(tile, m.k as usize));
+            order.sort_unstable();
+            let n = order.len();
+            let got: Vec<usize> = m.positions[e..e + n].iter().map(|&p| usize::from(p)).collect();
+            prop_assert_eq!(&got, &order, "tile {}", tile);
+            for (i, &p) in order.iter().enumerate() {
+                prop_assert_eq!(m.values[e + i], at(p));
+            }
+            e += n;
+        }
+        prop_assert_eq!(e, m.positions.len());
+        let mut bytes = Vec::new();
+        codec::encode(&msg, 3, &mut bytes);
+        let mut back = Message::default();
+        codec::decode(&bytes, &mut back).unwrap();
+        prop_assert_eq!(back, msg);
     }
 }
