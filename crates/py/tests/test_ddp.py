@@ -68,7 +68,7 @@ def chunked_bytes(shape: list[int], k: int, bits: int) -> int:
     widths = [min(tc, cols - c) for c in range(0, cols, tc)]
     entries = sum(min(k, h * w) for h in heights for w in widths)
     p = max(1, (tr * tc - 1).bit_length())
-    return 12 + 24 + 4 * 2 ** bits + math.ceil(entries * p / 8) + math.ceil(entries * bits / 8)
+    return 12 + 24 + 4 * (1 << bits) + math.ceil(entries * p / 8) + math.ceil(entries * bits / 8)
 
 
 def bytes_formula(name: Any, step: Any) -> Any:
