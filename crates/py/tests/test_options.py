@@ -29,10 +29,17 @@ OTHER: Dict[str, Any] = {
     "min_compression_rate": 100.0, "error_feedback": False, "warm_start": False, "orthogonalization_epsilon": 1e-3,
     "random_seed": 5, "momentum": 0.5, "block": 64, "beta": 0.5, "importance": "magnitude", "epsilon": 0.1,
     "granularity": "global", "residual": "lr-scaled", "dgc_momentum": 0.5, "seed": 7,
+    "format": "e2m1", "rounding": "stochastic", "k": 6, "chunk": 8, "vector_chunk": 8, "values": "f32",
+    "decay": 0.5, "clip": False,
 }
 # What the runs start from: PowerSGD compressing from step 2, DGC-k dense
-# enough that its sample size depends on sample_fraction.
-BASE: Dict[str, Dict[str, Any]] = {"powersgd": {"start_iter": 2}, "dgck": {"density": 0.3}}
+# enough that its sample size depends on sample_fraction, the chunked methods
+# keeping few enough per tile that the tiles' sizes matter.
+BASE: Dict[str, Dict[str, Any]] = {"powersgd": {"start_iter": 2}, "dgck": {"density": 0.3},
+                                   "sparseloco": {"k": 4}, "dct-topk": {"k": 4}}
+# The chunked methods tile a matrix by `chunk` and a vector by `vector_chunk`:
+# the bytes API runs them on both.
+CHUNKED = {"sparseloco", "dct-topk"}
 # Methods whose memory is none by default, and those summed in an allreduce (docs/CONFIG.md).
 NO_MEMORY = {"dense", "fp16", "terngrad", "qsgd", "signsgd", "signum", "natural", "esgd"}
 SUMMED = {"dense", "fp16", "terngrad", "powersgd"}
@@ -73,10 +80,17 @@ def through_the_hook(name: str, options: Dict[str, Any]) -> Tuple[Any, Any]:
 
 
 def through_the_bytes_api(name: str, options: Dict[str, Any]) -> Tuple[Any, Any]:
-    """One tensor's messages over the steps, and their aggregate."""
-    c = gradcomp.compressor(name, 24 * 16, **options)
-    msgs = [c.compress(GRADS[0][s][:24 * 16], s) for s in range(STEPS)]
-    return c.aggregate(msgs[-1:]), msgs
+    """One tensor's messages over the steps, and the aggregate of the last two
+    (as two workers' would be); the chunked methods' on a matrix and a vector."""
+    shapes: List[Any] = [(24, 16), 16] if name in CHUNKED else [24 * 16]
+    results, msgs = [], []
+    for shape in shapes:
+        n = int(np.prod(shape))
+        c = gradcomp.compressor(name, shape, **options)
+        mine = [c.compress(GRADS[0][s][:n], s) for s in range(STEPS)]
+        results.append(c.aggregate(mine[-2:]))
+        msgs += mine
+    return np.concatenate([np.ravel(r) for r in results]), msgs
 
 
 def changes_or_is_refused(run: Any, name: str, key: str) -> str:
