@@ -334,11 +334,27 @@ fn add_blockwise(
         }
         return;
     }
-    for (b, (o, scale)) in blocks.enumerate() {
+    // Two codes a byte, low nibble first. An even block starts on a byte:
+    // a byte a pair of outputs; an odd one may start at either nibble.
+    if block.is_multiple_of(2) {
+        for ((o, scale), bytes) in blocks.zip(codes.chunks(block / 2)) {
+            let w = weight * scale;
+            let (pairs, last) = o.split_at_mut(o.len() / 2 * 2);
+            for (o, &b) in pairs.chunks_exact_mut(2).zip(bytes) {
+                o[0] += w * table[usize::from(b & 15)];
+                o[1] += w * table[usize::from(b >> 4)];
+            }
+            if let (Some(o), Some(&b)) = (last.first_mut(), bytes.get(pairs.len() / 2)) {
+                *o += w * table[usize::from(b & 15)];
+            }
+        }
+        return;
+    }
+    let mut nibbles = codes.iter().flat_map(|&b| [b & 15, b >> 4]);
+    for (o, scale) in blocks {
         let w = weight * scale;
-        for (t, o) in o.iter_mut().enumerate() {
-            let i = b * block + t;
-            *o += w * table[usize::from(codes[i / 2] >> (4 * (i % 2)) & 15)];
+        for (o, c) in o.iter_mut().zip(nibbles.by_ref()) {
+            *o += w * table[usize::from(c)];
         }
     }
 }
