@@ -56,8 +56,14 @@ pub fn combine_unit(
         for (i, (m, bytes)) in scratch.messages.iter_mut().zip(messages).enumerate() {
             codec::decode(bytes, m).and_then(check_unit).map_err(|e| (i, e))?;
         }
-        let Scratch { messages: decoded, sums, counts, norms } = scratch;
-        return sender_mean(&decoded[..messages.len()], clip, out, (sums, counts, norms));
+        return sender_mean(
+            &scratch.messages[..messages.len()],
+            clip,
+            out,
+            &mut scratch.sums,
+            &mut scratch.counts,
+            &mut scratch.norms,
+        );
     }
     let vote = combine == Combine::MajorityVote;
     let w = if vote { 1.0 } else { 1.0 / messages.len().max(1) as f32 };
@@ -78,11 +84,13 @@ pub fn combine_unit(
 /// each worker's values first multiplied by `min(median / (norm + 1e−8), 1)`
 /// (the lower median of the workers' value norms, Templar's `outer_step`).
 /// DCT messages are averaged per coefficient and decoded once.
-pub fn sender_mean(
+fn sender_mean(
     messages: &[Message],
     clip: bool,
     out: &mut [f32],
-    (sums, counts, norms): (&mut Vec<f32>, &mut Vec<u32>, &mut Vec<f32>),
+    sums: &mut Vec<f32>,
+    counts: &mut Vec<u32>,
+    norms: &mut Vec<f32>,
 ) -> Result<(), (usize, CodecError)> {
     let Some(Message::Chunked(first)) = messages.first() else {
         return match messages.first() {

@@ -386,6 +386,11 @@ mod tests {
                 CompressorConfig::DctTopk(DctTopKConfig { vector_chunk: 0, ..Default::default() }),
                 "vector_chunk",
             ),
+            // A DCT tile's side is at most 256, which receivers accept.
+            (
+                CompressorConfig::DctTopk(DctTopKConfig { vector_chunk: 4096, ..Default::default() }),
+                "vector_chunk",
+            ),
         ];
         for (c, key) in bad {
             assert_eq!(c.validate().unwrap_err().key, key, "{c:?}");

@@ -45,44 +45,29 @@ pub(crate) fn aggregate(
         let scales = firsts.iter().map(|b| codec::ternary_scale(b)).collect::<Result<Vec<_>, _>>()?;
         let same_scale = scales.iter().all(|s| s.is_some())
             && scales.windows(2).all(|w| w[0].map(f32::to_bits) == w[1].map(f32::to_bits));
-        s.avg.clear();
-        s.avg.resize(unit.len, 0.0);
-        if unit.combine == Combine::MajorityVote {
-            combine_unit(&firsts, unit.combine, None, &mut s.avg, &mut s.scratch).map_err(|(_, e)| e)?;
-            let m = s.msg.sign_mut();
-            m.len = unit.len;
-            (m.positive, m.negative) = (1.0, -1.0);
-            m.bits.clear();
-            m.bits.resize(unit.len.div_ceil(8), 0);
-            for (j, &v) in s.avg.iter().enumerate() {
-                m.bits[j / 8] |= u8::from(v > 0.0) << (j % 8);
-            }
-        } else if same_scale {
+        let vote = unit.combine == Combine::MajorityVote;
+        if same_scale && !vote {
             s.sum.reset(unit.len);
             for b in &firsts {
                 s.sum.add_encoded(b)?;
             }
             s.sum.take_into(&mut s.msg);
         } else {
-            // The average, or the senders' mean (SparseLoCo, DeMo).
+            // The vote, the average, or the senders' mean (SparseLoCo, DeMo):
+            // `combine_unit` overwrites every value.
+            s.avg.resize(unit.len, 0.0);
             combine_unit(&firsts, unit.combine, None, &mut s.avg, &mut s.scratch).map_err(|(_, e)| e)?;
-            let nnz = s.avg.iter().filter(|&&v| v != 0.0).count();
-            if nnz * 8 + 4 < unit.len * 4 {
-                let m = s.msg.sparse_mut();
+            if vote {
+                let m = s.msg.sign_mut();
                 m.len = unit.len;
-                m.wire = Default::default();
-                m.indices.clear();
-                m.values.clear();
-                for (i, &v) in s.avg.iter().enumerate() {
-                    if v != 0.0 {
-                        m.indices.push(i as u32);
-                        m.values.push(v);
-                    }
+                (m.positive, m.negative) = (1.0, -1.0);
+                m.bits.clear();
+                m.bits.resize(unit.len.div_ceil(8), 0);
+                for (j, &v) in s.avg.iter().enumerate() {
+                    m.bits[j / 8] |= u8::from(v > 0.0) << (j % 8);
                 }
             } else {
-                let m: &mut DenseMessage = s.msg.dense_mut();
-                m.values.clear();
-                m.values.extend_from_slice(&s.avg);
+                downloaded_average(&s.avg, &mut s.msg);
             }
         }
         codec::encode(&s.msg, unit.id, down);
@@ -91,4 +76,27 @@ pub(crate) fn aggregate(
         return Err(CodecError::TrailingBytes(rest.len()));
     }
     Ok(())
+}
+
+/// The average `avg` as the server sends it down: sparse where that is
+/// smaller than dense f32, dense otherwise.
+fn downloaded_average(avg: &[f32], msg: &mut Message) {
+    let nnz = avg.iter().filter(|&&v| v != 0.0).count();
+    if nnz * 8 + 4 < avg.len() * 4 {
+        let m = msg.sparse_mut();
+        m.len = avg.len();
+        m.wire = Default::default();
+        m.indices.clear();
+        m.values.clear();
+        for (i, &v) in avg.iter().enumerate() {
+            if v != 0.0 {
+                m.indices.push(i as u32);
+                m.values.push(v);
+            }
+        }
+    } else {
+        let m: &mut DenseMessage = msg.dense_mut();
+        m.values.clear();
+        m.values.extend_from_slice(avg);
+    }
 }

@@ -5,6 +5,7 @@ use crate::message::{ChunkedMessage, Message};
 use crate::method::{check, InvalidOption};
 
 use super::dct;
+use super::scatter::Bases;
 use super::tiles::Tiles;
 use super::values::{self, ValueCoding};
 
@@ -31,8 +32,10 @@ pub(crate) fn check_options(o: &ChunkedOptions, decay: f32) -> Result<(), Invali
     check((1..=256).contains(&chunk), "chunk", || {
         format!("{chunk} is not in 1..=256 (a tile side; 64 is the references')")
     })?;
-    check((1..=super::tiles::MAX_TILE).contains(&vector_chunk), "vector_chunk", || {
-        format!("{vector_chunk} is not in 1..=65536 (a vector's run)")
+    // A DCT tile's side is at most dct::MAX_SIDE (its basis is side², and receivers refuse more).
+    let longest = if o.dct { super::dct::MAX_SIDE } else { super::tiles::MAX_TILE };
+    check((1..=longest).contains(&vector_chunk), "vector_chunk", || {
+        format!("{vector_chunk} is not in 1..={longest} (a vector's run)")
     })?;
     check((0.0..=1.0).contains(&decay), "decay", || {
         format!("{decay} is not in [0, 1] (error feedback's decay)")
@@ -66,8 +69,6 @@ pub(crate) use chunked_method;
 pub struct ChunkedTopK {
     opts: ChunkedOptions,
     shape: Vec<usize>,
-    /// `C_h`, `C_wᵀ` of the last tiling's full and edge sides (DCT only).
-    bases: Vec<(usize, Vec<f32>, Vec<f32>)>,
     tile: Vec<f32>,
     tmp: Vec<f32>,
     keys: Vec<u32>,
@@ -78,46 +79,28 @@ impl ChunkedTopK {
     /// The compressor of a unit of `shape` (empty: a vector of the input's length).
     pub fn new(opts: ChunkedOptions, shape: &[usize]) -> Self {
         let shape = shape.to_vec();
-        ChunkedTopK {
-            opts,
-            shape,
-            bases: Vec::new(),
-            tile: Vec::new(),
-            tmp: Vec::new(),
-            keys: Vec::new(),
-            picked: Vec::new(),
-        }
-    }
-
-    /// The tiling of an input of `len` elements.
-    pub fn tiles(&self, len: usize) -> Tiles {
-        tiles_for(&self.shape, len, &self.opts)
-    }
-
-    /// `(C_n, C_nᵀ)` for side `n`, computed once per side.
-    fn basis(&mut self, n: usize) -> usize {
-        if let Some(i) = self.bases.iter().position(|b| b.0 == n) {
-            return i;
-        }
-        let c = dct::basis(n);
-        self.bases.push((n, c.to_vec(), dct::transposed(&c, n)));
-        self.bases.len() - 1
+        ChunkedTopK { opts, shape, tile: Vec::new(), tmp: Vec::new(), keys: Vec::new(), picked: Vec::new() }
     }
 
     /// Fills `self.tile` with tile (`r0`, `c0`, `h`, `w`) of `input`: its
-    /// values, or its DCT coefficients.
-    fn load_tile(&mut self, input: &[f32], cols: usize, (r0, c0, h, w): (usize, usize, usize, usize)) {
+    /// values, or (given the tiling's `bases`) its DCT coefficients.
+    fn load_tile(
+        &mut self,
+        input: &[f32],
+        cols: usize,
+        (r0, c0, h, w): (usize, usize, usize, usize),
+        bases: Option<&Bases>,
+    ) {
         self.tile.clear();
-        if !self.opts.dct {
+        let Some(bases) = bases else {
             for i in 0..h {
                 self.tile.extend_from_slice(&input[(r0 + i) * cols + c0..][..w]);
             }
             return;
-        }
-        let (bh, bw) = (self.basis(h), self.basis(w));
+        };
         self.tile.resize(h * w, 0.0);
         self.tmp.resize(h * w, 0.0);
-        let (ch, cwt) = (&self.bases[bh].1, &self.bases[bw].2);
+        let (ch, cwt) = (&bases.of(h).c, &bases.of(w).t);
         dct::forward(input, cols, (r0, c0, h, w), ch, cwt, &mut self.tmp, &mut self.tile);
     }
 }
@@ -193,13 +176,14 @@ impl Compressor for ChunkedTopK {
     }
 
     fn compress(&mut self, input: &[f32], _ctx: &UnitContext, out: &mut Message) {
-        let tiles = self.tiles(input.len());
+        let tiles = tiles_for(&self.shape, input.len(), &self.opts);
         let (m, k) = start_message(out, tiles, &self.opts);
         m.positions.reserve(tiles.entries(k));
         self.picked.clear();
+        let bases = self.opts.dct.then(|| Bases::new(&tiles));
         for t in 0..tiles.count() {
             let (r0, c0, h, w) = tiles.tile(t);
-            self.load_tile(input, tiles.cols, (r0, c0, h, w));
+            self.load_tile(input, tiles.cols, (r0, c0, h, w), bases.as_ref());
             let (positions, picked) = (&mut m.positions, &mut self.picked);
             top_k(&self.tile, tiles.k_of(t, k), &mut self.keys, |p, v| {
                 positions.push(p as u16);

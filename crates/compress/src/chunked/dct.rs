@@ -7,27 +7,40 @@
 
 use std::sync::{Arc, Mutex, OnceLock};
 
-/// The largest tile side the transform takes (the decoder refuses more).
+/// The largest tile side the transform takes (validation and the decoder
+/// refuse more).
 pub const MAX_SIDE: usize = 256;
 
-/// The matrices computed so far, by side.
-type Cache = Mutex<Vec<Option<Arc<[f32]>>>>;
+/// `C_n` and its transpose, row-major (`n × n`: row `q` of `c` is frequency `q`).
+#[derive(Debug)]
+pub struct Basis {
+    pub c: Vec<f32>,
+    /// `C_nᵀ`: the forward product's second factor reads its rows.
+    pub t: Vec<f32>,
+}
 
-/// `C_n`, row-major (`n × n`: row `q` is frequency `q`), shared.
-pub fn basis(n: usize) -> Arc<[f32]> {
+/// The matrices computed so far, by side.
+type Cache = Mutex<Vec<Option<Arc<Basis>>>>;
+
+/// The basis of side `n`, computed once and shared.
+pub fn basis(n: usize) -> Arc<Basis> {
     static CACHE: OnceLock<Cache> = OnceLock::new();
-    let cache = CACHE.get_or_init(|| Mutex::new(vec![None; MAX_SIDE + 1]));
-    let mut cache = cache.lock().unwrap_or_else(|e| e.into_inner());
-    cache[n.min(MAX_SIDE)]
+    let mut cache = CACHE.get_or_init(Cache::default).lock().unwrap_or_else(|e| e.into_inner());
+    if cache.len() <= n {
+        cache.resize(n + 1, None);
+    }
+    cache[n]
         .get_or_insert_with(|| {
             let nf = n as f64;
-            (0..n * n)
+            let c: Vec<f32> = (0..n * n)
                 .map(|i| {
                     let (q, j) = ((i / n) as f64, (i % n) as f64);
                     let s = if q == 0.0 { (1.0 / nf).sqrt() } else { (2.0 / nf).sqrt() };
                     (s * (std::f64::consts::PI * (2.0 * j + 1.0) * q / (2.0 * nf)).cos()) as f32
                 })
-                .collect()
+                .collect();
+            let t = (0..n * n).map(|i| c[(i % n) * n + i / n]).collect();
+            Arc::new(Basis { c, t })
         })
         .clone()
 }
@@ -82,11 +95,6 @@ crate::multiversion! {
     }
 }
 
-/// `C_nᵀ`, row-major.
-pub fn transposed(c: &[f32], n: usize) -> Vec<f32> {
-    (0..n * n).map(|i| c[(i % n) * n + i / n]).collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -94,7 +102,7 @@ mod tests {
     #[test]
     fn the_basis_is_orthonormal_and_the_inverse_undoes_the_forward() {
         for n in [1, 5, 13, 64] {
-            let c = basis(n);
+            let c = &basis(n).c;
             for a in 0..n {
                 for b in 0..n {
                     let dot: f64 = (0..n).map(|j| f64::from(c[a * n + j]) * f64::from(c[b * n + j])).sum();
@@ -104,12 +112,11 @@ mod tests {
         }
         let (h, w, cols) = (5, 7, 9);
         let x: Vec<f32> = (0..6 * cols).map(|i| ((i * 37 % 23) as f32 - 11.0) / 3.0).collect();
-        let (ch, cw) = (basis(h), basis(w));
-        let cwt = transposed(&cw, w);
+        let (bh, bw) = (basis(h), basis(w));
         let (mut tmp, mut coef) = (vec![0.0; h * w], vec![0.0; h * w]);
-        forward(&x, cols, (1, 2, h, w), &ch, &cwt, &mut tmp, &mut coef);
+        forward(&x, cols, (1, 2, h, w), &bh.c, &bw.t, &mut tmp, &mut coef);
         let mut back = vec![0.0; 6 * cols];
-        add_coefficients(&mut back, cols, (1, 2, h, w), &mut coef.iter().copied().enumerate(), &ch, &cw);
+        add_coefficients(&mut back, cols, (1, 2, h, w), &mut coef.iter().copied().enumerate(), &bh.c, &bw.c);
         for i in 0..h {
             for j in 0..w {
                 let (a, b) = (back[(1 + i) * cols + 2 + j], x[(1 + i) * cols + 2 + j]);

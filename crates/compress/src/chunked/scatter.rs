@@ -10,7 +10,7 @@ use super::tiles::Tiles;
 
 /// The DCT matrices of a tiling's (at most two) tile heights and widths.
 pub struct Bases {
-    sides: [(usize, Arc<[f32]>); 4],
+    sides: [(usize, Arc<dct::Basis>); 4],
 }
 
 impl Bases {
@@ -27,8 +27,8 @@ impl Bases {
         }
     }
 
-    /// `C_n` for a side `n` of this tiling's tiles.
-    pub fn of(&self, n: usize) -> &[f32] {
+    /// The basis of a side `n` of this tiling's tiles.
+    pub fn of(&self, n: usize) -> &dct::Basis {
         &self.sides.iter().find(|(s, _)| *s == n).expect("a side of the tiling").1
     }
 }
@@ -62,7 +62,14 @@ pub fn add_inverse(
             let i = tiles.flat((r0, c0, w), p);
             keep(i).then(|| (p, coef[i]))
         });
-        dct::add_coefficients(out, tiles.cols, (r0, c0, h, w), &mut coefficients, bases.of(h), bases.of(w));
+        dct::add_coefficients(
+            out,
+            tiles.cols,
+            (r0, c0, h, w),
+            &mut coefficients,
+            &bases.of(h).c,
+            &bases.of(w).c,
+        );
     }
 }
 
@@ -87,7 +94,7 @@ pub fn add_entries(
         let (r0, c0, h, w) = tiles.tile(t);
         let n = tiles.k_of(t, k);
         let mut coefficients = (e..e + n).map(|i| (usize::from(positions[i]), weight * value(i)));
-        dct::add_coefficients(out, tiles.cols, (r0, c0, h, w), &mut coefficients, b.of(h), b.of(w));
+        dct::add_coefficients(out, tiles.cols, (r0, c0, h, w), &mut coefficients, &b.of(h).c, &b.of(w).c);
         e += n;
     }
 }

@@ -4,7 +4,7 @@
 
 use super::error::{CodecError, Header};
 use super::parse::{
-    exactly_one, f32s, for_each_code, for_each_index, sparse_values, u16s, ChunkedView, View,
+    exactly_one, f32s, for_each_code, for_each_index, nibbles, sparse_values, u16s, ChunkedView, View,
 };
 use super::{bits, ternary};
 use crate::codebook::BlockCodebook;
@@ -350,7 +350,7 @@ fn add_blockwise(
         }
         return;
     }
-    let mut nibbles = codes.iter().flat_map(|&b| [b & 15, b >> 4]);
+    let mut nibbles = nibbles(codes);
     for (o, scale) in blocks {
         let w = weight * scale;
         for (o, c) in o.iter_mut().zip(nibbles.by_ref()) {

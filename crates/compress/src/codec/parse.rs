@@ -190,8 +190,7 @@ fn blockwise<'a>(r: &mut Reader<'a>, flags: u8, n: usize) -> Result<View<'a>, Co
     }
     let codes = r.take(bits::packed_len(n, codebook.bits()), "blockwise codes")?;
     if codebook.bits() == 4 {
-        let nibbles = codes.iter().flat_map(|&b| [b & 15, b >> 4]);
-        if nibbles.clone().take(n).any(|c| !codebook.valid(c)) {
+        if nibbles(codes).take(n).any(|c| !codebook.valid(c)) {
             return Err(CodecError::Invalid("4-bit code of a negative zero"));
         }
         if n % 2 == 1 && codes.last().is_some_and(|&b| b >> 4 != 0) {
@@ -296,13 +295,18 @@ impl ChunkedView<'_> {
     }
 }
 
+/// 4-bit codes packed two a byte, low nibble first.
+pub(super) fn nibbles(codes: &[u8]) -> impl Iterator<Item = u8> + '_ {
+    codes.iter().flat_map(|&b| [b & 15, b >> 4])
+}
+
 /// Calls `f` with each of a blockwise message's `n` codes (4-bit codes low
 /// nibble first).
 pub(super) fn for_each_code(codebook: BlockCodebook, codes: &[u8], n: usize, mut f: impl FnMut(u8)) {
     if codebook.bits() == 8 {
         codes.iter().for_each(|&c| f(c));
     } else {
-        codes.iter().flat_map(|&b| [b & 15, b >> 4]).take(n).for_each(f);
+        nibbles(codes).take(n).for_each(f);
     }
 }
 
