@@ -7,7 +7,9 @@
 # train.target_accuracy and predicts its wall-clock with the link's
 # calibration. Dense and Top-k also run without pipelining at 100 Mbit/s.
 # TTA_MODELS, TTA_RATES, TTA_METHODS and TTA_NOPIPE_METHODS (empty: none)
-# choose a subset (bench/peer/matrix.sh runs one run at a time this way).
+# choose a subset (bench/peer/matrix.sh runs one run at a time this way); TTA_SEED
+# the seed, TTA_SUFFIX a name's ending (-sN), TTA_CAP the seconds a run may take
+# (default 1200: a run past it is stopped, its evaluations so far kept).
 #
 #   scripts/time-to-accuracy.sh BIN [OUT]        (root, Open MPI, the datasets)
 #
@@ -49,10 +51,19 @@ method_sets() {
             sets=("strategy={ kind = \"local\", period = $h, compress_delta = true }"
                   'compressor={ name = "topk", density = 0.01 }' 'comm.topology="allgather"') ;;
         local-h*) sets=("strategy={ kind = \"local\", period = ${1#local-h} }" 'compressor.name="dense"') ;;
-        streaming-h*-p*-d*|streaming-sgd-h*-p*-d*) local rest=${1#streaming-}; local outer=""
-            if [ "${rest#sgd-}" != "$rest" ]; then rest=${rest#sgd-}; outer=', outer = { name = "sgd" }'; fi
-            rest=${rest#h}; local h=${rest%%-*} p=${rest#*-p}; p=${p%%-*}; local d=${rest##*-d}
-            sets=("strategy={ kind = \"local\", period = $h, fragments = $p, delay = $d$outer }" 'compressor.name="dense"') ;;
+        streaming-h*-p*-d*|streaming-sgd-h*-p*-d*)
+            # streaming[-sgd]-hH-pP-dD[-COMPRESSOR]: the change dense or through COMPRESSOR
+            # (its defaults; allgather, which every compressor of a change takes).
+            [[ $1 =~ ^streaming-(sgd-)?h([0-9]+)-p([0-9]+)-d([0-9]+)(-([a-z0-9-]+))?$ ]] ||
+                { echo "unknown method $1" >&2; exit 2; }
+            local outer="" h=${BASH_REMATCH[2]} p=${BASH_REMATCH[3]} d=${BASH_REMATCH[4]} c=${BASH_REMATCH[6]}
+            [ -n "${BASH_REMATCH[1]}" ] && outer=', outer = { name = "sgd" }'
+            if [ -z "$c" ]; then
+                sets=("strategy={ kind = \"local\", period = $h, fragments = $p, delay = $d$outer }" 'compressor.name="dense"')
+            else
+                sets=("strategy={ kind = \"local\", period = $h, fragments = $p, delay = $d$outer, compress_delta = true }"
+                      "compressor.name=\"$c\"" 'comm.topology="allgather"')
+            fi ;;
         *) echo "unknown method $1" >&2; exit 2 ;;
     esac
 }
@@ -60,18 +71,19 @@ method_sets() {
 run() { # MODEL RATE METHOD PIPELINE
     local model=$1 rate=$2 method=$3 pipeline=$4
     local bps burst name
-    bps=$([ "$rate" = 100mbit ] && echo 1e8 || echo 1e9)
-    burst=$([ "$rate" = 100mbit ] && echo 32kb || echo 256kb) # ~2.5 ms of traffic, as validate-model.sh
-    # Unshaped (rate none): no calibration; the prediction is for 1 Gbit/s, uncalibrated.
+    case $rate in 10mbit) bps=1e7 ;; 100mbit) bps=1e8 ;; *) bps=1e9 ;; esac
+    # ~2.5 ms of traffic at 100 Mbit/s and 1 Gbit/s, as validate-model.sh; 32 KB at 10 Mbit/s too.
+    case $rate in 10mbit|100mbit) burst=32kb ;; *) burst=256kb ;; esac
+    # Unshaped (rate none), or a link without a calibration: the prediction is uncalibrated.
     local calibrate=(--set "network.calibration=[\"$PWD/$cal/n4-$rate.json\"]")
-    [ "$rate" = none ] && calibrate=()
-    name="tta-$model-$method-$rate$([ "$pipeline" = true ] || echo -nopipe)"
+    [ -f "$cal/n4-$rate.json" ] || calibrate=()
+    name="tta-$model-$method-$rate$([ "$pipeline" = true ] || echo -nopipe)${TTA_SUFFIX:-}"
     method_sets "$method"
     local args=()
     for s in "${sets[@]}"; do args+=(--set "$s"); done
     echo "== $name" >&2
-    NETSIM_BURST=$burst NETSIM_TIMEOUT=1200 scripts/netsim.sh run 4 "$rate" "$bin" train --backend mpi --quiet \
-        --config "experiments/tta-$model.toml" --overwrite "${args[@]}" \
+    NETSIM_BURST=$burst NETSIM_TIMEOUT=${TTA_CAP:-1200} scripts/netsim.sh run 4 "$rate" "$bin" train --backend mpi --quiet \
+        --config "experiments/tta-$model.toml" --overwrite "${args[@]}" --set "seed=${TTA_SEED:-1}" \
         --set "name=\"$name\"" --set "run_dir=\"$out/$name\"" \
         --set "compression.pipeline=$pipeline" --set "network.links_bps=[$bps]" \
         "${calibrate[@]}" > "$out/$name.log" 2>&1 ||

@@ -12,8 +12,9 @@
 #
 # BIN is gradcomp built with --features mpi (release). PEER_PYTHON is the peer's
 # Python (default ~/.cache/gradcomp/py-venv/bin/python); MATRIX_MODELS,
-# MATRIX_RATES, MATRIX_BURN and MATRIX_PEER choose a subset (MATRIX_BURN=" ":
-# none). The burn trainer runs with its config's buckets; DDP's buckets are
+# MATRIX_RATES (10mbit 100mbit 1gbit none), MATRIX_BURN and MATRIX_PEER choose a
+# subset (MATRIX_BURN=" ": none); MATRIX_SEEDS the seeds (names end -sN past seed 1);
+# MATRIX_CAP a run's cap in seconds of training (default 900). The burn trainer runs with its config's buckets; DDP's buckets are
 # peer_options' below. The table:
 # gradcomp report --time-to-accuracy OUT/*/
 set -euo pipefail
@@ -21,6 +22,9 @@ cd "$(dirname "$0")/../.."
 bin="${1:?usage: bench/peer/matrix.sh BIN OUT}"
 out="${2:?usage: bench/peer/matrix.sh BIN OUT}"
 py="${PEER_PYTHON:-$HOME/.cache/gradcomp/py-venv/bin/python}"
+# A run stops once it has trained this long (evaluation excluded), evaluated there and
+# reported as not reached (bench/peer/table.py projects its time to the target).
+cap="${MATRIX_CAP:-900}"
 mkdir -p "$out"
 out="$(cd "$out" && pwd)"
 burn=(${MATRIX_BURN:-dense topk terngrad powersgd-r2})
@@ -36,8 +40,9 @@ peer_options() {
         gradcomp:topk) echo "--option density=0.01 --buckets ddp" ;;
         gradcomp:powersgd) echo "--option matrix_approximation_rank=2 --option start_iter=10 --buckets ddp" ;;
         torch-powersgd-*|torch-batched-powersgd-*) echo "--buckets one" ;;
-        # gradcomp's LocalUpdates (issue #36): gradcomp-local[-sgd]-hH[-pP-dD][-topk], no DDP
-        # (outer Nesterov, or sgd: averaging).
+        # gradcomp's LocalUpdates (issues #36, #37): gradcomp-local[-sgd]-hH[-pP-dD][-COMPRESSOR],
+        # no DDP (outer Nesterov, or sgd: averaging); the change dense or through COMPRESSOR
+        # with its defaults (topk: density 0.01).
         gradcomp-local-*)
             local m=$1 o=""
             [[ $m == gradcomp-local-sgd-* ]] && o+=" --option outer=sgd"
@@ -46,42 +51,57 @@ peer_options() {
             [[ $m =~ -d([0-9]+) ]] && o+=" --option delay=${BASH_REMATCH[1]}"
             [[ $m == *-topk ]] && o+=" --option density=0.01"
             echo "$o" ;;
+        # PyTorch's own local updates (bench/peer/torch_local.py): the name says it all.
+        torch-postlocal-*|torchft-diloco-*) echo "" ;;
         *) echo "--buckets ddp" ;;
     esac
 }
 
-# The method train.py runs: gradcomp-local-… is LocalUpdates with the change dense or through Top-k.
+# The method train.py runs: gradcomp-local-… is LocalUpdates with the change dense or
+# through the compressor its name ends with.
 peer_method() {
     case $1 in
-        gradcomp-local-*-topk) echo "gradcomp-local:topk" ;;
-        gradcomp-local-*) echo "gradcomp-local:dense" ;;
+        gradcomp-local-*)
+            local last=${1##*-}
+            if [[ $last =~ ^[hpd][0-9]+$ || $last == sgd || $last == local ]]; then
+                echo "gradcomp-local:dense"
+            else
+                echo "gradcomp-local:$last"
+            fi ;;
         *) echo "$1" ;;
     esac
 }
 
+# The tbf bucket of each link (scripts/time-to-accuracy.sh's and the calibrations'):
+# the same links for both frameworks. At 10 and 100 Mbit/s 32 KB (a bucket refills in
+# 26 ms and 2.6 ms); at 1 Gbit/s 256 KB.
+burst_of() {
+    case $1 in 10mbit|100mbit) echo 32kb ;; *) echo 256kb ;; esac
+}
+
 run_peer() { # MODEL RATE METHOD
-    local name="peer-$1-${3/:/-}-$2"
-    # The tbf bucket of scripts/time-to-accuracy.sh's runs (and of the
-    # calibrations): the same links for both frameworks.
-    local burst
-    burst=$([ "$2" = 100mbit ] && echo 32kb || echo 256kb)
+    local name="peer-$1-${3/:/-}-$2$suffix"
     echo "== $name" >&2
     # shellcheck disable=SC2046
-    NETSIM_BURST=$burst NETSIM_TIMEOUT=1200 scripts/netsim.sh torch 4 "$2" "$py" bench/peer/train.py \
+    NETSIM_BURST=$(burst_of "$2") NETSIM_TIMEOUT=$((cap + 900)) scripts/netsim.sh torch 4 "$2" "$py" bench/peer/train.py \
         --config "experiments/tta-$1.toml" --method "$(peer_method "$3")" $(peer_options "$3") --out "$out/$name" \
-        > "$out/$name.log" 2>&1 || echo "   FAILED (see $out/$name.log)" >&2
+        --cap-seconds "$cap" --seed "$seed" > "$out/$name.log" 2>&1 || echo "   FAILED (see $out/$name.log)" >&2
 }
 
 run_burn() { # MODEL RATE METHOD
-    TTA_MODELS="$1" TTA_RATES="$2" TTA_METHODS="$3" TTA_NOPIPE_METHODS="" scripts/time-to-accuracy.sh "$bin" "$out"
+    TTA_SEED=$seed TTA_SUFFIX=$suffix TTA_CAP=$cap TTA_MODELS="$1" TTA_RATES="$2" TTA_METHODS="$3" \
+        TTA_NOPIPE_METHODS="" scripts/time-to-accuracy.sh "$bin" "$out"
 }
 
-for model in ${MATRIX_MODELS:-mnist-lenet}; do
-    for rate in ${MATRIX_RATES:-100mbit 1gbit}; do
-        n=$(( ${#burn[@]} > ${#peer[@]} ? ${#burn[@]} : ${#peer[@]} ))
-        for i in $(seq 0 $((n - 1))); do
-            if [ "$i" -lt "${#peer[@]}" ]; then run_peer "$model" "$rate" "${peer[$i]}"; fi
-            if [ "$i" -lt "${#burn[@]}" ]; then run_burn "$model" "$rate" "${burn[$i]}"; fi
+for seed in ${MATRIX_SEEDS:-1}; do
+    suffix=$([ "$seed" = 1 ] || echo "-s$seed")
+    for model in ${MATRIX_MODELS:-mnist-lenet}; do
+        for rate in ${MATRIX_RATES:-100mbit 1gbit}; do
+            n=$(( ${#burn[@]} > ${#peer[@]} ? ${#burn[@]} : ${#peer[@]} ))
+            for i in $(seq 0 $((n - 1))); do
+                if [ "$i" -lt "${#peer[@]}" ]; then run_peer "$model" "$rate" "${peer[$i]}"; fi
+                if [ "$i" -lt "${#burn[@]}" ]; then run_burn "$model" "$rate" "${burn[$i]}"; fi
+            done
         done
     done
 done

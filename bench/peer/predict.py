@@ -1,39 +1,80 @@
-"""gradcomp's network model predicting PyTorch DDP's runs (issue #26, point 5).
+"""gradcomp's network model predicting the peer's runs (issues #26 point 5, #38 point 6).
 
-    python bench/peer/predict.py BIN RECORDS [--config experiments/tta-mnist-lenet.toml]
-        [--calibration docs/bench/calibration]
+    python bench/peer/predict.py BIN RECORDS --config experiments/tta-MODEL.toml
+        [--calibration docs/bench/calibration-gloo]
 
-For each PyTorch run on a shaped link in RECORDS (`peer-MODEL-METHOD-RATE.evals.jsonl`, as
-bench/peer/matrix.sh writes them) that has an unshaped twin (`…-none`), `BIN model
---peer-compute-ms C --peer-call …` prices its step on that link's calibration with gloo's
-ring algorithms:
+For each PyTorch-peer run on a shaped link in RECORDS (`peer-MODEL-METHOD-RATE`,
+a run directory or `….evals.jsonl`, as bench/peer/matrix.sh writes them) that
+has an unshaped twin (`…-none`), gradcomp's model prices its steps on that
+link's calibration (`BIN model --peer-compute-ms 0 --peer-call …` per
+collective: gloo's ring algorithms on a curve measured with gloo,
+bench/peer/calibrate-gloo.sh; the Open MPI curves of docs/bench/calibration
+served before issue #38) and adds the step without the wire:
 
-- C, the step without the wire: the unshaped run's measured ms per step (4 ranks sharing
-  the machine's cores, as on the shaped links; it includes the loopback's own wire, a few
-  ms on LeNet-5, so it errs high);
-- the calls, one after another after the backward pass (one DDP bucket): what each method
-  hands to gloo per step (`calls` below), from the model's parameter shapes.
+- C, the unshaped twin's measured seconds per step (4 ranks sharing the
+  machine's cores, as on the shaped links; it includes the loopback's own wire
+  and a local-update method's rounds there, so it errs high);
+- per-step methods (DDP's allreduce, torch's fp16 and PowerSGD hooks,
+  gradcomp's Top-k hook): every step's calls one after another after the
+  backward pass (no overlap with it);
+- local updates, both frameworks: a round per fragment every H steps (P
+  fragments: contiguous whole tensors of about equal size), exposed where it
+  outlasts the τ inner steps it overlaps:
+  step = C + Σ_fragments max(0, round − τ·C) / H.
+  gradcomp's LocalUpdates (`gradcomp-local-…`): a dense change in one
+  allreduce, a compressed one in an allgather of its messages (their bytes are
+  the run's own, `bytes_sent`, shared among fragments by size) after an
+  allgather of the sizes. torchft's DiLoCo (`torchft-diloco-…`): an allreduce
+  per tensor of the fragment (torchft without bucketization). torch's
+  post-local SGD (`torch-postlocal-…`): the warm-up's steps allreduce the
+  gradients, then every H steps one allreduce of all parameters, blocking.
 
-It prints predicted against measured ms per step and seconds to the target.
+It prints predicted against measured seconds per step and to the end of the run.
 """
 import argparse
 import glob
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import tomllib
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import models  # noqa: E402
+import torch_local  # noqa: E402
 import train  # noqa: E402  (torch_calls: what torch's hooks allreduce)
 
-RATES = {"100mbit": 1e8, "1gbit": 1e9}
+RATES = {"10mbit": 1e7, "100mbit": 1e8, "1gbit": 1e9}
+NAME = re.compile(r"peer-(?P<model>[a-z0-9]+-[a-z0-9]+(?:-local)?)-(?P<method>.+)-(?P<rate>10mbit|100mbit|1gbit|none)"
+                  r"(?:\.evals\.jsonl)?$")
 
 
-def calls(method, shapes, step, options):
-    """The collective calls one worker makes in `step`, as (op, bytes)."""
+class Wire:
+    """Seconds of one collective call on a link, from `BIN model` (cached)."""
+
+    def __init__(self, bin_, config, calibration):
+        self.bin, self.config, self.calibration, self.cache = bin_, config, calibration, {}
+
+    def __call__(self, rate, calls):
+        key = (rate, tuple(calls))
+        if key not in self.cache:
+            cal = os.path.abspath(os.path.join(self.calibration, f"n4-{rate}.json"))
+            cmd = [self.bin, "model", "--config", self.config, "--set", f"network.links_bps=[{RATES[rate]}]",
+                   "--set", f'network.calibration=["{cal}"]', "--set", "workers=4",
+                   "--peer-compute-ms", "0", "--json"]
+            for op, b in calls:
+                cmd += ["--peer-call", f"{op}:{int(b)}"]
+            out = subprocess.run(cmd, capture_output=True, text=True)
+            if out.returncode:
+                sys.exit(f"error: {' '.join(cmd)}\n{out.stderr}")
+            self.cache[key] = json.loads(out.stdout.splitlines()[0])["wire_seconds"]
+        return self.cache[key]
+
+
+def per_step_calls(method, shapes, step, options):
+    """The collective calls one worker makes in `step` with a per-step method, as (op, bytes)."""
     if method in ("none", "torch-fp16") or method.startswith("torch-powersgd-r"):
         return train.torch_calls(method, shapes, step)
     if method == "gradcomp-topk":
@@ -44,8 +85,61 @@ def calls(method, shapes, step, options):
     return None
 
 
+def partition(sizes, parts):
+    """Contiguous groups of tensor indices, about equal in values (as gradcomp's strategy cuts)."""
+    total, groups, current, done = sum(sizes), [], [], 0
+    for i, n in enumerate(sizes):
+        current.append(i)
+        done += n
+        later = parts - len(groups) - 1
+        if later and (done >= total * (len(groups) + 1) / parts or len(sizes) - i - 1 == later):
+            groups.append(current)
+            current = []
+    groups.append(current)
+    return groups
+
+
+def local_settings(method):
+    """(kind, period, fragments, delay, compressor) of a local-update method, or None."""
+    m = re.fullmatch(r"gradcomp-local-(?:sgd-)?h(\d+)(?:-p(\d+))?(?:-d(\d+))?(?:-([a-z0-9]+))?", method)
+    if m:
+        return "gradcomp", int(m.group(1)), int(m.group(2) or 1), int(m.group(3) or 0), m.group(4) or "dense"
+    parsed = torch_local.parse(method)
+    if parsed and parsed[0] == "torchft":
+        s = parsed[1]
+        return "torchft", s["period"], s["fragments"], s["delay"], "dense"
+    if parsed:
+        return "postlocal", parsed[1]["period"], 1, 0, parsed[1]["warmup"]
+    return None
+
+
+def predict_local(wire, rate, settings, sizes, compute, steps, bytes_per_worker):
+    """Predicted seconds of `steps` inner steps of a local-update run."""
+    kind, period, parts, delay, extra = settings
+    total = sum(sizes)
+    if kind == "postlocal":
+        warmup = extra
+        grads = wire(rate, [("allreduce", 4 * total)])
+        averages = sum(1 for s in range(warmup, steps) if (s - warmup) % period == 0)
+        return steps * compute + min(warmup, steps) * grads + averages * grads
+    rounds = steps / period
+    exposed = 0.0
+    for group in partition(sizes, parts):
+        values = sum(sizes[i] for i in group)
+        if kind == "torchft":
+            seconds = sum(wire(rate, [("allreduce", 4 * sizes[i])]) for i in group)
+        elif extra == "dense":
+            seconds = wire(rate, [("allreduce", 4 * values)])
+        else:
+            message = bytes_per_worker / max(rounds, 1e-9) * values / total
+            seconds = wire(rate, [("allgather", 8), ("allgather", message)])
+        exposed += max(0.0, seconds - delay * compute)
+    return steps * compute + rounds * exposed
+
+
 def last(path):
-    rows = [json.loads(l) for l in open(path) if l.strip()]
+    path = os.path.join(path, "evals.jsonl") if os.path.isdir(path) else path
+    rows = [json.loads(line) for line in open(path) if line.strip()]
     return rows[-1] if rows else None
 
 
@@ -54,48 +148,48 @@ def main():
     p.add_argument("bin")
     p.add_argument("records")
     p.add_argument("--config", default="experiments/tta-mnist-lenet.toml")
-    p.add_argument("--calibration", default="docs/bench/calibration")
+    p.add_argument("--calibration", default="docs/bench/calibration-gloo")
     a = p.parse_args()
     cfg = tomllib.load(open(a.config, "rb"))
     model, _ = models.build(cfg)
     shapes = [tuple(t.shape) for t in model.parameters()]
+    sizes = [math.prod(s) for s in shapes]
     name = cfg["name"].removeprefix("tta-")
+    wire = Wire(a.bin, a.config, a.calibration)
     print("| method | link | steps | compute ms (unshaped) | predicted ms per step | measured | error | "
-          "predicted s to target | measured s |")
+          "predicted s | measured s |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
-    for path in sorted(glob.glob(os.path.join(a.records, f"peer-{name}-*.evals.jsonl"))):
-        stem = os.path.basename(path).removesuffix(".evals.jsonl").removeprefix(f"peer-{name}-")
-        method, rate = stem.rsplit("-", 1)
-        if rate not in RATES:
+    errors = []
+    for path in sorted(glob.glob(os.path.join(a.records, f"peer-{name}-*"))):
+        m = NAME.match(os.path.basename(path))
+        if not m or m.group("model") != name or m.group("rate") not in RATES or path.endswith(".log"):
             continue
-        twin = os.path.join(a.records, f"peer-{name}-{method}-none.evals.jsonl")
-        shaped, unshaped = last(path), (last(twin) if os.path.exists(twin) else None)
-        options = {"density": 0.01} if method == "gradcomp-topk" else {}
-        if not shaped or not unshaped or calls(method, shapes, 10**9, options) is None:
+        method, rate = m.group("method"), m.group("rate")
+        twin = [t for t in (os.path.join(a.records, f"peer-{name}-{method}-none"),
+                            os.path.join(a.records, f"peer-{name}-{method}-none.evals.jsonl")) if os.path.exists(t)]
+        shaped, unshaped = last(path), (last(twin[0]) if twin else None)
+        if not shaped or not unshaped:
             continue
-        compute_ms = 1e3 * unshaped["wall_seconds"] / unshaped["steps"]
+        compute = unshaped["wall_seconds"] / unshaped["steps"]
         steps = shaped["steps"]
-        # Price the two kinds of step (PowerSGD's dense warm-up, then compressed) once each.
-        kinds = {}
-        for step in range(steps):
-            key = tuple(calls(method, shapes, step, options))
-            kinds[key] = kinds.get(key, 0) + 1
-        total = 0.0
-        for key, count in kinds.items():
-            cal = os.path.abspath(os.path.join(a.calibration, f"n4-{rate}.json"))
-            cmd = [a.bin, "model", "--config", a.config, "--set", f"network.links_bps=[{RATES[rate]}]",
-                   "--set", f'network.calibration=["{cal}"]', "--set", "workers=4",
-                   "--peer-compute-ms", str(compute_ms), "--json"]
-            for op, b in key:
-                cmd += ["--peer-call", f"{op}:{b}"]
-            out = subprocess.run(cmd, capture_output=True, text=True)
-            if out.returncode:
-                sys.exit(f"error: {' '.join(cmd)}\n{out.stderr}")
-            total += count * json.loads(out.stdout.splitlines()[0])["step_seconds"]
+        settings = local_settings(method)
+        if settings:
+            total = predict_local(wire, rate, settings, sizes, compute, steps, shaped["bytes_sent"] / 4)
+        else:
+            options = {"density": 0.01} if method == "gradcomp-topk" else {}
+            if per_step_calls(method, shapes, 10**9, options) is None:
+                continue
+            total = sum(compute + wire(rate, per_step_calls(method, shapes, s, options)) for s in range(steps))
         measured = shaped["wall_seconds"]
-        print(f"| {method} | {rate} | {steps} | {compute_ms:.1f} | {1e3 * total / steps:.1f} | "
-              f"{1e3 * measured / steps:.1f} | {100 * (total - measured) / measured:+.0f}% | {total:.1f} | "
-              f"{measured:.1f} |")
+        err = (total - measured) / measured
+        errors.append((method, rate, err))
+        print(f"| {method} | {rate} | {steps} | {1e3 * compute:.1f} | {1e3 * total / steps:.1f} | "
+              f"{1e3 * measured / steps:.1f} | {100 * err:+.0f}% | {total:.1f} | {measured:.1f} |")
+    if errors:
+        worst = max(errors, key=lambda e: abs(e[2]))
+        within = sum(1 for e in errors if abs(e[2]) <= 0.15)
+        print(f"\n{within} of {len(errors)} runs within 15%; the largest error {100 * worst[2]:+.0f}% "
+              f"({worst[0]}, {worst[1]}).")
 
 
 if __name__ == "__main__":

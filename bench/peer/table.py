@@ -1,26 +1,42 @@
 """The head-to-head tables from the matrix's run directories (or their evals.jsonl).
 
-    python3 bench/peer/table.py runs/peer        (or docs/bench/peer)
+    python3 bench/peer/table.py runs/peer        (or docs/bench/peer, docs/bench/race-38)
 
-For each model and link: every run's time to its target (the measured
+For each model and link: every method's time to its target (the measured
 wall-clock of training, evaluation excluded, at the first evaluation that meets
 the target of experiments/tta-MODEL.toml: `train.target_accuracy` or
-`train.target_perplexity`), steps, seconds per step, bytes a worker sends per
-step, and the metric there; then gradcomp's best path (the burn trainer or a
-gradcomp hook in DDP) against PyTorch DDP's best built-in method (its allreduce
-or its own hooks). A summary of every model and link closes the output.
-Run names: `tta-MODEL-METHOD-RATE` (gradcomp's trainer), `peer-MODEL-METHOD-RATE`
-(PyTorch DDP; METHOD `gradcomp-…` for gradcomp's hooks).
+`train.target_perplexity`), as the median over its seeds with their range,
+steps, seconds per step, bytes a worker sends per step, and the metric there;
+then gradcomp's best path (the burn trainer, a gradcomp hook in DDP or
+gradcomp's LocalUpdates) against PyTorch's best (DDP's allreduce, its own hooks,
+post-local SGD, torchft's DiLoCo). A summary of every model and link closes the
+output, with the model's compute-bound time beside each cell.
+
+- **Not reached**: a run that ended (its epochs, or the cap of bench/peer/matrix.sh,
+  `capped_at_seconds`) short of the target. Its projection: the steps the same
+  method and seed needed on another link (a method's curve is the same on every
+  link: the link changes the time, not the arithmetic) times this run's seconds
+  per step; without such a run, none.
+- **The compute-bound time** of a model: the fastest method's steps to target
+  times its unshaped step time, i.e. the least unshaped time to target (median
+  over seeds) of any method, either framework.
+
+Run names: `tta-MODEL-METHOD-RATE[-sN]` (gradcomp's trainer),
+`peer-MODEL-METHOD-RATE[-sN]` (the PyTorch peer; METHOD `gradcomp-…` for
+gradcomp's hooks and LocalUpdates); N is the seed, 1 without the suffix.
 """
 import json
 import os
 import re
+import statistics
 import sys
 import tomllib
 
 WORKERS = 4
-RATES = ("100mbit", "1gbit", "none")
+RATES = ("10mbit", "100mbit", "1gbit", "none")
 HERE = os.path.dirname(os.path.abspath(__file__))
+NAME = re.compile(r"(tta|peer)-([a-z0-9]+-[a-z0-9]+(?:-local)?)-(.+)-(10mbit|100mbit|1gbit|none)"
+                  r"(?:-s(\d+))?(\.evals\.jsonl)?$")
 
 
 class Goal:
@@ -54,20 +70,27 @@ def load(root):
     for entry in sorted(os.listdir(root)):
         path = os.path.join(root, entry)
         evals = os.path.join(path, "evals.jsonl") if os.path.isdir(path) else path
-        m = re.match(r"(tta|peer)-([a-z0-9]+-[a-z0-9]+)-(.+)-(100mbit|1gbit|none)(\.evals\.jsonl)?$", entry)
+        m = NAME.match(entry)
         if not m or not os.path.isfile(evals):
             continue
-        kind, model, method, rate = m.group(1), m.group(2), m.group(3), m.group(4)
         rows = [json.loads(line) for line in open(evals) if line.strip()]
-        runs.append({"kind": kind, "model": model, "method": method, "rate": rate, "rows": rows,
-                     "name": entry.removesuffix(".evals.jsonl")})
+        if not rows:
+            continue
+        runs.append({"kind": m.group(1), "model": m.group(2), "method": m.group(3), "rate": m.group(4),
+                     "seed": int(m.group(5) or 1), "rows": rows, "name": entry.removesuffix(".evals.jsonl")})
     return runs
 
 
 def framework(run):
     if run["kind"] == "tta":
         return "gradcomp (burn)"
-    return "DDP + gradcomp hook" if run["method"].startswith("gradcomp-") else "PyTorch DDP"
+    if run["method"].startswith("gradcomp-local-"):
+        return "gradcomp LocalUpdates"
+    return "DDP + gradcomp hook" if run["method"].startswith("gradcomp-") else "PyTorch"
+
+
+def side(run):
+    return "torch" if framework(run) == "PyTorch" else "gradcomp"
 
 
 def reached(run, goal):
@@ -75,32 +98,113 @@ def reached(run, goal):
     return hit[0] if hit else None
 
 
-def table(model, rate, rs, goal):
-    """Prints one model and link's table; returns (gradcomp's best, PyTorch's best)."""
+def steps_to_target(runs, run, goal):
+    """The steps the same method and seed needed on any link, or None."""
+    for r in runs:
+        if (r["model"], r["kind"], r["method"], r["seed"]) == (run["model"], run["kind"], run["method"], run["seed"]):
+            e = reached(r, goal)
+            if e:
+                return e["steps"]
+    return None
+
+
+def outcome(runs, run, goal):
+    """(seconds to target or None, steps, seconds per step, projection or None, last row)."""
+    e = reached(run, goal)
+    last = run["rows"][-1]
+    if e:
+        return e["wall_seconds"], e["steps"], e["wall_seconds"] / e["steps"], None, e
+    per_step = last["wall_seconds"] / last["steps"]
+    needed = steps_to_target(runs, run, goal)
+    return None, last["steps"], per_step, (needed * per_step if needed else None), last
+
+
+def summarize(runs, group, goal):
+    """One method in one cell over its seeds: the median time (projections stand in
+    for capped seeds, marked), its range, and the per-step figures of the median seed."""
+    outs = [outcome(runs, r, goal) for r in group]
+    times = [o[0] if o[0] is not None else o[3] for o in outs]
+    if any(t is None for t in times):
+        times = None
+    some_projected = any(o[0] is None for o in outs)
+    med = statistics.median(times) if times else None
+    return {"method": group[0]["method"], "framework": framework(group[0]), "side": side(group[0]),
+            "seeds": len(group), "median": med, "range": (min(times), max(times)) if times else None,
+            "projected": some_projected, "outs": outs,
+            "reached": all(o[0] is not None for o in outs)}
+
+
+def cell_methods(runs, model, rate, goal):
+    groups = {}
+    for r in runs:
+        if r["model"] == model and r["rate"] == rate:
+            groups.setdefault((r["kind"], r["method"]), []).append(r)
+    return [summarize(runs, sorted(g, key=lambda r: r["seed"]), goal) for g in groups.values()]
+
+
+def fmt_time(s):
+    if s["median"] is None:
+        return "not reached"
+    t = f"{s['median']:.1f}"
+    if s["projected"]:
+        t = f"not reached (projected {t})" if not any(o[0] for o in s["outs"]) else f"{t}*"
+    if s["seeds"] > 1:
+        t += f" [{s['range'][0]:.1f}–{s['range'][1]:.1f}]"
+    return t
+
+
+def table(runs, model, rate, goal):
+    """Prints one model and link's table; returns (gradcomp's best, PyTorch's best), each a summary or None."""
+    methods = cell_methods(runs, model, rate, goal)
     print(f"\n**{model}, 4 workers, {rate}** (target {goal.label})\n")
-    print(f"| framework | method | seconds to target | steps | ms per step | bytes per worker-step | {goal.name} |")
-    print("|---|---|---:|---:|---:|---:|---:|")
+    print(f"| framework | method | seeds | seconds to target (median [range]) | steps | ms per step | "
+          f"bytes per worker-step | {goal.name} |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    for s in sorted(methods, key=lambda s: (not s["reached"], s["median"] if s["median"] is not None else 1e18)):
+        t, steps, per_step, _, row = s["outs"][len(s["outs"]) // 2]
+        capped = " (capped)" if "capped_at_seconds" in row and t is None else ""
+        metric = row.get(goal.metric)
+        print(f"| {s['framework']} | {s['method']} | {s['seeds']} | {fmt_time(s)}{capped} | {steps} | "
+              f"{1e3 * per_step:,.0f} | {row['bytes_sent'] / row['steps'] / WORKERS:,.0f} | "
+              f"{goal.show(metric) if metric is not None else ''} |")
     best = {}
-    for r in sorted(rs, key=lambda r: (reached(r, goal) or {"wall_seconds": 1e9})["wall_seconds"]):
-        e = reached(r, goal)
-        fw = framework(r)
-        if e is None:
-            seen = [x[goal.metric] for x in r["rows"] if goal.metric in x]
-            steps = r["rows"][-1]["steps"] if r["rows"] else 0
-            print(f"| {fw} | {r['method']} | not reached | {steps} | | | "
-                  f"best {goal.show(goal.best(seen)) if seen else 'none'} |")
-            continue
-        per_step = e["bytes_sent"] / e["steps"] / WORKERS
-        print(f"| {fw} | {r['method']} | {e['wall_seconds']:.1f} | {e['steps']} | "
-              f"{1e3 * e['wall_seconds'] / e['steps']:.0f} | {per_step:,.0f} | {goal.show(e[goal.metric])} |")
-        side = "torch" if fw == "PyTorch DDP" else "gradcomp"
-        if side not in best or e["wall_seconds"] < best[side][2]:
-            best[side] = (fw, r["method"], e["wall_seconds"])
+    for s in methods:
+        if s["reached"] and (s["side"] not in best or s["median"] < best[s["side"]]["median"]):
+            best[s["side"]] = s
     g, t = best.get("gradcomp"), best.get("torch")
     if g and t:
-        print(f"\ngradcomp's best, {g[1]} ({g[0]}): {g[2]:.1f} s; PyTorch DDP's best, {t[1]}: {t[2]:.1f} s; "
-              f"ratio {t[2] / g[2]:.2f}× ({'gradcomp sooner' if g[2] < t[2] else 'PyTorch sooner'}).")
-    return g, t
+        print(f"\ngradcomp's best, {g['method']} ({g['framework']}): {g['median']:.1f} s; PyTorch's best, "
+              f"{t['method']}: {t['median']:.1f} s; ratio {t['median'] / g['median']:.2f}× "
+              f"({'gradcomp sooner' if g['median'] < t['median'] else 'PyTorch sooner'}).")
+    # Where a side reached nothing, its best projection stands in (marked in the summary).
+    for name in ("gradcomp", "torch"):
+        if name not in best:
+            proj = [s for s in methods if s["side"] == name and s["median"] is not None]
+            if proj:
+                best[name] = min(proj, key=lambda s: s["median"])
+    return best.get("gradcomp"), best.get("torch")
+
+
+def compute_bound(runs, model, goal):
+    """(seconds, method) of the least unshaped median time to target, or None."""
+    reached_ = [s for s in cell_methods(runs, model, "none", goal) if s["reached"]]
+    if not reached_:
+        return None
+    s = min(reached_, key=lambda s: s["median"])
+    return s["median"], s["method"]
+
+
+def targets(rate, ratio, g_over_limit):
+    """Whether a cell meets issue #38's targets: at 10 (100) Mbit/s gradcomp's best
+    ≥ 3× (1.5×) sooner than PyTorch's and within 1.15× of the compute-bound time;
+    at 1 Gbit/s and unshaped PyTorch's best no more than 1.05× sooner."""
+    if ratio is None:
+        return ""
+    if rate in ("10mbit", "100mbit"):
+        need = 3.0 if rate == "10mbit" else 1.5
+        ok = ratio >= need and g_over_limit is not None and g_over_limit <= 1.15
+        return "met" if ok else "missed"
+    return "met" if ratio >= 1 / 1.05 else "missed"
 
 
 def main():
@@ -108,18 +212,30 @@ def main():
     summary = []
     for model in sorted({r["model"] for r in runs}):
         goal = Goal(model)
+        limit = compute_bound(runs, model, goal)
         for rate in RATES:
-            rs = [r for r in runs if r["model"] == model and r["rate"] == rate]
-            if rs:
-                summary.append((model, rate) + table(model, rate, rs, goal))
-    print("\n**Summary: time to target, gradcomp's best path against PyTorch DDP's best built-in method**\n")
-    print("| model | link | gradcomp's best | s | PyTorch's best | s | PyTorch's time / gradcomp's |")
-    print("|---|---|---|---:|---|---:|---:|")
-    for model, rate, g, t in summary:
-        gs = f"{g[1]} ({'hook' if g[0] == 'DDP + gradcomp hook' else 'burn'}) | {g[2]:.1f}" if g else "none reached |"
-        ts = f"{t[1]} | {t[2]:.1f}" if t else "none reached |"
-        ratio = f"{t[2] / g[2]:.2f}" if g and t else ""
-        print(f"| {model} | {rate} | {gs} | {ts} | {ratio} |")
+            if any(r["model"] == model and r["rate"] == rate for r in runs):
+                summary.append((model, rate, limit) + table(runs, model, rate, goal))
+    print("\n**Summary: time to target, gradcomp's best path against PyTorch's best, and the compute-bound "
+          "time** (seconds, median over seeds [range]; * a capped seed's projection counted; "
+          "'projected': nothing reached the target)\n")
+    print("| model | link | gradcomp's best | s | PyTorch's best | s | PyTorch / gradcomp | "
+          "compute-bound s | gradcomp / bound | PyTorch / bound | targets |")
+    print("|---|---|---|---:|---|---:|---:|---:|---:|---:|---|")
+    for model, rate, limit, g, t in summary:
+        def cell(s):
+            if not s:
+                return "none | "
+            where = {"gradcomp (burn)": "burn", "DDP + gradcomp hook": "hook",
+                     "gradcomp LocalUpdates": "LocalUpdates", "PyTorch": ""}[s["framework"]]
+            return f"{s['method']}{f' ({where})' if where else ''} | {fmt_time(s)}"
+        ratio = t["median"] / g["median"] if g and t and g["median"] and t["median"] else None
+        lim = limit[0] if limit else None
+        g_lim = g["median"] / lim if g and lim and g["median"] else None
+        t_lim = t["median"] / lim if t and lim and t["median"] else None
+        print(f"| {model} | {rate} | {cell(g)} | {cell(t)} | {f'{ratio:.2f}' if ratio else ''} | "
+              f"{f'{lim:.1f}' if lim else ''} | {f'{g_lim:.2f}' if g_lim else ''} | "
+              f"{f'{t_lim:.2f}' if t_lim else ''} | {targets(rate, ratio, g_lim)} |")
 
 
 if __name__ == "__main__":

@@ -15,6 +15,9 @@ read from the gradcomp configuration, so both frameworks run one recipe. METHOD:
   `delay`, `mix`, the compressor's own): no DDP, `gradcomp.torch.LocalUpdates`
   around the config's optimizer, the change sent through compressor NAME;
   evaluated on the replicas' average, as gradcomp's trainer evaluates local steps
+- `torch-postlocal-hH[-wW]`, `torchft-diloco-hH[-pP][-dD][-nesterov]`: PyTorch's
+  own local updates, torch's post-local SGD and torchft's DiLoCo
+  (bench/peer/torch_local.py); evaluated on the replicas' average too
 
 Rank 0 writes a gradcomp run directory: `config.toml` (the configuration with the
 method recorded) and `evals.jsonl` with gradcomp's fields, so
@@ -46,6 +49,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import models  # noqa: E402
+import torch_local  # noqa: E402
 
 POWERSGD_START = 10
 
@@ -179,9 +183,14 @@ def write_run_dir(a, cfg_text):
     os.makedirs(a.out, exist_ok=True)
     name = os.path.basename(os.path.normpath(a.out))
     text = re.sub(r'(?m)^name = ".*"$', f'name = "{name}"', cfg_text, count=1)
+    if a.seed is not None:
+        text = re.sub(r'(?m)^seed = .*$', f'seed = {a.seed}', text, count=1)
     with open(os.path.join(a.out, "config.toml"), "w") as f:
         f.write(text)
         f.write(f"\n# peer: PyTorch {torch.__version__} DDP over gloo, method {a.method} {dict(a.option)}\n")
+        baseline = torch_local.parse(a.method)
+        if baseline:
+            f.write(f"# peer baseline: {torch_local.describe(*baseline)}\n")
     for records in ("epochs.jsonl", "steps.jsonl"):
         open(os.path.join(a.out, records), "w").close()
 
@@ -203,15 +212,34 @@ def main():
     p.add_argument("--buckets", default="one",
                    help="one: a single bucket (bucket_cap_mb large); ddp: DDP's default 25 MiB; "
                         "a number: that bucket_cap_mb (e.g. 1 gives LeNet-5 two buckets)")
+    p.add_argument("--seed", type=int, help="the config's seed replaced (the model's initialization, "
+                   "the images' shards, dropout, the compressors' draws)")
+    p.add_argument("--cap-seconds", type=float, default=0.0,
+                   help="stop once training has taken this long (evaluation excluded), evaluating there "
+                        "(a record marked capped); 0: no cap")
     a = p.parse_args()
     cfg = tomllib.load(open(a.config, "rb"))
+    if a.seed is not None:
+        cfg["seed"] = a.seed
     torch.set_num_threads(1)
+    os.environ.setdefault("RUST_LOG", "warn")  # torchft's per-quorum INFO lines
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     dist.init_process_group("gloo", rank=rank, world_size=world)
     torch.manual_seed(cfg.get("seed", 1))
     model, task = models.build(cfg)
-    local = None
-    if a.method.startswith("gradcomp-local:"):
+    local = postlocal = diloco = None
+    baseline = torch_local.parse(a.method)
+    make_optimizer = lambda params: optimizer(cfg["optimizer"], params)  # noqa: E731
+    if baseline and baseline[0] == "postlocal":
+        postlocal = torch_local.PostLocal(model, make_optimizer, baseline[1]["period"], baseline[1]["warmup"])
+        ddp, opt = postlocal.ddp, postlocal.optimizer
+    elif baseline:
+        s = baseline[1]
+        diloco = torch_local.TorchftDiLoCo(model, make_optimizer, rank, world, s["period"], s["fragments"],
+                                           s["delay"], s["nesterov"])
+        ddp, opt = model, diloco.optimizer
+        diloco.__enter__()
+    elif a.method.startswith("gradcomp-local:"):
         import gradcomp.torch as gt
         ddp = model
         opt = optimizer(cfg["optimizer"], model.parameters())
@@ -229,6 +257,7 @@ def main():
     t = cfg["train"]
     every, target, target_ppl = t.get("eval_every", 0), t.get("target_accuracy"), t.get("target_perplexity")
     batches = Batches(cfg, task, rank, world)
+    cap_check = max(1, (every or batches.per_epoch) // 5)
     steps = t["epochs"] * batches.per_epoch
     if t.get("max_steps"):
         steps = min(steps, t["max_steps"])
@@ -258,23 +287,37 @@ def main():
                   flush=True)
         if local is not None:
             sent, received = local.bytes_sent, local.bytes_received
+        elif diloco is not None:
+            sent = received = diloco.sent
+        elif postlocal is not None:
+            sent, received = sent + postlocal.step_bytes(step), received + postlocal.step_bytes(step)
         elif a.method.startswith("gradcomp:"):
             last = state.last_step()
             sent, received = sent + last["bytes_sent"], received + last["bytes_received"]
         else:
             b = torch_bytes(a.method, model, step)
             sent, received = sent + b, received + b
-        # Evaluate every `eval_every` steps (at each epoch's end without it) and at the end.
-        due = step + 1 == steps or (every and (step + 1) % every == 0) or (not every and i + 1 == batches.per_epoch)
+        # The cap: rank 0's clock decides for all, every few steps, outside the timed step.
+        capped = False
+        if a.cap_seconds and (step + 1) % cap_check == 0:
+            flag = torch.tensor([1 if wall >= a.cap_seconds else 0])
+            dist.broadcast(flag, 0)
+            capped = bool(flag.item())
+        # Evaluate every `eval_every` steps (at each epoch's end without it), at the end and at the cap.
+        due = step + 1 == steps or (every and (step + 1) % every == 0) or \
+            (not every and i + 1 == batches.per_epoch) or capped
         if not due:
             continue
         totals = torch.tensor([sent, received], dtype=torch.float64)
         dist.all_reduce(totals)
-        metric = evaluate(model if local is None else averaged(model, world), cfg, task)
+        replicas_differ = local is not None or diloco is not None or postlocal is not None
+        metric = evaluate(averaged(model, world) if replicas_differ else model, cfg, task)
         if rank == 0:
             rec = {"epoch": epoch, "steps": step + 1, "train_loss": loss_sum / loss_n, **metric,
                    "bytes_sent": int(totals[0]), "bytes_received": int(totals[1]),
                    "wall_seconds": wall, "predicted_wall_seconds": {}}
+            if capped:
+                rec["capped_at_seconds"] = a.cap_seconds
             evals.write(json.dumps(rec) + "\n")
             evals.flush()
             print(json.dumps({"steps": step + 1, **{k: round(v, 4) for k, v in metric.items()},
@@ -291,10 +334,12 @@ def main():
             (target_ppl is not None and metric.get("test_perplexity", math.inf) <= target_ppl)
         stop = torch.tensor([1 if done else 0])
         dist.broadcast(stop, 0)
-        if stop.item():
+        if stop.item() or capped:
             break
     if local is not None:
         local.close()
+    if diloco is not None:
+        diloco.__exit__(None, None, None)
     dist.barrier()
     sys.stdout.flush()
     # gloo can abort at interpreter exit after DDP; leave once everyone is done.

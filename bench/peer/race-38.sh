@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Issue #38: the race on slow links. Each phase is one bench/peer/matrix.sh call
+# (one model, one link, the candidates interleaved: gradcomp's and PyTorch's
+# alternate), so a phase is a cell and can be run, repeated or resumed alone:
+#
+#   bench/peer/race-38.sh OUT PHASE...        e.g. OUT=runs/race38, PHASE lstm-100mbit
+#   MATRIX_SEEDS="2 3" bench/peer/race-38.sh OUT lstm-100mbit   (repeats of a cell)
+#
+# The candidates, per framework:
+#   gradcomp  its PyTorch front's LocalUpdates: Streaming (H = 32, P = 4, averaging,
+#             τ = 1 or 4) with the change in fp4 (the best compressor of issue #37 at the
+#             dense change's perplexity) or dense; its per-step Top-k hook in DDP; the burn
+#             trainer (BIN) where named
+#   PyTorch   DDP's allreduce (fast links), torch's PowerSGD r = 4 hook (its best per-step
+#             method on the language models in issues #26 and #36; r = 2 on ResNet-18),
+#             torch's post-local SGD (H = 8, 32), torchft 0.2.0's DiLoCo (Streaming: H = 32,
+#             P = 4, τ = 1, averaging)
+# Caps (seconds of training): 400 at 10 Mbit/s, 600 elsewhere; a capped run is
+# reported as not reached, with its projection (bench/peer/table.py).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+out="${1:?usage: bench/peer/race-38.sh OUT PHASE...}"
+shift
+bin="${RACE_BIN:-target/release/gradcomp}"
+m() { # MODEL RATE CAP "PEER…" ["BURN…"]
+    MATRIX_BURN="${5:- }" MATRIX_MODELS=$1 MATRIX_RATES=$2 MATRIX_CAP=$3 MATRIX_PEER="$4" \
+        bench/peer/matrix.sh "$bin" "$out"
+}
+fp4="gradcomp-local-sgd-h32-p4-d1-fp4 gradcomp-local-sgd-h32-p4-d4-fp4"
+for phase in "$@"; do
+    echo "=== phase $phase $(date -u +%FT%TZ)" >&2
+    case $phase in
+        lstm-100mbit) m ptb-lstm-local 100mbit 600 "torch-powersgd-r4 ${fp4% *} torchft-diloco-h32-p4-d1 ${fp4#* } torch-postlocal-h32 gradcomp:topk torch-postlocal-h8" ;;
+        lstm-10mbit) m ptb-lstm-local 10mbit 400 "torchft-diloco-h32-p4-d1 ${fp4#* } torch-postlocal-h32 ${fp4% *} torch-powersgd-r4" ;;
+        gpt-100mbit) m ptb-gpt 100mbit 600 "torch-powersgd-r4 ${fp4% *} torchft-diloco-h32-p4-d1 ${fp4#* } torch-postlocal-h32 torch-postlocal-h8" ;;
+        gpt-10mbit) m ptb-gpt 10mbit 400 "torchft-diloco-h32-p4-d1 ${fp4#* } torch-postlocal-h32 ${fp4% *} torch-powersgd-r4" ;;
+        lstm-none) m ptb-lstm-local none 600 "none ${fp4% *} torchft-diloco-h32-p4-d1 gradcomp-local-sgd-h32-p4-d1 torch-postlocal-h32 torch-postlocal-h8" ;;
+        gpt-none) m ptb-gpt none 600 "none ${fp4% *} torchft-diloco-h32-p4-d1 gradcomp-local-sgd-h32-p4-d1 torch-postlocal-h32 torch-postlocal-h8" ;;
+        lstm-1gbit) m ptb-lstm-local 1gbit 600 "none ${fp4% *} torchft-diloco-h32-p4-d1 torch-postlocal-h32 torch-powersgd-r4" ;;
+        gpt-1gbit) m ptb-gpt 1gbit 600 "none ${fp4% *} torchft-diloco-h32-p4-d1 torch-postlocal-h32 torch-powersgd-r4" ;;
+        resnet-100mbit) m fashion-resnet18 100mbit 600 "torch-powersgd-r2 gradcomp:terngrad torch-postlocal-h8 gradcomp-local-sgd-h8-fp4 torchft-diloco-h8" ;;
+        resnet-10mbit) m fashion-resnet18 10mbit 400 "torchft-diloco-h8 gradcomp-local-sgd-h8-fp4 torch-postlocal-h8 gradcomp:terngrad torch-powersgd-r2" ;;
+        resnet-1gbit) m fashion-resnet18 1gbit 600 "torch-fp16 gradcomp:terngrad none gradcomp-local-sgd-h8-fp4 torchft-diloco-h8" ;;
+        resnet-none) m fashion-resnet18 none 600 "none gradcomp:terngrad torchft-diloco-h8 gradcomp-local-sgd-h8-fp4 torch-postlocal-h8" ;;
+        burn-lstm) m ptb-lstm-local "10mbit 100mbit none" 600 " " "streaming-sgd-h32-p4-d1-fp4" ;;
+        *) echo "unknown phase $phase" >&2; exit 2 ;;
+    esac
+done
+echo "race phases done: $*" >&2
