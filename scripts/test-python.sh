@@ -2,7 +2,8 @@
 # The Python package's tests: installs gradcomp (crates/py, built by maturin)
 # into a virtual environment, with PyTorch, numpy and pytest from PyPI on first
 # use, and runs pytest on crates/py/tests (DDP over gloo with 2 and 4
-# processes on 127.0.0.1). Arguments go to pytest.
+# processes on 127.0.0.1), and the peer benchmark's bookkeeping
+# (bench/peer/test_peer.py). Arguments go to pytest.
 #
 # The environment lives outside the repository ($GRADCOMP_VENV, default
 # ~/.cache/gradcomp/py-venv), so it is reused and never committed; so does
@@ -27,5 +28,5 @@ echo "== pip install ./crates/py"
 # tests are typed.
 echo "== mypy --strict crates/py/python/gradcomp crates/py/examples crates/py/tests"
 "$venv/bin/mypy" --strict --no-incremental crates/py/python/gradcomp crates/py/examples crates/py/tests
-echo "== pytest crates/py/tests"
-"$venv/bin/python" -m pytest -q -p no:cacheprovider crates/py/tests "$@"
+echo "== pytest crates/py/tests bench/peer/test_peer.py"
+"$venv/bin/python" -m pytest -q -p no:cacheprovider crates/py/tests bench/peer/test_peer.py "$@"

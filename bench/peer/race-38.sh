@@ -15,7 +15,7 @@
 #             method on the language models in issues #26 and #36; r = 2 on ResNet-18),
 #             torch's post-local SGD (H = 8, 32), torchft 0.2.0's DiLoCo (Streaming: H = 32,
 #             P = 4, τ = 1, averaging)
-# Caps (seconds of training): 400 at 10 Mbit/s, 600 elsewhere; a capped run is
+# Caps (seconds of training): 300 at 10 Mbit/s, 600 elsewhere; a capped run is
 # reported as not reached, with its projection (bench/peer/table.py).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -31,15 +31,15 @@ for phase in "$@"; do
     echo "=== phase $phase $(date -u +%FT%TZ)" >&2
     case $phase in
         lstm-100mbit) m ptb-lstm-local 100mbit 600 "torch-powersgd-r4 ${fp4% *} torchft-diloco-h32-p4-d1 ${fp4#* } torch-postlocal-h32 gradcomp:topk torch-postlocal-h8" ;;
-        lstm-10mbit) m ptb-lstm-local 10mbit 400 "torchft-diloco-h32-p4-d1 ${fp4#* } torch-postlocal-h32 ${fp4% *} torch-powersgd-r4" ;;
+        lstm-10mbit) m ptb-lstm-local 10mbit 300 "torchft-diloco-h32-p4-d1 ${fp4#* } torch-postlocal-h32 ${fp4% *} torch-powersgd-r4" ;;
         gpt-100mbit) m ptb-gpt 100mbit 600 "torch-powersgd-r4 ${fp4% *} torchft-diloco-h32-p4-d1 ${fp4#* } torch-postlocal-h32 torch-postlocal-h8" ;;
-        gpt-10mbit) m ptb-gpt 10mbit 400 "torchft-diloco-h32-p4-d1 ${fp4#* } torch-postlocal-h32 ${fp4% *} torch-powersgd-r4" ;;
+        gpt-10mbit) m ptb-gpt 10mbit 300 "torchft-diloco-h32-p4-d1 ${fp4#* } torch-postlocal-h32 ${fp4% *} torch-powersgd-r4" ;;
         lstm-none) m ptb-lstm-local none 600 "none ${fp4% *} torchft-diloco-h32-p4-d1 gradcomp-local-sgd-h32-p4-d1 torch-postlocal-h32 torch-postlocal-h8" ;;
         gpt-none) m ptb-gpt none 600 "none ${fp4% *} torchft-diloco-h32-p4-d1 gradcomp-local-sgd-h32-p4-d1 torch-postlocal-h32 torch-postlocal-h8" ;;
         lstm-1gbit) m ptb-lstm-local 1gbit 600 "none ${fp4% *} torchft-diloco-h32-p4-d1 torch-postlocal-h32 torch-powersgd-r4" ;;
         gpt-1gbit) m ptb-gpt 1gbit 600 "none ${fp4% *} torchft-diloco-h32-p4-d1 torch-postlocal-h32 torch-powersgd-r4" ;;
         resnet-100mbit) m fashion-resnet18 100mbit 600 "torch-powersgd-r2 gradcomp:terngrad torch-postlocal-h8 gradcomp-local-sgd-h8-fp4 torchft-diloco-h8" ;;
-        resnet-10mbit) m fashion-resnet18 10mbit 400 "torchft-diloco-h8 gradcomp-local-sgd-h8-fp4 torch-postlocal-h8 gradcomp:terngrad torch-powersgd-r2" ;;
+        resnet-10mbit) m fashion-resnet18 10mbit 300 "torchft-diloco-h8 gradcomp-local-sgd-h8-fp4 torch-postlocal-h8 gradcomp:terngrad torch-powersgd-r2" ;;
         resnet-1gbit) m fashion-resnet18 1gbit 600 "torch-fp16 gradcomp:terngrad none gradcomp-local-sgd-h8-fp4 torchft-diloco-h8" ;;
         resnet-none) m fashion-resnet18 none 600 "none gradcomp:terngrad torchft-diloco-h8 gradcomp-local-sgd-h8-fp4 torch-postlocal-h8" ;;
         burn-lstm) m ptb-lstm-local "10mbit 100mbit none" 600 " " "streaming-sgd-h32-p4-d1-fp4" ;;
