@@ -267,7 +267,7 @@ def main():
     # As gradcomp records them: the wall-clock summed over training steps
     # (evaluation excluded), and the bytes summed over all workers.
     sent = received = 0
-    wall = 0.0
+    wall = exposed = 0.0
     loss_sum, loss_n = 0.0, 0
     for step in range(steps):
         epoch, i = divmod(step, batches.per_epoch)
@@ -278,7 +278,11 @@ def main():
         loss.backward()
         opt.step()
         if local is not None:
+            # What a LocalUpdates step waits for: blocking rounds, merges whose round is
+            # still in flight, and the merges themselves (rank 0's, in its records).
+            t1 = time.perf_counter()
             local.step()
+            exposed += time.perf_counter() - t1
         loss_sum, loss_n = loss_sum + loss.item(), loss_n + 1
         wall += time.perf_counter() - t0
         if step < 15 and rank == 0 and os.environ.get("PEER_SHOW_BUCKETS"):
@@ -318,6 +322,8 @@ def main():
                    "wall_seconds": wall, "predicted_wall_seconds": {}}
             if capped:
                 rec["capped_at_seconds"] = a.cap_seconds
+            if local is not None:
+                rec["exposed_round_seconds"] = exposed
             evals.write(json.dumps(rec) + "\n")
             evals.flush()
             print(json.dumps({"steps": step + 1, **{k: round(v, 4) for k, v in metric.items()},
