@@ -1,6 +1,6 @@
 """The head-to-head tables from the matrix's run directories (or their evals.jsonl).
 
-    python3 bench/peer/table.py runs/peer        (or docs/bench/peer, docs/bench/race-38)
+    python3 bench/peer/table.py runs/peer [--svg FIGURE]   (or docs/bench/peer, docs/bench/race-38)
 
 For each model and link: every method's time to its target (the measured
 wall-clock of training, evaluation excluded, at the first evaluation that meets
@@ -207,8 +207,51 @@ def targets(rate, ratio, g_over_limit):
     return "met" if ratio >= 1 / 1.05 else "missed"
 
 
+def svg(summary):
+    """The summary as a figure: per model and link, gradcomp's best and PyTorch's
+    best as bars (seconds to target, hatched where projected), the compute-bound
+    time as a tick."""
+    rows = [(m, r, lim, g, t) for m, r, lim, g, t in summary if g or t]
+    top = max([s["median"] for *_, g, t in rows for s in (g, t) if s and s["median"]] + [1.0])
+    left, bar, gap, width = 190, 11, 10, 460
+    h = 40 + len(rows) * (2 * bar + gap) + 30
+    x = lambda v: left + width * v / top  # noqa: E731
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{left + width + 80}" height="{h}" '
+           'font-family="sans-serif" font-size="11">',
+           '<defs><pattern id="proj" width="6" height="6" patternUnits="userSpaceOnUse" '
+           'patternTransform="rotate(45)"><rect width="3" height="6" fill="#999"/></pattern></defs>',
+           f'<text x="{left}" y="14">seconds to target: gradcomp&#8217;s best (blue), PyTorch&#8217;s best '
+           '(orange), hatched: projected; black tick: compute-bound</text>']
+    y = 30
+    for model, rate, lim, g, t in rows:
+        out.append(f'<text x="{left - 6}" y="{y + bar + 4}" text-anchor="end">{model}, {rate}</text>')
+        for i, (s, colour) in enumerate(((g, "#3b6fb6"), (t, "#e07b39"))):
+            if not s or not s["median"]:
+                continue
+            fill = "url(#proj)" if not s["reached"] else colour
+            out.append(f'<rect x="{left}" y="{y + i * bar}" width="{x(s["median"]) - left:.1f}" height="{bar - 1}" '
+                       f'fill="{fill}" stroke="{colour}"/>')
+            out.append(f'<text x="{x(s["median"]) + 3:.1f}" y="{y + i * bar + bar - 2}">{s["median"]:.0f}</text>')
+        if lim:
+            out.append(f'<line x1="{x(lim[0]):.1f}" x2="{x(lim[0]):.1f}" y1="{y - 2}" y2="{y + 2 * bar + 1}" '
+                       'stroke="black" stroke-width="2"/>')
+        y += 2 * bar + gap
+    out.append(f'<line x1="{left}" x2="{left + width}" y1="{y}" y2="{y}" stroke="#444"/>')
+    for k in range(6):
+        v = top * k / 5
+        out.append(f'<text x="{x(v):.1f}" y="{y + 14}" text-anchor="middle">{v:.0f}</text>')
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
+
+
 def main():
-    runs = load(sys.argv[1] if len(sys.argv) > 1 else "runs/peer")
+    args = sys.argv[1:]
+    figure = None
+    if "--svg" in args:
+        i = args.index("--svg")
+        figure = args[i + 1]
+        del args[i:i + 2]
+    runs = load(args[0] if args else "runs/peer")
     summary = []
     for model in sorted({r["model"] for r in runs}):
         goal = Goal(model)
@@ -236,6 +279,9 @@ def main():
         print(f"| {model} | {rate} | {cell(g)} | {cell(t)} | {f'{ratio:.2f}' if ratio else ''} | "
               f"{f'{lim:.1f}' if lim else ''} | {f'{g_lim:.2f}' if g_lim else ''} | "
               f"{f'{t_lim:.2f}' if t_lim else ''} | {targets(rate, ratio, g_lim)} |")
+    if figure:
+        with open(figure, "w") as f:
+            f.write(svg(summary))
 
 
 if __name__ == "__main__":
