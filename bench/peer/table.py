@@ -13,10 +13,13 @@ post-local SGD, torchft's DiLoCo). A summary of every model and link closes the
 output, with the model's compute-bound time beside each cell.
 
 - **Not reached**: a run that ended (its epochs, or the cap of bench/peer/matrix.sh,
-  `capped_at_seconds`) short of the target. Its projection: the steps the same
-  method and seed needed on another link (a method's curve is the same on every
-  link: the link changes the time, not the arithmetic) times this run's seconds
-  per step; without such a run, none.
+  `capped_at_seconds`) short of the target. Its projection: its seconds so far
+  plus the steps it still needed (the steps the same method and seed needed on
+  another link: a method's curve is the same on every link, the link changes
+  the time, not the arithmetic) at its last seconds per step (train.py's
+  `recent_seconds_per_step` at the cap, else between its last two evaluations,
+  so a warm-up's dense steps stay out; its mean with one evaluation); without a
+  run that reached the target, none.
 - **The compute-bound time** of a model: the fastest method's steps to target
   times its unshaped step time, i.e. the least unshaped time to target (median
   over seeds) of any method, either framework.
@@ -116,7 +119,17 @@ def outcome(runs, run, goal):
         return e["wall_seconds"], e["steps"], e["wall_seconds"] / e["steps"], None, e
     per_step = last["wall_seconds"] / last["steps"]
     needed = steps_to_target(runs, run, goal)
-    return None, last["steps"], per_step, (needed * per_step if needed else None), last
+    if not needed:
+        return None, last["steps"], per_step, None, last
+    # From the run's own curve: its last seconds per step (between its last two
+    # evaluations; a warm-up's dense steps stay out of it), over the steps left.
+    rate = per_step
+    if "recent_seconds_per_step" in last:
+        rate = last["recent_seconds_per_step"]
+    elif len(run["rows"]) >= 2:
+        prev = run["rows"][-2]
+        rate = (last["wall_seconds"] - prev["wall_seconds"]) / max(1, last["steps"] - prev["steps"])
+    return None, last["steps"], per_step, last["wall_seconds"] + max(0, needed - last["steps"]) * rate, last
 
 
 def summarize(runs, group, goal):

@@ -36,6 +36,9 @@ def test_median_over_seeds_projection_and_the_compute_bound_time(tmp_path, capsy
     # 600 unshaped, so its projection is 600 × 2 s.
     write_run(tmp_path, f"peer-{m}-torchft-diloco-h32-p4-d1-10mbit",
               [row(100, 800.0, 200.0, capped_at_seconds=200.0)])
+    # A warm-up's slow steps stay out of a projection: 50 steps of 8 s, then 50 of 2 s; 600 needed.
+    write_run(tmp_path, f"peer-{m}-torch-postlocal-h32-10mbit", [row(50, 900.0, 400.0), row(100, 800.0, 500.0)])
+    write_run(tmp_path, f"peer-{m}-torch-postlocal-h32-none", [row(600, 349.0, 90.0)])
     write_run(tmp_path, f"peer-{m}-torchft-diloco-h32-p4-d1-none", [row(600, 349.0, 60.0)])
     write_run(tmp_path, f"peer-{m}-none-none", [row(500, 340.0, 75.0)])
     write_run(tmp_path, f"peer-{m}-torch-powersgd-r4-100mbit", [row(534, 349.5, 250.0)])
@@ -48,7 +51,10 @@ def test_median_over_seeds_projection_and_the_compute_bound_time(tmp_path, capsy
     # The compute-bound time: the least unshaped time to target of any method.
     assert table.compute_bound(runs, m, goal) == (60.0, "torchft-diloco-h32-p4-d1")
     _, t10 = table.table(runs, m, "10mbit", goal)
-    assert not t10["reached"] and t10["median"] == pytest.approx(600 * 2.0)
+    assert not t10["reached"] and t10["method"] == "torchft-diloco-h32-p4-d1"
+    assert t10["median"] == pytest.approx(600 * 2.0)
+    post = [s for s in table.cell_methods(runs, m, "10mbit", goal) if s["method"] == "torch-postlocal-h32"][0]
+    assert post["median"] == pytest.approx(500.0 + 500 * 2.0)
     out = capsys.readouterr().out
     assert "not reached (projected 1200.0) (capped)" in out
     assert table.targets("100mbit", 2.5, 1.0) == "met"

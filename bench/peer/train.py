@@ -267,7 +267,8 @@ def main():
     # As gradcomp records them: the wall-clock summed over training steps
     # (evaluation excluded), and the bytes summed over all workers.
     sent = received = 0
-    wall = exposed = 0.0
+    wall = exposed = pace = 0.0
+    last_check = (0, 0.0)
     loss_sum, loss_n = 0.0, 0
     for step in range(steps):
         epoch, i = divmod(step, batches.per_epoch)
@@ -307,6 +308,8 @@ def main():
             flag = torch.tensor([1 if wall >= a.cap_seconds else 0])
             dist.broadcast(flag, 0)
             capped = bool(flag.item())
+            # The seconds per step since the previous check: a capped run's recent pace.
+            pace, last_check = (wall - last_check[1]) / (step + 1 - last_check[0]), (step + 1, wall)
         # Evaluate every `eval_every` steps (at each epoch's end without it), at the end and at the cap.
         due = step + 1 == steps or (every and (step + 1) % every == 0) or \
             (not every and i + 1 == batches.per_epoch) or capped
@@ -322,6 +325,7 @@ def main():
                    "wall_seconds": wall, "predicted_wall_seconds": {}}
             if capped:
                 rec["capped_at_seconds"] = a.cap_seconds
+                rec["recent_seconds_per_step"] = pace
             if local is not None:
                 rec["exposed_round_seconds"] = exposed
             evals.write(json.dumps(rec) + "\n")
