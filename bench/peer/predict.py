@@ -13,7 +13,8 @@ served before issue #38) and adds the step without the wire:
 
 - C, the unshaped twin's measured seconds per step (4 ranks sharing the
   machine's cores, as on the shaped links; it includes the loopback's own wire
-  and a local-update method's rounds there, so it errs high);
+  and a local-update method's rounds there, so it errs high); a local-update
+  run without its own twin takes its framework's (`unshaped_twin`);
 - per-step methods (DDP's allreduce, torch's fp16 and PowerSGD hooks,
   gradcomp's Top-k hook): every step's calls one after another after the
   backward pass (no overlap with it);
@@ -137,6 +138,24 @@ def predict_local(wire, rate, settings, sizes, compute, steps, bytes_per_worker)
     return steps * compute + rounds * exposed
 
 
+def unshaped_twin(records, name, method):
+    """The unshaped run whose step stands for `method`'s compute: its own, else
+    (local updates) one of the same framework's local-update runs (gradcomp's
+    LocalUpdates with another τ; torchft's DiLoCo for torch's post-local SGD:
+    both are an inner step of the same model with no per-step exchange)."""
+    kin = [method]
+    if method.startswith("gradcomp-local-"):
+        kin.append("gradcomp-local-*")
+    elif method.startswith(("torchft-diloco-", "torch-postlocal-")):
+        kin += ["torchft-diloco-*", "torch-postlocal-*"]
+    for k in kin:
+        found = sorted(glob.glob(os.path.join(records, f"peer-{name}-{k}-none"))) + \
+            sorted(glob.glob(os.path.join(records, f"peer-{name}-{k}-none.evals.jsonl")))
+        if found:
+            return found[0]
+    return None
+
+
 def last(path):
     path = os.path.join(path, "evals.jsonl") if os.path.isdir(path) else path
     rows = [json.loads(line) for line in open(path) if line.strip()]
@@ -165,9 +184,8 @@ def main():
         if not m or m.group("model") != name or m.group("rate") not in RATES or path.endswith(".log"):
             continue
         method, rate = m.group("method"), m.group("rate")
-        twin = [t for t in (os.path.join(a.records, f"peer-{name}-{method}-none"),
-                            os.path.join(a.records, f"peer-{name}-{method}-none.evals.jsonl")) if os.path.exists(t)]
-        shaped, unshaped = last(path), (last(twin[0]) if twin else None)
+        twin = unshaped_twin(a.records, name, method)
+        shaped, unshaped = last(path), (last(twin) if twin else None)
         if not shaped or not unshaped:
             continue
         compute = unshaped["wall_seconds"] / unshaped["steps"]
