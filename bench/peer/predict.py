@@ -86,20 +86,6 @@ def per_step_calls(method, shapes, step, options):
     return None
 
 
-def partition(sizes, parts):
-    """Contiguous groups of tensor indices, about equal in values (as gradcomp's strategy cuts)."""
-    total, groups, current, done = sum(sizes), [], [], 0
-    for i, n in enumerate(sizes):
-        current.append(i)
-        done += n
-        later = parts - len(groups) - 1
-        if later and (done >= total * (len(groups) + 1) / parts or len(sizes) - i - 1 == later):
-            groups.append(current)
-            current = []
-    groups.append(current)
-    return groups
-
-
 def local_settings(method):
     """(kind, period, fragments, delay, compressor) of a local-update method, or None."""
     m = re.fullmatch(r"gradcomp-local-(?:sgd-)?h(\d+)(?:-p(\d+))?(?:-d(\d+))?(?:-([a-z0-9]+))?", method)
@@ -125,7 +111,7 @@ def predict_local(wire, rate, settings, sizes, compute, steps, bytes_per_worker)
         return steps * compute + min(warmup, steps) * grads + averages * grads
     rounds = steps / period
     exposed = 0.0
-    for group in partition(sizes, parts):
+    for group in torch_local.partition(sizes, parts):
         values = sum(sizes[i] for i in group)
         if kind == "torchft":
             seconds = sum(wire(rate, [("allreduce", 4 * sizes[i])]) for i in group)

@@ -94,8 +94,8 @@ def test_fragments_are_contiguous_cover_every_module_once_and_balance():
     assert all(len(p) >= 1 for p in parts)
     with pytest.raises(SystemExit):
         torch_local.fragments(model, 6)
-    assert predict.partition([10, 10, 10, 10], 2) == [[0, 1], [2, 3]]
-    assert predict.partition([100, 1, 1, 1], 4) == [[0], [1], [2], [3]]
+    assert torch_local.partition([10, 10, 10, 10], 2) == [[0, 1], [2, 3]]
+    assert torch_local.partition([100, 1, 1, 1], 4) == [[0], [1], [2], [3]]
 
 
 def test_local_pricing_hides_a_round_behind_its_delay():

@@ -86,6 +86,22 @@ def own_address():
         s.close()
 
 
+def partition(sizes, parts):
+    """Contiguous groups of indices into `sizes`, about equal in total (as
+    gradcomp's strategy cuts its fragments), each group non-empty."""
+    total, groups, current, done = sum(sizes), [], [], 0
+    for i, n in enumerate(sizes):
+        current.append(i)
+        done += n
+        # Close a group at its share, leaving an index for each later one.
+        later = parts - len(groups) - 1
+        if later and (done >= total * (len(groups) + 1) / parts or len(sizes) - i - 1 == later):
+            groups.append(current)
+            current = []
+    groups.append(current)
+    return groups
+
+
 def fragments(model, count):
     """`count` nn.ModuleLists of the model's parameter-owning modules, in their
     order, contiguous and about equal in parameters (torchft syncs a fragment
@@ -94,17 +110,7 @@ def fragments(model, count):
     sizes = [sum(p.numel() for p in m.parameters(recurse=False)) for m in owners]
     if count > len(owners):
         raise SystemExit(f"error: {count} fragments but the model has {len(owners)} parameter-owning modules")
-    total, groups, current, done = sum(sizes), [], [], 0
-    for i, (m, n) in enumerate(zip(owners, sizes)):
-        current.append(m)
-        done += n
-        # Close a fragment at its share of the parameters, leaving a module for each later one.
-        later = count - len(groups) - 1
-        if later and (done >= total * (len(groups) + 1) / count or len(owners) - i - 1 == later):
-            groups.append(torch.nn.ModuleList(current))
-            current = []
-    groups.append(torch.nn.ModuleList(current))
-    return groups
+    return [torch.nn.ModuleList(owners[i] for i in group) for group in partition(sizes, count)]
 
 
 class TorchftDiLoCo:
