@@ -17,7 +17,8 @@ for n in 2 4; do
             100mbit) link=(--link-bits-per-second 1e8) ;;
         esac
         echo "== N=$n link=$rate" >&2
-        NETSIM_TIMEOUT=3000 scripts/netsim.sh run "$n" "$rate" "$bin" bench comm --backend mpi --json --min-time 0.2 \
+        # 256kb at every rate, the bucket docs/bench/comm-*.jsonl were measured with.
+        NETSIM_BURST=${NETSIM_BURST:-256kb} NETSIM_TIMEOUT=3000 scripts/netsim.sh run "$n" "$rate" "$bin" bench comm --backend mpi --json --min-time 0.2 \
             --allreduce-algorithm recursive-doubling "${link[@]}" \
             > "$out/comm-mpi-n$n-$rate.jsonl"
     done

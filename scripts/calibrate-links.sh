@@ -18,9 +18,8 @@ sizes=4096,16384,65536,262144,1048576,4194304,16777216
 for n in 2 4; do
     for rate in 100mbit 1gbit; do
         bps=$([ "$rate" = 100mbit ] && echo 1e8 || echo 1e9)
-        burst=$([ "$rate" = 100mbit ] && echo 32kb || echo 256kb)
         echo "== N=$n $rate" >&2
-        NETSIM_BURST=$burst NETSIM_TIMEOUT=900 scripts/netsim.sh run "$n" "$rate" "$bin" bench comm --backend mpi \
+        NETSIM_TIMEOUT=900 scripts/netsim.sh run "$n" "$rate" "$bin" bench comm --backend mpi \
             --json --skip-raw --min-time 0.2 --sizes "$sizes" --allreduce-algorithm recursive-doubling \
             --allgatherv-algorithm open-mpi --calibrate-out "$PWD/$out/n$n-$rate.json" --nominal-bps "$bps" \
             > "$out/n$n-$rate.jsonl"

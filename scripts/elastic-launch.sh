@@ -18,7 +18,6 @@ kill_host="${3:-2}"
 at="${4:-725}"
 mkdir -p "$out"
 out="$(cd "$out" && pwd)"
-export NETSIM_BURST=32kb   # as scripts/time-to-accuracy.sh at 100 Mbit/s
 common=(--min-workers 3 --config experiments/tta-mnist-lenet.toml --quiet
         --set 'compressor={ name = "topk", density = 0.01 }' --set 'compression.memory="error-feedback"'
         --set 'comm.topology="allgather"' --set train.epochs=2 --set train.eval_every=0

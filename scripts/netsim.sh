@@ -19,8 +19,10 @@
 # Environment: NETSIM_PREFIX (default gcns; names are machine-wide, so give
 # parallel runs their own), NETSIM_SUBNET (default 10.77.0), NETSIM_TIMEOUT
 # (seconds for the MPI job, default 1800), NETSIM_MPIRUN_ARGS (extra mpirun flags),
-# NETSIM_BURST (tbf bucket, default 256kb: messages smaller than the bucket,
-# after an idle gap that refills it, cross at veth speed, not at RATE),
+# NETSIM_BURST (tbf bucket; default 32kb at 10mbit and 100mbit, 256kb faster,
+# the buckets every calibration used: about 2.5 ms of traffic at 100 Mbit/s and
+# 1 Gbit/s, 26 ms at 10 Mbit/s; messages smaller than the bucket, after an idle
+# gap that refills it, cross at veth speed, not at RATE),
 # NETSIM_LATENCY (tbf queue: the longest a packet may wait, default 50ms).
 set -euo pipefail
 
@@ -31,9 +33,14 @@ HERE="$(cd "$(dirname "$0")" && pwd)"
 usage() { sed -n '2,24p' "$0" >&2; exit 2; }
 need_root() { [ "$(id -u)" = 0 ] || { echo "error: netsim needs root (network namespaces and tc)" >&2; exit 1; }; }
 
+default_burst() { # RATE
+    case $1 in 10mbit|100mbit) echo 32kb ;; *) echo 256kb ;; esac
+}
+
 shape() { # NS DEV RATE
     [ "$3" = none ] && return 0
-    ip netns exec "$1" tc qdisc replace dev "$2" root tbf rate "$3" burst "${NETSIM_BURST:-256kb}" latency "${NETSIM_LATENCY:-50ms}"
+    ip netns exec "$1" tc qdisc replace dev "$2" root tbf rate "$3" burst "${NETSIM_BURST:-$(default_burst "$3")}" \
+        latency "${NETSIM_LATENCY:-50ms}"
 }
 
 up() {

@@ -70,10 +70,8 @@ method_sets() {
 
 run() { # MODEL RATE METHOD PIPELINE
     local model=$1 rate=$2 method=$3 pipeline=$4
-    local bps burst name
+    local bps name
     case $rate in 10mbit) bps=1e7 ;; 100mbit) bps=1e8 ;; *) bps=1e9 ;; esac
-    # ~2.5 ms of traffic at 100 Mbit/s and 1 Gbit/s, as validate-model.sh; 32 KB at 10 Mbit/s too.
-    case $rate in 10mbit|100mbit) burst=32kb ;; *) burst=256kb ;; esac
     # Unshaped (rate none), or a link without a calibration: the prediction is uncalibrated.
     local calibrate=(--set "network.calibration=[\"$PWD/$cal/n4-$rate.json\"]")
     [ -f "$cal/n4-$rate.json" ] || calibrate=()
@@ -82,7 +80,7 @@ run() { # MODEL RATE METHOD PIPELINE
     local args=()
     for s in "${sets[@]}"; do args+=(--set "$s"); done
     echo "== $name" >&2
-    NETSIM_BURST=$burst NETSIM_TIMEOUT=${TTA_CAP:-1200} scripts/netsim.sh run 4 "$rate" "$bin" train --backend mpi --quiet \
+    NETSIM_TIMEOUT=${TTA_CAP:-1200} scripts/netsim.sh run 4 "$rate" "$bin" train --backend mpi --quiet \
         --config "experiments/tta-$model.toml" --overwrite "${args[@]}" --set "seed=${TTA_SEED:-1}" \
         --set "name=\"$name\"" --set "run_dir=\"$out/$name\"" \
         --set "compression.pipeline=$pipeline" --set "network.links_bps=[$bps]" \

@@ -26,10 +26,9 @@ dirs=()
 for n in 2 4; do
     for rate in 100mbit 1gbit; do
         bps=$([ $rate = 100mbit ] && echo 1e8 || echo 1e9)
-        # The tbf bucket holds about 2.5 ms of traffic at either rate. A larger one
-        # lets messages that fit in it cross at veth speed after an idle gap
+        # The tbf bucket: netsim.sh's default, about 2.5 ms of traffic at either rate. A
+        # larger one lets messages that fit in it cross at veth speed after an idle gap
         # (TernGrad's 108–162 KB at 100 Mbit/s with 256kb: 4× the line rate).
-        burst="${NETSIM_BURST:-$([ $rate = 100mbit ] && echo 32kb || echo 256kb)}"
         for method in dense terngrad gaussiank; do
             cfg=experiments/mnist-lenet-dense-n4.toml
             extra=()
@@ -42,7 +41,7 @@ for n in 2 4; do
             esac
             name="val-$method-n$n-$rate"
             echo "== $name" >&2
-            NETSIM_BURST=$burst NETSIM_TIMEOUT=900 scripts/netsim.sh run "$n" "$rate" "$bin" train --backend mpi --quiet --config "$cfg" \
+            NETSIM_TIMEOUT=900 scripts/netsim.sh run "$n" "$rate" "$bin" train --backend mpi --quiet --config "$cfg" \
                 --set workers=$n --set "name=\"$name\"" --set "run_dir=\"$out/$name\"" \
                 --set train.max_steps="$steps" --set train.eval=false --set train.checkpoint_every_epochs=0 \
                 --set train.checksum_every=0 --set train.stats_every=0 \

@@ -13,11 +13,11 @@ mkdir -p "$out"
 out="$(cd "$out" && pwd)"
 for rate in ${CALIBRATE_RATES:-10mbit 100mbit 1gbit}; do
     case $rate in
-        10mbit) bps=1e7 burst=32kb max=$((4 << 20)) ;;
-        100mbit) bps=1e8 burst=32kb max=$((16 << 20)) ;;
-        *) bps=1e9 burst=256kb max=$((16 << 20)) ;;
+        10mbit) bps=1e7 max=$((4 << 20)) ;;
+        100mbit) bps=1e8 max=$((16 << 20)) ;;
+        *) bps=1e9 max=$((16 << 20)) ;;
     esac
     echo "== gloo n4 $rate" >&2
-    NETSIM_BURST=$burst NETSIM_TIMEOUT=900 scripts/netsim.sh torch 4 "$rate" "$py" bench/peer/gloo_calibrate.py \
+    NETSIM_TIMEOUT=900 scripts/netsim.sh torch 4 "$rate" "$py" bench/peer/gloo_calibrate.py \
         --link-bps "$bps" --max-bytes "${CALIBRATE_MAX:-$max}" --out "$out/n4-$rate.json" > "$out/n4-$rate.log" 2>&1
 done

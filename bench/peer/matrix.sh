@@ -72,18 +72,11 @@ peer_method() {
     esac
 }
 
-# The tbf bucket of each link (scripts/time-to-accuracy.sh's and the calibrations'):
-# the same links for both frameworks. At 10 and 100 Mbit/s 32 KB (a bucket refills in
-# 26 ms and 2.6 ms); at 1 Gbit/s 256 KB.
-burst_of() {
-    case $1 in 10mbit|100mbit) echo 32kb ;; *) echo 256kb ;; esac
-}
-
 run_peer() { # MODEL RATE METHOD
     local name="peer-$1-${3/:/-}-$2$suffix"
     echo "== $name" >&2
     # shellcheck disable=SC2046
-    NETSIM_BURST=$(burst_of "$2") NETSIM_TIMEOUT=$((cap + 900)) scripts/netsim.sh torch 4 "$2" "$py" bench/peer/train.py \
+    NETSIM_TIMEOUT=$((cap + 900)) scripts/netsim.sh torch 4 "$2" "$py" bench/peer/train.py \
         --config "experiments/tta-$1.toml" --method "$(peer_method "$3")" $(peer_options "$3") --out "$out/$name" \
         --cap-seconds "$cap" --seed "$seed" > "$out/$name.log" 2>&1 || echo "   FAILED (see $out/$name.log)" >&2
 }

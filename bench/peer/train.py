@@ -104,13 +104,17 @@ def hook_for(method, options):
 
 def averaged(model, world):
     """A copy of `model` holding the replicas' average (local updates' replicas
-    differ between rounds; gradcomp's trainer evaluates this average too)."""
+    differ between rounds; gradcomp's trainer evaluates this average too).
+    Floating-point buffers (BatchNorm's running statistics) are averaged with
+    the parameters: no method exchanges them, so each replica's own would make
+    the evaluated model a mix of the average and one rank."""
     import copy
     avg = copy.deepcopy(model)
     with torch.no_grad():
-        for p in avg.parameters():
-            dist.all_reduce(p.data)
-            p.data /= world
+        tensors = list(avg.parameters()) + [b for b in avg.buffers() if b.is_floating_point()]
+        for t in tensors:
+            dist.all_reduce(t.data)
+            t.data /= world
     return avg
 
 
