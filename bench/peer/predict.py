@@ -45,11 +45,10 @@ import tomllib
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import models  # noqa: E402
 import torch_local  # noqa: E402
+import table  # noqa: E402  (parse_name: the runs' names)
 import train  # noqa: E402  (torch_calls: what torch's hooks allreduce)
 
 RATES = {"10mbit": 1e7, "100mbit": 1e8, "1gbit": 1e9}
-NAME = re.compile(r"peer-(?P<model>[a-z0-9]+-[a-z0-9]+(?:-local)?)-(?P<method>.+)-(?P<rate>10mbit|100mbit|1gbit|none)"
-                  r"(?:\.evals\.jsonl)?$")
 
 
 class Wire:
@@ -124,21 +123,24 @@ def predict_local(wire, rate, settings, sizes, compute, steps, bytes_per_worker)
     return steps * compute + rounds * exposed
 
 
-def unshaped_twin(records, name, method):
-    """The unshaped run whose step stands for `method`'s compute: its own, else
-    (local updates) one of the same framework's local-update runs (gradcomp's
-    LocalUpdates with another τ; torchft's DiLoCo for torch's post-local SGD:
-    both are an inner step of the same model with no per-step exchange)."""
+def unshaped_twin(records, name, method, seed=1):
+    """The unshaped run whose step stands for `method`'s compute: its own (the
+    same seed first), else (local updates) one of the same framework's
+    local-update runs (gradcomp's LocalUpdates with another τ; torchft's DiLoCo
+    for torch's post-local SGD: both are an inner step of the same model with no
+    per-step exchange)."""
     kin = [method]
     if method.startswith("gradcomp-local-"):
         kin.append("gradcomp-local-*")
     elif method.startswith(("torchft-diloco-", "torch-postlocal-")):
         kin += ["torchft-diloco-*", "torch-postlocal-*"]
+    suffixes = ([f"-s{seed}"] if seed != 1 else []) + ["", "-s*"]
     for k in kin:
-        found = sorted(glob.glob(os.path.join(records, f"peer-{name}-{k}-none"))) + \
-            sorted(glob.glob(os.path.join(records, f"peer-{name}-{k}-none.evals.jsonl")))
-        if found:
-            return found[0]
+        for suffix in suffixes:
+            found = sorted(glob.glob(os.path.join(records, f"peer-{name}-{k}-none{suffix}"))) + \
+                sorted(glob.glob(os.path.join(records, f"peer-{name}-{k}-none{suffix}.evals.jsonl")))
+            if found:
+                return found[0]
     return None
 
 
@@ -166,11 +168,11 @@ def main():
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     errors = []
     for path in sorted(glob.glob(os.path.join(a.records, f"peer-{name}-*"))):
-        m = NAME.match(os.path.basename(path))
-        if not m or m.group("model") != name or m.group("rate") not in RATES or path.endswith(".log"):
+        run = table.parse_name(os.path.basename(path))
+        if not run or run["model"] != name or run["rate"] not in RATES:
             continue
-        method, rate = m.group("method"), m.group("rate")
-        twin = unshaped_twin(a.records, name, method)
+        method, rate, seed = run["method"], run["rate"], run["seed"]
+        twin = unshaped_twin(a.records, name, method, seed)
         shaped, unshaped = last(path), (last(twin) if twin else None)
         if not shaped or not unshaped:
             continue
@@ -187,7 +189,8 @@ def main():
         measured = shaped["wall_seconds"]
         err = (total - measured) / measured
         errors.append((method, rate, err))
-        print(f"| {method} | {rate} | {steps} | {1e3 * compute:.1f} | {1e3 * total / steps:.1f} | "
+        label = method if seed == 1 else f"{method} (seed {seed})"
+        print(f"| {label} | {rate} | {steps} | {1e3 * compute:.1f} | {1e3 * total / steps:.1f} | "
               f"{1e3 * measured / steps:.1f} | {100 * err:+.0f}% | {total:.1f} | {measured:.1f} |")
     if errors:
         worst = max(errors, key=lambda e: abs(e[2]))

@@ -73,15 +73,24 @@ def load(root):
     for entry in sorted(os.listdir(root)):
         path = os.path.join(root, entry)
         evals = os.path.join(path, "evals.jsonl") if os.path.isdir(path) else path
-        m = NAME.match(entry)
-        if not m or not os.path.isfile(evals):
+        run = parse_name(entry)
+        if not run or not os.path.isfile(evals):
             continue
         rows = [json.loads(line) for line in open(evals) if line.strip()]
-        if not rows:
-            continue
-        runs.append({"kind": m.group(1), "model": m.group(2), "method": m.group(3), "rate": m.group(4),
-                     "seed": int(m.group(5) or 1), "rows": rows, "name": entry.removesuffix(".evals.jsonl")})
+        if rows:
+            runs.append({**run, "rows": rows})
     return runs
+
+
+def parse_name(entry):
+    """A run's name (a run directory or NAME.evals.jsonl), as matrix.sh and
+    scripts/time-to-accuracy.sh write it: `peer|tta-MODEL-METHOD-RATE[-sSEED]`;
+    None for anything else (logs, configs)."""
+    m = NAME.match(entry)
+    if not m:
+        return None
+    return {"kind": m.group(1), "model": m.group(2), "method": m.group(3), "rate": m.group(4),
+            "seed": int(m.group(5) or 1), "name": entry.removesuffix(".evals.jsonl")}
 
 
 def framework(run):

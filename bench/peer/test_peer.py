@@ -77,6 +77,26 @@ def test_names_parse_into_their_settings():
     assert predict.local_settings("none") is None
 
 
+def test_run_names_parse_with_their_seed_and_find_their_unshaped_twin(tmp_path):
+    m = "ptb-gpt"
+    assert table.parse_name(f"peer-{m}-gradcomp-local-sgd-h32-p4-d1-fp4-100mbit-s2.evals.jsonl") == {
+        "kind": "peer", "model": m, "method": "gradcomp-local-sgd-h32-p4-d1-fp4", "rate": "100mbit",
+        "seed": 2, "name": f"peer-{m}-gradcomp-local-sgd-h32-p4-d1-fp4-100mbit-s2"}
+    assert table.parse_name(f"tta-{m}-streaming-sgd-h32-p4-d1-fp4-10mbit")["seed"] == 1
+    assert table.parse_name(f"peer-{m}-none-none.log") is None
+    assert table.parse_name(f"peer-{m}-none-none.config.toml") is None
+    # A seed's own unshaped run stands for its compute; without one, seed 1's, then any seed's.
+    for name in ("torchft-diloco-h32-p4-d1-none", "torchft-diloco-h32-p4-d1-none-s3",
+                 "gradcomp-local-sgd-h32-p4-d1-fp4-none-s2"):
+        write_run(tmp_path, f"peer-{m}-{name}", [row(10, 400.0, 1.0)])
+    twin = predict.unshaped_twin
+    assert twin(tmp_path, m, "torchft-diloco-h32-p4-d1", 3).endswith("-none-s3")
+    assert twin(tmp_path, m, "torchft-diloco-h32-p4-d1", 2).endswith("d1-none")
+    assert twin(tmp_path, m, "torch-postlocal-h32", 1).endswith("d1-none")
+    assert twin(tmp_path, m, "gradcomp-local-sgd-h32-p4-d4-fp4", 1).endswith("fp4-none-s2")
+    assert twin(tmp_path, m, "torch-powersgd-r4", 1) is None
+
+
 def test_post_local_sgd_bytes_follow_torchs_averager_schedule():
     pl = object.__new__(torch_local.PostLocal)
     pl.period, pl.warmup, pl.params = 4, 2, 10
