@@ -42,7 +42,7 @@ for phase in "$@"; do
         # At 10 Mbit/s TernGrad's 2.8 MB per step (≈ 2.5 s on the wire) is left out: capped for sure.
         resnet-10mbit) m fashion-resnet18 10mbit 300 "torchft-diloco-h8 gradcomp-local-sgd-h8-p4-d1-fp4 torch-powersgd-r2 gradcomp-local-sgd-h8-fp4 torch-postlocal-h8" ;;
         resnet-1gbit) m fashion-resnet18 1gbit 600 "torch-fp16 gradcomp:terngrad none gradcomp-local-sgd-h8-fp4 torchft-diloco-h8" ;;
-        resnet-none) m fashion-resnet18 none 600 "none gradcomp:terngrad torchft-diloco-h8 gradcomp-local-sgd-h8-fp4 torch-postlocal-h8" ;;
+        resnet-none) m fashion-resnet18 none 600 "none gradcomp:terngrad torchft-diloco-h8 gradcomp-local-sgd-h8-fp4 torch-postlocal-h8 gradcomp-local-sgd-h8-p4-d1-fp4 torchft-diloco-h8-p4-d1" ;;
         burn-lstm) m ptb-lstm-local 10mbit 300 " " "streaming-sgd-h32-p4-d1-fp4"
                    m ptb-lstm-local "100mbit none" 600 " " "streaming-sgd-h32-p4-d1-fp4" ;;
         # MODEL/RATE/CAP/METHOD,METHOD…: a cell's candidates run again (a run disturbed by
