@@ -36,12 +36,16 @@ for phase in "$@"; do
         gpt-10mbit) m ptb-gpt 10mbit 300 "torchft-diloco-h32-p4-d1 ${fp4#* } torch-postlocal-h32 ${fp4% *} torch-powersgd-r4" ;;
         lstm-none) m ptb-lstm-local none 600 "none ${fp4% *} torchft-diloco-h32-p4-d1 gradcomp-local-sgd-h32-p4-d1 torch-postlocal-h32 torch-postlocal-h8" ;;
         gpt-none) m ptb-gpt none 600 "none ${fp4% *} torchft-diloco-h32-p4-d1 gradcomp-local-sgd-h32-p4-d1 torch-postlocal-h32 torch-postlocal-h8" ;;
-        lstm-1gbit) m ptb-lstm-local 1gbit 600 "none ${fp4% *} torchft-diloco-h32-p4-d1 torch-postlocal-h32 torch-powersgd-r4" ;;
-        gpt-1gbit) m ptb-gpt 1gbit 600 "none ${fp4% *} torchft-diloco-h32-p4-d1 torch-postlocal-h32 torch-powersgd-r4" ;;
+        # At 1 Gbit/s the language models run the three methods that were best unshaped and at
+        # 100 Mbit/s (post-local SGD and PowerSGD were 1.6-1.7x slower than torchft at 100 Mbit/s).
+        lstm-1gbit) m ptb-lstm-local 1gbit 600 "none ${fp4% *} torchft-diloco-h32-p4-d1" ;;
+        gpt-1gbit) m ptb-gpt 1gbit 600 "none ${fp4% *} torchft-diloco-h32-p4-d1" ;;
         resnet-100mbit) m fashion-resnet18 100mbit 600 "torch-powersgd-r2 gradcomp:terngrad torch-postlocal-h8 gradcomp-local-sgd-h8-fp4 torchft-diloco-h8 gradcomp-local-sgd-h8-p4-d1-fp4 torchft-diloco-h8-p4-d1" ;;
-        # At 10 Mbit/s TernGrad's 2.8 MB per step (≈ 2.5 s on the wire) is left out: capped for sure.
-        resnet-10mbit) m fashion-resnet18 10mbit 300 "torchft-diloco-h8 gradcomp-local-sgd-h8-p4-d1-fp4 torch-powersgd-r2 gradcomp-local-sgd-h8-fp4 torch-postlocal-h8" ;;
-        resnet-1gbit) m fashion-resnet18 1gbit 600 "torch-fp16 gradcomp:terngrad none gradcomp-local-sgd-h8-fp4 torchft-diloco-h8" ;;
+        # Left out at 10 Mbit/s, capped for sure: TernGrad's hook (11.2 MB a worker-step, 10 s
+        # on this wire) and post-local SGD (its 10 dense warm-up steps allreduce 44.7 MB each:
+        # about a minute a step here, 10 minutes before its first local step).
+        resnet-10mbit) m fashion-resnet18 10mbit 300 "torchft-diloco-h8 gradcomp-local-sgd-h8-p4-d1-fp4 torch-powersgd-r2 gradcomp-local-sgd-h8-fp4" ;;
+        resnet-1gbit) m fashion-resnet18 1gbit 600 "torch-fp16 gradcomp:terngrad none gradcomp-local-sgd-h8-fp4 torchft-diloco-h8 torch-postlocal-h8" ;;
         resnet-none) m fashion-resnet18 none 600 "none gradcomp:terngrad torchft-diloco-h8 gradcomp-local-sgd-h8-fp4 torch-postlocal-h8 gradcomp-local-sgd-h8-p4-d1-fp4 torchft-diloco-h8-p4-d1" ;;
         burn-lstm) m ptb-lstm-local 10mbit 300 " " "streaming-sgd-h32-p4-d1-fp4"
                    m ptb-lstm-local "100mbit none" 600 " " "streaming-sgd-h32-p4-d1-fp4" ;;
