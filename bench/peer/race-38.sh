@@ -37,7 +37,7 @@ for phase in "$@"; do
         lstm-none) m ptb-lstm-local none 600 "none ${fp4% *} torchft-diloco-h32-p4-d1 gradcomp-local-sgd-h32-p4-d1 torch-postlocal-h32 torch-postlocal-h8" ;;
         gpt-none) m ptb-gpt none 600 "none ${fp4% *} torchft-diloco-h32-p4-d1 gradcomp-local-sgd-h32-p4-d1 torch-postlocal-h32 torch-postlocal-h8" ;;
         # At 1 Gbit/s the language models run the three methods that were best unshaped and at
-        # 100 Mbit/s (post-local SGD and PowerSGD were 1.6-1.7x slower than torchft at 100 Mbit/s).
+        # 100 Mbit/s (post-local SGD and PowerSGD took 1.5-1.6x torchft's time at 100 Mbit/s).
         lstm-1gbit) m ptb-lstm-local 1gbit 600 "none ${fp4% *} torchft-diloco-h32-p4-d1" ;;
         gpt-1gbit) m ptb-gpt 1gbit 600 "none ${fp4% *} torchft-diloco-h32-p4-d1" ;;
         resnet-100mbit) m fashion-resnet18 100mbit 600 "torch-powersgd-r2 gradcomp:terngrad torch-postlocal-h8 gradcomp-local-sgd-h8-fp4 torchft-diloco-h8 gradcomp-local-sgd-h8-p4-d1-fp4 torchft-diloco-h8-p4-d1" ;;
