@@ -32,7 +32,7 @@ for phase in "$@"; do
     case $phase in
         lstm-100mbit) m ptb-lstm-local 100mbit 600 "torch-powersgd-r4 ${fp4% *} torchft-diloco-h32-p4-d1 ${fp4#* } torch-postlocal-h32 gradcomp:topk torch-postlocal-h8" ;;
         lstm-10mbit) m ptb-lstm-local 10mbit 300 "torchft-diloco-h32-p4-d1 ${fp4#* } torch-postlocal-h32 ${fp4% *} torch-powersgd-r4" ;;
-        gpt-100mbit) m ptb-gpt 100mbit 600 "torch-powersgd-r4 ${fp4% *} torchft-diloco-h32-p4-d1 ${fp4#* } torch-postlocal-h32 torch-postlocal-h8" ;;
+        gpt-100mbit) m ptb-gpt 100mbit 600 "torch-powersgd-r4 ${fp4% *} torchft-diloco-h32-p4-d1 ${fp4#* } torch-postlocal-h32 gradcomp:topk torch-postlocal-h8" ;;
         gpt-10mbit) m ptb-gpt 10mbit 300 "torchft-diloco-h32-p4-d1 ${fp4#* } torch-postlocal-h32 ${fp4% *} torch-powersgd-r4" ;;
         lstm-none) m ptb-lstm-local none 600 "none ${fp4% *} torchft-diloco-h32-p4-d1 gradcomp-local-sgd-h32-p4-d1 torch-postlocal-h32 torch-postlocal-h8" ;;
         gpt-none) m ptb-gpt none 600 "none ${fp4% *} torchft-diloco-h32-p4-d1 gradcomp-local-sgd-h32-p4-d1 torch-postlocal-h32 torch-postlocal-h8" ;;
