@@ -18,7 +18,7 @@ use gradcomp_comm::{NetworkModel, ServerPlacement};
 use gradcomp_compress::CompressorConfig;
 use gradcomp_dp::predict::{
     code_width, local_step_seconds, measure, methods, outer_seconds_per_value, rounds_seconds, step_seconds,
-    ternary_download, LocalRounds, Method, Route, UnitCost, Workload,
+    ternary_download, LocalSetup, Method, Route, UnitCost, Workload,
 };
 use gradcomp_train::config::TrainConfig;
 use gradcomp_train::records::{read_json, read_jsonl, Manifest, StepRecord};
@@ -513,7 +513,7 @@ fn local_lines(cfg: &TrainConfig, p: &Profile, dense: &Method, mine: &Method, al
     let n = cfg.workers;
     let outer = outer_seconds_per_value(p.work.units.iter().sum());
     let carrier = if st.compress_delta { mine } else { dense };
-    let rounds = |overlap| LocalRounds {
+    let rounds = |overlap| LocalSetup {
         period: st.period,
         fragments: st.fragments as usize,
         delay: st.delay,

@@ -57,9 +57,6 @@ pub use backward::{Backward, Cuts, StagedBackward};
 pub use config::{DataParallelConfig, OnNonFinite, Topology};
 pub use custom::CustomCompressor;
 pub use gradcomp_exchange::{DataParallelError, ExchangeError};
-/// The handle's error was called `SyncError` before the fourth round.
-#[deprecated(since = "0.1.0", note = "renamed DataParallelError: it is every error of the handle")]
-pub type SyncError = DataParallelError;
 pub use handle::{CompressionLocation, DataParallel, DataParallelState, InitDataParallel, StepStats};
 pub use layout::{GradientLayout, ParamSlot};
 

@@ -250,7 +250,7 @@ pub fn rounds_seconds(m: &Method, n: usize, net: &NetworkModel) -> f64 {
 
 /// Local updates' rounds as the model prices them (ALGORITHMS.md §2.1–2.2).
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct LocalRounds {
+pub struct LocalSetup {
     /// H: inner steps per round of each fragment.
     pub period: u64,
     /// P: fragments, cut as the strategy cuts them (whole tensors, about
@@ -289,7 +289,7 @@ pub fn outer_seconds_per_value(len: usize) -> f64 {
     for _ in 0..3 {
         let t = Instant::now();
         change.iter_mut().zip(&model).zip(&anchor).for_each(|((c, x), a)| *c = x - a);
-        outer.step(&mut anchor, &change);
+        outer.apply(&mut anchor, &change);
         model.copy_from_slice(&anchor);
         times.push(t.elapsed().as_secs_f64());
     }
@@ -307,7 +307,7 @@ pub fn local_step_seconds(
     m: &Method,
     n: usize,
     net: &NetworkModel,
-    s: &LocalRounds,
+    s: &LocalSetup,
     outer_per_value: f64,
 ) -> LocalPrice {
     let total: usize = p.units.iter().sum();
@@ -359,7 +359,7 @@ mod tests {
                 &dense,
                 4,
                 &net,
-                &LocalRounds { period: 16, fragments, delay, overlap },
+                &LocalSetup { period: 16, fragments, delay, overlap },
                 0.0,
             )
         };

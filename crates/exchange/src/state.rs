@@ -53,7 +53,7 @@ impl StateKey {
     }
 
     /// The key a buffer name spells, or `None` for a name that is not a
-    /// unit's state (CELGC's anchor, for one).
+    /// unit's state (θ_outer, for one).
     pub fn parse(name: &str) -> Option<Self> {
         let mut parts = name.rsplitn(4, '.');
         let buffer = parts.next()?.parse().ok()?;
@@ -73,6 +73,26 @@ impl fmt::Display for StateKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}{}.{}.{}", self.scope, self.kind.name(), self.unit, self.buffer)
     }
+}
+
+/// θ_outer, the shared model of local updates' outer rounds.
+pub const ANCHOR_KEY: &str = "outer.anchor";
+
+/// ‖ḡ‖ of the last round, which CELGC's `global-average` clipping reads.
+pub const GLOBAL_NORM_KEY: &str = "clip.global_norm";
+
+/// Buffers renamed since checkpoints were first written, `(now, before)`:
+/// a checkpoint that names a buffer the old way still restores
+/// (docs/MIGRATING.md). Checkpoints are written with the new names only.
+const RENAMED: [(&str, &str); 2] = [(ANCHOR_KEY, "celgc.anchor"), (GLOBAL_NORM_KEY, "celgc.global_norm")];
+
+/// Buffer `key` of `s`, under its current name or the one it had before
+/// ([`RENAMED`]); a missing buffer is [`StateError::Missing`] naming `key`.
+pub(crate) fn read_renamed<'a>(s: &'a StateBuffers, key: &str) -> Result<&'a Vec<f32>, StateError> {
+    let before = RENAMED.iter().find(|(now, _)| *now == key).map(|(_, before)| *before);
+    s.get(key)
+        .or_else(|| before.and_then(|b| s.get(b)))
+        .ok_or_else(|| StateError::Missing { buffer: key.to_string() })
 }
 
 /// Each unit's buffers of `kind` under `scope`.
@@ -153,7 +173,7 @@ mod tests {
             assert_eq!(StateKey::parse(&key.to_string()), Some(key));
         }
         assert_eq!(StateKey::new("delta.", StateKind::Memory, 3, 1).to_string(), "delta.memory.3.1");
-        for other in ["celgc.anchor", "memory.x.0", "memory.0", "residual.0.0", ""] {
+        for other in [ANCHOR_KEY, "memory.x.0", "memory.0", "residual.0.0", ""] {
             assert_eq!(StateKey::parse(other), None, "{other}");
         }
         assert!(StateKey::names_memory("delta.memory.0.0"));

@@ -17,7 +17,7 @@
 use gradcomp_comm::{Collective, InProcessGroup};
 use gradcomp_compress::CompressorConfig;
 use gradcomp_exchange::config::{OuterConfig, OuterKind, StrategyConfig};
-use gradcomp_exchange::strategy::ModelRounds;
+use gradcomp_exchange::strategy::OuterRounds;
 use gradcomp_exchange::{DataParallelConfig, GradientLayout};
 use serde_json::Value;
 
@@ -57,7 +57,7 @@ fn check(case: &str) {
         .run(|mut comm| {
             let rank = comm.rank();
             let recorded = v["steps"][rank.to_string()].as_array().unwrap();
-            let mut rounds = ModelRounds::new(&cfg, &layout, 2, false).unwrap();
+            let mut rounds = OuterRounds::new(&cfg, &layout, 2, false).unwrap();
             let mut params = init.clone();
             rounds.start(0, &params, &mut comm).unwrap();
             let mut bad = Vec::new();

@@ -168,6 +168,15 @@ impl Collective for TorchCollective {
         Ok(())
     }
 
+    /// A process group of its own, of the same ranks (`comm.duplicate()`,
+    /// made collectively: every rank calls it at the same point), for the
+    /// outer rounds' thread: its collectives never interleave with the
+    /// caller's own on this group.
+    fn duplicate(&mut self) -> Result<Option<Box<dyn Collective>>, CommError> {
+        let own = Python::attach(|py| self.comm.call_method0(py, "duplicate")).map_err(comm_error)?;
+        Ok(Some(Box::new(TorchCollective::new(own, self.rank, self.world))))
+    }
+
     fn push_pull(
         &mut self,
         _placement: ServerPlacement,

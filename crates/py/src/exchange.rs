@@ -1,4 +1,4 @@
-//! [`Buckets`]: the exchanges of a model's DDP buckets, each gradcomp-dp's
+//! [`Buckets`]: the exchanges of a model's DDP buckets, each gradcomp-exchange's
 //! [`GradientExchange`] over one bucket's tensors, with state that follows
 //! the tensor.
 //!

@@ -1,7 +1,7 @@
 //! gradcomp for Python: the extension module `gradcomp._core`.
 //!
 //! Bindings only: every algorithm is gradcomp-compress's and every exchange
-//! gradcomp-dp's. The Python package (`python/gradcomp`) builds PyTorch DDP
+//! gradcomp-exchange's. The Python package (`python/gradcomp`) builds PyTorch DDP
 //! comm hooks on [`Hook`](hook::Hook), whose collectives call back into
 //! `torch.distributed` ([`collective`]).
 //!
@@ -30,7 +30,7 @@ pub mod replay;
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<hook::Hook>()?;
-    m.add_class::<local::LocalRounds>()?;
+    m.add_class::<local::LocalStrategy>()?;
     m.add_function(wrap_pyfunction!(config::local_config, m)?)?;
     m.add_class::<compressor::PyCompressor>()?;
     m.add_function(wrap_pyfunction!(replay::replay, m)?)?;

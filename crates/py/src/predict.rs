@@ -1,9 +1,9 @@
-//! [`predict`]: the network model from Python, with gradcomp-dp's
+//! [`predict`]: the network model from Python, with gradcomp-exchange's
 //! [`predict`](gradcomp_exchange::predict) (the code `gradcomp model` runs).
 
 use gradcomp_comm::NetworkModel;
 use gradcomp_exchange::predict::{
-    local_step_seconds, methods, outer_seconds_per_value, step_seconds, LocalRounds, Route, Workload,
+    local_step_seconds, methods, outer_seconds_per_value, step_seconds, LocalSetup, Route, Workload,
 };
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -83,7 +83,7 @@ pub fn predict<'py>(
             d.set_item("compress_seconds", m.compress_seconds)?;
             d.set_item("decode_seconds", m.decode_seconds)?;
             if let (Some(period), Some(outer)) = (period, outer) {
-                let rounds = LocalRounds { period, fragments, delay, overlap: true };
+                let rounds = LocalSetup { period, fragments, delay, overlap: true };
                 let local = local_step_seconds(&work, m, workers, &net, &rounds, outer);
                 d.set_item("local_step_seconds", local.step_seconds)?;
                 d.set_item("local_bytes_per_period", local.bytes_per_period)?;

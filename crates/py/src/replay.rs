@@ -82,7 +82,8 @@ pub fn replay_local<'py>(
         let mut outs = Vec::new();
         for (round, &step) in steps.iter().enumerate() {
             let mut p = params[rank][round].clone();
-            strategy.average_models(step, &mut p, &mut c).map_err(|e| e.to_string())?;
+            let averaging = strategy.averaging_mut().ok_or("this configuration averages no models")?;
+            averaging.average(step, &mut p, &mut c).map_err(|e| e.to_string())?;
             outs.push(p);
         }
         Ok(outs)

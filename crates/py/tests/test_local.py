@@ -136,31 +136,21 @@ import gradcomp._local as local
 import gradcomp.torch as gt
 rank, out, kwargs = int(sys.argv[1]), sys.argv[2], json.loads(sys.argv[3])
 dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d", rank=rank, world_size=2)
-real = local._core.LocalRounds
-# Per inner step: the model as the front handed it to the step's round
-# operations, and as they left it. A delayed round's start (on the
-# communication thread) reads a snapshot taken after the step's merge; the
-# two touch different fragments, so the core's start-then-merge of the
-# "before" model is the same computation.
+real = local._core.LocalStrategy
+# Per inner step with round work: the model as the front handed it to the
+# core, and as the core left it (a round in flight merged, the rounds
+# starting here started on the core's round thread).
 calls = {}
 class Recording:
     def __init__(self, *args):
         self.inner = real(*args)
-        self.due, self.starts_at, self.merges_at = self.inner.due, self.inner.starts_at, self.inner.merges_at
-        self.state, self.load = self.inner.state, self.inner.load
-    def round(self, step, host, comm):
+        self.due, self.wait, self.state, self.load = self.inner.due, self.inner.wait, self.inner.state, self.inner.load
+    def average(self, step, host, comm):
         before = host.copy()
-        r = self.inner.round(step, host, comm)
+        r = self.inner.average(step, host, comm)
         calls[step] = {"before": before.tolist(), "after": host.tolist()}
         return r
-    def merge(self, step, host):
-        before = host.copy()
-        self.inner.merge(step, host)
-        calls[step] = {"before": before.tolist(), "after": host.tolist()}
-    def start(self, step, host, comm):
-        calls.setdefault(step, {"before": host.tolist(), "after": host.tolist()})
-        return self.inner.start(step, host, comm)
-local._core.LocalRounds = Recording
+local._core.LocalStrategy = Recording
 torch.manual_seed(rank)
 model = torch.nn.Sequential(torch.nn.Linear(6, 4), torch.nn.Tanh(), torch.nn.Linear(4, 1))
 opt = torch.optim.AdamW(model.parameters(), lr=0.05)
@@ -181,8 +171,10 @@ json.dump({"config": lu.config, "shapes": [list(p.shape) for p in lu.params], "s
                                            ({"period": 4, "fragments": 4, "delay": 2, "mix": 0.3}, 13)])
 def test_the_fronts_rounds_are_the_cores(tmp_path: Any, kwargs: Dict[str, Any], rounds: int) -> None:
     """`LocalUpdates`' rounds (blocking, and Streaming with its rounds on the
-    communication thread), recorded on two gloo ranks, replayed through the
-    core's strategy on the in-process collective: the same models, bit for bit."""
+    core's round thread over a gloo group of their own), recorded on two gloo
+    ranks, replayed through the core's strategy as the burn front's handle
+    calls it (`ModelAveraging::average`, its round thread over the in-process
+    collective's second channel): the same models, bit for bit."""
     import json
     import numpy as np
     from gradcomp import _core

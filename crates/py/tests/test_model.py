@@ -1,4 +1,4 @@
-"""The network model from Python: gradcomp-dp's predict on a model's shapes."""
+"""The network model from Python: gradcomp-exchange's predict on a model's shapes."""
 from typing import Any
 import pytest
 import torch

@@ -2,7 +2,7 @@
 
 A two-worker DDP run records every bucket's input and output (small buckets,
 so the MLP is cut in several, and DDP rebuilds them after the first step);
-`gradcomp._core.replay` runs the same calls through gradcomp-dp's exchange on
+`gradcomp._core.replay` runs the same calls through gradcomp-exchange's exchange on
 its in-process collective, and every output must match bit for bit. With two
 workers every sum has one order, so gloo's and the threads' agree exactly.
 """

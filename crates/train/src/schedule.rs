@@ -4,14 +4,14 @@ use crate::config::{ScheduleConfig, ScheduleKind};
 
 /// lr at a step, given the steps per epoch and the total number of steps.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Schedule {
+pub struct LrSchedule {
     base: f64,
     c: ScheduleConfig,
     steps_per_epoch: u64,
     total_steps: u64,
 }
 
-impl Schedule {
+impl LrSchedule {
     pub fn new(base: f64, c: &ScheduleConfig, steps_per_epoch: u64, total_steps: u64) -> Self {
         Self { base, c: c.clone(), steps_per_epoch: steps_per_epoch.max(1), total_steps: total_steps.max(1) }
     }
@@ -45,16 +45,16 @@ mod tests {
     fn shapes() {
         let step =
             ScheduleConfig { kind: ScheduleKind::Step, step_epochs: 2, gamma: 0.5, ..Default::default() };
-        let s = Schedule::new(1.0, &step, 10, 100);
+        let s = LrSchedule::new(1.0, &step, 10, 100);
         assert_eq!((s.lr(0), s.lr(19), s.lr(20), s.lr(45)), (1.0, 1.0, 0.5, 0.25));
         let poly = ScheduleConfig { kind: ScheduleKind::Poly, power: 0.5, ..Default::default() };
-        let p = Schedule::new(1.0, &poly, 10, 100);
+        let p = LrSchedule::new(1.0, &poly, 10, 100);
         assert!((p.lr(75) - 0.5).abs() < 1e-12);
         let inv = ScheduleConfig { kind: ScheduleKind::InverseEpoch, ..Default::default() };
-        let i = Schedule::new(0.1, &inv, 10, 100);
+        let i = LrSchedule::new(0.1, &inv, 10, 100);
         assert!((i.lr(0) - 0.05).abs() < 1e-12 && (i.lr(10) - 0.025).abs() < 1e-12);
         let warm = ScheduleConfig { warmup_epochs: 1.0, ..Default::default() };
-        let w = Schedule::new(1.0, &warm, 10, 100);
+        let w = LrSchedule::new(1.0, &warm, 10, 100);
         assert!((w.lr(0) - 0.1).abs() < 1e-12 && w.lr(9) == 1.0 && w.lr(50) == 1.0);
     }
 }

@@ -27,7 +27,7 @@ impl DataParallel {
     pub(super) fn agree(
         &mut self,
         step: u64,
-        bad: Option<(&'static str, String)>,
+        bad: Option<super::NonFinite>,
         loss: Option<f64>,
     ) -> Result<Agreement, DataParallelError> {
         let t = Instant::now();
@@ -63,9 +63,9 @@ impl DataParallel {
         })
     }
 
-    /// Whether the next step begins by averaging the workers' models (CELGC).
+    /// Whether the next step begins with an outer round (local updates).
     pub(crate) fn averages_now(&self) -> bool {
-        self.strategy.averages_models(self.step) && self.averaged_at != Some(self.step)
+        self.strategy.averaging().is_some_and(|a| a.due(self.step)) && self.averaged_at != Some(self.step)
     }
 
     /// Averages the workers' models now (CELGC's round); checksums compared
@@ -74,11 +74,14 @@ impl DataParallel {
         let t = Instant::now();
         params::read_params(&model, &mut self.params);
         let (step, rank) = (self.step, self.rank());
-        self.strategy
-            .average_models(step, &mut self.params, &mut self.c)
+        let averaging = self.strategy.averaging_mut().ok_or_else(|| {
+            DataParallelError::Usage("this strategy averages no models: it has no outer rounds".into())
+        })?;
+        averaging
+            .average(step, &mut self.params, &mut self.c)
             .map_err(|e| DataParallelError::from_exchange(rank, e))?;
+        self.pending.add(&averaging.take_channel_bytes());
         self.pending.add(&self.c.meter_mut().take_step());
-        self.pending.add(&self.strategy.take_channel_bytes());
         self.pending_seconds += t.elapsed().as_secs_f64();
         self.averaged_at = Some(step);
         let model = params::write_params(model, &self.params);
@@ -87,7 +90,7 @@ impl DataParallel {
         let round = step / self.cfg.strategy.period;
         if self.cfg.checksum_every > 0
             && round.is_multiple_of(self.cfg.checksum_every)
-            && self.strategy.agrees_after_round(step)
+            && self.strategy.averaging().is_some_and(|a| a.agrees_after(step))
         {
             self.compare_checksums(step)?;
         }

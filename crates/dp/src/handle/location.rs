@@ -132,7 +132,7 @@ impl DataParallel {
         &mut self,
         grad: &Arrival,
         loss: Option<f64>,
-    ) -> Result<Option<(&'static str, String)>, DataParallelError> {
+    ) -> Result<Option<super::NonFinite>, DataParallelError> {
         if loss.is_some_and(|l| !l.is_finite()) {
             return Ok(Some(("loss", "(loss)".to_string())));
         }

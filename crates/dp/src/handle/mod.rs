@@ -128,6 +128,10 @@ pub enum CompressionLocation {
     Host(String),
 }
 
+/// A worker's first non-finite value: what holds it (`gradient`, `loss`)
+/// and the tensor.
+pub(crate) type NonFinite = (&'static str, String);
+
 /// One worker's handle: owns the collective, the strategy with its memories,
 /// the byte meter and the record of the last step.
 ///

@@ -10,19 +10,28 @@ use gradcomp_compress::stats::Histogram;
 use gradcomp_compress::CompressorConfig;
 
 use super::location::Arrival;
-use super::{DataParallel, StepStats};
+use super::{DataParallel, NonFinite, StepStats};
 use crate::backward::read::BurnStages;
 use crate::backward::Backward;
 use crate::config::OnNonFinite;
 use crate::exchange::{ExchangeStats, Gradient, StateBuffers, StepInput};
 use crate::grad_stages::CompleteGrad;
 use crate::params;
-use crate::strategy::StepResult;
+use crate::strategy::Update;
 use crate::DataParallelError;
+
+/// Whether a gradient was checked for non-finite values on its way into the
+/// exchange (streamed stage by stage), and what the check found.
+enum Streamed {
+    /// Read whole, and agreed on before the exchange.
+    No,
+    /// Streamed: this worker's first non-finite value, if any.
+    Checked(Option<NonFinite>),
+}
 
 /// What the exchange made of a step: the combined gradient and the step
 /// size to apply it at.
-pub(crate) struct Synced {
+pub(crate) struct GradientUpdate {
     /// The combined gradient of every trainable parameter, on the model's
     /// device; empty when the step was skipped.
     pub grads: GradientsParams,
@@ -63,12 +72,12 @@ impl DataParallel {
         optim: &mut ModuleOptimizer,
         lr: f64,
     ) -> Result<M, DataParallelError> {
-        let synced = self.sync(&model, backward, lr)?;
-        if synced.skipped {
+        let update = self.gradient_update(&model, backward, lr)?;
+        if update.skipped {
             return Ok(model);
         }
         let t = Instant::now();
-        let model = optim.step(synced.lr, model, synced.grads);
+        let model = optim.step(update.lr, model, update.grads);
         self.last.optimizer_seconds = t.elapsed().as_secs_f64();
         Ok(model)
     }
@@ -98,15 +107,15 @@ impl DataParallel {
     /// a whole gradient is agreed on before the exchange; a streamed one
     /// after it (a worker's non-finite stage travels as zeros, and a
     /// skipped step restores the memories to their state before it).
-    pub(crate) fn sync<M: Module, B: Backward>(
+    pub(crate) fn gradient_update<M: Module, B: Backward>(
         &mut self,
         model: &M,
         backward: B,
         lr: f64,
-    ) -> Result<Synced, DataParallelError> {
+    ) -> Result<GradientUpdate, DataParallelError> {
         let pass = backward.into_pass();
         let loss = pass.loss;
-        self.begin_sync(model, lr, loss)?;
+        self.begin_update(model, lr, loss)?;
         let step = self.step;
         let input = StepInput { step, lr, loss, measure: self.measures(step) };
         let mut stats = StepStats { step, loss, lr, density: self.density, ..Default::default() };
@@ -125,11 +134,11 @@ impl DataParallel {
             }
         }
         let before = self.state_to_restore(&arrival)?;
-        let (combined, streamed_bad) = self.strategy_step(model, arrival, &input, &mut stats)?;
+        let (combined, streamed) = self.strategy_update(model, arrival, &input, &mut stats)?;
         stats.lr = combined.lr;
         stats.exchange = combined.stats;
         stats.extra = combined.extra;
-        if let Some(bad) = streamed_bad {
+        if let Streamed::Checked(bad) = streamed {
             if self.agree_on(&mut stats, bad)? {
                 if let Some(state) = &before {
                     self.strategy.restore(state)?;
@@ -145,16 +154,12 @@ impl DataParallel {
         stats.write_seconds = t.elapsed().as_secs_f64();
         let lr = stats.lr;
         self.finish(stats);
-        Ok(Synced { grads, lr, skipped: false })
+        Ok(GradientUpdate { grads, lr, skipped: false })
     }
 
     /// The agreement round on this worker's first non-finite value `bad`,
     /// into `stats`; true when every worker skips the step.
-    fn agree_on(
-        &mut self,
-        stats: &mut StepStats,
-        bad: Option<(&'static str, String)>,
-    ) -> Result<bool, DataParallelError> {
+    fn agree_on(&mut self, stats: &mut StepStats, bad: Option<NonFinite>) -> Result<bool, DataParallelError> {
         let agreed = self.agree(stats.step, bad, stats.loss)?;
         stats.mean_loss = agreed.mean_loss;
         stats.control_seconds += agreed.seconds;
@@ -171,32 +176,33 @@ impl DataParallel {
         self.strategy.state().map(Some).map_err(|e| DataParallelError::from_exchange(rank, e))
     }
 
-    /// The strategy's combination of the gradient into `self.out`; for a
+    /// The strategy's update from the gradient, into `self.out`; for a
     /// streamed gradient also this worker's first non-finite value, found
-    /// on the way (`None` for a whole one, agreed on already).
-    #[allow(clippy::type_complexity)]
-    fn strategy_step<M: Module>(
+    /// on the way ([`Streamed::Checked`]; a whole gradient was agreed on
+    /// before: [`Streamed::No`]).
+    fn strategy_update<M: Module>(
         &mut self,
         model: &M,
         arrival: Arrival,
         input: &StepInput,
         stats: &mut StepStats,
-    ) -> Result<(StepResult, Option<Option<(&'static str, String)>>), DataParallelError> {
+    ) -> Result<(Update, Streamed), DataParallelError> {
         let rank = self.rank();
         let exchange_error = |e| DataParallelError::from_exchange(rank, e);
         let (strategy, out, c) = (&mut self.strategy, &mut self.out, &mut self.c);
         match arrival {
             Arrival::Host => {
                 let g = Gradient::Host(&mut CompleteGrad(&self.grad));
-                Ok((strategy.step(input, g, out, c).map_err(exchange_error)?, None))
+                Ok((strategy.update(input, g, out, c).map_err(exchange_error)?, Streamed::No))
             }
             #[cfg(feature = "device-kernels")]
-            Arrival::Device(g) => {
-                Ok((strategy.step(input, Gradient::Device(&g), out, c).map_err(exchange_error)?, None))
-            }
+            Arrival::Device(g) => Ok((
+                strategy.update(input, Gradient::Device(&g), out, c).map_err(exchange_error)?,
+                Streamed::No,
+            )),
             Arrival::Streamed(stages) => {
                 let mut source = BurnStages::new(model, *stages, &self.layout, &mut self.grad);
-                let combined = strategy.step(input, Gradient::Host(&mut source), out, c);
+                let combined = strategy.update(input, Gradient::Host(&mut source), out, c);
                 stats.backward_seconds = source.backward_seconds;
                 stats.read_seconds = source.read_seconds;
                 let bad = if input.loss.is_some_and(|l| !l.is_finite()) {
@@ -204,13 +210,13 @@ impl DataParallel {
                 } else {
                     source.nonfinite.take().map(|tensor| ("gradient", tensor))
                 };
-                Ok((combined.map_err(exchange_error)?, Some(bad)))
+                Ok((combined.map_err(exchange_error)?, Streamed::Checked(bad)))
             }
         }
     }
 
     /// The checks and the replica comparison every step begins with.
-    fn begin_sync<M: Module>(
+    fn begin_update<M: Module>(
         &mut self,
         model: &M,
         lr: f64,
@@ -258,11 +264,11 @@ impl DataParallel {
     }
 
     /// Ends a step that every worker skipped: nothing to apply.
-    fn skip_step(&mut self, mut stats: StepStats, lr: f64) -> Synced {
+    fn skip_step(&mut self, mut stats: StepStats, lr: f64) -> GradientUpdate {
         stats.skipped = true;
         stats.exchange = ExchangeStats::default();
         self.finish(stats);
-        Synced { grads: GradientsParams::new(), lr, skipped: true }
+        GradientUpdate { grads: GradientsParams::new(), lr, skipped: true }
     }
 
     /// Ends a step: its bytes (and a preceding round's) become the step's.

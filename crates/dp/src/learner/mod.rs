@@ -257,9 +257,10 @@ fn train_epoch<M: LearnerModel>(
         if main.is_some() && plan.interrupter.should_stop() {
             dp.request_stop();
         }
-        let synced = dp.sync(&learner.model(), output.grads, lr.base()).map_err(|e| e.to_string())?;
-        if !synced.skipped {
-            step_size::with_step_scale(synced.lr / lr.base(), || learner.optimizer_step(synced.grads))?;
+        let update =
+            dp.gradient_update(&learner.model(), output.grads, lr.base()).map_err(|e| e.to_string())?;
+        if !update.skipped {
+            step_size::with_step_scale(update.lr / lr.base(), || learner.optimizer_step(update.grads))?;
         }
         iteration += workers;
         if let Some(m) = main.as_deref_mut() {

@@ -5,9 +5,10 @@ use gradcomp_comm::Collective;
 use crate::error::ExchangeError;
 use crate::{ExchangeStats, Gradient, StateBuffers, StepInput, Unit};
 
-/// What a strategy made of one step.
+/// What a strategy made of one step: the gradient it left in the caller's
+/// `out` is applied at `lr`.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct StepResult {
+pub struct Update {
     /// The learning rate to apply to the combined gradient: the caller's,
     /// or CELGC's clipped step `min(η, γ/‖g‖)`.
     pub lr: f64,
@@ -44,61 +45,29 @@ pub struct StepResult {
 ///   gradient and the averaged parameters are bitwise identical on every
 ///   worker: every sum is taken in the same order everywhere.
 pub trait Strategy: Send {
-    /// The configuration name (`sync`, `celgc`), for messages.
+    /// The configuration name (`sync`, `celgc`, `local`), for messages.
     #[cfg_attr(not(feature = "device-kernels"), allow(dead_code))]
     fn name(&self) -> &'static str;
 
-    /// Whether step `step` begins with a round that averages the workers'
-    /// models, before the step's gradient is computed. When it does, the
-    /// caller must call [`Strategy::average_models`] before
-    /// [`Strategy::step`] for that step.
-    fn averages_models(&self, step: u64) -> bool;
-
-    /// Whether every worker holds the same model right after the round at
-    /// `step` (CELGC's and DiLoCo's; not a Streaming fragment's, which
-    /// leaves the rest of the model local, nor one mixed with α > 0): when
-    /// the caller may compare replica checksums.
-    fn agrees_after_round(&self, step: u64) -> bool;
-
-    /// Averages the workers' parameters `params` in place (every worker ends
-    /// with the same values). Called only at a step where
-    /// [`Strategy::averages_models`] is true, or at an epoch end.
-    fn average_models(
-        &mut self,
-        step: u64,
-        params: &mut [f32],
-        c: &mut dyn Collective,
-    ) -> Result<(), ExchangeError>;
-
-    /// The bytes the strategy moved on a channel of its own since the last
-    /// call (a Streaming round's exchange on its round thread,
-    /// [`Collective::duplicate`]), which the caller counts as the step's: it
-    /// calls this after [`Strategy::average_models`]. The default moves
-    /// nothing there.
-    fn take_channel_bytes(&mut self) -> gradcomp_comm::StepBytes {
-        gradcomp_comm::StepBytes::default()
-    }
-
     /// This worker's step: its gradient combined with the others' into
-    /// `out` (every step for the synchronous exchange; CELGC's local steps
-    /// keep their own gradient), the gradient (in
-    /// gradient units) to apply at [`StepResult::lr`]. A host gradient may
-    /// arrive in stages: a strategy that can send part of it while the rest
-    /// is computed does (the synchronous exchange), the others complete it
-    /// first. A device gradient comes only after
-    /// [`to_device`](Strategy::to_device) succeeded. `out` has the layout's
-    /// length.
-    fn step(
+    /// `out` (every step for the synchronous exchange; local updates keep
+    /// their own gradient), the gradient (in gradient units) to apply at
+    /// [`Update::lr`]. A host gradient may arrive in stages: a strategy that
+    /// can send part of it while the rest is computed does (the synchronous
+    /// exchange), the others complete it first. A device gradient comes only
+    /// after [`to_device`](Strategy::to_device) succeeded. `out` has the
+    /// layout's length.
+    fn update(
         &mut self,
         input: &StepInput,
         grad: Gradient<'_>,
         out: &mut [f32],
         c: &mut dyn Collective,
-    ) -> Result<StepResult, ExchangeError>;
+    ) -> Result<Update, ExchangeError>;
 
     /// Whether every worker's model is identical after every step (true for
-    /// synchronous exchange and naive parallel clipping; CELGC's models
-    /// agree only right after a round).
+    /// synchronous exchange and naive parallel clipping; local updates'
+    /// models agree only right after an outer round).
     fn identical_replicas(&self) -> bool;
 
     /// Sets the sparsifiers' target density for the coming steps (density warm-up).
@@ -107,16 +76,27 @@ pub trait Strategy: Send {
     /// The compression units of the gradient exchange, if the strategy has one.
     fn units(&self) -> &[Unit];
 
-    /// The state an exact resume needs (memories, CELGC's anchor and norm);
-    /// an error if it lives on a device that cannot be read.
+    /// The state an exact resume needs (memories, θ_outer, the clipping
+    /// norm); an error if it lives on a device that cannot be read.
     fn state(&self) -> Result<StateBuffers, ExchangeError>;
 
     /// Restores [`Strategy::state`]. Errors (naming the buffer) if a buffer
     /// is missing or its length does not fit this model and configuration.
     fn restore(&mut self, state: &StateBuffers) -> Result<(), gradcomp_compress::StateError>;
 
+    /// The strategy's outer rounds, if it averages the workers' models
+    /// between steps (local updates); `None` for a strategy that does not.
+    fn averaging(&self) -> Option<&dyn ModelAveraging> {
+        None
+    }
+
+    /// [`Strategy::averaging`], to run a round.
+    fn averaging_mut(&mut self) -> Option<&mut dyn ModelAveraging> {
+        None
+    }
+
     /// Moves the strategy's compression (memories and compressors) to the
-    /// device of `client`, so that [`Strategy::step`] takes device
+    /// device of `client`, so that [`Strategy::update`] takes device
     /// gradients; the error says why the strategy has no device form, and
     /// the caller keeps the host.
     #[cfg(feature = "device-kernels")]
@@ -125,5 +105,48 @@ pub trait Strategy: Send {
             "strategy `{}` compresses on the host",
             self.name()
         )))
+    }
+}
+
+/// The capability of a strategy that averages the workers' models in outer
+/// rounds (local updates: CELGC's averaging, DiLoCo, Streaming DiLoCo). A
+/// front asks [`Strategy::averaging`] for it and, at every step where
+/// [`ModelAveraging::due`] is true, hands it the flat model before that
+/// step's forward pass (the burn front) or after that many inner steps (the
+/// PyTorch front): the same call, so both fronts run the same rounds.
+///
+/// The collective contract is [`Strategy`]'s: every worker calls
+/// [`ModelAveraging::average`] at the same steps.
+pub trait ModelAveraging: Send {
+    /// Whether step `step` has an outer round's work (step 0 records the
+    /// starting model; then a round's start, its merge, or both).
+    fn due(&self, step: u64) -> bool;
+
+    /// Whether every worker holds the same model right after the round at
+    /// `step` (CELGC's and DiLoCo's; not a Streaming fragment's, which
+    /// leaves the rest of the model local, nor one mixed with α > 0): when
+    /// the caller may compare replica checksums.
+    fn agrees_after(&self, step: u64) -> bool;
+
+    /// The round's work at `step` on the flat model `params`, in place: a
+    /// round in flight landed and merged, then the rounds starting here
+    /// started (on the round thread when they overlap later steps). Called
+    /// only at a step where [`ModelAveraging::due`] is true, or at an
+    /// epoch end (CELGC's optional extra round).
+    fn average(&mut self, step: u64, params: &mut [f32], c: &mut dyn Collective)
+        -> Result<(), ExchangeError>;
+
+    /// What the rounds moved on a channel of their own since the last call
+    /// (a round's exchange on the round thread, [`Collective::duplicate`]),
+    /// which the caller counts as the step's: it calls this after
+    /// [`ModelAveraging::average`].
+    fn take_channel_bytes(&mut self) -> gradcomp_comm::StepBytes {
+        gradcomp_comm::StepBytes::default()
+    }
+
+    /// Waits for a round in flight (a checkpoint, or the end of a run) and
+    /// reports its failure; its merge stays due.
+    fn wait(&mut self) -> Result<(), ExchangeError> {
+        Ok(())
     }
 }

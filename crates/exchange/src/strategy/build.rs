@@ -1,7 +1,7 @@
 //! The strategy a configuration describes.
 
 use super::base::Strategy;
-use super::celgc::Celgc;
+use super::local_updates::LocalUpdates;
 use super::sync::Synchronous;
 use crate::config::{ConfigError, DataParallelConfig, StrategyKind};
 use crate::layout::GradientLayout;
@@ -20,16 +20,16 @@ pub fn build(
             GradientExchange::new(layout, cfg, workers, cfg.seed),
             cfg.compression.local_clip,
         )),
-        StrategyKind::Celgc | StrategyKind::Local => Box::new(Celgc::new(cfg, layout, workers)?),
+        StrategyKind::Celgc | StrategyKind::Local => Box::new(LocalUpdates::new(cfg, layout, workers)?),
     })
 }
 
 /// The local-update strategy `cfg` describes (`kind = "local"` or
-/// `"celgc"`), for a front that drives its model rounds itself.
+/// `"celgc"`), for a front that keeps the strategy as its own type (the PyTorch front).
 pub fn build_local(
     cfg: &DataParallelConfig,
     layout: &GradientLayout,
     workers: usize,
-) -> Result<Celgc, ConfigError> {
-    Celgc::new(cfg, layout, workers)
+) -> Result<LocalUpdates, ConfigError> {
+    LocalUpdates::new(cfg, layout, workers)
 }

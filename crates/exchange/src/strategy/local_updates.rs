@@ -1,59 +1,64 @@
-//! CELGC: communication-efficient local gradient clipping (Liu et al.,
-//! NeurIPS 2022; ALGORITHMS.md §2).
+//! Local updates: every worker steps on its own and the workers' models
+//! meet in outer rounds (ALGORITHMS.md §2, §2.1). One strategy, configured
+//! as CELGC, DiLoCo or Streaming DiLoCo:
 //!
-//! Every worker steps on its own gradient with `η_eff = min(η, γ/(‖g‖ +
-//! 1e-10))`, the norm taken over all parameters of its raw local gradient,
-//! and the models are averaged through the collective every `I` steps,
-//! before that step's gradient. γ decays with η: at learning rate η it is
-//! `γ·η/η₀`. With `average = "gradients"` and I = 1 the same code is the
-//! paper's baseline, naive parallel clipping: synchronous SGD whose step is
-//! clipped on the norm of the averaged gradient.
+//! - CELGC (Liu et al., NeurIPS 2022; `kind = "celgc"`): every worker steps
+//!   on its own gradient with `η_eff = min(η, γ/(‖g‖ + 1e-10))`, the norm
+//!   taken over all parameters of its raw local gradient, and the models are
+//!   averaged every `I` steps, before that step's gradient. γ decays with η:
+//!   at learning rate η it is `γ·η/η₀`. With `average = "gradients"` and
+//!   I = 1 the same code is the paper's baseline, naive parallel clipping:
+//!   synchronous SGD whose step is clipped on the norm of the averaged
+//!   gradient. The step itself is the caller's optimizer at [`Update::lr`]
+//!   (= η_eff): with momentum the clipped step size multiplies the momentum
+//!   buffer, as in the authors' `SGDClipGrad`.
+//! - DiLoCo (`kind = "local"`): an outer round applies the outer optimizer
+//!   (`strategy.outer`) to the workers' averaged model change
+//!   ([`OuterRounds`]): `sgd` at lr 1 is model averaging, and `nesterov`
+//!   with γ = 0 and the caller's AdamW inside is DiLoCo; fragments and a
+//!   delay make it Streaming DiLoCo, whose rounds overlap the next inner
+//!   steps on a thread of their own ([`OuterRoundMachine`]).
 //!
-//! The step itself is the caller's optimizer at [`StepResult::lr`] (= η_eff):
-//! with momentum the clipped step size multiplies the momentum buffer, as in
-//! the authors' `SGDClipGrad`.
-//!
-//! A round applies the outer optimizer (`strategy.outer`) to the workers'
-//! averaged model change ([`ModelRounds`]): `sgd` at lr 1 is model
-//! averaging, and `nesterov` with γ = 0 and the caller's AdamW inside is
-//! DiLoCo (`kind = "local"` names that configuration); fragments and a
-//! delay make it Streaming DiLoCo.
+//! Both fronts drive it through [`ModelAveraging`]: the burn front's handle
+//! and the PyTorch front's `LocalUpdates` call the same
+//! [`ModelAveraging::average`] at the same steps.
 
 use std::time::Instant;
 
 use gradcomp_comm::Collective;
 use gradcomp_compress::StateError;
 
-use super::base::{StepResult, Strategy};
-use super::model_rounds::{ModelRounds, Schedule};
-use super::round_thread::Rounds;
+use super::base::{ModelAveraging, Strategy, Update};
+use super::outer_machine::OuterRoundMachine;
+use super::outer_rounds::{OuterRounds, OuterSchedule};
 use crate::config::{Average, ClipNorm, ConfigError, DataParallelConfig, StrategyConfig};
 use crate::error::ExchangeError;
 use crate::layout::GradientLayout;
+use crate::state::{read_renamed, GLOBAL_NORM_KEY};
 use crate::{ExchangeStats, Gradient, StateBuffers, StepInput, Unit};
 
-/// A worker's CELGC state.
-pub struct Celgc {
+/// A worker's local-update state.
+pub struct LocalUpdates {
     cfg: StrategyConfig,
     /// η₀, the base learning rate γ is given at.
     base_lr: f64,
     /// ‖ḡ‖ of the last communication round (for `global-average` and `max`).
     global_norm: Option<f64>,
     /// When rounds start and merge (plain averaging's too).
-    schedule: Schedule,
+    schedule: OuterSchedule,
     /// `None`: plain model averaging, the mean of the models.
-    rounds: Option<Rounds>,
+    machine: Option<OuterRoundMachine>,
 }
 
 fn norm(x: &[f32]) -> f64 {
     gradcomp_compress::reduce::sum_of_squares(x).sqrt()
 }
 
-impl Celgc {
+impl LocalUpdates {
     /// The strategy `cfg` describes for a model of `layout` among `workers`
     /// (γ decays with η/η₀, η₀ = `cfg.base_lr`). Plain averaging (dense,
     /// `sgd` at lr 1, one fragment, no delay or mix) keeps no θ_outer; every
-    /// other form runs [`ModelRounds`].
+    /// other form runs [`OuterRounds`].
     pub fn new(
         cfg: &DataParallelConfig,
         layout: &GradientLayout,
@@ -65,25 +70,26 @@ impl Celgc {
             && st.fragments <= 1
             && st.delay == 0
             && st.mix() == 0.0;
-        let rounds = if plain {
+        let machine = if plain {
             None
         } else {
-            Some(Rounds::new(ModelRounds::new(cfg, layout, workers, st.compress_delta)?, st.delay))
+            let rounds = OuterRounds::new(cfg, layout, workers, st.compress_delta)?;
+            Some(OuterRoundMachine::new(rounds, st.delay))
         };
-        let schedule = Schedule::new(st);
-        Ok(Self { cfg: st.clone(), base_lr: cfg.base_lr.unwrap_or(1.0), global_norm: None, schedule, rounds })
+        let schedule = OuterSchedule::new(st);
+        Ok(Self {
+            cfg: st.clone(),
+            base_lr: cfg.base_lr.unwrap_or(1.0),
+            global_norm: None,
+            schedule,
+            machine,
+        })
     }
 
-    /// When the rounds start and merge, for a front that drives them itself.
-    pub fn schedule(&self) -> &Schedule {
+    /// When the rounds start and merge: a function of the step alone, which
+    /// a front may ask without touching the rounds.
+    pub fn schedule(&self) -> &OuterSchedule {
         &self.schedule
-    }
-
-    /// The model rounds, for a front that runs their halves itself (the
-    /// PyTorch front's overlap); `None` for plain averaging (or after the
-    /// round thread failed).
-    pub fn rounds_mut(&mut self) -> Option<&mut ModelRounds> {
-        self.rounds.as_mut().and_then(Rounds::rounds_mut)
     }
 
     /// The norm the clipping uses: the local one, or the last round's average.
@@ -99,7 +105,7 @@ impl Celgc {
     }
 }
 
-impl Strategy for Celgc {
+impl Strategy for LocalUpdates {
     fn name(&self) -> &'static str {
         match self.cfg.kind {
             crate::config::StrategyKind::Local => "local",
@@ -107,48 +113,18 @@ impl Strategy for Celgc {
         }
     }
 
-    fn averages_models(&self, step: u64) -> bool {
-        self.cfg.average == Average::Models && self.schedule.due(step)
-    }
-
-    fn agrees_after_round(&self, step: u64) -> bool {
-        match &self.rounds {
-            None => self.cfg.average == Average::Models,
-            Some(r) => r.merges_whole() && step > 0 && self.schedule.merges_any(step),
-        }
-    }
-
-    fn average_models(
-        &mut self,
-        step: u64,
-        params: &mut [f32],
-        c: &mut dyn Collective,
-    ) -> Result<(), ExchangeError> {
-        let Some(r) = &mut self.rounds else {
-            let n = c.world_size() as f32;
-            c.allreduce_sum_f32(params)?;
-            params.iter_mut().for_each(|p| *p /= n);
-            return Ok(());
-        };
-        r.average(step, params, c)
-    }
-
-    fn take_channel_bytes(&mut self) -> gradcomp_comm::StepBytes {
-        self.rounds.as_mut().map(Rounds::take_bytes).unwrap_or_default()
-    }
-
     /// Completes a staged gradient first: the clipping needs its whole norm.
-    fn step(
+    fn update(
         &mut self,
         input: &StepInput,
         grad: Gradient<'_>,
         out: &mut [f32],
         c: &mut dyn Collective,
-    ) -> Result<StepResult, ExchangeError> {
+    ) -> Result<Update, ExchangeError> {
         #[allow(irrefutable_let_patterns)]
         let Gradient::Host(stages) = grad
         else {
-            return Err(ExchangeError::Device("CELGC has no device form".into()));
+            return Err(ExchangeError::Device("local updates have no device form".into()));
         };
         stages.complete()?;
         let grad = stages.grad();
@@ -172,7 +148,7 @@ impl Strategy for Celgc {
         let gamma = self.cfg.gamma * lr / self.base_lr;
         let clipped = self.cfg.gamma > 0.0 && gamma / (used + 1e-10) < lr;
         let eta = if clipped { gamma / (used + 1e-10) } else { lr };
-        Ok(StepResult {
+        Ok(Update {
             lr: eta,
             stats: ExchangeStats { communicate_seconds, ..Default::default() },
             extra: vec![
@@ -189,32 +165,75 @@ impl Strategy for Celgc {
     }
 
     fn set_density(&mut self, rho: f64) {
-        if let Some(r) = &mut self.rounds {
-            r.set_density(rho);
+        if let Some(m) = &mut self.machine {
+            m.set_density(rho);
         }
     }
 
     fn units(&self) -> &[Unit] {
-        self.rounds.as_ref().map_or(&[], |r| r.units())
+        self.machine.as_ref().map_or(&[], |m| m.units())
     }
 
     fn state(&self) -> Result<StateBuffers, ExchangeError> {
         let mut s = StateBuffers::new();
-        s.insert("celgc.global_norm".into(), vec![self.global_norm.map_or(f32::NAN, |g| g as f32)]);
-        if let Some(r) = &self.rounds {
-            r.state(&mut s)?;
+        s.insert(GLOBAL_NORM_KEY.into(), vec![self.global_norm.map_or(f32::NAN, |g| g as f32)]);
+        if let Some(m) = &self.machine {
+            m.state(&mut s)?;
         }
         Ok(s)
     }
 
     fn restore(&mut self, s: &StateBuffers) -> Result<(), StateError> {
-        let missing = |buffer: &str| StateError::Missing { buffer: buffer.to_string() };
-        let g = s.get("celgc.global_norm").ok_or_else(|| missing("celgc.global_norm"))?;
+        let g = read_renamed(s, GLOBAL_NORM_KEY)?;
         self.global_norm = g.first().filter(|g| !g.is_nan()).map(|&g| f64::from(g));
-        if let Some(r) = &mut self.rounds {
-            r.restore(s)?;
+        if let Some(m) = &mut self.machine {
+            m.restore(s)?;
         }
         Ok(())
+    }
+
+    fn averaging(&self) -> Option<&dyn ModelAveraging> {
+        (self.cfg.average == Average::Models).then_some(self as &dyn ModelAveraging)
+    }
+
+    fn averaging_mut(&mut self) -> Option<&mut dyn ModelAveraging> {
+        (self.cfg.average == Average::Models).then_some(self as &mut dyn ModelAveraging)
+    }
+}
+
+impl ModelAveraging for LocalUpdates {
+    fn due(&self, step: u64) -> bool {
+        self.schedule.due(step)
+    }
+
+    fn agrees_after(&self, step: u64) -> bool {
+        match &self.machine {
+            None => true,
+            Some(m) => m.merges_whole() && step > 0 && self.schedule.merges_any(step),
+        }
+    }
+
+    fn average(
+        &mut self,
+        step: u64,
+        params: &mut [f32],
+        c: &mut dyn Collective,
+    ) -> Result<(), ExchangeError> {
+        let Some(m) = &mut self.machine else {
+            let n = c.world_size() as f32;
+            c.allreduce_sum_f32(params)?;
+            params.iter_mut().for_each(|p| *p /= n);
+            return Ok(());
+        };
+        m.average(step, params, c)
+    }
+
+    fn take_channel_bytes(&mut self) -> gradcomp_comm::StepBytes {
+        self.machine.as_mut().map(OuterRoundMachine::take_bytes).unwrap_or_default()
+    }
+
+    fn wait(&mut self) -> Result<(), ExchangeError> {
+        self.machine.as_mut().map_or(Ok(()), OuterRoundMachine::wait)
     }
 }
 
@@ -225,15 +244,16 @@ mod tests {
 
     use super::*;
     use crate::config::{OuterConfig, StrategyConfig};
+    use crate::state::ANCHOR_KEY;
 
     fn layout(len: usize) -> GradientLayout {
         GradientLayout::new([("w".to_string(), vec![len])])
     }
 
-    fn strategy(st: &StrategyConfig, len: usize, workers: usize) -> Celgc {
+    fn strategy(st: &StrategyConfig, len: usize, workers: usize) -> LocalUpdates {
         let cfg =
             DataParallelConfig::new(CompressorConfig::named("dense").unwrap()).with_strategy(st.clone());
-        Celgc::new(&cfg, &layout(len), workers).unwrap()
+        LocalUpdates::new(&cfg, &layout(len), workers).unwrap()
     }
 
     /// Two workers' rounds with DiLoCo's Nesterov: each moves its model by its
@@ -258,7 +278,7 @@ mod tests {
                     if k > 0 {
                         params.iter_mut().zip(change(rank, k as usize)).for_each(|(p, d)| *p += d);
                     }
-                    s.average_models(2 * k, &mut params, &mut c).unwrap();
+                    s.average(2 * k, &mut params, &mut c).unwrap();
                     seen.push(params.clone());
                 }
                 seen
@@ -290,29 +310,62 @@ mod tests {
     #[test]
     fn plain_averaging_keeps_no_anchor_and_an_outer_optimizer_checkpoints_its_own() {
         let avg = strategy(&StrategyConfig::celgc(4, 0.0), 3, 1);
-        assert!(
-            !avg.state().unwrap().contains_key("celgc.anchor"),
-            "the mean of the models needs no θ_outer"
-        );
+        assert!(!avg.state().unwrap().contains_key(ANCHOR_KEY), "the mean of the models needs no θ_outer");
         let cfg = StrategyConfig::celgc(4, 0.0).with_outer(OuterConfig::nesterov());
         let s = InProcessGroup::new(1)
             .run(|mut c| {
                 let mut a = strategy(&cfg, 3, 1);
                 for k in 0..3u64 {
                     let mut p = vec![k as f32; 3];
-                    a.average_models(4 * k, &mut p, &mut c).unwrap();
+                    a.average(4 * k, &mut p, &mut c).unwrap();
                 }
                 a.state().unwrap()
             })
             .unwrap()
             .remove(0)
             .unwrap();
-        assert!(s.contains_key("celgc.anchor") && s.contains_key("outer.momentum"), "{:?}", s.keys());
+        assert!(s.contains_key(ANCHOR_KEY) && s.contains_key("outer.momentum"), "{:?}", s.keys());
         let mut b = strategy(&cfg, 3, 1);
         b.restore(&s).unwrap();
         let back = b.state().unwrap();
-        for key in ["celgc.anchor", "outer.momentum"] {
+        for key in [ANCHOR_KEY, "outer.momentum"] {
             assert_eq!(back[key], s[key], "{key} round-trips");
         }
+    }
+
+    /// A checkpoint written before the buffers were renamed
+    /// (`celgc.anchor`, `celgc.global_norm`) restores to the same state.
+    #[test]
+    fn a_checkpoint_with_the_old_buffer_names_still_restores() {
+        let cfg = StrategyConfig::celgc(4, 0.0).with_outer(OuterConfig::nesterov());
+        let saved = InProcessGroup::new(1)
+            .run(|mut c| {
+                let mut a = strategy(&cfg, 3, 1);
+                for k in 0..3u64 {
+                    a.average(4 * k, &mut vec![k as f32 * 0.5; 3], &mut c).unwrap();
+                }
+                a.state().unwrap()
+            })
+            .unwrap()
+            .remove(0)
+            .unwrap();
+        let old: StateBuffers = saved
+            .iter()
+            .map(|(k, v)| {
+                let k = k
+                    .replace(ANCHOR_KEY, "celgc.anchor")
+                    .replace(crate::state::GLOBAL_NORM_KEY, "celgc.global_norm");
+                (k, v.clone())
+            })
+            .collect();
+        assert!(
+            old.contains_key("celgc.anchor") && old.contains_key("celgc.global_norm"),
+            "{:?}",
+            old.keys()
+        );
+        let mut b = strategy(&cfg, 3, 1);
+        b.restore(&old).unwrap();
+        // Compared as text: the unset norm is NaN.
+        assert_eq!(format!("{:?}", b.state().unwrap()), format!("{saved:?}"), "restored from the old names");
     }
 }

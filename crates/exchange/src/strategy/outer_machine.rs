@@ -1,7 +1,11 @@
-//! Streaming DiLoCo's overlap: a round's first half on a thread of its own.
+//! The outer-round machine: local updates' rounds, run in place or, for
+//! Streaming DiLoCo's overlap, a round's first half on a thread of its own.
+//! Both fronts run their rounds through it (the burn front's handle over
+//! MPI or the in-process group, the PyTorch front over torch.distributed):
+//! one implementation of the thread, the round in flight, start and merge.
 //!
 //! With a delay τ ≥ 1 a fragment's round starts τ steps before its result
-//! is merged ([`ModelRounds`]). Run in place, the start (form the change,
+//! is merged ([`OuterRounds`]). Run in place, the start (form the change,
 //! exchange it, step θ_outer) blocks the step it begins; here it runs on a
 //! thread over a second channel of the collective
 //! ([`Collective::duplicate`]) while the caller's next steps compute, and
@@ -12,9 +16,9 @@
 //!
 //! One round is in flight at a time: a start that comes before the previous
 //! round's merge (τ ≥ H/P) first lands it, so such a configuration hides
-//! H/P steps, not τ. A collective with no second channel (the PyTorch
-//! front's, which runs its own communication thread; an MPI without
-//! `MPI_THREAD_MULTIPLE`) leaves the rounds blocking.
+//! H/P steps, not τ. A collective with no second channel (an MPI without
+//! `MPI_THREAD_MULTIPLE`) leaves the rounds blocking; the PyTorch front's
+//! second channel is a process group of its own.
 
 use std::sync::{Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -22,13 +26,13 @@ use std::thread::JoinHandle;
 use gradcomp_comm::{Collective, Metered, StepBytes};
 use gradcomp_compress::StateError;
 
-use super::model_rounds::ModelRounds;
+use super::outer_rounds::OuterRounds;
 use crate::error::ExchangeError;
 use crate::{StateBuffers, Unit};
 
 /// What travels to the round thread and back.
 struct Desk {
-    rounds: ModelRounds,
+    rounds: OuterRounds,
     /// The second channel, metered: its bytes are the rounds'.
     channel: Option<Metered<Box<dyn Collective>>>,
     /// The model where the round in flight began.
@@ -45,9 +49,9 @@ enum Slot {
 }
 
 /// The model rounds of a strategy, run in place or overlapped.
-pub(crate) struct Rounds {
+pub(crate) struct OuterRoundMachine {
     slot: Mutex<Slot>,
-    /// The rounds' units and [`ModelRounds::merges_whole`], which the
+    /// The rounds' units and [`OuterRounds::merges_whole`], which the
     /// caller may ask while a round is in flight.
     units: Vec<Unit>,
     whole: bool,
@@ -90,8 +94,8 @@ fn lost(why: &str) -> ExchangeError {
     ExchangeError::Thread(format!("the round thread failed ({why}); resume from the last checkpoint"))
 }
 
-impl Rounds {
-    pub fn new(rounds: ModelRounds, delay: u64) -> Self {
+impl OuterRoundMachine {
+    pub fn new(rounds: OuterRounds, delay: u64) -> Self {
         Self {
             units: rounds.units().to_vec(),
             whole: rounds.merges_whole(),
@@ -126,7 +130,7 @@ impl Rounds {
     /// The rounds due at `step` on `params`: the round in flight landed
     /// and merged, then the rounds starting here started (on the round
     /// thread when overlapping, else in place, start before merge as
-    /// [`ModelRounds`] documents). The first call asks `c` for a second
+    /// [`OuterRounds`] documents). The first call asks `c` for a second
     /// channel when overlapping (every worker makes it at the same step).
     pub fn average(
         &mut self,
@@ -192,10 +196,14 @@ impl Rounds {
         std::mem::take(&mut self.bytes)
     }
 
-    /// The rounds themselves, landed, for a front that runs their halves
-    /// itself; `None` if the round thread failed.
-    pub fn rounds_mut(&mut self) -> Option<&mut ModelRounds> {
-        desk_in(&mut self.slot).ok().map(|d| &mut d.rounds)
+    /// Waits for the round in flight; its failure is an error here (and
+    /// again at its merge, which stays due).
+    pub fn wait(&mut self) -> Result<(), ExchangeError> {
+        let desk = desk_in(&mut self.slot)?;
+        match &desk.failed {
+            Some(e) => Err(lost(&e.to_string())),
+            None => Ok(()),
+        }
     }
 
     pub fn set_density(&mut self, rho: f64) {
@@ -225,7 +233,7 @@ impl Rounds {
     }
 }
 
-impl Drop for Rounds {
+impl Drop for OuterRoundMachine {
     /// A round in flight finishes before its channel goes (a peer waiting
     /// in it would otherwise see this worker fail).
     fn drop(&mut self) {
@@ -241,7 +249,7 @@ mod tests {
     use super::*;
     use crate::config::{DataParallelConfig, StrategyConfig};
     use crate::layout::GradientLayout;
-    use crate::strategy::Schedule;
+    use crate::strategy::OuterSchedule;
 
     fn layout() -> GradientLayout {
         GradientLayout::new([
@@ -252,11 +260,11 @@ mod tests {
         ])
     }
 
-    fn rounds(st: &StrategyConfig, compressor: &str, overlap: bool) -> Rounds {
+    fn rounds(st: &StrategyConfig, compressor: &str, overlap: bool) -> OuterRoundMachine {
         let cfg =
             DataParallelConfig::new(CompressorConfig::named(compressor).unwrap()).with_strategy(st.clone());
-        let rounds = ModelRounds::new(&cfg, &layout(), 2, compressor != "dense").unwrap();
-        Rounds::new(rounds, if overlap { st.delay } else { 0 })
+        let rounds = OuterRounds::new(&cfg, &layout(), 2, compressor != "dense").unwrap();
+        OuterRoundMachine::new(rounds, if overlap { st.delay } else { 0 })
     }
 
     /// What one worker saw: its model after every step, the bytes its rounds
@@ -271,7 +279,7 @@ mod tests {
                 let r = c.rank();
                 let mut c = Metered::new(c);
                 let mut rounds = rounds(st, compressor, overlap);
-                let schedule = Schedule::new(st);
+                let schedule = OuterSchedule::new(st);
                 let mut params: Vec<f32> = (0..12).map(|j| j as f32 * 0.125 - 0.5).collect();
                 let (mut seen, mut away) = (Vec::new(), Vec::new());
                 let mut sent = 0;
@@ -290,7 +298,7 @@ mod tests {
                     if t == read_at {
                         let mut s = StateBuffers::new();
                         rounds.state(&mut s).unwrap();
-                        assert!(s["celgc.anchor"].len() == 12);
+                        assert!(s[crate::state::ANCHOR_KEY].len() == 12);
                     }
                     seen.push(params.clone());
                 }

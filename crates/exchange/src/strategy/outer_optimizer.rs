@@ -18,13 +18,13 @@ use crate::config::{OuterConfig, OuterKind};
 use crate::StateBuffers;
 
 /// The outer optimizer and its momentum.
-pub struct Outer {
+pub struct OuterOptimizer {
     cfg: OuterConfig,
     /// −m: the momentum of the model change (empty without momentum).
     momentum: Vec<f32>,
 }
 
-impl Outer {
+impl OuterOptimizer {
     pub fn new(cfg: OuterConfig) -> Self {
         Self { cfg, momentum: Vec::new() }
     }
@@ -34,7 +34,7 @@ impl Outer {
     /// Nesterov `g.add(buf, alpha=μ)` into one multiply-add each, and so does
     /// this (bit for bit torchft's DiLoCo: tests/diloco_reference.rs). The
     /// signs are flipped throughout (m′ = −m, c = −Δ̄), which rounds the same.
-    pub fn step(&mut self, anchor: &mut [f32], change: &[f32]) {
+    pub fn apply(&mut self, anchor: &mut [f32], change: &[f32]) {
         let lr = self.cfg.lr() as f32;
         let mu = self.cfg.momentum() as f32;
         if mu == 0.0 {
@@ -60,7 +60,7 @@ impl Outer {
         }
     }
 
-    /// Restores [`Outer::state`] from `key`; `len` is the length it covers.
+    /// Restores [`OuterOptimizer::state`] from `key`; `len` is the length it covers.
     pub fn restore(&mut self, key: &str, s: &StateBuffers, len: usize) -> Result<(), StateError> {
         if self.cfg.momentum() == 0.0 {
             return Ok(());
@@ -136,9 +136,9 @@ mod tests {
         ];
         for cfg in configs {
             let mut anchor = theta.to_vec();
-            let mut outer = Outer::new(cfg);
+            let mut outer = OuterOptimizer::new(cfg);
             for c in &changes {
-                outer.step(&mut anchor, c);
+                outer.apply(&mut anchor, c);
             }
             let f64s = |v: &[f32]| v.iter().map(|&x| f64::from(x)).collect::<Vec<_>>();
             let want = torch_sgd(cfg, &f64s(&theta), &changes.iter().map(|c| f64s(c)).collect::<Vec<_>>());
@@ -153,17 +153,17 @@ mod tests {
         let mut anchor = vec![0.1f32, 0.2, 0.3];
         let change = [0.7f32, -0.05, 1e-8];
         let want: Vec<f32> = anchor.iter().zip(&change).map(|(a, c)| a + c).collect();
-        Outer::new(OuterConfig::default()).step(&mut anchor, &change);
+        OuterOptimizer::new(OuterConfig::default()).apply(&mut anchor, &change);
         assert_eq!(anchor, want, "sgd at lr 1 is the old anchor += change, bit for bit");
     }
 
     #[test]
     fn the_momentum_round_trips_and_a_wrong_length_is_named() {
-        let mut a = Outer::new(OuterConfig::nesterov());
-        a.step(&mut [0.0; 3], &[1.0, 2.0, 3.0]);
+        let mut a = OuterOptimizer::new(OuterConfig::nesterov());
+        a.apply(&mut [0.0; 3], &[1.0, 2.0, 3.0]);
         let mut s = StateBuffers::new();
         a.state("m", &mut s);
-        let mut b = Outer::new(OuterConfig::nesterov());
+        let mut b = OuterOptimizer::new(OuterConfig::nesterov());
         b.restore("m", &s, 3).unwrap();
         assert_eq!(b.momentum, a.momentum);
         assert!(matches!(b.restore("m", &s, 4), Err(StateError::Length { .. })));

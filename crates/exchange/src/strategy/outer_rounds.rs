@@ -17,9 +17,9 @@
 //! start would fall before step 1 is left out (torchft refuses τ ≥ H/P).
 //!
 //! A round is split in two so a front can run the first half while the
-//! next τ inner steps compute: [`ModelRounds::start`] (form the change from
+//! next τ inner steps compute: [`OuterRounds::start`] (form the change from
 //! a snapshot of the model, exchange it, step θ_outer) touches only the
-//! rounds' own buffers and the collective; [`ModelRounds::merge`] touches
+//! rounds' own buffers and the collective; [`OuterRounds::merge`] touches
 //! only the model. Which fragments start or merge at a step follows from
 //! the step alone, so a checkpoint between steps needs no record of a
 //! round in flight once its start has finished.
@@ -29,11 +29,12 @@ use std::ops::Range;
 use gradcomp_comm::Collective;
 use gradcomp_compress::StateError;
 
-use super::outer::Outer;
+use super::outer_optimizer::OuterOptimizer;
 use crate::config::{ConfigError, DataParallelConfig, StrategyConfig};
 use crate::error::ExchangeError;
 use crate::grad_stages::CompleteGrad;
 use crate::layout::GradientLayout;
+use crate::state::{read_renamed, ANCHOR_KEY};
 use crate::{Gradient, GradientExchange, StateBuffers, StepInput, Unit};
 
 /// One fragment: its place in the flat model, its exchange and its outer
@@ -42,20 +43,20 @@ struct Fragment {
     range: Range<usize>,
     /// `None`: the change is averaged densely.
     exchange: Option<GradientExchange>,
-    outer: Outer,
+    outer: OuterOptimizer,
 }
 
 /// When each fragment's rounds start and merge: a function of the step
 /// alone, which a front may query without touching the rounds.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Schedule {
+pub struct OuterSchedule {
     period: u64,
     delay: u64,
     /// o_p per fragment: the step of its first merge.
     offsets: Vec<u64>,
 }
 
-impl Schedule {
+impl OuterSchedule {
     /// The schedule `st` describes (one fragment ending every H steps when
     /// it has no `fragments`: plain averaging's rounds).
     pub fn new(st: &StrategyConfig) -> Self {
@@ -95,11 +96,11 @@ impl Schedule {
 }
 
 /// Every fragment's rounds, and θ_outer.
-pub struct ModelRounds {
+pub struct OuterRounds {
     fragments: Vec<Fragment>,
     /// Every fragment's units, at their offsets in the whole model.
     units: Vec<Unit>,
-    schedule: Schedule,
+    schedule: OuterSchedule,
     mix: f32,
     /// θ_outer: the shared model, identical on every worker; empty until
     /// the first round records the starting model.
@@ -142,7 +143,7 @@ pub(crate) fn partition(lens: &[usize], parts: usize) -> Vec<Range<usize>> {
     groups
 }
 
-impl ModelRounds {
+impl OuterRounds {
     /// The rounds `cfg.strategy` describes for a model of `layout` among
     /// `workers`; `compress`: send the change through `cfg`'s compressor
     /// (`compress_delta`), each fragment's with its own random stream.
@@ -186,12 +187,12 @@ impl ModelRounds {
             if let Some(e) = &exchange {
                 units.extend(e.units().iter().map(|u| Unit { offset: u.offset + start, ..u.clone() }));
             }
-            fragments.push(Fragment { range: start..end, exchange, outer: Outer::new(st.outer()) });
+            fragments.push(Fragment { range: start..end, exchange, outer: OuterOptimizer::new(st.outer()) });
         }
         Ok(Self {
             fragments,
             units,
-            schedule: Schedule::new(st),
+            schedule: OuterSchedule::new(st),
             mix: st.mix() as f32,
             anchor: Vec::new(),
             delta: Vec::new(),
@@ -200,7 +201,7 @@ impl ModelRounds {
     }
 
     /// When the rounds start and merge.
-    pub fn schedule(&self) -> &Schedule {
+    pub fn schedule(&self) -> &OuterSchedule {
         &self.schedule
     }
 
@@ -252,7 +253,7 @@ impl ModelRounds {
                     averaged.iter_mut().for_each(|v| *v /= n);
                 }
             }
-            f.outer.step(anchor, averaged);
+            f.outer.apply(anchor, averaged);
         }
         Ok(())
     }
@@ -285,7 +286,7 @@ impl ModelRounds {
         self.fragments.iter_mut().filter_map(|f| f.exchange.as_mut()).for_each(|e| e.set_density(rho));
     }
 
-    /// State keys: `celgc.anchor` (θ_outer), the outer momentum and the
+    /// State keys: `outer.anchor` (θ_outer), the outer momentum and the
     /// compressors' memories (`outer.momentum`, `delta.` for one fragment;
     /// with `.p` and `delta.p.` per fragment p for several).
     fn keys(&self, p: usize) -> (String, String) {
@@ -297,7 +298,7 @@ impl ModelRounds {
     }
 
     pub fn state(&self, s: &mut StateBuffers) -> Result<(), ExchangeError> {
-        s.insert("celgc.anchor".into(), self.anchor.clone());
+        s.insert(ANCHOR_KEY.into(), self.anchor.clone());
         for (p, f) in self.fragments.iter().enumerate() {
             let (momentum, delta) = self.keys(p);
             f.outer.state(&momentum, s);
@@ -309,10 +310,10 @@ impl ModelRounds {
     }
 
     pub fn restore(&mut self, s: &StateBuffers) -> Result<(), StateError> {
-        let a = s.get("celgc.anchor").ok_or_else(|| StateError::Missing { buffer: "celgc.anchor".into() })?;
+        let a = read_renamed(s, ANCHOR_KEY)?;
         let total = self.fragments.last().map_or(0, |f| f.range.end);
         if !a.is_empty() && total > 0 && a.len() != total {
-            let buffer = "the shared model θ_outer (celgc.anchor)".to_string();
+            let buffer = format!("the shared model θ_outer ({ANCHOR_KEY})");
             return Err(StateError::Length { buffer, expected: total, got: a.len() });
         }
         self.anchor.clone_from(a);
@@ -390,7 +391,7 @@ mod tests {
         InProcessGroup::new(2)
             .run(|mut c| {
                 let r = c.rank();
-                let mut rounds = ModelRounds::new(&cfg, &layout(), 2, false).unwrap();
+                let mut rounds = OuterRounds::new(&cfg, &layout(), 2, false).unwrap();
                 let mut params: Vec<f32> = (0..8).map(|j| j as f32 * 0.25 - 1.0).collect();
                 let mut seen = Vec::new();
                 for t in 0..=steps {
@@ -405,7 +406,7 @@ mod tests {
                     if Some(t) == save_at {
                         let mut s = StateBuffers::new();
                         rounds.state(&mut s).unwrap();
-                        rounds = ModelRounds::new(&cfg, &layout(), 2, false).unwrap();
+                        rounds = OuterRounds::new(&cfg, &layout(), 2, false).unwrap();
                         rounds.restore(&s).unwrap();
                     }
                 }
@@ -511,22 +512,19 @@ mod tests {
 
     #[test]
     fn only_a_whole_unmixed_merge_leaves_the_replicas_equal() {
-        use crate::strategy::{Celgc, Strategy};
-        let rounds = |st: StrategyConfig| Celgc::new(&config(st), &layout(), 2).unwrap();
+        use crate::strategy::{LocalUpdates, ModelAveraging};
+        let rounds = |st: StrategyConfig| LocalUpdates::new(&config(st), &layout(), 2).unwrap();
         let diloco = rounds(StrategyConfig::local(4));
-        assert!(diloco.agrees_after_round(4) && !diloco.agrees_after_round(3));
+        assert!(diloco.agrees_after(4) && !diloco.agrees_after(3));
         assert_eq!(diloco.schedule().offsets, vec![4]);
         let streaming = rounds(StrategyConfig::local(8).with_streaming(2, 1));
         assert_eq!(streaming.schedule().offsets, vec![4, 8], "torchft's: fragment p ends at (p+1)·H/P");
         let starts: Vec<u64> = (0..20).filter(|&t| streaming.schedule().starts_any(t) && t > 0).collect();
         let merges: Vec<u64> = (0..20).filter(|&t| streaming.schedule().merges_any(t)).collect();
         assert_eq!((starts, merges), (vec![3, 7, 11, 15, 19], vec![4, 8, 12, 16]));
-        assert!(!rounds(StrategyConfig::local(4).with_streaming(2, 0)).agrees_after_round(4));
-        assert!(
-            !rounds(StrategyConfig::local(4).with_streaming(1, 1)).agrees_after_round(4),
-            "mixed at α 0.5"
-        );
-        assert!(rounds(StrategyConfig::local(4).with_streaming(1, 1).with_mix(0.0)).agrees_after_round(4));
+        assert!(!rounds(StrategyConfig::local(4).with_streaming(2, 0)).agrees_after(4));
+        assert!(!rounds(StrategyConfig::local(4).with_streaming(1, 1)).agrees_after(4), "mixed at α 0.5");
+        assert!(rounds(StrategyConfig::local(4).with_streaming(1, 1).with_mix(0.0)).agrees_after(4));
         let got = run(&StrategyConfig::local(4), 8, None);
         assert_eq!(got[0][4], got[1][4], "after a DiLoCo round both workers hold θ_outer");
     }
@@ -534,7 +532,7 @@ mod tests {
     #[test]
     fn more_fragments_than_tensors_is_refused_naming_the_key() {
         let cfg = config(StrategyConfig::local(8).with_streaming(4, 0));
-        let e = ModelRounds::new(&cfg, &layout(), 2, false).err().expect("4 fragments of 3 tensors");
+        let e = OuterRounds::new(&cfg, &layout(), 2, false).err().expect("4 fragments of 3 tensors");
         assert_eq!(e.key, "strategy.fragments", "{e}");
     }
 
@@ -542,10 +540,10 @@ mod tests {
     fn each_fragment_checkpoints_its_own_momentum_and_memory() {
         let cfg = DataParallelConfig::new(CompressorConfig::named("topk").unwrap())
             .with_strategy(StrategyConfig::local(4).with_streaming(2, 0).with_compress_delta(true));
-        let rounds = ModelRounds::new(&cfg, &layout(), 1, true).unwrap();
+        let rounds = OuterRounds::new(&cfg, &layout(), 1, true).unwrap();
         let mut s = StateBuffers::new();
         rounds.state(&mut s).unwrap();
-        for key in ["celgc.anchor", "outer.momentum.0", "outer.momentum.1"] {
+        for key in [ANCHOR_KEY, "outer.momentum.0", "outer.momentum.1"] {
             assert!(s.contains_key(key), "{key} in {:?}", s.keys());
         }
         assert!(

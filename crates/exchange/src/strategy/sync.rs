@@ -4,7 +4,7 @@
 
 use gradcomp_comm::Collective;
 
-use super::base::{StepResult, Strategy};
+use super::base::{Strategy, Update};
 use crate::error::ExchangeError;
 use crate::grad_stages::CompleteGrad;
 use crate::{Gradient, GradientExchange, StateBuffers, StepInput, Unit};
@@ -67,32 +67,15 @@ impl Strategy for Synchronous {
         "sync"
     }
 
-    fn averages_models(&self, _step: u64) -> bool {
-        false
-    }
-
-    fn agrees_after_round(&self, _step: u64) -> bool {
-        true
-    }
-
-    fn average_models(
-        &mut self,
-        _step: u64,
-        _params: &mut [f32],
-        _c: &mut dyn Collective,
-    ) -> Result<(), ExchangeError> {
-        Ok(())
-    }
-
     /// Streams a staged gradient bucket by bucket, unless DGC's local
     /// clipping needs the whole gradient's norm first.
-    fn step(
+    fn update(
         &mut self,
         input: &StepInput,
         grad: Gradient<'_>,
         out: &mut [f32],
         c: &mut dyn Collective,
-    ) -> Result<StepResult, ExchangeError> {
+    ) -> Result<Update, ExchangeError> {
         let stats = match grad {
             Gradient::Host(stages) if self.local_clip > 0.0 => {
                 stages.complete()?;
@@ -111,7 +94,7 @@ impl Strategy for Synchronous {
             },
             grad => self.exchange.exchange(grad, input, out, c)?,
         };
-        Ok(StepResult { lr: input.lr, extra: Vec::new(), stats })
+        Ok(Update { lr: input.lr, extra: Vec::new(), stats })
     }
 
     fn identical_replicas(&self) -> bool {

@@ -6,7 +6,7 @@
 - `gradcomp.model(...)`: the network model: which compressor pays off, and the
   predicted step time.
 
-Every algorithm runs in Rust (the crates gradcomp-compress and gradcomp-dp);
+Every algorithm runs in Rust (the crates gradcomp-compress and gradcomp-exchange);
 this package is bindings.
 """
 from typing import Any, Dict, Iterable, Mapping, Sequence, Tuple, Union

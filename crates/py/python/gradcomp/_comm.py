@@ -118,3 +118,9 @@ class Comm:
 
     def barrier(self) -> None:
         dist.barrier(group=self.group)
+
+    def duplicate(self) -> "Comm":
+        """A group of its own, of this group's ranks and backend (made
+        collectively: every rank calls it at the same point), for the
+        collectives of a communication thread (the outer rounds' thread)."""
+        return own_comm(self.group, self.device if self.device is not None else torch.device("cpu"))

@@ -15,10 +15,10 @@ every rank adopts. With `fragments` P the model's tensors form P groups whose
 rounds are staggered across the period; with `delay` τ a round runs on a
 communication thread while the next τ inner steps compute, and its result is
 mixed in as α·θ + (1 − α)·θ_outer (`mix` α). The rounds are the core's
-(`gradcomp_exchange`'s local-update strategy, the one the burn trainer
-runs), over torch.distributed.
+(`gradcomp_exchange`'s local-update strategy and its outer-round machine,
+thread included: the ones the burn trainer runs), over torch.distributed;
+this class only reads and writes the model.
 """
-import concurrent.futures
 from typing import Any, Dict, List, Optional
 
 import numpy as np
@@ -26,7 +26,7 @@ import torch
 import torch.distributed as dist
 
 from . import _core
-from ._comm import Comm, check_group, own_comm, payload_device
+from ._comm import Comm, check_group, payload_device
 from ._config import number, whole
 
 OUTER = ("sgd", "nesterov")
@@ -79,20 +79,14 @@ class LocalUpdates:
         self.params: List[torch.nn.Parameter] = [p for p in model.parameters() if p.requires_grad]
         self.process_group = process_group
         self.rank, self.world = dist.get_rank(process_group), dist.get_world_size(process_group)
-        self._rust = _core.LocalRounds(self.config, [list(p.shape) or [1] for p in self.params],
-                                       self.rank, self.world)
+        self._rust = _core.LocalStrategy(self.config, [list(p.shape) or [1] for p in self.params],
+                                         self.rank, self.world)
         # Over NCCL the payloads cross as CUDA tensors on the model's device
         # (the round's arithmetic stays on the host, in Rust). Delayed rounds
-        # run on a thread, over a group of their own.
+        # run on the core's round thread, over a group of their own that the
+        # core asks `Comm.duplicate` for at the first round.
         on = self.params[0].device if self.params else torch.device("cpu")
         self._comm = Comm(process_group, device=payload_device(process_group, on))
-        self._thread_comm: Optional[Comm] = None
-        self._worker: Optional[concurrent.futures.ThreadPoolExecutor] = None
-        if self.delay > 0:
-            self._thread_comm = own_comm(process_group, on)
-            self._worker = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="gradcomp-local")
-        # Rounds in flight, by the inner step at which they are merged.
-        self._in_flight: Dict[int, "concurrent.futures.Future[Dict[str, Any]]"] = {}
         self.inner_steps = 0
         self.last_round: Optional[Dict[str, Any]] = None
         # This worker's bytes over the rounds finished so far.
@@ -110,24 +104,8 @@ class LocalUpdates:
         """Counts one inner step (call it after `optimizer.step()`); runs,
         starts or finishes the outer rounds due at it."""
         self.inner_steps += 1
-        t = self.inner_steps
-        if self.delay == 0:
-            if self._rust.due(t):
-                self._round()
-            return
-        if self._rust.merges_at(t):
-            # The start τ steps ago has finished (the thread runs them in
-            # order); its result is mixed into the model as it is now.
-            fut = self._in_flight.pop(t, None)
-            if fut is not None:
-                self._finished(fut.result())
-            flat = self._flat()
-            self._rust.merge(t, flat.numpy())
-            self._write(flat)
-        if self._rust.starts_at(t):
-            assert self._worker is not None and self._thread_comm is not None
-            snapshot = self._flat().numpy()
-            self._in_flight[t + self.delay] = self._worker.submit(self._rust.start, t, snapshot, self._thread_comm)
+        if self._rust.due(self.inner_steps):
+            self._round()
 
     def _flat(self) -> torch.Tensor:
         return torch.cat([p.detach().reshape(-1).to("cpu", torch.float32) for p in self.params])
@@ -141,27 +119,19 @@ class LocalUpdates:
                 offset += n
 
     def _round(self) -> None:
+        """The core's round work at this inner step on the model: a round
+        in flight merged, the rounds starting here started."""
         flat = self._flat()
-        self._finished(self._rust.round(self.inner_steps, flat.numpy(), self._comm))
+        record = self._rust.average(self.inner_steps, flat.numpy(), self._comm)
         self._write(flat)
-
-    def _finished(self, record: Dict[str, Any]) -> None:
-        self.last_round = record
         self.bytes_sent += int(record["bytes_sent"])
         self.bytes_received += int(record["bytes_received"])
-
-    def _wait(self) -> None:
-        """Waits for the rounds in flight (their starts); their merges stay due."""
-        concurrent.futures.wait(list(self._in_flight.values()))
-        for fut in self._in_flight.values():
-            fut.result()  # a failed round raises here
+        if record["finished"]:
+            self.last_round = record
 
     def close(self) -> None:
-        """Waits for a round in flight and stops the communication thread."""
-        if self._worker is not None:
-            self._wait()
-            self._worker.shutdown()
-            self._worker = None
+        """Waits for a round in flight (its merge stays due); raises its failure."""
+        self._rust.wait()
 
     def __enter__(self) -> "LocalUpdates":
         return self
@@ -177,7 +147,7 @@ class LocalUpdates:
         world size that made it: save one file per rank (the memories differ
         between workers). A round in flight is waited for first; its merge
         is due by the schedule, so a resume at any step continues exactly."""
-        self._wait()
+        self._rust.wait()
         return {"config": self.config, "inner_steps": self.inner_steps, "rank": self.rank,
                 "world_size": self.world,
                 "state": {k: torch.from_numpy(np.array(v)) for k, v in self._rust.state().items()}}
@@ -190,7 +160,5 @@ class LocalUpdates:
         if (state["rank"], state["world_size"]) != (self.rank, self.world):
             raise ValueError(f"gradcomp: this state was saved by rank {state['rank']} of {state['world_size']}; "
                              f"rank {self.rank} of {self.world} must load its own")
-        self._wait()
-        self._in_flight.clear()
         self._rust.load({k: np.asarray(v, dtype=np.float32).reshape(-1) for k, v in state["state"].items()})
         self.inner_steps = int(state["inner_steps"])

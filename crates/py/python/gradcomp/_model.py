@@ -1,6 +1,6 @@
 """The network model from Python: which compressor pays off, and the step time.
 
-The same model as `gradcomp model` (gradcomp-dp's `predict`): each method's
+The same model as `gradcomp model` (gradcomp-exchange's `predict`): each method's
 bytes are what its codec really produces for these shapes, and its compress and
 decode times are measured on this CPU; the wire is priced with α–β formulas
 (latency `alpha` per message, bandwidth `link_gbps`).

@@ -4,7 +4,7 @@
     state, hook = gradcomp.torch.hook("topk", density=0.01)
     ddp.register_comm_hook(state, hook)
 
-Each DDP bucket is exchanged by gradcomp-dp's exchange: compressed in Rust with
+Each DDP bucket is exchanged by gradcomp-exchange's exchange: compressed in Rust with
 the GIL released, its messages moved by `torch.distributed` (summable messages
 by `all_reduce`, per-worker ones by `all_gather`), decoded and averaged. The
 hook's result is the averaged gradient, as DDP's own allreduce hook gives it.

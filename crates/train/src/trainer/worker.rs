@@ -18,7 +18,7 @@ use crate::config::Backend;
 use crate::data::Loader;
 use crate::models::Net;
 use crate::records::{git_revision, write_atomic, EpochRecord, Hardware, Manifest, UnitRecord};
-use crate::schedule::Schedule;
+use crate::schedule::LrSchedule;
 use gradcomp_dp::{Cuts, DataParallel, DataParallelError, DataParallelState, InitDataParallel};
 
 /// Runs worker `rank` to the end; rank 0 returns the run's summary.
@@ -62,7 +62,7 @@ struct Worker<'a, 's, M> {
     device: Device,
     optim: ModuleOptimizer,
     loader: Loader,
-    schedule: Schedule,
+    schedule: LrSchedule,
     steps_per_epoch: u64,
     total_steps: u64,
     /// (step, position): the run's step `base.0` is `base.1` steps into the
@@ -117,7 +117,7 @@ impl<'a, 's, M: Net> Worker<'a, 's, M> {
             dp,
             device,
             loader,
-            schedule: Schedule::new(cfg.optimizer.lr, &cfg.schedule, steps_per_epoch, total_steps),
+            schedule: LrSchedule::new(cfg.optimizer.lr, &cfg.schedule, steps_per_epoch, total_steps),
             steps_per_epoch,
             total_steps,
             base: (0, 0),
@@ -240,7 +240,7 @@ impl<'a, 's, M: Net> Worker<'a, 's, M> {
         let end = step + planned.saturating_sub(position);
         self.total_steps = if cfg.train.max_steps > 0 { cfg.train.max_steps.min(end) } else { end };
         self.epochs = self.epoch_of(self.total_steps.saturating_sub(1)) + 1;
-        self.schedule = Schedule::new(cfg.optimizer.lr, &cfg.schedule, self.steps_per_epoch, planned);
+        self.schedule = LrSchedule::new(cfg.optimizer.lr, &cfg.schedule, self.steps_per_epoch, planned);
     }
 
     fn epoch_of(&self, step: u64) -> u32 {
