@@ -29,4 +29,4 @@ echo "== pip install ./crates/py"
 echo "== mypy --strict crates/py/python/gradcomp crates/py/examples crates/py/tests"
 "$venv/bin/mypy" --strict --no-incremental crates/py/python/gradcomp crates/py/examples crates/py/tests
 echo "== pytest crates/py/tests bench/peer/test_peer.py"
-"$venv/bin/python" -m pytest -q -p no:cacheprovider crates/py/tests bench/peer/test_peer.py "$@"
+"$venv/bin/python" -m pytest -q -p no:cacheprovider crates/py/tests bench/peer/test_peer.py scripts/test_check_shape.py "$@"

@@ -17,9 +17,10 @@ use clap::Args as ClapArgs;
 use gradcomp_comm::{NetworkModel, ServerPlacement};
 use gradcomp_compress::CompressorConfig;
 use gradcomp_dp::predict::{
-    code_width, local_step_seconds, measure, methods, outer_seconds_per_value, rounds_seconds, step_seconds,
-    ternary_download, LocalSetup, Method, Route, UnitCost, Workload,
+    decode_seconds, local_step_seconds, measure, methods, outer_seconds_per_value, rounds_seconds,
+    step_seconds, wire_seconds, LocalSetup, MethodCost, Workload,
 };
+use gradcomp_train::config::Topology;
 use gradcomp_train::config::TrainConfig;
 use gradcomp_train::records::{read_json, read_jsonl, Manifest, StepRecord};
 use gradcomp_train::trainer::{self, RunOptions, Silent};
@@ -167,7 +168,7 @@ pub fn run(a: &Args) -> Result<()> {
 }
 
 /// The profile's summary line and each method's bytes and codec times.
-fn methods_table(md: &mut String, p: &Profile, ms: &[Method], total: usize) {
+fn methods_table(md: &mut String, p: &Profile, ms: &[MethodCost], total: usize) {
     let _ = writeln!(
         md,
         "Compute {:.2} ms per step (batch {} per worker); {} parameters. Speedup = dense step time / method step time at the same N and link.\n",
@@ -194,7 +195,12 @@ fn methods_table(md: &mut String, p: &Profile, ms: &[Method], total: usize) {
 /// Per link speed, each method's speedup over dense (dense's own throughput)
 /// at every worker count, with a JSON line per cell under `--json`; returns
 /// the 1 Gbit/s speedups, one series per method, for the figure.
-fn speedup_tables(md: &mut String, p: &Profile, ms: &[Method], a: &Args) -> Vec<(String, Vec<(f64, f64)>)> {
+fn speedup_tables(
+    md: &mut String,
+    p: &Profile,
+    ms: &[MethodCost],
+    a: &Args,
+) -> Vec<(String, Vec<(f64, f64)>)> {
     let mut fig_series: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
     for &link in &LINKS {
         let net = NetworkModel::from_bits_per_second(link, a.alpha);
@@ -235,12 +241,10 @@ fn speedup_tables(md: &mut String, p: &Profile, ms: &[Method], a: &Args) -> Vec<
 
 /// TernGrad's own comparison (§5): TernGrad over dense, both through the
 /// parameter server, per link and worker count (nothing if either is missing).
-fn terngrad_table(md: &mut String, p: &Profile, ms: &[Method], alpha: f64) {
+fn terngrad_table(md: &mut String, p: &Profile, ms: &[MethodCost], alpha: f64) {
     if let (Some(dense_ps), Some(tern)) = (
-        ms.iter().find(|m| {
-            m.route == Route::ParameterServer && matches!(m.compressor, CompressorConfig::Dense(_))
-        }),
-        ms.iter().find(|m| matches!(m.compressor, CompressorConfig::Terngrad(_))),
+        ms.iter().find(|m| m.topology == Topology::ParameterServer && m.compressor.name() == "dense"),
+        ms.iter().find(|m| m.compressor.name() == "terngrad"),
     ) {
         let _ = writeln!(
             md,
@@ -279,15 +283,6 @@ fn write_outputs(out: &Path, md: &str, fig_series: Vec<(String, Vec<(f64, f64)>)
     Ok(())
 }
 
-fn route_of(cfg: &TrainConfig) -> Route {
-    use gradcomp_train::config::Topology;
-    match cfg.data_parallel().topology() {
-        Topology::Allreduce => Route::Allreduce,
-        Topology::Allgather => Route::Allgather,
-        Topology::ParameterServer => Route::ParameterServer,
-    }
-}
-
 /// Each stage's [start, end] when the buckets run one after another.
 fn serial_timeline(stages: &[[f64; 3]]) -> Vec<[[f64; 2]; 3]> {
     let mut t = 0.0;
@@ -303,13 +298,11 @@ fn serial_timeline(stages: &[[f64; 3]]) -> Vec<[[f64; 2]; 3]> {
 }
 
 /// Each bucket's predicted [compress, wire, decode] seconds for method `m`
-/// on `route` with `n` workers over `net`: the measured compression time,
-/// the link model's wire time, and the measured decode time once per
-/// message a worker decodes.
+/// with `n` workers over `net`: the measured compression time, the link
+/// model's wire time for the collectives its units' routes take, and the
+/// measured decode time once per message a worker decodes.
 fn bucket_stages(
-    route: Route,
-    m: &Method,
-    p: &Profile,
+    m: &MethodCost,
     buckets: &[std::ops::Range<usize>],
     n: usize,
     net: &NetworkModel,
@@ -318,21 +311,8 @@ fn bucket_stages(
         .iter()
         .map(|r| {
             let us = &m.units[r.clone()];
-            let upload: u64 = us.iter().map(|u| u.upload).sum();
-            let (wire, decoders) = match route {
-                Route::Allreduce => (net.allreduce(n, upload * code_width(&m.compressor, n)), 1.0),
-                Route::Allgather => (net.allgatherv_uniform(n, upload), n as f64),
-                Route::ParameterServer => {
-                    let down = if matches!(m.compressor, CompressorConfig::Terngrad(_)) {
-                        ternary_download(&p.work.units[r.clone()], n)
-                    } else {
-                        upload
-                    };
-                    (net.push_pull(n, ServerPlacement::CoLocated, upload, down), n as f64 + 1.0)
-                }
-            };
-            let sum = |f: fn(&UnitCost) -> f64| us.iter().map(f).sum::<f64>();
-            [sum(|u| u.compress_seconds), wire, decoders * sum(|u| u.decode_seconds)]
+            let compress = us.iter().map(|u| u.compress_seconds).sum::<f64>();
+            [compress, wire_seconds(us, n, net), decode_seconds(us, n)]
         })
         .collect()
 }
@@ -343,8 +323,8 @@ fn bucket_stages(
 /// it runs) and decoding, overlapped as the exchange's pipeline overlaps
 /// them; and how much of the stages' serial sum the pipeline hides.
 fn timeline(cfg: &TrainConfig, p: &Profile) -> Result<()> {
-    let route = route_of(cfg);
-    let m = measure(cfg.compressor.name(), cfg.compressor.clone(), route, &p.work.shapes);
+    let topology = cfg.data_parallel().topology();
+    let m = measure(cfg.compressor.name(), cfg.compressor.clone(), topology, &p.work.shapes);
     let n = cfg.workers;
     let buckets = gradcomp_dp::exchange::cut_buckets(
         &p.work.units,
@@ -352,13 +332,13 @@ fn timeline(cfg: &TrainConfig, p: &Profile) -> Result<()> {
     );
     let links = cfg.network.models().map_err(|e| crate::user_error::UserError(e.to_string()))?;
     for (bps, net) in links {
-        let stages = bucket_stages(route, &m, p, &buckets, n, &net);
+        let stages = bucket_stages(&m, &buckets, n, &net);
         let pipelined = cfg.compression.pipeline && stages.len() > 1;
         let times =
             if pipelined { NetworkModel::pipelined_timeline(&stages) } else { serial_timeline(&stages) };
         let serial: f64 = stages.iter().flatten().sum();
         let span = times.last().map_or(0.0, |t| t[2][1]);
-        // The agreement rounds run after the backward pass, before any bucket.
+        // The exchange rounds run after the backward pass, before any bucket.
         let rounds = if n > 1 { rounds_seconds(&m, n, &net) } else { 0.0 };
         let c = p.work.compute_seconds + rounds;
         let ms = |x: f64| x * 1e3;
@@ -378,7 +358,7 @@ fn timeline(cfg: &TrainConfig, p: &Profile) -> Result<()> {
         println!("  compute (forward, backward)      0.0 – {:>9.1} ms", ms(p.work.compute_seconds));
         if rounds > 0.0 {
             println!(
-                "  agreement rounds ({})  {:>9.1} – {:>9.1} ms",
+                "  exchange rounds ({})   {:>9.1} – {:>9.1} ms",
                 m.rounds.len(),
                 ms(p.work.compute_seconds),
                 ms(c)
@@ -469,19 +449,15 @@ fn peer(cfg: &TrainConfig, compute_ms: f64, a: &Args) -> Result<()> {
 }
 
 fn dry_run(cfg: &TrainConfig, p: &Profile, a: &Args) -> Result<()> {
-    let route = route_of(cfg);
-    let dense = measure("dense", CompressorConfig::dense(), Route::Allreduce, &p.work.shapes);
-    let mine = measure(cfg.compressor.name(), cfg.compressor.clone(), route, &p.work.shapes);
+    let topology = cfg.data_parallel().topology();
+    let dense = measure("dense", CompressorConfig::dense(), Topology::Allreduce, &p.work.shapes);
+    let mine = measure(cfg.compressor.name(), cfg.compressor.clone(), topology, &p.work.shapes);
     let n = cfg.workers;
     println!(
         "{} with {n} workers, {} ({} bytes up per worker per step vs {} dense):",
         cfg.compressor.name(),
-        match route {
-            Route::Allreduce => "allreduce",
-            Route::Allgather => "allgather",
-            Route::ParameterServer => "parameter server",
-        },
-        mine.upload,
+        topology.name(),
+        mine.upload_for(n),
         dense.upload
     );
     for &b in &cfg.network.links_bps {
@@ -508,7 +484,7 @@ fn dry_run(cfg: &TrainConfig, p: &Profile, a: &Args) -> Result<()> {
 /// configured compressor, per inner step at each configured link, beside
 /// synchronous dense; the burn trainer runs a round where the step begins,
 /// the PyTorch front (`LocalUpdates`) overlaps it with `delay` steps.
-fn local_lines(cfg: &TrainConfig, p: &Profile, dense: &Method, mine: &Method, alpha: f64) -> String {
+fn local_lines(cfg: &TrainConfig, p: &Profile, dense: &MethodCost, mine: &MethodCost, alpha: f64) -> String {
     let st = &cfg.strategy;
     let n = cfg.workers;
     let outer = outer_seconds_per_value(p.work.units.iter().sum());

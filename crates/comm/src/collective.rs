@@ -23,8 +23,9 @@ pub enum CommError {
     Mpi(String),
 }
 
-/// Where the parameter server runs.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// Where the parameter server runs (`comm.server` in a configuration).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum ServerPlacement {
     /// Rank 0 is both a worker and the server (its upload never crosses a link).
     #[default]

@@ -13,7 +13,8 @@ use gradcomp_compress::Message;
 use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
 
 use super::local::LocalCompression;
-use super::plan::{CodeWidth, Plan, Route};
+use super::plan::Plan;
+use super::route::{CodeWidth, Route};
 use super::server::{self, ServerBuffers};
 use super::stats::ExchangeStats;
 use crate::error::ExchangeError;
@@ -167,12 +168,12 @@ impl Bucket {
         p.wire.clear();
         for u in plan.buckets[b].clone() {
             match (plan.units[u].route, &msgs[u]) {
-                (Route::DenseSum, _) if plan.units[u].uncompressed => {
+                (Route::SumF32, _) if plan.units[u].uncompressed => {
                     p.dense.extend_from_slice(local.uncompressed(plan, u, grad))
                 }
-                (Route::DenseSum, Message::Dense(m)) => p.dense.extend_from_slice(&m.values),
-                (Route::DenseSum, Message::Sparse(m)) => p.dense.extend_from_slice(&m.values),
-                (Route::DenseSum, m) => {
+                (Route::SumF32, Message::Dense(m)) => p.dense.extend_from_slice(&m.values),
+                (Route::SumF32, Message::Sparse(m)) => p.dense.extend_from_slice(&m.values),
+                (Route::SumF32, m) => {
                     let start = p.dense.len();
                     p.dense.resize(start + m.len(), 0.0);
                     m.add_to(1.0, &mut p.dense[start..]);
@@ -180,19 +181,19 @@ impl Bucket {
                 // f16(f16(g) · 1/N), as torch's fp16_compress_hook divides the
                 // halves; whole slices, so the conversions run as F16C where the
                 // CPU has it (element by element they are software).
-                (Route::HalfSum, Message::Half(m)) => {
+                (Route::SumF16, Message::Half(m)) => {
                     let start = p.halves.len();
                     p.halves.resize(start + m.values.len(), f16::ZERO);
                     scale_halves(m.values.reinterpret_cast(), inv_n, &mut p.halves[start..]);
                 }
-                (Route::CodeSum, Message::Ternary(m)) => p.codes.push(m),
+                (Route::SumCodes, Message::Ternary(m)) => p.codes.push(m),
                 (Route::Gather | Route::Server, m) => {
                     codec::encode(m, plan.units[u].id, &mut p.wire);
                 }
                 // The rounds were the exchange: nothing to pack. (A message of
                 // another kind on a summing route cannot be built from a valid
                 // configuration; the plan's routes follow `combine`.)
-                (Route::InRounds | Route::HalfSum | Route::CodeSum, _) => {}
+                (Route::InRounds | Route::SumF16 | Route::SumCodes, _) => {}
             }
         }
     }
@@ -267,7 +268,7 @@ impl Bucket {
             let unit = &plan.units[u];
             let dst = &mut out[unit.offset..unit.offset + unit.len];
             match (plan.units[u].route, &msgs[u]) {
-                (Route::DenseSum, Message::Sparse(SparseMessage { indices, .. }))
+                (Route::SumF32, Message::Sparse(SparseMessage { indices, .. }))
                     if !plan.units[u].uncompressed =>
                 {
                     for (&i, &s) in indices.iter().zip(&p.dense[at_dense..at_dense + indices.len()]) {
@@ -275,17 +276,17 @@ impl Bucket {
                     }
                     at_dense += indices.len();
                 }
-                (Route::DenseSum, _) => {
+                (Route::SumF32, _) => {
                     for (o, &s) in dst.iter_mut().zip(&p.dense[at_dense..at_dense + unit.len]) {
                         *o = s * inv_n;
                     }
                     at_dense += unit.len;
                 }
-                (Route::HalfSum, _) => {
+                (Route::SumF16, _) => {
                     p.halves[at_halves..at_halves + unit.len].convert_to_f32_slice(dst);
                     at_halves += unit.len;
                 }
-                (Route::CodeSum, Message::Ternary(m)) => {
+                (Route::SumCodes, Message::Ternary(m)) => {
                     p.codes.scale_into(at_codes, m.scale * inv_n, dst);
                     at_codes += unit.len;
                 }

@@ -85,6 +85,7 @@ pub mod plan;
 pub mod predict;
 mod recipe;
 mod rounds;
+pub mod route;
 mod schedule;
 mod server;
 pub mod spec;

@@ -1,5 +1,6 @@
 //! What does not change from step to step: the compression units, how each
-//! travels ([`Route`]), and the buckets.
+//! travels (its [`Route`], from the route table in `route.rs`), and the
+//! buckets.
 
 use std::ops::Range;
 
@@ -7,6 +8,7 @@ use gradcomp_comm::ServerPlacement;
 use gradcomp_compress::Combine;
 
 use super::recipe::Recipe;
+use super::route::{CodeWidth, Route};
 use crate::config::{CompressionConfig, Granularity, Topology};
 use crate::layout::GradientLayout;
 
@@ -32,79 +34,12 @@ pub struct Unit {
     /// Its error feedback holds lr-scaled residuals: the aggregate is divided
     /// by the learning rate to come back to gradient units.
     pub lr_scaled: bool,
-    /// How its workers' messages combine when they travel per worker
-    /// (`Route::Gather` or `Route::Server`): averaged, voted on (signSGD,
-    /// Signum), or the senders' mean (SparseLoCo, DeMo).
+    /// How its workers' messages combine (an uncompressed unit's: a dense
+    /// sum); per worker (`Route::Gather` or `Route::Server`): averaged, voted
+    /// on (signSGD, Signum), or the senders' mean (SparseLoCo, DeMo).
     pub combine: Combine,
     /// The collective its message travels in.
     pub route: Route,
-}
-
-/// The collective a unit's message travels in.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Route {
-    /// Summed in one f32 allreduce: units that travel uncompressed, and
-    /// Rand-k `same_seed` values.
-    DenseSum,
-    /// fp16 values summed in one half-precision allreduce.
-    HalfSum,
-    /// TernGrad over allreduce: the integer codes summed in the narrowest
-    /// integer that holds the sum of N workers' codes ([`CodeWidth`]).
-    CodeSum,
-    /// Per-worker encodings, allgathered and decoded by every worker.
-    Gather,
-    /// Uploaded to the parameter server, which aggregates and sends one download.
-    Server,
-    /// The agreement rounds were the exchange (PowerSGD): every worker's
-    /// message is already the aggregate, and nothing more travels.
-    InRounds,
-}
-
-impl Route {
-    /// `uncompressed`: the unit travels uncompressed (excluded, or a tensor the
-    /// compressor leaves alone).
-    fn of(uncompressed: bool, topology: Topology, combine: Combine) -> Route {
-        match topology {
-            _ if combine == Combine::InRounds && !uncompressed => Route::InRounds,
-            Topology::ParameterServer => Route::Server,
-            _ if uncompressed || matches!(combine, Combine::DenseSum | Combine::SharedIndexSum) => {
-                Route::DenseSum
-            }
-            _ if combine == Combine::HalfSum => Route::HalfSum,
-            Topology::Allreduce if combine == Combine::TernarySum => Route::CodeSum,
-            _ => Route::Gather,
-        }
-    }
-}
-
-/// The integer TernGrad's code sums travel in: the sum of N codes in
-/// {−1, 0, +1} lies in −N..=N, which i8 holds while 2N + 1 ≤ 255.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CodeWidth {
-    I8,
-    I16,
-    I32,
-}
-
-impl CodeWidth {
-    pub fn for_workers(n: usize) -> CodeWidth {
-        if n <= i8::MAX as usize {
-            CodeWidth::I8
-        } else if n <= i16::MAX as usize {
-            CodeWidth::I16
-        } else {
-            CodeWidth::I32
-        }
-    }
-
-    /// Bytes per code sum.
-    pub fn bytes(self) -> u64 {
-        match self {
-            CodeWidth::I8 => 1,
-            CodeWidth::I16 => 2,
-            CodeWidth::I32 => 4,
-        }
-    }
 }
 
 /// The units, their routes and the buckets, fixed for the run.
@@ -138,7 +73,10 @@ impl Plan {
             u.has_memory = !u.uncompressed && recipe.has_memory();
             u.lr_scaled = u.has_memory && recipe.lr_scaled();
             u.combine = if u.uncompressed { Combine::DenseSum } else { combine };
-            u.route = Route::of(u.uncompressed, topology, combine);
+            // The configuration's check refused a topology that cannot carry
+            // the compressor (`DataParallelConfig::validate`, from the same table).
+            u.route = Route::of(u.uncompressed, topology, combine)
+                .expect("a validated configuration's topology carries its compressor");
         }
         let lens: Vec<usize> = units.iter().map(|u| u.len).collect();
         let buckets = cut_buckets(&lens, bucket_bytes(c.bucket_mb));
@@ -207,7 +145,7 @@ fn units(layout: &GradientLayout, c: &CompressionConfig, granularity: Granularit
         has_memory: false,
         lr_scaled: false,
         combine: Combine::DenseSum,
-        route: Route::DenseSum,
+        route: Route::SumF32,
     };
     if granularity == Granularity::Global {
         let len = layout.total();

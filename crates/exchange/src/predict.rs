@@ -14,8 +14,11 @@ use std::time::Instant;
 
 use gradcomp_comm::{NetworkModel, ServerPlacement};
 use gradcomp_compress::codec;
-use gradcomp_compress::message::TernarySumMessage;
+use gradcomp_compress::lowrank::PowerSgdConfig;
 use gradcomp_compress::{Combine, CompressionUnit, CompressorConfig, Message, RngKey, UnitContext, UnitRng};
+
+use crate::config::Topology;
+use crate::route::{MessageSize, Route};
 
 /// What a step computes and the tensors it exchanges.
 #[derive(Clone, Debug, PartialEq)]
@@ -44,45 +47,66 @@ pub fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-/// How a method's messages travel.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Route {
-    Allreduce,
-    Allgather,
-    ParameterServer,
-}
-
-/// One method: a compressor and the collective it uses.
-pub struct Method {
+/// One method as the model prices it: a compressor on a topology, each
+/// unit on its route (the exchange's route table, [`Route::of`]), measured.
+pub struct MethodCost {
     pub label: String,
     pub compressor: CompressorConfig,
-    pub route: Route,
-    /// Per worker: bytes uploaded per step in the buckets' collectives.
+    pub topology: Topology,
+    /// Per worker: bytes uploaded per step in the buckets' collectives
+    /// among up to 127 workers (TernGrad's code sums widen beyond:
+    /// [`MethodCost::upload_for`]).
     pub upload: u64,
-    /// Per worker: bytes of each agreement round, an allreduce each before
+    /// Per worker: bytes of each exchange round, an allreduce each before
     /// the buckets (TernGrad's scaler max, PowerSGD's P and Q sums).
     pub rounds: Vec<u64>,
     /// Seconds to compress one step's gradient.
     pub compress_seconds: f64,
     /// Seconds to decode and aggregate one worker's message.
     pub decode_seconds: f64,
-    /// The same three per tensor (the timeline's buckets add them up).
+    /// Per tensor: its route, message and measured seconds (the timeline's
+    /// buckets add them up).
     pub units: Vec<UnitCost>,
 }
 
-/// One tensor's message size and measured compress and decode seconds.
-#[derive(Clone, Copy, Default)]
+impl MethodCost {
+    /// Per worker: bytes uploaded per step among `workers`.
+    pub fn upload_for(&self, workers: usize) -> u64 {
+        self.units.iter().map(|u| u.upload(workers)).sum()
+    }
+}
+
+/// One tensor: how it travels, its message's size and its measured
+/// compress and decode seconds.
+#[derive(Clone, Copy)]
 pub struct UnitCost {
-    pub upload: u64,
+    pub route: Route,
+    pub combine: Combine,
+    pub size: MessageSize,
     pub compress_seconds: f64,
     pub decode_seconds: f64,
 }
 
+impl UnitCost {
+    /// Bytes one worker uploads for it among `workers`.
+    pub fn upload(&self, workers: usize) -> u64 {
+        self.route.upload_bytes(&self.size, workers)
+    }
+}
+
 /// Builds the method, measuring its message size and speed (per tensor,
 /// medians of 5 repetitions, from the first step it compresses) on an
-/// N(0,1) gradient cut into the profile's tensors. A tensor the compressor
-/// leaves uncompressed (PowerSGD's vectors) travels dense, as in the exchange.
-pub fn measure(label: &str, compressor: CompressorConfig, route: Route, shapes: &[Vec<usize>]) -> Method {
+/// N(0,1) gradient cut into the profile's tensors, each tensor on the route
+/// the exchange gives it on `topology` (a tensor the compressor leaves
+/// uncompressed, PowerSGD's vectors, is summed as f32). Panics if
+/// `topology` cannot carry the compressor (a configuration's check refuses
+/// that first: `DataParallelConfig::validate`).
+pub fn measure(
+    label: &str,
+    compressor: CompressorConfig,
+    topology: Topology,
+    shapes: &[Vec<usize>],
+) -> MethodCost {
     let units: Vec<usize> = shapes.iter().map(|s| s.iter().product()).collect();
     let mut rng = UnitRng::from_parts(&[7]);
     let grads: Vec<Vec<f32>> =
@@ -109,7 +133,7 @@ pub fn measure(label: &str, compressor: CompressorConfig, route: Route, shapes: 
         for (u, g) in grads.iter().enumerate() {
             let t = Instant::now();
             let ctx = UnitContext { key: RngKey::new(1, 0, first + rep, u as u32), loss: Some(1.0) };
-            // The agreement rounds as the sole worker, their bytes counted once.
+            // The exchange rounds as the sole worker, their bytes counted once.
             comps[u].step_alone(g, 1.0, &ctx, &mut msgs[u], |round, values| {
                 if rep == 0 {
                     rounds.resize(rounds.len().max(round + 1), 0);
@@ -125,22 +149,23 @@ pub fn measure(label: &str, compressor: CompressorConfig, route: Route, shapes: 
         }
     }
     let costs: Vec<UnitCost> = (0..units.len())
-        .map(|u| UnitCost {
-            upload: match (comps[u].compressor().combine(), route) {
-                // The rounds carried it: each worker forms the result itself.
-                (Combine::InRounds, _) => 0,
-                (combine, Route::Allreduce) => allreduce_bytes(combine, units[u], &wires[u]),
-                _ => wires[u].len() as u64,
-            },
-            compress_seconds: median(std::mem::take(&mut ctimes[u])),
-            decode_seconds: median(std::mem::take(&mut dtimes[u])),
+        .map(|u| {
+            let combine = comps[u].compressor().combine();
+            UnitCost {
+                route: Route::of(!compressor.compresses(&shapes[u]), topology, combine)
+                    .expect("the topology carries the compressor"),
+                combine,
+                size: MessageSize::of(&msgs[u]),
+                compress_seconds: median(std::mem::take(&mut ctimes[u])),
+                decode_seconds: median(std::mem::take(&mut dtimes[u])),
+            }
         })
         .collect();
-    Method {
+    MethodCost {
         label: label.into(),
         compressor,
-        route,
-        upload: costs.iter().map(|c| c.upload).sum(),
+        topology,
+        upload: costs.iter().map(|c| c.upload(1)).sum(),
         rounds,
         compress_seconds: costs.iter().map(|c| c.compress_seconds).sum(),
         decode_seconds: costs.iter().map(|c| c.decode_seconds).sum(),
@@ -148,103 +173,84 @@ pub fn measure(label: &str, compressor: CompressorConfig, route: Route, shapes: 
     }
 }
 
-pub fn methods(units: &[Vec<usize>], density: f64) -> Vec<Method> {
+pub fn methods(units: &[Vec<usize>], density: f64) -> Vec<MethodCost> {
     let with = |name: &str| {
         let mut c = CompressorConfig::named(name).expect("known name");
         c.set_density(density);
         c
     };
+    use Topology::{Allgather, Allreduce, ParameterServer};
     vec![
-        measure("dense (allreduce)", with("dense"), Route::Allreduce, units),
-        measure("dense (parameter server)", with("dense"), Route::ParameterServer, units),
-        measure("fp16 (allreduce)", with("fp16"), Route::Allreduce, units),
-        measure("terngrad (allreduce)", with("terngrad"), Route::Allreduce, units),
-        measure("terngrad (parameter server)", with("terngrad"), Route::ParameterServer, units),
-        measure("qsgd (allgather)", with("qsgd"), Route::Allgather, units),
-        measure("onebit (allgather)", with("onebit"), Route::Allgather, units),
-        measure(&format!("topk ρ={density} (allgather)"), with("topk"), Route::Allgather, units),
-        measure(&format!("gaussiank ρ={density} (allgather)"), with("gaussiank"), Route::Allgather, units),
-        measure(&format!("dgck ρ={density} (allgather)"), with("dgck"), Route::Allgather, units),
-        measure("powersgd r=2 (allreduce, 2 rounds)", powersgd_rank(2), Route::Allreduce, units),
+        measure("dense (allreduce)", with("dense"), Allreduce, units),
+        measure("dense (parameter server)", with("dense"), ParameterServer, units),
+        measure("fp16 (allreduce)", with("fp16"), Allreduce, units),
+        measure("terngrad (allreduce)", with("terngrad"), Allreduce, units),
+        measure("terngrad (parameter server)", with("terngrad"), ParameterServer, units),
+        measure("qsgd (allgather)", with("qsgd"), Allgather, units),
+        measure("onebit (allgather)", with("onebit"), Allgather, units),
+        measure(&format!("topk ρ={density} (allgather)"), with("topk"), Allgather, units),
+        measure(&format!("gaussiank ρ={density} (allgather)"), with("gaussiank"), Allgather, units),
+        measure(&format!("dgck ρ={density} (allgather)"), with("dgck"), Allgather, units),
+        measure("powersgd r=2 (allreduce, 2 rounds)", powersgd_rank(2), Allreduce, units),
     ]
 }
 
 /// PowerSGD at `rank`, PyTorch's other defaults (the model prices the steps
 /// from `start_iter` on).
 pub fn powersgd_rank(rank: u32) -> CompressorConfig {
-    let mut c = CompressorConfig::named("powersgd").expect("known name");
-    if let CompressorConfig::Powersgd(p) = &mut c {
-        p.rank = rank;
-    }
-    c
-}
-
-/// What one rank's allreduce carries for a unit of `d` values: f32 values,
-/// f16 values (fp16), TernGrad's codes in i8 (up to 127 workers, as the
-/// exchange sums them), or the encoded message otherwise.
-pub fn allreduce_bytes(combine: Combine, d: usize, encoded: &[u8]) -> u64 {
-    match combine {
-        Combine::HalfSum => 2 * d as u64,
-        Combine::TernarySum => d as u64,
-        Combine::DenseSum => 4 * d as u64,
-        Combine::SharedIndexSum
-        | Combine::Gather
-        | Combine::MajorityVote
-        | Combine::SenderMean { .. }
-        | Combine::InRounds => encoded.len() as u64,
-    }
-}
-
-/// How many times its one-byte codes TernGrad's allreduce sends with `n`
-/// workers (i8 sums up to 127 workers, i16 up to 32767, i32 beyond); 1 for
-/// every other compressor.
-pub fn code_width(compressor: &CompressorConfig, n: usize) -> u64 {
-    match compressor {
-        CompressorConfig::Terngrad(_) => crate::plan::CodeWidth::for_workers(n).bytes(),
-        _ => 1,
-    }
-}
-
-/// Bytes the parameter server downloads for TernGrad with N workers.
-pub fn ternary_download(units: &[usize], n: usize) -> u64 {
-    units
-        .iter()
-        .map(|&d| {
-            let m =
-                Message::TernarySum(TernarySumMessage { scale: 1.0, workers: n as u32, sums: vec![0; d] });
-            codec::encoded_len(&m) as u64
-        })
-        .sum()
+    PowerSgdConfig::new(rank).into()
 }
 
 /// Predicted seconds per step for `m` with `n` workers on `net`.
-pub fn step_seconds(p: &Workload, m: &Method, n: usize, net: &NetworkModel) -> f64 {
+pub fn step_seconds(p: &Workload, m: &MethodCost, n: usize, net: &NetworkModel) -> f64 {
     let local = p.compute_seconds + m.compress_seconds;
     if n == 1 {
         return local;
     }
-    let comm = rounds_seconds(m, n, net)
-        + match m.route {
-            Route::Allreduce => net.allreduce(n, m.upload * code_width(&m.compressor, n)) + m.decode_seconds,
-            Route::Allgather => net.allgatherv_uniform(n, m.upload) + n as f64 * m.decode_seconds,
-            Route::ParameterServer => {
-                // TernGrad downloads integer code sums; everything else the averaged
-                // values, as large as an upload.
-                let down = if matches!(m.compressor, CompressorConfig::Terngrad(_)) {
-                    ternary_download(&p.units, n)
-                } else {
-                    m.upload
-                };
-                // The co-located server decodes N uploads; every worker decodes the download.
-                net.push_pull(n, ServerPlacement::CoLocated, m.upload, down)
-                    + (n as f64 + 1.0) * m.decode_seconds
-            }
-        };
-    local + comm
+    local + rounds_seconds(m, n, net) + wire_seconds(&m.units, n, net) + decode_seconds(&m.units, n)
 }
 
-/// The agreement rounds' allreduces, one after another before the buckets.
-pub fn rounds_seconds(m: &Method, n: usize, net: &NetworkModel) -> f64 {
+/// The collectives that carry `units` (one bucket's, or a whole step's
+/// priced as one bucket) among `n` workers on `net`, as the bucket runs
+/// them: one allreduce of the summed values, one allgatherv of the
+/// gathered encodings, one round trip to the co-located server; each only
+/// where some unit takes that route.
+pub fn wire_seconds(units: &[UnitCost], n: usize, net: &NetworkModel) -> f64 {
+    let (mut summed, mut gathered, mut up, mut down) = (0, 0, 0, 0);
+    let (mut sums, mut gathers, mut server) = (false, false, false);
+    for u in units {
+        let bytes = u.upload(n);
+        match u.route {
+            Route::InRounds => {}
+            Route::Gather => (gathered, gathers) = (gathered + bytes, true),
+            Route::Server => {
+                (up, server) = (up + bytes, true);
+                down += Route::download_bytes(u.combine, u.size.len, n, bytes);
+            }
+            _ => (summed, sums) = (summed + bytes, true),
+        }
+    }
+    let mut t = 0.0;
+    if sums {
+        t += net.allreduce(n, summed);
+    }
+    if gathers {
+        t += net.allgatherv_uniform(n, gathered);
+    }
+    if server {
+        t += net.push_pull(n, ServerPlacement::CoLocated, up, down);
+    }
+    t
+}
+
+/// Seconds one worker decodes `units`' messages among `n` workers: each
+/// unit's measured decode time once per message its route has it decode.
+pub fn decode_seconds(units: &[UnitCost], n: usize) -> f64 {
+    units.iter().map(|u| u.route.decodes(n) as f64 * u.decode_seconds).sum()
+}
+
+/// The exchange rounds' allreduces, one after another before the buckets.
+pub fn rounds_seconds(m: &MethodCost, n: usize, net: &NetworkModel) -> f64 {
     m.rounds.iter().map(|&b| net.allreduce(n, b)).sum()
 }
 
@@ -304,7 +310,7 @@ pub fn outer_seconds_per_value(len: usize) -> f64 {
 /// hides behind `delay` inner steps of compute when the front overlaps it.
 pub fn local_step_seconds(
     p: &Workload,
-    m: &Method,
+    m: &MethodCost,
     n: usize,
     net: &NetworkModel,
     s: &LocalSetup,
@@ -319,11 +325,11 @@ pub fn local_step_seconds(
         let len: usize = p.units[g.clone()].iter().sum();
         let share = len as f64 / total.max(1) as f64;
         let costs = &m.units[g];
-        let part = Method {
+        let part = MethodCost {
             label: m.label.clone(),
             compressor: m.compressor.clone(),
-            route: m.route,
-            upload: costs.iter().map(|c| c.upload).sum(),
+            topology: m.topology,
+            upload: costs.iter().map(|c| c.upload(1)).sum(),
             rounds: m.rounds.iter().map(|&b| (b as f64 * share).round() as u64).collect(),
             compress_seconds: costs.iter().map(|c| c.compress_seconds).sum(),
             decode_seconds: costs.iter().map(|c| c.decode_seconds).sum(),
@@ -333,7 +339,7 @@ pub fn local_step_seconds(
         let hidden = if s.overlap { s.delay as f64 * p.compute_seconds } else { 0.0 };
         price.round_seconds += round;
         price.exposed_seconds += (round - hidden).max(0.0);
-        let bytes = part.upload + part.rounds.iter().sum::<u64>();
+        let bytes = part.upload_for(n) + part.rounds.iter().sum::<u64>();
         price.bytes_per_period += bytes;
         price.peak_round_bytes = price.peak_round_bytes.max(bytes);
     }
@@ -349,7 +355,7 @@ mod tests {
     fn local_updates_cost_a_round_per_period_spread_over_fragments_and_hidden_by_overlap() {
         let shapes = vec![vec![256, 64], vec![64], vec![64, 256], vec![256]];
         let total: u64 = shapes.iter().map(|s| s.iter().product::<usize>() as u64).sum();
-        let dense = measure("dense", CompressorConfig::dense(), Route::Allreduce, &shapes);
+        let dense = measure("dense", CompressorConfig::dense(), Topology::Allreduce, &shapes);
         let net = NetworkModel::from_bits_per_second(1e8, 1e-4);
         let p = Workload::new(0.05, shapes);
         let sync = step_seconds(&p, &dense, 4, &net);

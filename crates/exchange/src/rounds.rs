@@ -7,7 +7,8 @@ use std::ops::Range;
 use gradcomp_compress::UnitContext;
 
 use super::local::{LocalCompression, ReduceOp};
-use super::plan::{Plan, Route};
+use super::plan::Plan;
+use super::route::Route;
 use crate::error::ExchangeError;
 
 /// One round's values by operation, and where each unit's lie. Reused every

@@ -24,8 +24,9 @@ use gradcomp_compress::{Message, RngKey, UnitContext};
 
 use super::bucket::Bucket;
 use super::local::{LocalCompression, ReduceOp, REDUCE_OPS};
-use super::plan::{Plan, Route};
+use super::plan::Plan;
 use super::rounds::RoundValues;
+use super::route::Route;
 use super::stats::ExchangeStats;
 use super::wire::{Wire, WireDone, WireTask};
 use crate::config::Topology;

@@ -8,7 +8,8 @@ use gradcomp_compress::message::DenseMessage;
 use gradcomp_compress::Combine;
 use gradcomp_compress::Message;
 
-use super::plan::{Plan, Route};
+use super::plan::Plan;
+use super::route::Route;
 
 /// The co-located server's reused buffers.
 #[derive(Default)]

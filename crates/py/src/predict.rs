@@ -3,7 +3,7 @@
 
 use gradcomp_comm::NetworkModel;
 use gradcomp_exchange::predict::{
-    local_step_seconds, methods, outer_seconds_per_value, step_seconds, LocalSetup, Route, Workload,
+    local_step_seconds, methods, outer_seconds_per_value, step_seconds, LocalSetup, Workload,
 };
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -68,7 +68,7 @@ pub fn predict<'py>(
         let total: usize = work.units.iter().sum();
         (methods(&work.shapes, density), period.map(|_| outer_seconds_per_value(total)))
     });
-    ms.retain(|m| m.route != Route::ParameterServer);
+    ms.retain(|m| m.topology != gradcomp_exchange::Topology::ParameterServer);
     let net = NetworkModel::from_bits_per_second(link_bps, alpha);
     let dense = step_seconds(&work, &ms[0], workers, &net);
     ms.iter()

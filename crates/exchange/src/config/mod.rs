@@ -7,15 +7,14 @@ mod compression;
 mod error;
 mod inert;
 mod strategy;
-mod topology;
 mod validate;
 
+pub use crate::route::Topology;
 pub use compression::{CompressionConfig, Exclusions, Granularity};
 pub use error::ConfigError;
+pub use gradcomp_comm::ServerPlacement;
 pub use strategy::{Average, ClipNorm, OuterConfig, OuterKind, StrategyConfig, StrategyKind, STREAMING_MIX};
-pub use topology::{ServerPlace, Topology};
 
-use gradcomp_comm::ServerPlacement;
 use gradcomp_compress::memory::{DensitySchedule, MemoryKind, ResidualForm};
 use gradcomp_compress::Combine;
 use serde::{Deserialize, Serialize};
@@ -50,7 +49,7 @@ pub struct DataParallelConfig {
     /// messages need (allreduce for summable messages, allgather otherwise).
     pub topology: Option<Topology>,
     /// Where the parameter server runs (topology `parameter-server`).
-    pub server: ServerPlace,
+    pub server: ServerPlacement,
     /// Synchronous exchange, or CELGC's local steps with periodic averaging.
     pub strategy: StrategyConfig,
     /// Seeds every random choice of the compressors, with the rank, step and unit.
@@ -76,7 +75,7 @@ impl Default for DataParallelConfig {
             compressor: CompressorSpec::default(),
             compression: CompressionConfig::default(),
             topology: None,
-            server: ServerPlace::CoLocated,
+            server: ServerPlacement::CoLocated,
             strategy: StrategyConfig::default(),
             seed: 1,
             base_lr: None,
@@ -161,7 +160,7 @@ impl DataParallelConfig {
         self
     }
 
-    pub fn with_server(mut self, server: ServerPlace) -> Self {
+    pub fn with_server(mut self, server: ServerPlacement) -> Self {
         self.server = server;
         self
     }
@@ -225,11 +224,7 @@ impl DataParallelConfig {
     /// The topology in effect: the configured one, or the one the
     /// compressor's messages need.
     pub fn topology(&self) -> Topology {
-        self.topology.unwrap_or(if self.combine().per_worker() {
-            Topology::Allgather
-        } else {
-            Topology::Allreduce
-        })
+        self.topology.unwrap_or_else(|| crate::route::default_topology(self.combine()))
     }
 
     /// The granularity in effect: the configured one, or the one the compressor needs.
@@ -238,7 +233,7 @@ impl DataParallelConfig {
     }
 
     pub fn placement(&self) -> ServerPlacement {
-        self.server.placement()
+        self.server
     }
 
     /// A 64-bit hash of the whole configuration (a custom compressor by its

@@ -4,10 +4,19 @@
 use gradcomp_compress::memory::{DensitySchedule, MemoryKind};
 use gradcomp_compress::{Combine, CompressorConfig};
 
-use super::{Average, ConfigError, DataParallelConfig, Granularity, Topology};
+use super::{Average, ConfigError, DataParallelConfig, Granularity};
 
 fn err(key: &str, problem: impl Into<String>) -> ConfigError {
     ConfigError::new(key, problem)
+}
+
+/// Why no topology but the route table's carries messages that combine as `combine`.
+fn why_not(combine: Combine) -> &'static str {
+    if combine == Combine::InRounds {
+        "it exchanges in allreduce rounds"
+    } else {
+        "its per-worker messages do not add in compressed form, which an allreduce needs"
+    }
 }
 
 impl DataParallelConfig {
@@ -18,21 +27,23 @@ impl DataParallelConfig {
         }
         self.validate_compression()?;
         self.validate_strategy()?;
-        if self.topology() != Topology::Allreduce && self.combine() == Combine::InRounds {
+        if self.server != gradcomp_comm::ServerPlacement::CoLocated {
             return Err(err(
-                "comm.topology",
-                format!(
-                    "compressor {} exchanges in allreduce rounds; use topology = \"allreduce\" (the default)",
-                    self.compressor_name()
-                ),
+                "comm.server",
+                "a dedicated server rank is not supported: every rank trains, and rank 0 serves as well; use server = \"co-located\" (the default)",
             ));
         }
-        if self.topology() == Topology::Allreduce && self.combine().per_worker() {
+        let topology = self.topology();
+        if !crate::route::accepts(self.combine(), topology) {
+            let carriers = crate::route::topology_for(self.combine());
             return Err(err(
                 "comm.topology",
                 format!(
-                    "compressor {} sends per-worker messages that allreduce cannot sum; use topology = \"allgather\" or \"parameter-server\"",
-                    self.compressor_name()
+                    "compressor {} cannot travel by {}: {}; use topology = \"{}\"",
+                    self.compressor_name(),
+                    topology.name(),
+                    why_not(self.combine()),
+                    carriers.join("\" or \"")
                 ),
             ));
         }
@@ -195,6 +206,7 @@ impl DataParallelConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::Topology;
 
     /// Every compressor's default topology validates; a topology its
     /// messages cannot use is refused, naming `comm.topology` and the ones
@@ -296,5 +308,14 @@ mod tests {
         assert!(sgd.outer().averages(), "an explicit sgd stays sgd at lr 1");
         assert_eq!(StrategyConfig::local(8).mix(), 0.0, "blocking rounds adopt θ_outer");
         assert_eq!(StrategyConfig::local(8).with_streaming(2, 1).mix(), crate::config::STREAMING_MIX);
+    }
+
+    #[test]
+    fn a_dedicated_server_is_refused_naming_the_key() {
+        let cfg = DataParallelConfig::new(CompressorConfig::terngrad())
+            .with_topology(Topology::ParameterServer)
+            .with_server(gradcomp_comm::ServerPlacement::Dedicated);
+        let e = cfg.validate().unwrap_err();
+        assert_eq!(e.key, "comm.server", "{e}");
     }
 }

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 use gradcomp_comm::{AllgathervAlgorithm, AllreduceAlgorithm, Calibration, NetworkModel};
-use gradcomp_dp::config::{ConfigError, ServerPlace, Topology};
+use gradcomp_dp::config::{ConfigError, ServerPlacement, Topology};
 use serde::{Deserialize, Serialize};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 pub struct CommConfig {
     /// The collective pattern; unset: the one the compressor's messages need.
     pub topology: Option<Topology>,
-    pub server: ServerPlace,
+    pub server: ServerPlacement,
     /// Seconds a collective waits for a peer before failing.
     pub timeout_seconds: f64,
     /// MPI: seconds a peer's heartbeat may be silent, while a rank waits in a
@@ -26,7 +26,7 @@ impl Default for CommConfig {
     fn default() -> Self {
         Self {
             topology: None,
-            server: ServerPlace::CoLocated,
+            server: ServerPlacement::CoLocated,
             timeout_seconds: 300.0,
             heartbeat_seconds: 10.0,
         }

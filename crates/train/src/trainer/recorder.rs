@@ -138,7 +138,7 @@ fn predicted_comm(m: &NetworkModel, s: &WorkerStep, n: usize, cfg: &TrainConfig)
     let mut wire = vec![0.0; s.buckets.len()];
     let mut counted = [0u64; OPS];
     for call in &s.wire_calls {
-        let p = m.price(call, n, cfg.comm.server.placement());
+        let p = m.price(call, n, cfg.comm.server);
         match call.bucket {
             Some(b) if (b as usize) < wire.len() => wire[b as usize] += p,
             _ => t += p,

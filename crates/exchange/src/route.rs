@@ -1,0 +1,284 @@
+//! How a unit's message travels, decided in one place: the collective it
+//! goes in ([`Route`]), which topologies can carry a compressor at all and
+//! which one it gets by default, and what one worker puts on the wire for
+//! it. The plan gives every unit its route from [`Route::of`], the bucket
+//! packs and the parameter server aggregates by it, and the performance
+//! model prices the same routes with the same byte counts
+//! ([`Route::upload_bytes`], [`Route::download_bytes`], [`Route::decodes`]).
+//!
+//! A new way of combining workers' messages ([`Combine`]) adds one row to
+//! [`carriers`] (and, if it travels per worker, its aggregation in
+//! `gradcomp_compress::aggregate`): nothing else here branches on it.
+
+use gradcomp_compress::codec;
+use gradcomp_compress::message::TernarySumMessage;
+use gradcomp_compress::{Combine, Message};
+use serde::{Deserialize, Serialize};
+
+/// Which collectives carry the messages (`comm.topology`): the column of
+/// the route table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Topology {
+    /// Summable messages through allreduce.
+    Allreduce,
+    /// Every worker's messages to every worker (allgatherv), summed locally.
+    Allgather,
+    /// Upload to a server that aggregates and broadcasts (TernGrad's protocol).
+    ParameterServer,
+}
+
+impl Topology {
+    /// The name the configuration spells (`comm.topology`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Topology::Allreduce => "allreduce",
+            Topology::Allgather => "allgather",
+            Topology::ParameterServer => "parameter-server",
+        }
+    }
+}
+
+/// The collective a unit's message travels in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Route {
+    /// Summed in one f32 allreduce: units that travel uncompressed, dense
+    /// f32 messages, and Rand-k's `same_seed` values.
+    SumF32,
+    /// fp16 values summed in one half-precision allreduce.
+    SumF16,
+    /// TernGrad over allreduce: the integer codes summed in the narrowest
+    /// integer that holds the sum of N workers' codes ([`CodeWidth`]).
+    SumCodes,
+    /// Per-worker encodings, allgathered and decoded by every worker.
+    Gather,
+    /// Uploaded to the parameter server, which aggregates and sends one download.
+    Server,
+    /// The exchange rounds were the exchange (PowerSGD): every worker's
+    /// message is already the aggregate, and nothing more travels.
+    InRounds,
+}
+
+/// The route table: for messages that combine as `combine`, the route on
+/// each topology (`[allreduce, allgather, parameter-server]`), `None` where
+/// that topology cannot carry them.
+pub fn carriers(combine: Combine) -> [Option<Route>; 3] {
+    use Route::*;
+    match combine {
+        Combine::DenseSum | Combine::SharedIndexSum => [Some(SumF32), Some(SumF32), Some(Server)],
+        Combine::HalfSum => [Some(SumF16), Some(SumF16), Some(Server)],
+        Combine::TernarySum => [Some(SumCodes), Some(Gather), Some(Server)],
+        Combine::Gather | Combine::MajorityVote | Combine::SenderMean { .. } => {
+            [None, Some(Gather), Some(Server)]
+        }
+        // The exchange rounds carry it whatever the topology (which only
+        // routes its uncompressed tensors); `accepts` takes allreduce only.
+        Combine::InRounds => [Some(InRounds), Some(InRounds), Some(InRounds)],
+    }
+}
+
+fn column(topology: Topology) -> usize {
+    match topology {
+        Topology::Allreduce => 0,
+        Topology::Allgather => 1,
+        Topology::ParameterServer => 2,
+    }
+}
+
+impl Route {
+    /// The route of a unit whose compressor's messages combine as `combine`,
+    /// on `topology`; a unit that travels `uncompressed` (its f32 values)
+    /// combines as a dense sum. `None`: the topology cannot carry it
+    /// ([`topology_for`] says which can).
+    pub fn of(uncompressed: bool, topology: Topology, combine: Combine) -> Option<Route> {
+        let combine = if uncompressed { Combine::DenseSum } else { combine };
+        carriers(combine)[column(topology)]
+    }
+
+    /// Bytes one worker uploads for a unit on this route whose message has
+    /// `size` (an uncompressed unit's values as a dense message), among
+    /// `workers` workers: the summed values in their width, or the
+    /// encoding that is gathered or uploaded.
+    pub fn upload_bytes(self, size: &MessageSize, workers: usize) -> u64 {
+        match self {
+            Route::SumF32 => 4 * size.summed as u64,
+            Route::SumF16 => 2 * size.len as u64,
+            Route::SumCodes => CodeWidth::for_workers(workers).bytes() * size.len as u64,
+            Route::Gather | Route::Server => size.encoded as u64,
+            Route::InRounds => 0,
+        }
+    }
+
+    /// Bytes the parameter server sends down for a unit of `len` values
+    /// whose messages combine as `combine`, each upload `upload` bytes: the
+    /// integer code sums of ternary messages under one scaler, or the
+    /// aggregate (the vote, the average) priced as large as an upload.
+    pub fn download_bytes(combine: Combine, len: usize, workers: usize, upload: u64) -> u64 {
+        if combine == Combine::TernarySum {
+            let sums = TernarySumMessage { scale: 1.0, workers: workers as u32, sums: vec![0; len] };
+            return codec::encoded_len(&Message::TernarySum(sums)) as u64;
+        }
+        upload
+    }
+
+    /// How many messages one worker decodes for a unit on this route among
+    /// `workers`: the sum once, every worker's gathered message, or (the
+    /// co-located server) every upload and the download.
+    pub fn decodes(self, workers: usize) -> usize {
+        match self {
+            Route::Gather => workers,
+            Route::Server => workers + 1,
+            Route::SumF32 | Route::SumF16 | Route::SumCodes | Route::InRounds => 1,
+        }
+    }
+
+    /// Whether the route's collective is an allreduce (the bucket's sums,
+    /// and the exchange rounds that are the whole exchange).
+    pub fn is_sum(self) -> bool {
+        matches!(self, Route::SumF32 | Route::SumF16 | Route::SumCodes | Route::InRounds)
+    }
+}
+
+/// A unit's message in the numbers a route prices.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MessageSize {
+    /// The values a dense sum carries: a sparse message's selected values
+    /// (Rand-k's `same_seed`: every worker selects the same indices), every
+    /// value otherwise.
+    pub summed: usize,
+    /// The unit's length.
+    pub len: usize,
+    /// The message's encoding, in bytes.
+    pub encoded: usize,
+}
+
+impl MessageSize {
+    pub fn of(msg: &Message) -> Self {
+        let summed = match msg {
+            Message::Sparse(m) => m.values.len(),
+            m => m.len(),
+        };
+        MessageSize { summed, len: msg.len(), encoded: codec::encoded_len(msg) }
+    }
+}
+
+/// Whether a configuration may pair messages that combine as `combine`
+/// with `topology`: the topology carries them, and, for a compressor whose
+/// exchange rounds are its exchange (PowerSGD), it is allreduce (on another
+/// topology only its uncompressed tensors would take it, which is never
+/// what was meant).
+pub fn accepts(combine: Combine, topology: Topology) -> bool {
+    Route::of(false, topology, combine).is_some()
+        && (combine != Combine::InRounds || topology == Topology::Allreduce)
+}
+
+/// The topology a compressor's messages get when none is configured: the
+/// first of allreduce and allgather that carries them.
+pub fn default_topology(combine: Combine) -> Topology {
+    if carriers(combine)[column(Topology::Allreduce)].is_some() {
+        Topology::Allreduce
+    } else {
+        Topology::Allgather
+    }
+}
+
+/// The topologies that carry messages combining as `combine`, as the
+/// configuration spells them (for an error that says what to use).
+pub fn topology_for(combine: Combine) -> Vec<&'static str> {
+    [Topology::Allreduce, Topology::Allgather, Topology::ParameterServer]
+        .into_iter()
+        .filter(|&t| accepts(combine, t))
+        .map(Topology::name)
+        .collect()
+}
+
+/// The integer TernGrad's code sums travel in: the sum of N codes in
+/// {−1, 0, +1} lies in −N..=N, which i8 holds while 2N + 1 ≤ 255.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CodeWidth {
+    I8,
+    I16,
+    I32,
+}
+
+impl CodeWidth {
+    pub fn for_workers(n: usize) -> CodeWidth {
+        if n <= i8::MAX as usize {
+            CodeWidth::I8
+        } else if n <= i16::MAX as usize {
+            CodeWidth::I16
+        } else {
+            CodeWidth::I32
+        }
+    }
+
+    /// Bytes per code sum.
+    pub fn bytes(self) -> u64 {
+        match self {
+            CodeWidth::I8 => 1,
+            CodeWidth::I16 => 2,
+            CodeWidth::I32 => 4,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use gradcomp_compress::{CompressorConfig, RngKey, UnitContext};
+
+    use super::*;
+
+    const EVERY: [Combine; 9] = [
+        Combine::DenseSum,
+        Combine::HalfSum,
+        Combine::TernarySum,
+        Combine::SharedIndexSum,
+        Combine::Gather,
+        Combine::MajorityVote,
+        Combine::SenderMean { clip: false },
+        Combine::SenderMean { clip: true },
+        Combine::InRounds,
+    ];
+
+    #[test]
+    fn every_combine_has_a_default_topology_that_carries_it_and_uncompressed_units_are_summed() {
+        for combine in EVERY {
+            let default = default_topology(combine);
+            assert!(accepts(combine, default), "{combine:?} on {default:?}");
+            assert!(!topology_for(combine).is_empty());
+            for topology in [Topology::Allreduce, Topology::Allgather] {
+                if combine != Combine::InRounds {
+                    assert_eq!(Route::of(true, topology, combine), Some(Route::SumF32), "{combine:?}");
+                }
+            }
+        }
+        assert_eq!(
+            Route::of(false, Topology::Allreduce, Combine::Gather),
+            None,
+            "allreduce cannot sum these"
+        );
+        assert!(!accepts(Combine::InRounds, Topology::Allgather), "PowerSGD's rounds are allreduces");
+    }
+
+    /// The bytes a route prices are what the codec and the sums carry.
+    #[test]
+    fn upload_bytes_count_what_each_route_carries() {
+        let mut msg = Message::default();
+        let ctx = UnitContext { key: RngKey::new(1, 0, 0, 0), loss: None };
+        let g: Vec<f32> = (0..1000).map(|i| (i as f32 * 0.37).sin()).collect();
+        CompressorConfig::terngrad().build().compress(&g, &ctx, &mut msg);
+        let size = MessageSize::of(&msg);
+        assert_eq!(Route::SumCodes.upload_bytes(&size, 4), 1000);
+        assert_eq!(Route::SumCodes.upload_bytes(&size, 200), 2000, "i16 sums past 127 workers");
+        assert_eq!(Route::Gather.upload_bytes(&size, 4), codec::encoded_len(&msg) as u64);
+        let mut c = CompressorConfig::randk(0.01);
+        if let CompressorConfig::Randk(r) = &mut c {
+            r.same_seed = true;
+        }
+        c.build().compress(&g, &ctx, &mut msg);
+        assert_eq!(Route::SumF32.upload_bytes(&MessageSize::of(&msg), 4), 4 * 10, "the k values alone");
+        CompressorConfig::dense().build().compress(&g, &ctx, &mut msg);
+        assert_eq!(Route::SumF32.upload_bytes(&MessageSize::of(&msg), 4), 4000);
+        assert_eq!(Route::InRounds.upload_bytes(&MessageSize::of(&msg), 4), 0);
+    }
+}
