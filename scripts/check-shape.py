@@ -64,6 +64,21 @@
   the rows under it: a call after that belongs in the inside-it column, not
   as a row below).
 
+- Retired identifiers (`retired_entries`, `check_retired`): no identifier
+  of docs/ARCHITECTURE.md's "### Retired identifiers" table (its first
+  column, backquoted) appears in the Rust sources and examples (crates/,
+  examples/), the Python package, tests and drivers (crates/py, bench/,
+  scripts/ but this script), README.md and docs/*.md, except in
+  docs/MIGRATING.md (what replaces each), docs/RESULTS.md (the record of
+  past work, in the names of its time), the Glossary section itself, a
+  line that declares a serde alias or rename (`serde(alias`, old files
+  stay readable), and the files named in the row's third column ("kept
+  only in"). A third column that begins "outside" instead limits the check
+  to the paths it names (`gradcomp-dp` is retired in crates/py only). An
+  identifier matches on word boundaries (`StrategyKind::Sync` does not
+  match `StrategyKind::Synchronous`); a phrase with a space matches as a
+  prefix of words (`agreement round` matches "agreement rounds").
+
 Prints every problem on one line, saying what to fix, and exits 1 if there
 is any (a last line counts files and problems). `--report` prints the same
 and exits 0.
@@ -835,6 +850,68 @@ def check_python(problems, root=ROOT):
     return seen
 
 
+RETIRED_SCAN = (("crates", (".rs", ".py", ".pyi")), ("examples", (".rs",)), ("bench", (".py", ".sh")),
+                ("scripts", (".py", ".sh")), ("docs", (".md",)))
+RETIRED_EXEMPT = {"docs/MIGRATING.md", "docs/RESULTS.md", "scripts/check-shape.py", "scripts/test_check_shape.py"}
+
+
+def retired_entries(arch):
+    """(identifier, kept in [paths], only in [paths] or None) per row of the
+    "### Retired identifiers" table."""
+    m = re.search(r"^### Retired identifiers\n(.*?)(?=^#|\Z)", arch, re.M | re.S)
+    if not m:
+        return None
+    rows = []
+    for line in m.group(1).splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) < 3 or not cells[0].startswith("`"):
+            continue
+        name = cells[0].strip("`")
+        paths = re.findall(r"`([^`]+)`", cells[2])
+        if cells[2].startswith("outside"):
+            rows.append((name, [], paths))
+        else:
+            rows.append((name, paths, None))
+    return rows
+
+
+def retired_pattern(name):
+    """Word boundaries around an identifier; a phrase matches as a prefix of words."""
+    body = re.escape(name)
+    return re.compile(r"(?<![\w-])" + body + (r"" if " " in name else r"(?![\w-])"))
+
+
+def retired_files(root):
+    """Every scanned file, relative to `root` with `/`, README.md included."""
+    out = ["README.md"]
+    for top, exts in RETIRED_SCAN:
+        for dirpath, dirs, files in os.walk(os.path.join(root, top)):
+            dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and d != "vectors")
+            rel = os.path.relpath(dirpath, root).replace(os.sep, "/")
+            out.extend(rel + "/" + f for f in sorted(files) if f.endswith(exts))
+    return [f for f in out if f not in RETIRED_EXEMPT and os.path.exists(os.path.join(root, f))]
+
+
+def check_retired(problems, root=ROOT, arch=None):
+    """No retired identifier outside the places that keep it."""
+    arch = read(root, ARCH) if arch is None else arch
+    entries = retired_entries(arch)
+    if entries is None:
+        problems.append("docs/ARCHITECTURE.md: no \"### Retired identifiers\" table under the glossary")
+        return
+    glossary = re.search(r"^## Glossary\n.*?(?=^## (?!#))", arch, re.M | re.S)
+    skip_lines = set(range(arch[:glossary.start()].count("\n"), arch[:glossary.end()].count("\n"))) if glossary else set()
+    patterns = [(name, retired_pattern(name), set(kept), only) for name, kept, only in entries]
+    for rel in retired_files(root):
+        text = arch if rel == ARCH.replace(os.sep, "/") else read(root, rel)
+        for name, pattern, kept, only in patterns:
+            if rel in kept or (only is not None and not any(rel.startswith(o.rstrip("/") + "/") or rel == o for o in only)):
+                continue
+            for k, line in enumerate(text.splitlines()):
+                if pattern.search(line) and "serde(alias" not in line and not (rel == ARCH.replace(os.sep, "/") and k in skip_lines):
+                    problems.append(f"{rel}:{k + 1}: `{name}` is retired: write what docs/ARCHITECTURE.md's glossary says replaces it")
+
+
 def check_all(root=ROOT):
     """(problems, files read) of every check."""
     problems = []
@@ -843,6 +920,7 @@ def check_all(root=ROOT):
     check_layout(problems, root, arch)
     check_named_paths(problems, root, arch)
     check_path(problems, root, arch)
+    check_retired(problems, root, arch)
     return problems, seen
 
 

@@ -167,7 +167,7 @@ fn the_model_predicts_and_dry_runs() {
     let (code, out, err) =
         gradcomp(&[&["model", "--config", &cfg, "--steps", "6", "--timeline"][..], &psgd[..]].concat());
     assert_eq!(code, 0, "{err}");
-    assert!(out.contains("agreement rounds (2)"), "{out}");
+    assert!(out.contains("exchange rounds (2)"), "{out}");
     let (code, out, err) =
         gradcomp(&[&["model", "--config", &cfg, "--steps", "6", "--dry-run"][..], &psgd[..]].concat());
     assert_eq!(code, 0, "{err}");

@@ -6,7 +6,7 @@
 //! [`CompressionUnit`](crate::unit::CompressionUnit), which every caller drives):
 //!
 //! 1. `memory.compensate(grad)` gives the buffer to compress (see [`crate::memory`]).
-//! 2. Agreement rounds, if the compressor has any ([`Compressor::rounds`]):
+//! 2. Exchange rounds, if the compressor has any ([`Compressor::rounds`]):
 //!    for each round in order, [`Compressor::round_contribution`] appends the
 //!    values this worker contributes, the caller combines them across workers
 //!    (a sum or a max, [`ReduceOp`]) and hands the result back through
@@ -38,7 +38,7 @@ pub struct UnitContext {
     pub loss: Option<f64>,
 }
 
-/// How an agreement round combines the workers' values.
+/// How an exchange round combines the workers' values.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ReduceOp {
     Sum,
@@ -74,7 +74,7 @@ pub enum Combine {
     /// the workers' norms when `clip` (Templar's): allgatherv, or a
     /// parameter server that does the same.
     SenderMean { clip: bool },
-    /// The agreement rounds are the exchange: every worker's message is
+    /// The exchange rounds are the exchange: every worker's message is
     /// already the aggregate (PowerSGD's P Qᵀ after two allreduces), and
     /// nothing more travels.
     InRounds,
@@ -89,7 +89,7 @@ pub trait Compressor: Send {
     /// How messages from different workers combine.
     fn combine(&self) -> Combine;
 
-    /// Agreement rounds before [`Compressor::compress`] (0: none).
+    /// Exchange rounds before [`Compressor::compress`] (0: none).
     fn rounds(&self) -> usize {
         0
     }
@@ -192,7 +192,7 @@ impl<C: Compressor + ?Sized> Compressor for Box<C> {
     }
 }
 
-/// Compresses `input` as the only worker would: each agreement round's
+/// Compresses `input` as the only worker would: each exchange round's
 /// combined values are this worker's own contribution. For tests,
 /// benchmarks and single-worker tools; the exchange runs the rounds itself.
 pub fn compress_as_sole_worker(c: &mut dyn Compressor, input: &[f32], ctx: &UnitContext, out: &mut Message) {
@@ -200,7 +200,7 @@ pub fn compress_as_sole_worker(c: &mut dyn Compressor, input: &[f32], ctx: &Unit
     c.compress(input, ctx, out);
 }
 
-/// Runs `c`'s agreement rounds for `input` as the only worker (the combined
+/// Runs `c`'s exchange rounds for `input` as the only worker (the combined
 /// values are its own contribution, over 1 worker), showing each round's
 /// values to `seen` (round, values); `scratch` holds them.
 pub(crate) fn agree_alone(

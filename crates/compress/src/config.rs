@@ -88,7 +88,7 @@ methods! {
     "fp16" => Fp16(Fp16Config),
     /// TernGrad: codes in {−1, 0, +1} times a shared scaler.
     "terngrad" => Terngrad(TernGradConfig),
-    /// QSGD's stochastic levels per bucket.
+    /// QSGD's stochastic levels per block.
     "qsgd" => Qsgd(QsgdConfig),
     /// 1-bit SGD with error feedback.
     "onebit" => Onebit(OneBitConfig),
@@ -375,7 +375,7 @@ mod tests {
         let mut c = CompressorConfig::named("gaussiank").unwrap();
         c.set_density(0.0);
         assert_eq!(c.validate().unwrap_err().key, "density");
-        let q = CompressorConfig::Qsgd(QsgdConfig { levels: 0, bucket: 4 });
+        let q = CompressorConfig::Qsgd(QsgdConfig { levels: 0, block: 4 });
         assert!(q.validate().unwrap_err().to_string().starts_with("compressor.levels"));
         let bad = [
             (CompressorConfig::Fp4(Fp4Config { block: 0, ..Default::default() }), "block"),

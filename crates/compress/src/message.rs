@@ -111,12 +111,12 @@ impl SparseMessage {
     }
 }
 
-/// QSGD's message: per bucket of `bucket` elements one f32 norm, per element a
+/// QSGD's message: per block of `block` elements one f32 norm, per element a
 /// signed level in `−levels..=levels`; it decodes to `norm * level / levels`.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct QsgdMessage {
     pub levels: u32,
-    pub bucket: u32,
+    pub block: u32,
     pub norms: Vec<f32>,
     pub codes: Vec<i16>,
 }
@@ -384,8 +384,8 @@ impl Message {
             }
             Message::Qsgd(m) => {
                 let inv = weight / m.levels.max(1) as f32;
-                let bucket = m.bucket.max(1) as usize;
-                for ((o, c), &norm) in out.chunks_mut(bucket).zip(m.codes.chunks(bucket)).zip(&m.norms) {
+                let block = m.block.max(1) as usize;
+                for ((o, c), &norm) in out.chunks_mut(block).zip(m.codes.chunks(block)).zip(&m.norms) {
                     let w = norm * inv;
                     for (o, &c) in o.iter_mut().zip(c) {
                         *o += w * f32::from(c);

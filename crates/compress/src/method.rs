@@ -4,7 +4,7 @@
 //! registry ([`CompressorConfig`](crate::CompressorConfig), `config.rs`)
 //! holds one line per method: its name and its configuration type.
 //!
-//! What the built compressor knows (its agreement rounds, how workers'
+//! What the built compressor knows (its exchange rounds, how workers'
 //! messages combine, its message) is the [`Compressor`] trait's, also beside
 //! the method; what a message costs on the wire is its kind's
 //! ([`codec::encoded_len`](crate::codec::encoded_len)). A device form is
@@ -61,6 +61,25 @@ pub trait Method: fmt::Debug + Send + Sync {
     /// (stochastic rounding, random indices, DGC's sample offset); for the
     /// others `seed` changes nothing (the tests that walk every option read it).
     fn draws_random(&self) -> bool {
+        false
+    }
+
+    /// Whether the method selects across the whole flattened model (eSGD
+    /// numbers coordinates across all layers): its unit is the whole model,
+    /// so `auto` granularity means `global` and `layer` is refused.
+    fn whole_model(&self) -> bool {
+        false
+    }
+
+    /// Whether the method carries its own residual (eSGD's momentum
+    /// residual), so the exchange adds no memory of its own.
+    fn own_residual(&self) -> bool {
+        false
+    }
+
+    /// Whether the method reads each worker's training loss (eSGD's
+    /// selection rule): a front must pass it.
+    fn needs_loss(&self) -> bool {
         false
     }
 

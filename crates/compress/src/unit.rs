@@ -1,5 +1,5 @@
 //! [`CompressionUnit`]: one unit's compressor and memory, and the protocol
-//! over them ([`crate::compressor`]'s module doc: compensate → agreement
+//! over them ([`crate::compressor`]'s module doc: compensate → exchange
 //! rounds → compress → update), written once. The exchange drives it with
 //! the workers' combined round values; the performance model, the bytes API
 //! and the sole-worker tools drive it through [`CompressionUnit::step_alone`].
@@ -58,7 +58,7 @@ impl CompressionUnit {
         input(self.has_memory, &*self.memory, grad)
     }
 
-    /// The compressor's agreement rounds (0: none).
+    /// The compressor's exchange rounds (0: none).
     pub fn rounds(&self) -> usize {
         self.compressor.rounds()
     }

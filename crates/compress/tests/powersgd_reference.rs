@@ -2,7 +2,7 @@
 //! the vectors `scripts/powersgd-vectors.py` recorded (tests/vectors/: two
 //! workers, ranks 1 and 2, warm start and error feedback, the hook's own
 //! starting Q; the torch version is in each file's `reference`). Two
-//! PowerSGD instances stand for the two workers; their agreement rounds are
+//! PowerSGD instances stand for the two workers; their exchange rounds are
 //! summed here as the allreduces would sum them, and gradcomp's own error
 //! feedback memory carries each worker's residual. Tensors PowerSGD does not
 //! compress are averaged, as the hook's allreduce averages them.

@@ -34,7 +34,7 @@ fn all_configs() -> Vec<CompressorConfig> {
         clipping: false,
         ..Default::default()
     }));
-    v.push(CompressorConfig::Qsgd(QsgdConfig { levels: 3, bucket: 7 }));
+    v.push(CompressorConfig::Qsgd(QsgdConfig { levels: 3, block: 7 }));
     v.push(CompressorConfig::Eightbit(EightBitConfig { block: 7 }));
     // Chunked top-k with small tiles, f32 and 4-bit values, and a DCT with 8-bit values.
     v.push(CompressorConfig::Sparseloco(SparseLocoConfig {
@@ -225,7 +225,7 @@ fn terngrad_with_clipping_is_unbiased_inside_the_clip_level() {
 fn qsgd_is_unbiased() {
     let x = gaussian(300, 3);
     let draws = 3000;
-    let cfg = QsgdConfig { levels: 4, bucket: 64 };
+    let cfg = QsgdConfig { levels: 4, block: 64 };
     let norms: Vec<f64> =
         x.chunks(64).map(|b| b.iter().map(|&v| f64::from(v).powi(2)).sum::<f64>().sqrt()).collect();
     let mean = mean_decompression(&mut Qsgd::new(cfg), &x, draws);
@@ -420,7 +420,7 @@ fn quantizers() -> Vec<CompressorConfig> {
     vec![
         CompressorConfig::Terngrad(TernGradConfig::default()),
         CompressorConfig::Terngrad(TernGradConfig { clipping: false, ..Default::default() }),
-        CompressorConfig::Qsgd(QsgdConfig { levels: 15, bucket: 512 }),
+        CompressorConfig::Qsgd(QsgdConfig { levels: 15, block: 512 }),
         CompressorConfig::Eightbit(EightBitConfig { block: 256 }),
     ]
 }

@@ -361,7 +361,7 @@ fn stepping_in_stages_streams_the_buckets_and_changes_no_bit() {
         assert!(whole.iter().all(|w| w.0 == whole[0].0), "replicas diverged");
         for (w, s) in whole.iter().zip(&staged) {
             assert_eq!(w.0, s.0, "{compressor:?} over {topology:?}: a staged step changed the model");
-            // The same bytes, counted (the agreement round once dropped a
+            // The same bytes, counted (the step's agreement once dropped a
             // staged step's exchange from the meter).
             assert!(w.2.iter().all(|&b| b > 0), "{:?}", w.2);
             assert_eq!(w.2, s.2, "{compressor:?} over {topology:?}: bytes per step");

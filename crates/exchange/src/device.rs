@@ -1,7 +1,7 @@
 //! The exchange's compression on the device: each unit's memory and
 //! compressor run as cubecl kernels on the gradient where burn left it, and
 //! only the messages (and the units that travel uncompressed) cross to the
-//! host. The schedule, the collectives, the decoding and the aggregation are
+//! host. The pipeline, the collectives, the decoding and the aggregation are
 //! the host exchange's own, so a device worker and a CPU worker exchange
 //! the same bytes.
 

@@ -7,12 +7,12 @@ use gradcomp_comm::Collective;
 use gradcomp_compress::{Message, RngKey};
 
 use super::bucket::Bucket;
+use super::exchange_rounds::RoundValues;
 use super::host::HostCompression;
 use super::local::LocalCompression;
+use super::pipeline::{self, BucketArgs, Pipeline};
 use super::plan::{Plan, Unit};
 use super::recipe::Recipe;
-use super::rounds::RoundValues;
-use super::schedule::{self, BucketArgs, ExchangeStep};
 use super::server::ServerBuffers;
 use super::stats::{BucketTimes, ExchangeStats};
 use super::wire;
@@ -192,15 +192,15 @@ impl GradientExchange {
                 (&mut on_device, &mut nothing_on_host)
             }
         };
-        let mut step = work.step(plan, local, args);
+        let mut pipe = work.pipeline(plan, local, args);
         wire::with_wire(st.pipelined, plan, server, c, |wire| {
-            schedule::drive(&mut step, stages, wire, out, &mut st)
+            pipeline::drive(&mut pipe, stages, wire, out, &mut st)
         })?;
-        if step.args.measure {
-            st.fold_measured(step.measured);
+        if pipe.args.measure {
+            st.fold_measured(pipe.measured);
         }
-        st.extra = step.local.extra();
-        st.residual_norm = step.local.residual_norm()?;
+        st.extra = pipe.local.extra();
+        st.residual_norm = pipe.local.residual_norm()?;
         st.sum_buckets();
         st.wall_seconds = wall.elapsed().as_secs_f64();
         Ok(st)
@@ -242,13 +242,13 @@ pub(super) struct Working {
 }
 
 impl Working {
-    fn step<'a>(
+    fn pipeline<'a>(
         &'a mut self,
         plan: &'a Plan,
         local: &'a mut dyn LocalCompression,
         args: BucketArgs,
-    ) -> ExchangeStep<'a> {
-        ExchangeStep {
+    ) -> Pipeline<'a> {
+        Pipeline {
             plan,
             local,
             msgs: &mut self.msgs,

@@ -2,8 +2,8 @@
 //! between a worker's flat gradient and the update it applies, on `&[f32]`
 //! and the [`Collective`](gradcomp_comm::Collective) trait, with no deep
 //! learning framework in its dependency tree: the configuration
-//! ([`config`]), the plan of what travels ([`plan`]), buckets, agreement
-//! rounds, the schedule and its communication thread, host (and, with the
+//! ([`config`]), the plan of what travels ([`plan`]), buckets,
+//! exchange rounds, the pipeline and its communication thread, host (and, with the
 //! feature `device-kernels`, cubecl device) compression, the strategies on
 //! flat buffers ([`strategy`]), compressor state and its checkpoint form,
 //! and the performance model's methods ([`predict`]). The fronts (the burn
@@ -28,13 +28,13 @@
 //! | TernGrad with a shared scaler | allreduce of codes in i8 (N ≤ 127; i16, i32 beyond) | allgatherv | upload; integer sum in ⌈log2(2N+1)⌉ bits down |
 //! | per-worker messages (sparse, QSGD, 1-bit, unshared TernGrad) | (rejected by config) | allgatherv | upload |
 //!
-//! **One schedule** ([`schedule`]) runs every exchange: a whole gradient or
+//! **One pipeline** (`pipeline.rs`) runs every exchange: a whole gradient or
 //! one arriving in stages, compressed on the host or on the GPU. What
 //! differs by where the gradient lives (the memories' compensation, the
 //! compressors, the memories' update) sits behind one trait,
 //! [`local::LocalCompression`], implemented by [`host`] and [`device`].
 //! Before a group of buckets is compressed, its units may take part in
-//! **agreement rounds**: each a small allreduce (sum or max) of values the
+//! **exchange rounds**: each a small allreduce (sum or max) of values the
 //! compressors contribute, whose result the next round or the compression
 //! reads. TernGrad's shared scaler is one max round; a compressor with
 //! several rounds (PowerSGD) runs them in order. With
@@ -75,18 +75,18 @@ mod device;
 #[cfg(feature = "device-kernels")]
 pub mod device_grad;
 mod error;
+mod exchange_rounds;
 pub mod grad_stages;
 mod gradient_exchange;
 mod group;
 mod host;
 pub mod layout;
 mod local;
+mod pipeline;
 pub mod plan;
 pub mod predict;
 mod recipe;
-mod rounds;
 pub mod route;
-mod schedule;
 mod server;
 pub mod spec;
 mod state;

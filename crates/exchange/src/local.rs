@@ -1,5 +1,5 @@
 //! [`LocalCompression`]: the part of an exchange that runs where the
-//! gradient is. The schedule drives it the same way on the host
+//! gradient is. The pipeline drives it the same way on the host
 //! ([`HostCompression`](super::host::HostCompression)) and on a GPU
 //! (`DeviceCompression`); only messages and a few values cross to the host.
 
@@ -16,13 +16,13 @@ pub(crate) const REDUCE_OPS: [ReduceOp; 2] = [ReduceOp::Max, ReduceOp::Sum];
 /// indices into the [`Plan`]; `grad` is the host gradient as filled so far
 /// (empty where the gradient lives on the device, which then holds its own).
 ///
-/// The schedule calls, for a group of units that became ready: `compensate`
-/// for each; then, for each agreement round, `contribute` for each and,
+/// The pipeline calls, for a group of units that became ready: `compensate`
+/// for each; then, for each exchange round, `contribute` for each and,
 /// once the round's collectives are done, `round_result`; then `compress` for
 /// each unit (the uncompressed ones excepted); and, once its bucket is back from the
 /// wire, `update`. Errors are the device's (the host's calls cannot fail).
 pub(crate) trait LocalCompression {
-    /// Agreement rounds before the compressors run (0: none).
+    /// Exchange rounds before the compressors run (0: none).
     fn rounds(&self) -> usize;
 
     /// Folds unit `u`'s gradient into its memory (error feedback, DGC
@@ -30,7 +30,7 @@ pub(crate) trait LocalCompression {
     /// gradient itself for a unit without a memory.
     fn compensate(&mut self, plan: &Plan, u: usize, grad: &[f32], lr: f32) -> Result<(), ExchangeError>;
 
-    /// Unit `u`'s contribution to agreement round `round` (`ctx` is the
+    /// Unit `u`'s contribution to exchange round `round` (`ctx` is the
     /// unit's, as for compressing): values appended to `out`, combined
     /// across workers with the returned operation; `None` when the unit
     /// takes no part (and appends nothing).

@@ -304,7 +304,7 @@ pub fn outer_seconds_per_value(len: usize) -> f64 {
 }
 
 /// Local updates with `m` carrying each round's change: per fragment its
-/// tensors' share of `m`'s measured bytes and codec seconds (agreement
+/// tensors' share of `m`'s measured bytes and codec seconds (exchange
 /// rounds in proportion to its size), priced on `net` among `n` workers,
 /// plus the outer step (`outer_per_value` seconds per parameter); a round
 /// hides behind `delay` inner steps of compute when the front overlaps it.

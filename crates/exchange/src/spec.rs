@@ -4,6 +4,7 @@
 //! so no caller branches on "built-in or custom".
 
 use gradcomp_compress::memory::{Memory, MemoryKind, ResidualForm};
+use gradcomp_compress::method::Method;
 use gradcomp_compress::{Combine, Compressor, CompressorConfig};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
@@ -52,10 +53,10 @@ impl CompressorSpec {
         }
     }
 
-    /// Whether this is the built-in method `is` picks out (`|c|
-    /// matches!(c, CompressorConfig::Esgd(_))`).
-    pub fn is(&self, is: impl Fn(&CompressorConfig) -> bool) -> bool {
-        self.builtin().is_some_and(is)
+    /// Whether a built-in method declares `property` (`Method::needs_loss`,
+    /// ...); a user's compressor declares none.
+    pub fn declares(&self, property: impl Fn(&dyn Method) -> bool) -> bool {
+        self.builtin().is_some_and(|c| property(c.method()))
     }
 
     /// The compressor of a unit of `shape` (PowerSGD sees its matrix).
@@ -83,7 +84,7 @@ impl CompressorSpec {
 
     /// Whether every unit travels as it is (the dense method).
     pub fn sends_values_as_they_are(&self) -> bool {
-        self.is(|c| matches!(c, CompressorConfig::Dense(_)))
+        matches!(self.builtin(), Some(CompressorConfig::Dense(_)))
     }
 
     /// The target density ρ of a built-in sparsifier.

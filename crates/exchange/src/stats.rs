@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ExchangeStats {
     /// Encoded bytes of this worker's compressed messages; for a compressor
-    /// whose agreement rounds are its exchange (PowerSGD), the rounds' values.
+    /// whose exchange rounds are its exchange (PowerSGD), the rounds' values.
     pub wire_bytes: u64,
     /// Elements this worker sent a value for.
     pub selected: u64,

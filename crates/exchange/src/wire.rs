@@ -19,7 +19,7 @@ use crate::error::ExchangeError;
 
 /// What the wire does, in the order it is handed over.
 pub(crate) enum WireTask {
-    /// An agreement round's values of one operation.
+    /// An exchange round's values of one operation.
     Round(ReduceOp, Vec<f32>),
     /// A packed bucket's collectives.
     Bucket(Bucket),
@@ -109,8 +109,8 @@ fn ended() -> ExchangeError {
     ExchangeError::Comm(CommError::Invalid("the communication thread ended without a result".into()))
 }
 
-/// Runs `schedule` with a wire: this thread, or (`threaded`) a
-/// communication thread. When the schedule stops on an error of its own (a
+/// Runs `pipeline` with a wire: this thread, or (`threaded`) a
+/// communication thread. When the pipeline stops on an error of its own (a
 /// misuse every worker meets at the same point, a corrupt message), the
 /// communication thread still runs the collectives already handed over:
 /// every worker handed over the same ones, so its peers are not left waiting
@@ -122,10 +122,10 @@ pub(crate) fn with_wire<R>(
     plan: &Plan,
     server: &mut ServerBuffers,
     c: &mut dyn Collective,
-    schedule: impl FnOnce(&mut dyn Wire) -> R,
+    pipeline: impl FnOnce(&mut dyn Wire) -> R,
 ) -> R {
     if !threaded {
-        return schedule(&mut SameThread { plan, server, c, done: VecDeque::new() });
+        return pipeline(&mut SameThread { plan, server, c, done: VecDeque::new() });
     }
     std::thread::scope(|s| {
         let (to_wire, inbox) = mpsc::channel::<WireTask>();
@@ -134,13 +134,13 @@ pub(crate) fn with_wire<R>(
             for task in inbox {
                 let done = run(plan, task, server, c);
                 let failed = done.failed();
-                // The schedule may have stopped listening (an error of its own).
+                // The pipeline may have stopped listening (an error of its own).
                 let _ = outbox.send(done);
                 if failed {
                     break;
                 }
             }
         });
-        schedule(&mut CommThread { to_wire, from_wire })
+        pipeline(&mut CommThread { to_wire, from_wire })
     })
 }

@@ -15,7 +15,9 @@ use gradcomp_compress::Message;
 
 use crate::block_grid;
 use crate::buffer::{f32_arg, read_f32s, read_u32s, u32_arg, DeviceF32, KernelError};
+use crate::form::DeviceForm;
 use crate::reduce::fold_shared;
+use gradcomp_compress::{CompressorConfig, UnitContext};
 
 /// Tile `t`'s first row, first column, height and width (the CPU's
 /// `Tiles::tile`), `across` tiles to a row of them.
@@ -202,4 +204,29 @@ pub fn compress(
     let picked = read_f32s(client, &values, n)?;
     finish_values(m, opts.values, &picked);
     Ok(())
+}
+
+/// SparseLoCo's device form: its tiles and options for the unit's shape.
+#[derive(Debug)]
+struct SparseLocoForm {
+    shape: Vec<usize>,
+    options: ChunkedOptions,
+}
+
+/// The registry's line for `sparseloco`.
+pub(crate) fn sparseloco_form(config: &CompressorConfig, shape: &[usize]) -> Option<Box<dyn DeviceForm>> {
+    let CompressorConfig::Sparseloco(c) = config else { return None };
+    Some(Box::new(SparseLocoForm { shape: shape.to_vec(), options: c.options() }))
+}
+
+impl DeviceForm for SparseLocoForm {
+    fn compress(
+        &mut self,
+        client: &Client,
+        g: &DeviceF32,
+        _: &UnitContext,
+        out: &mut Message,
+    ) -> Result<(), KernelError> {
+        compress(client, g, &self.shape, &self.options, out)
+    }
 }

@@ -7,7 +7,9 @@ use cubecl::prelude::*;
 use gradcomp_compress::Message;
 
 use crate::buffer::{read_prefix, u32_arg, DeviceF32, KernelError};
+use crate::form::DeviceForm;
 use crate::grid;
+use gradcomp_compress::{CompressorConfig, UnitContext};
 
 /// The binary16 bits of `v` in the low 16 bits.
 #[cube]
@@ -84,4 +86,24 @@ pub fn compress(client: &Client, g: &DeviceF32, out: &mut Message) -> Result<(),
     let bytes = read_prefix(client, &words, g.len * 2)?;
     m.values.extend(bytes.chunks_exact(2).map(|b| u16::from_le_bytes([b[0], b[1]])));
     Ok(())
+}
+
+#[derive(Debug)]
+struct Fp16Form;
+
+/// The registry's line for `fp16`.
+pub(crate) fn form(config: &CompressorConfig, _shape: &[usize]) -> Option<Box<dyn DeviceForm>> {
+    matches!(config, CompressorConfig::Fp16(_)).then(|| Box::new(Fp16Form) as Box<dyn DeviceForm>)
+}
+
+impl DeviceForm for Fp16Form {
+    fn compress(
+        &mut self,
+        client: &Client,
+        g: &DeviceF32,
+        _: &UnitContext,
+        out: &mut Message,
+    ) -> Result<(), KernelError> {
+        compress(client, g, out)
+    }
 }

@@ -9,6 +9,9 @@
 //!
 //! - [`compressor`]: [`DeviceCompressor`], from a `CompressorConfig` to its
 //!   kernels: the one entry point trainers and benchmarks use.
+//! - [`form`]: a method's device form ([`form::DeviceForm`]), written in
+//!   the method's own file; [`compressor::FORMS`] registers them, one line
+//!   per method.
 //! - [`reduce`]: per-block sums, sums of squares and max |x| (scalers, norms).
 //! - [`fp16`]: the half-precision baseline, rounding exactly as `half` does.
 //! - [`terngrad`]: TernGrad's scaler, stochastic ternarization and 2-bit
@@ -43,8 +46,10 @@ pub mod blockwise;
 pub mod buffer;
 pub mod chunked;
 pub mod compressor;
+mod dense;
 pub mod device;
 pub mod elementwise;
+pub mod form;
 pub mod fp16;
 mod hash;
 pub mod lowrank;
@@ -55,6 +60,7 @@ pub mod qsgd;
 pub mod reduce;
 pub mod select;
 pub mod signum;
+mod sparsify;
 pub mod terngrad;
 
 pub use buffer::{DeviceF32, KernelError};

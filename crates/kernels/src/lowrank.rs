@@ -12,7 +12,9 @@ use gradcomp_compress::message::LowRankMessage;
 use gradcomp_compress::{Compressor, Message, ReduceOp, UnitContext};
 
 use crate::buffer::{DeviceF32, KernelError};
+use crate::form::DeviceForm;
 use crate::grid;
+use gradcomp_compress::{CompressorConfig, StateError};
 
 /// `p[i, s] = Σ_j m[i, j] · q[j, s]`, one unit per entry of P.
 #[cube(launch)]
@@ -193,5 +195,48 @@ impl DevicePowerSgd {
     /// Restores [`DevicePowerSgd::state`].
     pub fn restore(&mut self, state: &[Vec<f32>]) -> Result<(), gradcomp_compress::StateError> {
         self.host.restore(state)
+    }
+}
+
+/// The registry's line for `powersgd`.
+pub(crate) fn form(config: &CompressorConfig, shape: &[usize]) -> Option<Box<dyn DeviceForm>> {
+    let CompressorConfig::Powersgd(c) = config else { return None };
+    Some(Box::new(DevicePowerSgd::new(c, shape)))
+}
+
+impl DeviceForm for DevicePowerSgd {
+    fn round_contribution(
+        &mut self,
+        client: &Client,
+        round: usize,
+        g: &DeviceF32,
+        ctx: &UnitContext,
+        out: &mut Vec<f32>,
+    ) -> Result<Option<ReduceOp>, KernelError> {
+        DevicePowerSgd::round_contribution(self, client, round, g, ctx, out)
+    }
+
+    fn round_result(&mut self, round: usize, combined: &[f32], workers: usize) {
+        DevicePowerSgd::round_result(self, round, combined, workers)
+    }
+
+    /// The rounds' aggregate: P Qᵀ, or the warm-up's average.
+    fn compress(
+        &mut self,
+        _client: &Client,
+        _g: &DeviceF32,
+        ctx: &UnitContext,
+        out: &mut Message,
+    ) -> Result<(), KernelError> {
+        self.message(ctx, out);
+        Ok(())
+    }
+
+    fn state(&self, _client: &Client) -> Result<Vec<Vec<f32>>, KernelError> {
+        Ok(DevicePowerSgd::state(self).into_iter().map(<[f32]>::to_vec).collect())
+    }
+
+    fn restore(&mut self, _client: &Client, state: &[Vec<f32>]) -> Result<(), StateError> {
+        DevicePowerSgd::restore(self, state)
     }
 }

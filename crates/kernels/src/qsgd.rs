@@ -1,10 +1,10 @@
 //! QSGD on the device (Alistarh et al., 2017; ALGORITHMS.md §5): one pass for
-//! the per-bucket norms (a cube per bucket, folded in shared memory), one
+//! the per-block norms (a cube per block, folded in shared memory), one
 //! that draws, rounds and writes two signed 16-bit levels per word.
 //!
 //! The level rule is the CPU's: `r = |v|·s/n`, level `⌊r⌋ + [u < r − ⌊r⌋]`
 //! with `u` on the 2⁻²⁴ grid, capped at `s`, signed by `v`'s sign bit; a
-//! bucket whose norm is 0 or not finite sends zeros. The norms differ from
+//! block whose norm is 0 or not finite sends zeros. The norms differ from
 //! the CPU's in rounding only (f32 tree sums against f32 lanes folded in
 //! f64), and the draws come from the counter hash, so the messages agree in
 //! distribution.
@@ -14,20 +14,22 @@ use gradcomp_compress::quantize::qsgd::{QsgdConfig, MAX_LEVELS};
 use gradcomp_compress::{Message, RngKey};
 
 use crate::buffer::{f32_arg, read_f32s, read_prefix, u32_arg, DeviceF32, KernelError};
+use crate::form::DeviceForm;
 use crate::hash::{draw, stream_words};
 use crate::reduce::{fold_shared, pow2_scale, strided_abs_max};
 use crate::{block_grid, grid};
+use gradcomp_compress::{CompressorConfig, UnitContext};
 
-/// `norms[b] = ‖x[b·bucket .. (b+1)·bucket]‖₂`, or 0 when that is not finite.
+/// `norms[b] = ‖x[b·block .. (b+1)·block]‖₂`, or 0 when that is not finite.
 #[cube(launch)]
-fn bucket_norms(x: &[f32], norms: &mut [f32], bucket: u32) {
+fn block_norms(x: &[f32], norms: &mut [f32], block: u32) {
     let n = x.len();
     let u = UNIT_POS as usize;
     let mut sh = Shared::<[f32]>::new_slice(256usize);
     let mut b = CUBE_POS;
     while b < norms.len() {
-        let start = b * bucket as usize;
-        let mut end = start + bucket as usize;
+        let start = b * block as usize;
+        let mut end = start + block as usize;
         if end > n {
             end = n;
         }
@@ -57,7 +59,7 @@ fn bucket_norms(x: &[f32], norms: &mut [f32], bucket: u32) {
                 norms[b] = norm;
             }
         }
-        // Every unit must be done reading `sh` before the next bucket writes it.
+        // Every unit must be done reading `sh` before the next block writes it.
         sync_cube();
         b += CUBE_COUNT;
     }
@@ -87,7 +89,7 @@ fn level_bits(v: f32, scale: f32, max_level: u32, i: u32, k0: u32, k1: u32) -> u
 
 /// Word `w` holds the levels of elements `2w` (low half) and `2w+1`.
 #[cube(launch)]
-fn quantize(x: &[f32], norms: &[f32], words: &mut [u32], bucket: u32, levels: u32, k0: u32, k1: u32) {
+fn quantize(x: &[f32], norms: &[f32], words: &mut [u32], block: u32, levels: u32, k0: u32, k1: u32) {
     let n = x.len();
     let stride = CUBE_COUNT * CUBE_DIM as usize;
     let mut w = ABSOLUTE_POS;
@@ -97,7 +99,7 @@ fn quantize(x: &[f32], norms: &[f32], words: &mut [u32], bucket: u32, levels: u3
         for j in 0..2u32 {
             let i = w * 2 + j as usize;
             if i < n {
-                let norm = norms[i / bucket as usize];
+                let norm = norms[i / block as usize];
                 if norm > 0.0f32 {
                     // levels/norm as (·2^64)/(norm·2^64) for a tiny norm, so
                     // it stays finite: the CPU's `ratio_factors`.
@@ -134,21 +136,21 @@ impl DeviceQsgd {
         key: &RngKey,
         out: &mut Message,
     ) -> Result<(), KernelError> {
-        // The CPU's clamps: levels in 1..=MAX_LEVELS, buckets of at least 1.
+        // The CPU's clamps: levels in 1..=MAX_LEVELS, blocks of at least 1.
         let levels = self.config.levels.clamp(1, MAX_LEVELS);
-        let bucket = self.config.bucket.clamp(1, u32::MAX as usize);
+        let block = self.config.block.clamp(1, u32::MAX as usize);
         let m = out.qsgd_mut();
         m.levels = levels;
-        m.bucket = bucket as u32;
+        m.block = block as u32;
         m.norms.clear();
         m.codes.clear();
         if g.len == 0 {
             return Ok(());
         }
-        let n_buckets = g.len.div_ceil(bucket);
+        let n_buckets = g.len.div_ceil(block);
         let norms = client.empty(n_buckets * 4);
         let (cubes, dim) = block_grid(n_buckets);
-        bucket_norms::launch(client, cubes, dim, g.arg(), f32_arg(&norms, n_buckets), bucket as u32);
+        block_norms::launch(client, cubes, dim, g.arg(), f32_arg(&norms, n_buckets), block as u32);
         let n_words = g.len.div_ceil(2);
         let words = client.empty(n_words * 4);
         let (k0, k1) = stream_words(key);
@@ -160,7 +162,7 @@ impl DeviceQsgd {
             g.arg(),
             f32_arg(&norms, n_buckets),
             u32_arg(&words, n_words),
-            bucket as u32,
+            block as u32,
             levels,
             k0,
             k1,
@@ -169,5 +171,23 @@ impl DeviceQsgd {
         let bytes = read_prefix(client, &words, g.len * 2)?;
         m.codes.extend(bytes.chunks_exact(2).map(|b| i16::from_le_bytes([b[0], b[1]])));
         Ok(())
+    }
+}
+
+/// The registry's line for `qsgd`.
+pub(crate) fn form(config: &CompressorConfig, _shape: &[usize]) -> Option<Box<dyn DeviceForm>> {
+    let CompressorConfig::Qsgd(c) = config else { return None };
+    Some(Box::new(DeviceQsgd::new(c.clone())))
+}
+
+impl DeviceForm for DeviceQsgd {
+    fn compress(
+        &mut self,
+        client: &Client,
+        g: &DeviceF32,
+        ctx: &UnitContext,
+        out: &mut Message,
+    ) -> Result<(), KernelError> {
+        DeviceQsgd::compress(self, client, g, &ctx.key, out)
     }
 }

@@ -7,8 +7,10 @@ use gradcomp_compress::quantize::SignumConfig;
 use gradcomp_compress::Message;
 
 use crate::buffer::{DeviceF32, KernelError};
+use crate::form::DeviceForm;
 use crate::onebit::{self, SignValues};
 use crate::{elementwise, grid};
+use gradcomp_compress::{CompressorConfig, StateError, UnitContext};
 
 #[cube(launch)]
 fn momentum_step(m: &mut [f32], g: &[f32], take: f32, keep: f32) {
@@ -55,5 +57,33 @@ impl DeviceSignum {
     /// Uploads a momentum (empty: none yet).
     pub fn restore(&mut self, client: &Client, momentum: &[f32]) {
         self.momentum = (!momentum.is_empty()).then(|| DeviceF32::upload(client, momentum));
+    }
+}
+
+/// The registry's line for `signum`.
+pub(crate) fn form(config: &CompressorConfig, _shape: &[usize]) -> Option<Box<dyn DeviceForm>> {
+    let CompressorConfig::Signum(c) = config else { return None };
+    Some(Box::new(DeviceSignum::new(c)))
+}
+
+impl DeviceForm for DeviceSignum {
+    fn compress(
+        &mut self,
+        client: &Client,
+        g: &DeviceF32,
+        _: &UnitContext,
+        out: &mut Message,
+    ) -> Result<(), KernelError> {
+        DeviceSignum::compress(self, client, g, out)
+    }
+
+    fn state(&self, client: &Client) -> Result<Vec<Vec<f32>>, KernelError> {
+        Ok(vec![DeviceSignum::state(self, client)?])
+    }
+
+    fn restore(&mut self, client: &Client, state: &[Vec<f32>]) -> Result<(), StateError> {
+        gradcomp_compress::state::expect_buffers("Signum", state, 1)?;
+        DeviceSignum::restore(self, client, &state[0]);
+        Ok(())
     }
 }

@@ -10,9 +10,11 @@ use gradcomp_compress::quantize::terngrad::TernGradConfig;
 use gradcomp_compress::{Message, RngKey};
 
 use crate::buffer::{read_prefix, u32_arg, DeviceF32, KernelError};
+use crate::form::DeviceForm;
 use crate::grid;
 use crate::hash::{draw, stream_words};
 use crate::reduce;
+use gradcomp_compress::{CompressorConfig, ReduceOp, UnitContext};
 
 /// Codes of 16 elements per word, element `j` in bits `2j..2j+2`: `0b01` = +1,
 /// `0b10` = −1, 0 = dropped, as the CPU's `pack_ternary`. `b_k = 1` iff a
@@ -91,5 +93,52 @@ impl DeviceTernGrad {
         pack_ternary::launch(client, cubes, dim, g.arg(), u32_arg(&words, n_words), pre, inv_s, k0, k1);
         m.packed = read_prefix(client, &words, m.packed.len())?;
         Ok(())
+    }
+}
+
+/// TernGrad's device form: its scaler, shared through one max round when
+/// the workers share one.
+#[derive(Debug)]
+struct TernGradForm {
+    tern: DeviceTernGrad,
+    /// The agreed scaler of the last round.
+    shared: Option<f32>,
+}
+
+/// The registry's line for `terngrad`.
+pub(crate) fn form(config: &CompressorConfig, _shape: &[usize]) -> Option<Box<dyn DeviceForm>> {
+    let CompressorConfig::Terngrad(c) = config else { return None };
+    Some(Box::new(TernGradForm { tern: DeviceTernGrad::new(c.clone()), shared: None }))
+}
+
+impl DeviceForm for TernGradForm {
+    fn round_contribution(
+        &mut self,
+        client: &Client,
+        round: usize,
+        g: &DeviceF32,
+        _: &UnitContext,
+        out: &mut Vec<f32>,
+    ) -> Result<Option<ReduceOp>, KernelError> {
+        if !(self.tern.config.share_scaler && round == 0) {
+            return Ok(None);
+        }
+        self.shared = None;
+        out.push(self.tern.scaler(client, g)?);
+        Ok(Some(ReduceOp::Max))
+    }
+
+    fn round_result(&mut self, _round: usize, combined: &[f32], _workers: usize) {
+        self.shared = combined.first().copied();
+    }
+
+    fn compress(
+        &mut self,
+        client: &Client,
+        g: &DeviceF32,
+        ctx: &UnitContext,
+        out: &mut Message,
+    ) -> Result<(), KernelError> {
+        self.tern.compress(client, g, self.shared.take(), &ctx.key, out)
     }
 }

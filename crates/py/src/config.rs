@@ -67,7 +67,7 @@ fn expand_variant(table: &Value) -> Option<Value> {
 /// bucketing, overlap and the device.
 pub fn parse(json: &str) -> Result<DataParallelConfig, PyErr> {
     let cfg = parse_for_python(json)?;
-    if cfg.strategy.kind != StrategyKind::Sync {
+    if cfg.strategy.kind != StrategyKind::Synchronous {
         return Err(PyValueError::new_err(
             "gradcomp: strategy: a DDP hook exchanges every step; for local steps with outer rounds use gradcomp.torch.LocalUpdates",
         ));

@@ -126,8 +126,8 @@ impl LocalStrategy {
         Ok(d)
     }
 
-    /// Restores [`LocalStrategy::state`] (buffers saved under their old
-    /// names, `celgc.anchor`, are read too).
+    /// Restores [`LocalStrategy::state`] (buffers saved under the names
+    /// they had before the fifth round are read too: docs/MIGRATING.md).
     fn load(&self, py: Python<'_>, state: BTreeMap<String, Vec<f32>>) -> PyResult<()> {
         let state = state.into_iter().collect();
         py.detach(|| -> Result<Result<(), String>, String> {

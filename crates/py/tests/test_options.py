@@ -23,7 +23,7 @@ DOCS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", ".."
 
 # A value other than the default, for each option a compressor documents.
 OTHER: Dict[str, Any] = {
-    "clipping": False, "c": 1.0, "share_scaler": False, "packing": "base3", "levels": 4, "bucket": 64,
+    "clipping": False, "c": 1.0, "share_scaler": False, "packing": "base3", "levels": 4,
     "density": 0.1, "wire": {"indices": "varint", "values": "f16"}, "sample_fraction": 0.5, "same_seed": True,
     "unbiased": True, "threshold": 0.3, "matrix_approximation_rank": 2, "start_iter": 3,
     "min_compression_rate": 100.0, "error_feedback": False, "warm_start": False, "orthogonalization_epsilon": 1e-3,

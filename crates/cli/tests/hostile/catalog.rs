@@ -334,7 +334,9 @@ fn compressor_values() -> Vec<ConfigCase<'static>> {
         (vec!["compressor.density=1.5"], vec!["compressor.density"]),
         (vec!["compressor.name=\"magic\""], vec!["compressor"]),
         (vec!["compressor={ name = \"qsgd\", levels = 0 }"], vec!["levels"]),
-        (vec!["compressor={ name = \"qsgd\", bucket = 0 }"], vec!["bucket"]),
+        (vec!["compressor={ name = \"qsgd\", block = 0 }"], vec!["compressor.block"]),
+        // QSGD's old option name reads, and its error names the new one.
+        (vec!["compressor={ name = \"qsgd\", bucket = 0 }"], vec!["compressor.block"]),
         (vec!["compressor={ name = \"terngrad\", c = -1.0 }"], vec!["compressor.c"]),
         (vec!["compressor={ name = \"terngrad\", c = nan }"], vec!["compressor.c"]),
         (vec!["compressor={ name = \"threshold\", threshold = -1.0 }"], vec!["threshold"]),

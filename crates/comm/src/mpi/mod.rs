@@ -240,7 +240,7 @@ impl MpiCollective {
 
     /// [`Self::agree`] the first time a signature (operation, length or
     /// root) is used, and never again: a training loop repeats the same few
-    /// calls, and the agreement round cost a 16-byte allgather per call
+    /// calls, and the agreement cost a 16-byte allgather per call
     /// (11–15% of a 1 MiB allreduce, docs/BENCHMARKS.md). A mismatch in a
     /// signature's first call is an error on every rank; a later mismatch
     /// between two signatures that were each agreed before is left to MPI
@@ -428,7 +428,7 @@ impl Collective for MpiCollective {
     }
 
     fn barrier(&mut self) -> Result<(), CommError> {
-        // The agreement round is itself a barrier (an allgather completes only
+        // The agreement is itself a barrier (an allgather completes only
         // when every rank contributed) and catches mismatched calls.
         self.agree(OpKind::Barrier, 0)?;
         Ok(())

@@ -44,8 +44,8 @@ pub fn decode(bytes: &[u8], msg: &mut Message) -> Result<Header, CodecError> {
             m.values.clear();
             m.values.extend(sparse_values(wire, values));
         }
-        View::Qsgd { levels, bucket, norms, packed } => {
-            decode_qsgd(levels, bucket, norms, packed, n, msg.qsgd_mut())?
+        View::Qsgd { levels, block, norms, packed } => {
+            decode_qsgd(levels, block, norms, packed, n, msg.qsgd_mut())?
         }
         View::Sign { positive, negative, bits } => {
             let m = msg.sign_mut();
@@ -154,14 +154,14 @@ fn decode_ternary_sum(
 /// `−levels..=levels`.
 fn decode_qsgd(
     levels: u32,
-    bucket: u32,
+    block: u32,
     norms: &[u8],
     packed: &[u8],
     n: usize,
     m: &mut QsgdMessage,
 ) -> Result<(), CodecError> {
     m.levels = levels;
-    m.bucket = bucket;
+    m.block = block;
     m.norms.clear();
     m.norms.extend(f32s(norms));
     if m.norms.iter().any(|v| !v.is_finite() || *v < 0.0) {
@@ -212,7 +212,7 @@ pub fn accumulate(bytes: &[u8], weight: f32, out: &mut [f32]) -> Result<Header, 
                 out[i as usize] += weight * vals.next().expect("count checked by parse");
             })?;
         }
-        View::Qsgd { levels, bucket, norms, packed } => add_qsgd(levels, bucket, norms, packed, weight, out)?,
+        View::Qsgd { levels, block, norms, packed } => add_qsgd(levels, block, norms, packed, weight, out)?,
         View::Sign { positive, negative, bits } => {
             let (p, n) = (weight * positive, weight * negative);
             for (o, &byte) in out.chunks_mut(8).zip(bits) {
@@ -270,7 +270,7 @@ fn add_ternary_sum(
 #[inline]
 fn add_qsgd(
     levels: u32,
-    bucket: u32,
+    block: u32,
     norms: &[u8],
     packed: &[u8],
     weight: f32,
@@ -283,7 +283,7 @@ fn add_qsgd(
     bits::unpack(packed, width, out.len(), |_, v| {
         centered(v, levels, "qsgd level exceeds ±levels").map(drop)
     })?;
-    let b = bucket as usize;
+    let b = block as usize;
     let inv = weight / levels as f32;
     let norm_at = |i: usize| {
         let o = i / b * 4;

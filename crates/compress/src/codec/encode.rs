@@ -113,7 +113,7 @@ fn put_payload(msg: &Message, out: &mut Vec<u8>) {
         Message::Sparse(m) => put_sparse(m, out),
         Message::Qsgd(m) => {
             out.extend_from_slice(&m.levels.to_le_bytes());
-            out.extend_from_slice(&m.bucket.to_le_bytes());
+            out.extend_from_slice(&m.block.to_le_bytes());
             m.norms.iter().for_each(|&v| put_f32(out, v));
             let s = m.levels as i32;
             bits::pack(

@@ -11,7 +11,7 @@
 //! TernarySum  scale f32 | workers u32 | (m + N) in ceil(log2(2N+1)) bits each
 //! Sparse      count u32 | indices: count × u32, or (flag 0x01) byte length u32 +
 //!             varints of idx[0], idx[i] − idx[i−1] − 1 | values: count × f32, or f16 (flag 0x02)
-//! Qsgd        levels u32 | bucket u32 | ceil(len/bucket) × f32 norms |
+//! Qsgd        levels u32 | block u32 | ceil(len/block) × f32 norms |
 //!             (level + levels) in ceil(log2(2·levels+1)) bits each
 //! Sign        positive f32 | negative f32 | ceil(len/8) bytes of sign bits
 //! LowRank     rows u32 | cols u32 | rank u32 | rows·rank f32 (P) | cols·rank f32 (Q);

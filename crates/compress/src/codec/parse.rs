@@ -50,7 +50,7 @@ pub(super) enum View<'a> {
     Ternary { scale: f32, packing: TernaryPacking, codes: &'a [u8] },
     TernarySum { scale: f32, workers: u32, packed: &'a [u8] },
     Sparse { wire: SparseWire, count: usize, indices: &'a [u8], values: &'a [u8] },
-    Qsgd { levels: u32, bucket: u32, norms: &'a [u8], packed: &'a [u8] },
+    Qsgd { levels: u32, block: u32, norms: &'a [u8], packed: &'a [u8] },
     Sign { positive: f32, negative: f32, bits: &'a [u8] },
     LowRank { rows: u32, cols: u32, rank: u32, p: &'a [u8], q: &'a [u8] },
     Natural(&'a [u8]),
@@ -311,21 +311,21 @@ pub(super) fn for_each_code(codebook: BlockCodebook, codes: &[u8], n: usize, mut
 }
 
 /// A QSGD message's norms and codes, sized and checked: levels in
-/// 1..=MAX_LEVELS, a nonzero bucket. The norms and codes themselves are
+/// 1..=MAX_LEVELS, a nonzero block. The norms and codes themselves are
 /// checked where they are decoded.
 fn qsgd<'a>(r: &mut Reader<'a>, n: usize) -> Result<View<'a>, CodecError> {
     let levels = r.u32("qsgd levels")?;
-    let bucket = r.u32("qsgd bucket")?;
+    let block = r.u32("qsgd block")?;
     if levels == 0 || levels > crate::quantize::qsgd::MAX_LEVELS {
         return Err(CodecError::Invalid("qsgd levels outside 1..=32767"));
     }
-    if bucket == 0 {
-        return Err(CodecError::Invalid("qsgd bucket size 0"));
+    if block == 0 {
+        return Err(CodecError::Invalid("qsgd block size 0"));
     }
-    let nb = n.div_ceil(bucket as usize);
+    let nb = n.div_ceil(block as usize);
     let norms = r.take(nb * 4, "qsgd norms")?;
     let packed = r.take(bits::packed_len(n, bits::width_for(2 * levels)), "qsgd levels")?;
-    Ok(View::Qsgd { levels, bucket, norms, packed })
+    Ok(View::Qsgd { levels, block, norms, packed })
 }
 
 /// A low-rank message's factors, checked: the shape covers `len` exactly,

@@ -1,7 +1,7 @@
 //! PowerSGD (ALGORITHMS.md §8), as PyTorch's `powerSGD_hook` runs it.
 //!
 //! A unit's compensated gradient M (`rows × cols`: a tensor's first
-//! dimension by the rest) is approximated through two agreement rounds:
+//! dimension by the rest) is approximated through two exchange rounds:
 //!
 //! 1. Q is orthogonalized (a random start, or last step's Q: warm start);
 //!    round 0 sums P = M Q over the workers, and P is orthogonalized;

@@ -27,7 +27,7 @@ pub use terngrad::{TernGrad, TernGradConfig};
 
 /// Factors `(pre, factor)` with `(x·pre)·factor = x·num/den` to f32 rounding,
 /// for a positive finite `den` of any size. A quantizer divides every element
-/// by its scaler (TernGrad's `s`, QSGD's bucket norm); the reciprocal
+/// by its scaler (TernGrad's `s`, QSGD's block norm); the reciprocal
 /// overflows to inf when the scaler is below about 3e-39, which turned every
 /// probability into inf or NaN. A tiny scaler is therefore lifted by 2^64 and
 /// the elements by the same factor: powers of two are exact, and the choice

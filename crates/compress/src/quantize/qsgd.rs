@@ -1,4 +1,4 @@
-//! QSGD (Alistarh et al., 2017), ALGORITHMS.md §5: per bucket of `b`
+//! QSGD (Alistarh et al., 2017), ALGORITHMS.md §5: per block of `b`
 //! elements with norm `n`, `ℓ = floor(s|v|/n)`, level `ℓ+1` with probability
 //! `s|v|/n − ℓ` else `ℓ`; `Q(v) = n · sign(v) · level / s`. Unbiased.
 
@@ -20,13 +20,15 @@ pub struct QsgdConfig {
     /// Quantization levels s (1..=32767). A signed level takes
     /// `ceil(log2(2s+1))` bits on the wire: s = 127 → 8 bits, s = 256 → 10.
     pub levels: u32,
-    /// Bucket size b: one norm per b elements.
-    pub bucket: usize,
+    /// Block size b: one norm per b elements (`bucket` before the fifth
+    /// round, still read).
+    #[serde(alias = "bucket")]
+    pub block: usize,
 }
 
 impl Default for QsgdConfig {
     fn default() -> Self {
-        Self { levels: 256, bucket: 512 }
+        Self { levels: 256, block: 512 }
     }
 }
 
@@ -52,21 +54,21 @@ impl Compressor for Qsgd {
 
     fn compress(&mut self, input: &[f32], ctx: &UnitContext, out: &mut Message) {
         let levels = self.config.levels.clamp(1, MAX_LEVELS);
-        let bucket = self.config.bucket.max(1);
+        let block = self.config.block.max(1);
         let m = out.qsgd_mut();
         m.levels = levels;
-        m.bucket = bucket as u32;
+        m.block = block as u32;
         m.norms.clear();
         m.codes.clear();
         m.codes.resize(input.len(), 0);
         let mut lanes = LaneRng::from_rng(&mut ctx.key.rng());
-        for (v, codes) in input.chunks(bucket).zip(m.codes.chunks_mut(bucket)) {
+        for (v, codes) in input.chunks(block).zip(m.codes.chunks_mut(block)) {
             let norm = reduce::sum_of_squares(v).sqrt() as f32;
             let norm = if norm.is_finite() { norm } else { 0.0 };
             m.norms.push(norm);
             if norm > 0.0 {
                 let (pre, scale) = super::ratio_factors(levels as f32, norm);
-                quantize_bucket(v, pre, scale, levels as i16, &mut lanes, codes);
+                quantize_block(v, pre, scale, levels as i16, &mut lanes, codes);
             }
         }
     }
@@ -75,7 +77,7 @@ impl Compressor for Qsgd {
 multiversion! {
 /// Stochastic rounding of `|v|·scale` to an integer level, signed, with one
 /// 24-bit uniform draw per element from the lanes.
-fn quantize_bucket(v: &[f32], pre: f32, scale: f32, max: i16, lanes: &mut LaneRng, codes: &mut [i16]) {
+fn quantize_block(v: &[f32], pre: f32, scale: f32, max: i16, lanes: &mut LaneRng, codes: &mut [i16]) {
     #[inline(always)]
     fn levels(x: &[f32; LANES], u: &[u32; LANES], pre: f32, scale: f32, max: i16, out: &mut [i16; LANES]) {
         for l in 0..LANES {
@@ -113,8 +115,8 @@ impl Method for QsgdConfig {
         check((1..=MAX_LEVELS).contains(&self.levels), "levels", || {
             format!("{} is not in 1..={}", self.levels, MAX_LEVELS)
         })?;
-        check(self.bucket >= 1 && self.bucket <= u32::MAX as usize, "bucket", || {
-            format!("{} must be at least 1", self.bucket)
+        check(self.block >= 1 && self.block <= u32::MAX as usize, "block", || {
+            format!("{} must be at least 1", self.block)
         })
     }
     fn default_memory(&self) -> MemoryKind {
@@ -133,7 +135,7 @@ mod tests {
     #[test]
     fn levels_are_bounded_and_buckets_have_norms() {
         let g: Vec<f32> = (0..1100).map(|i| ((i * 37) % 101) as f32 - 50.0).collect();
-        let mut q = Qsgd::new(QsgdConfig { levels: 4, bucket: 512 });
+        let mut q = Qsgd::new(QsgdConfig { levels: 4, block: 512 });
         let mut msg = Message::default();
         let ctx = UnitContext { key: RngKey::new(0, 0, 0, 0), ..Default::default() };
         q.compress(&g, &ctx, &mut msg);
@@ -148,11 +150,18 @@ mod tests {
 
     #[test]
     fn one_level_per_element_max_never_exceeded() {
-        // A bucket with a single nonzero: |v|/n = 1 exactly, level = s.
+        // A block with a single nonzero: |v|/n = 1 exactly, level = s.
         let g = [0.0, -3.0, 0.0];
         let mut msg = Message::default();
-        Qsgd::new(QsgdConfig { levels: 8, bucket: 4 }).compress(&g, &UnitContext::default(), &mut msg);
+        Qsgd::new(QsgdConfig { levels: 8, block: 4 }).compress(&g, &UnitContext::default(), &mut msg);
         let Message::Qsgd(m) = &msg else { panic!() };
         assert_eq!(m.codes, [0, -8, 0]);
+    }
+
+    #[test]
+    fn the_old_option_name_bucket_still_reads() {
+        let old: QsgdConfig = serde_json::from_str(r#"{"levels": 8, "bucket": 64}"#).unwrap();
+        assert_eq!(old, QsgdConfig { levels: 8, block: 64 });
+        assert_eq!(serde_json::to_string(&old).unwrap(), r#"{"levels":8,"block":64}"#);
     }
 }

@@ -33,7 +33,7 @@ impl Default for TernGradConfig {
     }
 }
 
-/// The TernGrad quantizer. With `share_scaler` it has one agreement round:
+/// The TernGrad quantizer. With `share_scaler` it has one exchange round:
 /// each worker contributes its scaler, max-reduced (ALGORITHMS.md §1.2), and
 /// compresses under the result.
 #[derive(Clone, Debug, Default)]

@@ -223,7 +223,7 @@ multiversion! {
 /// Σ x² in f32 lanes) whose result is kept when the block's max lies in
 /// [2^-60, 2^60]: then no square or lane sum overflows, and the squares that
 /// matter (near the max) are normal. Other blocks are summed again scaled
-/// by [`pow2_scale`]. (QSGD calls this per 512-element bucket, where the
+/// by [`pow2_scale`]. (QSGD calls this per 512-element block, where the
 /// pivot and merge of [`moments`] would cost 15%.)
 pub fn sum_of_squares(x: &[f32]) -> f64 {
     const LOW: f32 = 8.673_617e-19; // 2^-60

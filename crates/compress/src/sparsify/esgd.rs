@@ -292,6 +292,15 @@ impl Method for EsgdConfig {
     fn default_memory(&self) -> MemoryKind {
         MemoryKind::None
     }
+    fn whole_model(&self) -> bool {
+        true
+    }
+    fn own_residual(&self) -> bool {
+        true
+    }
+    fn needs_loss(&self) -> bool {
+        true
+    }
     density_option!();
     fn build(&self, _shape: &[usize]) -> Box<dyn crate::Compressor> {
         Box::new(Esgd::new(self.clone()))

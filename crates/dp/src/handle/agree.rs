@@ -14,7 +14,7 @@ use crate::config::OnNonFinite;
 use crate::params;
 use crate::DataParallelError;
 
-/// What the agreement round decided.
+/// What the step's agreement decided.
 pub(super) struct Agreement {
     pub skip: bool,
     pub mean_loss: Option<f64>,
@@ -22,7 +22,7 @@ pub(super) struct Agreement {
 }
 
 impl DataParallel {
-    /// The agreement round: non-finite values (`bad`, this worker's first),
+    /// The step's agreement: non-finite values (`bad`, this worker's first),
     /// losses and stop requests, one small allreduce.
     pub(super) fn agree(
         &mut self,

@@ -49,7 +49,7 @@ pub struct StepStats {
     pub write_seconds: f64,
     /// Seconds in the optimizer's step.
     pub optimizer_seconds: f64,
-    /// Seconds in the non-finite check and the agreement round (non-finite values, loss, stop).
+    /// Seconds in the non-finite check and the step's agreement (non-finite values, loss, stop).
     pub control_seconds: f64,
     /// Compression statistics and times of the exchange; `communicate_seconds`
     /// includes a model-averaging round before the step.
@@ -169,7 +169,7 @@ pub struct DataParallel {
     totals: StepBytes,
     /// Byte totals of the run before a restore.
     earlier: (u64, u64),
-    /// All workers' strategy bytes through the previous step (agreement round).
+    /// All workers' strategy bytes through the previous step (the step's agreement).
     group_sent: u64,
     last: StepStats,
     /// Where the exchange compresses: decided at the first step, from where
@@ -231,7 +231,7 @@ impl DataParallel {
     }
 
     /// Bytes all workers together sent through the strategy up to the last
-    /// step, learned in the agreement round of each step (f32 sums: exact to
+    /// step, learned in the agreement of each step (f32 sums: exact to
     /// about 7 digits), for progress displays. Exact per-worker counts are
     /// [`StepStats::bytes`].
     pub fn group_bytes_sent(&self) -> u64 {

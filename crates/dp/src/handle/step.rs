@@ -7,7 +7,6 @@ use std::time::Instant;
 use burn::module::Module;
 use burn::optim::{GradientsParams, ModuleOptimizer};
 use gradcomp_compress::stats::Histogram;
-use gradcomp_compress::CompressorConfig;
 
 use super::location::Arrival;
 use super::{DataParallel, NonFinite, StepStats};
@@ -157,7 +156,7 @@ impl DataParallel {
         Ok(GradientUpdate { grads, lr, skipped: false })
     }
 
-    /// The agreement round on this worker's first non-finite value `bad`,
+    /// The step's agreement on this worker's first non-finite value `bad`,
     /// into `stats`; true when every worker skips the step.
     fn agree_on(&mut self, stats: &mut StepStats, bad: Option<NonFinite>) -> Result<bool, DataParallelError> {
         let agreed = self.agree(stats.step, bad, stats.loss)?;
@@ -233,10 +232,11 @@ impl DataParallel {
                 self.step
             )));
         }
-        if self.cfg.compressor.is(|c| matches!(c, CompressorConfig::Esgd(_))) && loss.is_none() {
-            return Err(DataParallelError::Usage(
-                "eSGD selects by the loss: pass the loss tensor (or (gradients, loss)) to step".into(),
-            ));
+        if self.cfg.compressor.declares(|m| m.needs_loss()) && loss.is_none() {
+            return Err(DataParallelError::Usage(format!(
+                "{} selects by the loss: pass the loss tensor (or (gradients, loss)) to step",
+                self.cfg.compressor_name()
+            )));
         }
         let step = self.step;
         let due = self.cfg.checksum_every > 0 && step > 0 && step.is_multiple_of(self.cfg.checksum_every);

@@ -2,7 +2,6 @@
 //! compressor: memories, warm-up, exclusions, buckets (`[compression]`).
 
 use gradcomp_compress::memory::{DensitySchedule, MemoryKind, ResidualForm};
-use gradcomp_compress::CompressorConfig;
 
 use crate::spec::CompressorSpec;
 use serde::{Deserialize, Serialize};
@@ -24,9 +23,7 @@ impl Granularity {
     /// The granularity in effect for `compressor`.
     pub fn resolve(self, compressor: &CompressorSpec) -> Granularity {
         match self {
-            Granularity::Auto if compressor.is(|c| matches!(c, CompressorConfig::Esgd(_))) => {
-                Granularity::Global
-            }
+            Granularity::Auto if compressor.declares(|m| m.whole_model()) => Granularity::Global,
             Granularity::Auto => Granularity::Layer,
             g => g,
         }

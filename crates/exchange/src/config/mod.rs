@@ -173,7 +173,8 @@ impl DataParallelConfig {
     /// CELGC with local clipping at `gamma` (given at learning rate
     /// `base_lr`) and model averaging every `period` steps.
     pub fn with_celgc(mut self, period: u64, gamma: f64, base_lr: f64) -> Self {
-        self.strategy = StrategyConfig { kind: StrategyKind::Celgc, period, gamma, ..Default::default() };
+        self.strategy =
+            StrategyConfig { kind: StrategyKind::ClippedAveraging, period, gamma, ..Default::default() };
         self.base_lr = Some(base_lr);
         self
     }

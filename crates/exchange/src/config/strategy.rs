@@ -8,10 +8,13 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum StrategyKind {
-    /// Synchronous compressed SGD: gradients exchanged every step.
-    Sync,
-    /// CELGC: local SGD with per-worker clipping, models averaged every `period` steps.
-    Celgc,
+    /// Synchronous compressed SGD: gradients exchanged every step (`"sync"`).
+    #[serde(rename = "sync")]
+    Synchronous,
+    /// CELGC (`"celgc"`): local SGD with per-worker clipping, models
+    /// averaged every `period` steps; a configuration of local updates.
+    #[serde(rename = "celgc")]
+    ClippedAveraging,
     /// Local updates (DiLoCo): the caller's inner optimizer for `period`
     /// steps, then a round in which the outer optimizer (`nesterov` unless
     /// `outer.name` says otherwise) moves the shared model by the averaged
@@ -23,7 +26,7 @@ pub enum StrategyKind {
 impl StrategyKind {
     /// Whether workers step on their own between rounds (`celgc`, `local`).
     pub fn steps_locally(self) -> bool {
-        matches!(self, StrategyKind::Celgc | StrategyKind::Local)
+        matches!(self, StrategyKind::ClippedAveraging | StrategyKind::Local)
     }
 }
 
@@ -165,7 +168,7 @@ impl StrategyConfig {
     /// CELGC: local steps clipped at `gamma` (0: no clipping), models
     /// averaged every `period` steps, every other option at its default.
     pub fn celgc(period: u64, gamma: f64) -> Self {
-        Self { kind: StrategyKind::Celgc, period, gamma, ..Default::default() }
+        Self { kind: StrategyKind::ClippedAveraging, period, gamma, ..Default::default() }
     }
 
     pub fn with_clip_norm(mut self, clip_norm: ClipNorm) -> Self {
@@ -236,7 +239,7 @@ impl StrategyConfig {
 impl Default for StrategyConfig {
     fn default() -> Self {
         Self {
-            kind: StrategyKind::Sync,
+            kind: StrategyKind::Synchronous,
             period: 1,
             gamma: 0.0,
             clip_norm: ClipNorm::Local,

@@ -72,19 +72,20 @@ impl DataParallelConfig {
                 "must be > 0 and at most 1e6 MiB (25 is DDP's default; a value larger than the model sends one bucket)",
             ));
         }
-        if self.compressor.is(|c| matches!(c, CompressorConfig::Esgd(_))) {
-            if self.granularity() != Granularity::Global {
-                return Err(err(
-                    "compression.granularity",
-                    "eSGD numbers coordinates across all layers; set granularity = \"global\" (or \"auto\")",
-                ));
-            }
-            if !matches!(c.memory, MemoryKind::Auto | MemoryKind::None) {
-                return Err(err(
-                    "compression.memory",
-                    "eSGD carries its own momentum residual; use \"auto\" or \"none\"",
-                ));
-            }
+        let name = self.compressor_name();
+        if self.compressor.declares(|m| m.whole_model()) && self.granularity() != Granularity::Global {
+            return Err(err(
+                "compression.granularity",
+                format!("{name} numbers coordinates across all layers; set granularity = \"global\" (or \"auto\")"),
+            ));
+        }
+        if self.compressor.declares(|m| m.own_residual())
+            && !matches!(c.memory, MemoryKind::Auto | MemoryKind::None)
+        {
+            return Err(err(
+                "compression.memory",
+                format!("{name} carries its own momentum residual; use \"auto\" or \"none\""),
+            ));
         }
         Ok(())
     }

@@ -16,11 +16,13 @@ pub fn build(
     workers: usize,
 ) -> Result<Box<dyn Strategy>, ConfigError> {
     Ok(match cfg.strategy.kind {
-        StrategyKind::Sync => Box::new(Synchronous::new(
+        StrategyKind::Synchronous => Box::new(Synchronous::new(
             GradientExchange::new(layout, cfg, workers, cfg.seed),
             cfg.compression.local_clip,
         )),
-        StrategyKind::Celgc | StrategyKind::Local => Box::new(LocalUpdates::new(cfg, layout, workers)?),
+        StrategyKind::ClippedAveraging | StrategyKind::Local => {
+            Box::new(LocalUpdates::new(cfg, layout, workers)?)
+        }
     })
 }
 

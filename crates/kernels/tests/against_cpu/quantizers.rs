@@ -64,7 +64,7 @@ fn quantizers_on_the_device_hold_at_extreme_magnitudes() {
         let mut t = Message::default();
         DeviceTernGrad::default().compress(client(), &x, None, &RngKey::new(1, 0, 0, 0), &mut t).unwrap();
         let mut q = Message::default();
-        DeviceQsgd::new(QsgdConfig { levels: 15, bucket: 512 })
+        DeviceQsgd::new(QsgdConfig { levels: 15, block: 512 })
             .compress(client(), &x, &RngKey::new(1, 0, 0, 0), &mut q)
             .unwrap();
         for (name, msg) in [("terngrad", &t), ("qsgd", &q)] {
@@ -243,8 +243,8 @@ fn qsgd_norms_match_and_levels_are_unbiased() {
     use gradcomp_kernels::qsgd::DeviceQsgd;
     let n = 5000;
     let mut g = awkward(n, 12);
-    g[600..1112].fill(0.0); // one whole bucket of zeros sends zeros
-    let config = QsgdConfig { levels: 4, bucket: 512 };
+    g[600..1112].fill(0.0); // one whole block of zeros sends zeros
+    let config = QsgdConfig { levels: 4, block: 512 };
     let x = DeviceF32::upload(client(), &g);
     let dev_q = DeviceQsgd::new(config.clone());
     let mut cpu = Message::default();
@@ -257,9 +257,9 @@ fn qsgd_norms_match_and_levels_are_unbiased() {
         let mut msg = Message::default();
         dev_q.compress(client(), &x, &RngKey::new(3, 0, step, 0), &mut msg).unwrap();
         let Message::Qsgd(m) = &msg else { panic!("not a QSGD message") };
-        assert_eq!((m.levels, m.bucket, m.codes.len(), m.norms.len()), (4, 512, n, c.norms.len()));
+        assert_eq!((m.levels, m.block, m.codes.len(), m.norms.len()), (4, 512, n, c.norms.len()));
         for (b, (d, h)) in m.norms.iter().zip(&c.norms).enumerate() {
-            assert!((d - h).abs() <= 1e-5 * h, "bucket {b}: norm {d} vs {h}");
+            assert!((d - h).abs() <= 1e-5 * h, "block {b}: norm {d} vs {h}");
         }
         for (i, (&code, &v)) in m.codes.iter().zip(&g).enumerate() {
             assert!(code.abs() <= 4, "element {i}: level {code}");

@@ -78,7 +78,7 @@ fn progress_bytes_trail_the_records_and_never_exceed_them() {
     let seen = seen.lock().unwrap();
     assert_eq!(seen.len(), 6);
     let last = *seen.last().unwrap();
-    // Five of six equal steps: the agreement round learns a step's bytes at the next.
+    // Five of six equal steps: the step's agreement learns a step's bytes at the next.
     assert!(
         last <= total && last as f64 >= total as f64 * 5.0 / 6.0 * 0.999,
         "progress {last}, total {total}"

@@ -1,4 +1,4 @@
-//! The values of one agreement round, gathered from the units that take
+//! The values of one exchange round, gathered from the units that take
 //! part, one buffer per reduce operation, and handed back to them once the
 //! collectives have combined them.
 

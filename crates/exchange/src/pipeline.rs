@@ -1,11 +1,11 @@
-//! The exchange's one schedule, for every exchange: a whole gradient or one
+//! The exchange's one pipeline, for every exchange: a whole gradient or one
 //! arriving in stages ([`GradStages`]), compressed on the host or on a GPU
 //! ([`LocalCompression`]), its collectives on this thread or a
 //! communication thread ([`Wire`]).
 //!
 //! A bucket is ready when every one of its units is; buckets leave strictly
 //! in bucket order. When a group of buckets becomes ready, their units'
-//! memories fold in the gradient, the agreement rounds run (each a small
+//! memories fold in the gradient, the exchange rounds run (each a small
 //! allreduce of what the units contribute; TernGrad's shared scaler is
 //! one), and each bucket is compressed, packed and handed to the wire. While
 //! the wire moves bucket i, this thread compresses bucket i+1, decodes
@@ -23,9 +23,9 @@ use gradcomp_comm::{CollectiveCall, CommError, OpKind};
 use gradcomp_compress::{Message, RngKey, UnitContext};
 
 use super::bucket::Bucket;
+use super::exchange_rounds::RoundValues;
 use super::local::{LocalCompression, ReduceOp, REDUCE_OPS};
 use super::plan::Plan;
-use super::rounds::RoundValues;
 use super::route::Route;
 use super::stats::ExchangeStats;
 use super::wire::{Wire, WireDone, WireTask};
@@ -54,8 +54,8 @@ impl BucketArgs {
     }
 }
 
-/// One exchange's working state while the schedule runs.
-pub(crate) struct ExchangeStep<'a> {
+/// One exchange's working state while the pipeline runs.
+pub(crate) struct Pipeline<'a> {
     pub plan: &'a Plan,
     pub local: &'a mut dyn LocalCompression,
     pub msgs: &'a mut [Message],
@@ -74,13 +74,13 @@ pub(crate) struct ExchangeStep<'a> {
 /// gradient is complete, keep one bucket on the wire while packing the next.
 /// The averaged gradient lands in `out` (zeroed by the caller).
 pub(crate) fn drive(
-    x: &mut ExchangeStep<'_>,
+    pipe: &mut Pipeline<'_>,
     stages: &mut dyn GradStages,
     wire: &mut dyn Wire,
     out: &mut [f32],
     st: &mut ExchangeStats,
 ) -> Result<(), ExchangeError> {
-    let plan = x.plan;
+    let plan = pipe.plan;
     let buckets = plan.buckets.len();
     let mut filled = vec![0usize; plan.units.len()];
     let mut ranges: Vec<Range<usize>> = Vec::new();
@@ -101,23 +101,23 @@ pub(crate) fn drive(
             end += 1;
         }
         if end > next {
-            x.prepare(next..end, stages.grad(), wire, out, st)?;
+            pipe.prepare(next..end, stages.grad(), wire, out, st)?;
             for b in next..end {
                 st.buckets[b].ready_after = st.backward_seconds.len() as u32;
-                let bucket = x.pack(b, stages.grad(), st)?;
+                let bucket = pipe.pack(b, stages.grad(), st)?;
                 if !wire.send(WireTask::Bucket(bucket)) {
                     break; // the thread stopped on an error, which `recv` returns
                 }
-                x.in_flight += 1;
-                if !more && x.in_flight > 1 {
-                    x.finish_bucket(wire.recv()?, out, st)?;
+                pipe.in_flight += 1;
+                if !more && pipe.in_flight > 1 {
+                    pipe.finish_bucket(wire.recv()?, out, st)?;
                 }
             }
             next = end;
         }
         // Decode what the wire finished, then pull on.
         while let Some(done) = wire.try_recv() {
-            x.finish_bucket(done, out, st)?;
+            pipe.finish_bucket(done, out, st)?;
         }
     }
     // Stages left once every unit is complete fill nothing new, but they
@@ -126,15 +126,15 @@ pub(crate) fn drive(
         ranges.clear();
         more = stages.next_stage(&mut ranges)?;
     }
-    while x.in_flight > 0 {
-        x.finish_bucket(wire.recv()?, out, st)?;
+    while pipe.in_flight > 0 {
+        pipe.finish_bucket(wire.recv()?, out, st)?;
     }
     Ok(())
 }
 
-impl ExchangeStep<'_> {
+impl Pipeline<'_> {
     /// Folds the gradient into the memories of buckets `group`'s units and
-    /// runs their agreement rounds (decoding buckets that come back meanwhile).
+    /// runs their exchange rounds (decoding buckets that come back meanwhile).
     fn prepare(
         &mut self,
         group: Range<usize>,
@@ -160,16 +160,16 @@ impl ExchangeStep<'_> {
             st.compress_seconds += t.elapsed().as_secs_f64();
             for op in REDUCE_OPS {
                 if let Some(values) = self.rounds.take(op) {
-                    self.run_round(round, op, values, wire, out, st)?;
+                    self.run_exchange_round(round, op, values, wire, out, st)?;
                 }
             }
         }
         Ok(())
     }
 
-    /// One collective of agreement round `round`; buckets that come back
+    /// One collective of exchange round `round`; buckets that come back
     /// before it are decoded.
-    fn run_round(
+    fn run_exchange_round(
         &mut self,
         round: usize,
         op: ReduceOp,
@@ -235,7 +235,7 @@ impl ExchangeStep<'_> {
     ) -> Result<(), ExchangeError> {
         let WireDone::Bucket(mut bucket, moved) = done else {
             return Err(ExchangeError::Comm(CommError::Invalid(
-                "an agreement round came back while none was pending".into(),
+                "an exchange round came back while none was pending".into(),
             )));
         };
         let (plan, b) = (self.plan, bucket.index);
