@@ -3,7 +3,7 @@
 //! (DiLoCo's outer Nesterov by default, Streaming fragments and delay) on a
 //! flat float32 copy of the model, its collectives through
 //! torch.distributed. The burn front runs the same strategy through the
-//! same call ([`ModelAveraging::average`]).
+//! same call (`ModelAveraging::average`).
 //!
 //! With a delay, a round's exchange runs on the core's round thread
 //! (`gradcomp_exchange::strategy`'s outer-round machine) over a second
@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard};
 
 use gradcomp_comm::Metered;
-use gradcomp_exchange::strategy::{LocalUpdates, ModelAveraging, OuterSchedule, Strategy};
+use gradcomp_exchange::strategy::{LocalUpdates, OuterSchedule, Strategy};
 use gradcomp_exchange::{ExchangeError, GradientLayout};
 use numpy::{PyArray1, PyReadwriteArray1};
 use pyo3::exceptions::{PyFloatingPointError, PyRuntimeError, PyValueError};

@@ -2,7 +2,7 @@
 //! any work starts, one function per section.
 
 use gradcomp_compress::memory::{DensitySchedule, MemoryKind};
-use gradcomp_compress::{Combine, CompressorConfig};
+use gradcomp_compress::Combine;
 
 use super::{Average, ConfigError, DataParallelConfig, Granularity};
 
@@ -206,6 +206,8 @@ impl DataParallelConfig {
 
 #[cfg(test)]
 mod tests {
+    use gradcomp_compress::CompressorConfig;
+
     use super::*;
     use crate::config::Topology;
 

@@ -342,7 +342,7 @@ mod tests {
             .run(|mut c| {
                 let mut a = strategy(&cfg, 3, 1);
                 for k in 0..3u64 {
-                    a.average(4 * k, &mut vec![k as f32 * 0.5; 3], &mut c).unwrap();
+                    a.average(4 * k, &mut [k as f32 * 0.5; 3], &mut c).unwrap();
                 }
                 a.state().unwrap()
             })
