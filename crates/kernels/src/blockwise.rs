@@ -13,11 +13,11 @@ use gradcomp_compress::quantize::ratio_factors;
 use gradcomp_compress::Message;
 
 use crate::buffer::{f32_arg, read_f32s, read_prefix, u32_arg, DeviceF32, KernelError};
-use crate::form::DeviceForm;
+use crate::form::{stateless, DeviceForm};
 use crate::reduce::{fold_shared, strided_abs_max};
 use crate::{block_grid, grid};
-use gradcomp_compress::quantize::Rounding;
-use gradcomp_compress::{CompressorConfig, UnitContext};
+use gradcomp_compress::quantize::{EightBitConfig, Fp4Config, Rounding};
+use gradcomp_compress::CompressorConfig;
 
 /// `maxes[b]` = the largest |x| of block `b` (NaN ignored, as `f32::max`).
 #[cube(launch)]
@@ -146,35 +146,20 @@ pub fn compress(
     Ok(())
 }
 
-/// A blockwise quantizer's device form: its codebook and block size.
-#[derive(Debug)]
-struct BlockwiseForm {
-    codebook: BlockCodebook,
-    block: usize,
-}
-
-impl DeviceForm for BlockwiseForm {
-    fn compress(
-        &mut self,
-        client: &Client,
-        g: &DeviceF32,
-        _: &UnitContext,
-        out: &mut Message,
-    ) -> Result<(), KernelError> {
-        compress(client, g, self.codebook, self.block, out)
-    }
-}
-
 /// The registry's line for `eightbit`: Dettmers' dynamic codebook.
 pub(crate) fn eightbit_form(config: &CompressorConfig, _shape: &[usize]) -> Option<Box<dyn DeviceForm>> {
     let CompressorConfig::Eightbit(c) = config else { return None };
-    Some(Box::new(BlockwiseForm { codebook: BlockCodebook::Dynamic, block: c.block }))
+    stateless(c, |client, g, c: &EightBitConfig, _, out| {
+        compress(client, g, BlockCodebook::Dynamic, c.block, out)
+    })
 }
 
 /// The registry's line for `fp4`, rounded to nearest: stochastic rounding
 /// draws from the CPU's sequential stream, which a kernel cannot follow.
 pub(crate) fn fp4_form(config: &CompressorConfig, _shape: &[usize]) -> Option<Box<dyn DeviceForm>> {
     let CompressorConfig::Fp4(c) = config else { return None };
-    (c.rounding == Rounding::Nearest)
-        .then(|| Box::new(BlockwiseForm { codebook: c.codebook(), block: c.block }) as _)
+    if c.rounding != Rounding::Nearest {
+        return None;
+    }
+    stateless(c, |client, g, c: &Fp4Config, _, out| compress(client, g, c.codebook(), c.block, out))
 }

@@ -1,28 +1,15 @@
 //! The dense baseline's device form: the gradient read back as it is.
 
-use gradcomp_compress::{CompressorConfig, Message, UnitContext};
+use gradcomp_compress::config::DenseConfig;
+use gradcomp_compress::CompressorConfig;
 
-use crate::buffer::{DeviceF32, KernelError};
-use crate::form::DeviceForm;
-use crate::Client;
-
-#[derive(Debug)]
-struct Dense;
+use crate::form::{stateless, DeviceForm};
 
 /// The registry's line for `dense`.
 pub(crate) fn form(config: &CompressorConfig, _shape: &[usize]) -> Option<Box<dyn DeviceForm>> {
-    matches!(config, CompressorConfig::Dense(_)).then(|| Box::new(Dense) as Box<dyn DeviceForm>)
-}
-
-impl DeviceForm for Dense {
-    fn compress(
-        &mut self,
-        client: &Client,
-        g: &DeviceF32,
-        _: &UnitContext,
-        out: &mut Message,
-    ) -> Result<(), KernelError> {
+    let CompressorConfig::Dense(c) = config else { return None };
+    stateless(c, |client, g, _: &DenseConfig, _, out| {
         out.dense_mut().values = g.read(client)?;
         Ok(())
-    }
+    })
 }

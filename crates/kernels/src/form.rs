@@ -11,6 +11,7 @@
 
 use std::fmt;
 
+use gradcomp_compress::method::Method;
 use gradcomp_compress::{CompressorConfig, Message, ReduceOp, StateError, UnitContext};
 
 use crate::buffer::{DeviceF32, KernelError};
@@ -67,3 +68,44 @@ pub trait DeviceForm: fmt::Debug + Send {
 /// A method's device form for a unit of `shape`, if `config` is that
 /// method's and its kernels follow these options.
 pub type Builder = fn(config: &CompressorConfig, shape: &[usize]) -> Option<Box<dyn DeviceForm>>;
+
+/// A kernel that compresses under a method's configuration.
+pub(crate) type Kernel<C> =
+    fn(&Client, &DeviceF32, &C, &UnitContext, &mut Message) -> Result<(), KernelError>;
+
+/// The device form of a method whose kernels keep no state across steps:
+/// its configuration (whose density DGC's warm-up sets) and its kernel.
+struct Stateless<C> {
+    config: C,
+    kernel: Kernel<C>,
+}
+
+impl<C: fmt::Debug> fmt::Debug for Stateless<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("Stateless").field(&self.config).finish()
+    }
+}
+
+impl<C: Method + Clone + 'static> DeviceForm for Stateless<C> {
+    fn compress(
+        &mut self,
+        client: &Client,
+        g: &DeviceF32,
+        ctx: &UnitContext,
+        out: &mut Message,
+    ) -> Result<(), KernelError> {
+        (self.kernel)(client, g, &self.config, ctx, out)
+    }
+
+    fn set_density(&mut self, density: f64) {
+        self.config.set_density(density);
+    }
+}
+
+/// The device form of `kernel` under `config`, for a registry line.
+pub(crate) fn stateless<C: Method + Clone + 'static>(
+    config: &C,
+    kernel: Kernel<C>,
+) -> Option<Box<dyn DeviceForm>> {
+    Some(Box::new(Stateless { config: config.clone(), kernel }))
+}

@@ -7,9 +7,10 @@ use cubecl::prelude::*;
 use gradcomp_compress::Message;
 
 use crate::buffer::{read_prefix, u32_arg, DeviceF32, KernelError};
-use crate::form::DeviceForm;
+use crate::form::{stateless, DeviceForm};
 use crate::grid;
-use gradcomp_compress::{CompressorConfig, UnitContext};
+use gradcomp_compress::quantize::Fp16Config;
+use gradcomp_compress::CompressorConfig;
 
 /// The binary16 bits of `v` in the low 16 bits.
 #[cube]
@@ -88,22 +89,8 @@ pub fn compress(client: &Client, g: &DeviceF32, out: &mut Message) -> Result<(),
     Ok(())
 }
 
-#[derive(Debug)]
-struct Fp16Form;
-
 /// The registry's line for `fp16`.
 pub(crate) fn form(config: &CompressorConfig, _shape: &[usize]) -> Option<Box<dyn DeviceForm>> {
-    matches!(config, CompressorConfig::Fp16(_)).then(|| Box::new(Fp16Form) as Box<dyn DeviceForm>)
-}
-
-impl DeviceForm for Fp16Form {
-    fn compress(
-        &mut self,
-        client: &Client,
-        g: &DeviceF32,
-        _: &UnitContext,
-        out: &mut Message,
-    ) -> Result<(), KernelError> {
-        compress(client, g, out)
-    }
+    let CompressorConfig::Fp16(c) = config else { return None };
+    stateless(c, |client, g, _: &Fp16Config, _, out| compress(client, g, out))
 }

@@ -8,10 +8,11 @@ use cubecl::prelude::*;
 use gradcomp_compress::{Message, RngKey};
 
 use crate::buffer::{read_prefix, u32_arg, DeviceF32, KernelError};
-use crate::form::DeviceForm;
+use crate::form::{stateless, DeviceForm};
 use crate::grid;
 use crate::hash::{draw, stream_words};
-use gradcomp_compress::{CompressorConfig, UnitContext};
+use gradcomp_compress::quantize::NaturalConfig;
+use gradcomp_compress::CompressorConfig;
 
 /// The code of `x` for the uniform word `d`: its low 23 bits decide the
 /// rounding, its high 24 bits the range below 2^−108.
@@ -83,22 +84,8 @@ pub fn compress(client: &Client, g: &DeviceF32, key: &RngKey, out: &mut Message)
     Ok(())
 }
 
-#[derive(Debug)]
-struct NaturalForm;
-
 /// The registry's line for `natural`.
 pub(crate) fn form(config: &CompressorConfig, _shape: &[usize]) -> Option<Box<dyn DeviceForm>> {
-    matches!(config, CompressorConfig::Natural(_)).then(|| Box::new(NaturalForm) as Box<dyn DeviceForm>)
-}
-
-impl DeviceForm for NaturalForm {
-    fn compress(
-        &mut self,
-        client: &Client,
-        g: &DeviceF32,
-        ctx: &UnitContext,
-        out: &mut Message,
-    ) -> Result<(), KernelError> {
-        compress(client, g, &ctx.key, out)
-    }
+    let CompressorConfig::Natural(c) = config else { return None };
+    stateless(c, |client, g, _: &NaturalConfig, ctx, out| compress(client, g, &ctx.key, out))
 }

@@ -15,9 +15,10 @@ use gradcomp_compress::quantize::onebit::sign_means;
 use gradcomp_compress::Message;
 
 use crate::buffer::{f32_arg, read_f32s, read_prefix, read_u32s, u32_arg, DeviceF32, KernelError};
-use crate::form::DeviceForm;
+use crate::form::{stateless, DeviceForm};
 use crate::grid;
-use gradcomp_compress::{CompressorConfig, UnitContext};
+use gradcomp_compress::quantize::{EfSignSgdConfig, OneBitConfig, SignSgdConfig};
+use gradcomp_compress::CompressorConfig;
 
 /// Elements per block of the CPU's sums, and lanes per block.
 const BLOCK: usize = 1024;
@@ -166,40 +167,20 @@ pub fn compress(
     Ok(())
 }
 
-/// A sign method's device form: its signs and its two values.
-#[derive(Debug)]
-struct SignForm(SignValues);
-
-impl DeviceForm for SignForm {
-    fn compress(
-        &mut self,
-        client: &Client,
-        g: &DeviceF32,
-        _: &UnitContext,
-        out: &mut Message,
-    ) -> Result<(), KernelError> {
-        compress(client, g, self.0, out)
-    }
-}
-
-fn sign_form(values: SignValues) -> Option<Box<dyn DeviceForm>> {
-    Some(Box::new(SignForm(values)))
-}
-
 /// The registry's line for `onebit`: the means of the two signs' elements.
 pub(crate) fn onebit_form(config: &CompressorConfig, _shape: &[usize]) -> Option<Box<dyn DeviceForm>> {
-    matches!(config, CompressorConfig::Onebit(_)).then_some(())?;
-    sign_form(SignValues::Means)
+    let CompressorConfig::Onebit(c) = config else { return None };
+    stateless(c, |client, g, _: &OneBitConfig, _, out| compress(client, g, SignValues::Means, out))
 }
 
 /// The registry's line for `signsgd`: ±1.
 pub(crate) fn signsgd_form(config: &CompressorConfig, _shape: &[usize]) -> Option<Box<dyn DeviceForm>> {
-    matches!(config, CompressorConfig::Signsgd(_)).then_some(())?;
-    sign_form(SignValues::Unit)
+    let CompressorConfig::Signsgd(c) = config else { return None };
+    stateless(c, |client, g, _: &SignSgdConfig, _, out| compress(client, g, SignValues::Unit, out))
 }
 
 /// The registry's line for `efsignsgd`: ±‖g‖₁/d.
 pub(crate) fn efsignsgd_form(config: &CompressorConfig, _shape: &[usize]) -> Option<Box<dyn DeviceForm>> {
-    matches!(config, CompressorConfig::Efsignsgd(_)).then_some(())?;
-    sign_form(SignValues::Scaled)
+    let CompressorConfig::Efsignsgd(c) = config else { return None };
+    stateless(c, |client, g, _: &EfSignSgdConfig, _, out| compress(client, g, SignValues::Scaled, out))
 }

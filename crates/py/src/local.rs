@@ -138,6 +138,24 @@ impl LocalStrategy {
     }
 }
 
+impl Drop for LocalStrategy {
+    /// A round in flight finishes before the strategy goes, with the GIL
+    /// released: its collectives call back into Python, and a drop runs
+    /// with the GIL held (a garbage-collected `LocalUpdates`).
+    fn drop(&mut self) {
+        let strategy = self.strategy.get_mut().unwrap_or_else(|e| e.into_inner());
+        Python::attach(|py| {
+            py.detach(|| {
+                if let Some(a) = strategy.averaging_mut() {
+                    // Its failure was or will be nobody's to report: the
+                    // front is gone.
+                    let _ = a.wait();
+                }
+            })
+        });
+    }
+}
+
 /// An exchange error as Python sees it.
 fn message(e: &ExchangeError) -> String {
     format!("gradcomp: {e}")

@@ -13,12 +13,13 @@ change since the last round; densely, or through a gradcomp compressor with
 its error feedback) and the outer optimizer moves the shared model, which
 every rank adopts. With `fragments` P the model's tensors form P groups whose
 rounds are staggered across the period; with `delay` τ a round runs on a
-communication thread while the next τ inner steps compute, and its result is
+round thread (the core's) while the next τ inner steps compute, and its result is
 mixed in as α·θ + (1 − α)·θ_outer (`mix` α). The rounds are the core's
 (`gradcomp_exchange`'s local-update strategy and its outer-round machine,
 thread included: the ones the burn trainer runs), over torch.distributed;
 this class only reads and writes the model.
 """
+import weakref
 from typing import Any, Dict, List, Optional
 
 import numpy as np
@@ -44,7 +45,7 @@ class LocalUpdates:
       tensors of about equal size; fragment p's rounds end at the inner steps
       (p+1)·period/P + k·period (torchft's schedule).
     - `delay` τ (< period): a round starts τ steps before it ends, and its
-      exchange runs on a communication thread (a gloo or NCCL group of its
+      exchange runs on the core's round thread (a gloo or NCCL group of its
       own) while those τ inner steps compute. 0: blocking.
     - `mix` α: the merge is α·θ_local + (1 − α)·θ_outer; default 0.5 with a
       delay (Streaming DiLoCo's), 0 without (adopt θ_outer).
@@ -87,6 +88,10 @@ class LocalUpdates:
         # core asks `Comm.duplicate` for at the first round.
         on = self.params[0].device if self.params else torch.device("cpu")
         self._comm = Comm(process_group, device=payload_device(process_group, on))
+        # A round in flight is waited for when this object goes, or at exit
+        # at the latest (before the interpreter stops running the round
+        # thread's collectives).
+        weakref.finalize(self, self._rust.wait)
         self.inner_steps = 0
         self.last_round: Optional[Dict[str, Any]] = None
         # This worker's bytes over the rounds finished so far.
