@@ -229,6 +229,45 @@ fn a_non_finite_gradient_stops_every_worker_or_is_skipped_by_every_worker() {
     assert!(skipped.iter().all(|&s| s == (true, false, 2)), "{skipped:?}");
 }
 
+/// A worker's model turns non-finite right before an outer round (after
+/// its last inner step, where the step's own agreement cannot see it): the
+/// round is refused by every worker, naming the worker, before anything is
+/// applied. (An overlapped round's start is refused where it lands; the
+/// next step's agreement sees the non-finite loss first.)
+#[test]
+fn a_non_finite_model_at_an_outer_round_stops_every_worker_naming_it() {
+    use gradcomp_dp::config::StrategyConfig;
+    // DiLoCo's rounds at 2, 4, ...; Streaming's fragment 0 (`a.weight`) at 2, 6, ...
+    for st in [StrategyConfig::local(2), StrategyConfig::local(4).with_streaming(2, 0)] {
+        let results = workers(3, |rank, c| {
+            let d = device();
+            let cfg = DataParallelConfig::new(CompressorConfig::dense()).with_strategy(st.clone());
+            let (mut dp, mut model) = cfg.init(c, Mlp::new(&d, 4)).unwrap();
+            for step in 0..12 {
+                model = match dp.begin_step(model, 0) {
+                    Ok(m) => m,
+                    Err(e) => return (step, e),
+                };
+                let loss = model.loss(step, &d);
+                model = dp.step(model, loss, &mut sgd(), 0.01).unwrap_or_else(|e| panic!("step {step}: {e}"));
+                if rank == 1 && step == 5 {
+                    let mut p = flat(&model);
+                    p[3] = f32::NAN;
+                    model = gradcomp_dp::params::write_params(model, &p);
+                }
+            }
+            panic!("no worker refused the round");
+        });
+        for (rank, (step, e)) in results.iter().enumerate() {
+            assert!(
+                matches!(e, DataParallelError::NonFiniteModel { step: 6, ranks } if ranks == &[1]),
+                "{st:?}: worker {rank} at step {step}: {e}"
+            );
+            assert_eq!(*step, 6, "every worker stops at the round");
+        }
+    }
+}
+
 #[test]
 fn a_diverged_replica_is_found_at_the_next_checksum() {
     let errors = workers(2, |rank, c| {

@@ -24,6 +24,8 @@ pub enum DataParallelError {
     NonFinite { step: u64, rank: usize, what: &'static str, tensor: String },
     #[error("step {step}: worker(s) {ranks:?} produced non-finite gradients or loss")]
     PeerNonFinite { step: u64, ranks: Vec<usize> },
+    #[error("the outer round started at step {step}: worker(s) {ranks:?} hold non-finite parameters; nothing of the round was applied")]
+    NonFiniteModel { step: u64, ranks: Vec<usize> },
     #[error("step {step}: replicas diverged: parameter checksums differ between workers {ranks:?}")]
     ReplicaMismatch { step: u64, ranks: Vec<usize> },
     #[error("the workers disagree: {0}")]
@@ -62,6 +64,9 @@ impl DataParallelError {
             e @ ExchangeError::Device(_) => DataParallelError::Device { rank, message: e.to_string() },
             ExchangeError::Usage(message) => DataParallelError::Usage(message),
             ExchangeError::Thread(message) => DataParallelError::Panic { rank, message },
+            ExchangeError::NonFiniteModel { step, ranks } => {
+                DataParallelError::NonFiniteModel { step, ranks }
+            }
         }
     }
 }
@@ -101,4 +106,9 @@ pub enum ExchangeError {
     /// not be started).
     #[error("{0}")]
     Thread(String),
+    /// Workers `ranks` handed an outer round a model with a non-finite
+    /// value, agreed inside the round's first collective: every worker
+    /// refuses the round, and nothing of it is applied.
+    #[error("the outer round started at step {step}: worker(s) {ranks:?} hold non-finite parameters; nothing of the round was applied (resume from a checkpoint, with a lower learning rate or gradient clipping)")]
+    NonFiniteModel { step: u64, ranks: Vec<usize> },
 }

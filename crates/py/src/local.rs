@@ -80,17 +80,19 @@ impl LocalStrategy {
         comm: Py<PyAny>,
     ) -> PyResult<Bound<'py, PyDict>> {
         let p = params.as_slice_mut().map_err(|e| PyValueError::new_err(format!("params: {e}")))?;
-        self.check(step, p)?;
+        self.check(p)?;
         let mut c = Metered::new(TorchCollective::new(comm, self.rank, self.world));
         let t = std::time::Instant::now();
         let mut bytes = py
-            .detach(|| -> Result<_, String> {
-                let mut strategy = self.lock_str()?;
-                let averaging = strategy.averaging_mut().ok_or("this configuration averages no models")?;
-                averaging.average(step, p, &mut c).map_err(|e| message(&e))?;
+            .detach(|| -> Result<_, RoundError> {
+                let mut strategy = self.lock_str().map_err(RoundError::Other)?;
+                let averaging = strategy
+                    .averaging_mut()
+                    .ok_or_else(|| RoundError::Other("this configuration averages no models".into()))?;
+                averaging.average(step, p, &mut c).map_err(RoundError::Exchange)?;
                 Ok(averaging.take_channel_bytes())
             })
-            .map_err(PyRuntimeError::new_err)?;
+            .map_err(RoundError::into_py)?;
         bytes.add(&c.meter_mut().take_step());
         let d = PyDict::new(py);
         d.set_item("bytes_sent", bytes.sent())?;
@@ -156,6 +158,27 @@ impl Drop for LocalStrategy {
     }
 }
 
+/// Why a round failed, before Python sees it.
+enum RoundError {
+    Exchange(ExchangeError),
+    Other(String),
+}
+
+impl RoundError {
+    /// A non-finite model on any worker is `FloatingPointError` on every
+    /// worker (agreed inside the round's first collective); the rest
+    /// `RuntimeError`.
+    fn into_py(self) -> PyErr {
+        match self {
+            RoundError::Exchange(e @ ExchangeError::NonFiniteModel { .. }) => {
+                PyFloatingPointError::new_err(message(&e))
+            }
+            RoundError::Exchange(e) => PyRuntimeError::new_err(message(&e)),
+            RoundError::Other(m) => PyRuntimeError::new_err(m),
+        }
+    }
+}
+
 /// An exchange error as Python sees it.
 fn message(e: &ExchangeError) -> String {
     format!("gradcomp: {e}")
@@ -172,19 +195,14 @@ impl LocalStrategy {
         self.strategy.lock().map_err(|_| "a previous round panicked".to_string())
     }
 
-    /// The model's length, and no non-finite value to spread to every worker.
-    fn check(&self, step: u64, p: &[f32]) -> PyResult<()> {
+    /// The model's length. (A non-finite value is every worker's error,
+    /// agreed inside the round: `ExchangeError::NonFiniteModel`.)
+    fn check(&self, p: &[f32]) -> PyResult<()> {
         if p.len() != self.len {
             return Err(PyValueError::new_err(format!(
                 "params: {} values, the model has {}",
                 p.len(),
                 self.len
-            )));
-        }
-        if let Some(i) = gradcomp_compress::reduce::first_nonfinite(p) {
-            return Err(PyFloatingPointError::new_err(format!(
-                "gradcomp: step {step}: this worker's parameter {i} is {}; the round would spread it to every worker",
-                p[i]
             )));
         }
         Ok(())

@@ -48,6 +48,8 @@ pub struct LocalUpdates {
     schedule: OuterSchedule,
     /// `None`: plain model averaging, the mean of the models.
     machine: Option<OuterRoundMachine>,
+    /// The model before plain averaging, restored if a worker's is refused.
+    mean_scratch: Vec<f32>,
 }
 
 fn norm(x: &[f32]) -> f64 {
@@ -83,6 +85,7 @@ impl LocalUpdates {
             global_norm: None,
             schedule,
             machine,
+            mean_scratch: Vec::new(),
         })
     }
 
@@ -220,8 +223,22 @@ impl ModelAveraging for LocalUpdates {
         c: &mut dyn Collective,
     ) -> Result<(), ExchangeError> {
         let Some(m) = &mut self.machine else {
+            // The mean of the models; a non-finite model is agreed on inside
+            // the allreduce (as `OuterRounds::start` does) and refused.
             let n = c.world_size() as f32;
-            c.allreduce_sum_f32(params)?;
+            let mut before = std::mem::take(&mut self.mean_scratch);
+            before.clear();
+            before.extend_from_slice(params);
+            let bad = gradcomp_compress::reduce::first_nonfinite(params).is_some();
+            let mut flagged = gradcomp_comm::Flagged::new(c, bad);
+            flagged.allreduce_sum_f32(params)?;
+            let ranks = flagged.flagged()?;
+            if !ranks.is_empty() {
+                params.copy_from_slice(&before);
+                self.mean_scratch = before;
+                return Err(ExchangeError::NonFiniteModel { step, ranks });
+            }
+            self.mean_scratch = before;
             params.iter_mut().for_each(|p| *p /= n);
             return Ok(());
         };

@@ -26,7 +26,8 @@
 
 use std::ops::Range;
 
-use gradcomp_comm::Collective;
+use gradcomp_comm::{Collective, Flagged};
+use gradcomp_compress::reduce::first_nonfinite;
 use gradcomp_compress::StateError;
 
 use super::outer_optimizer::OuterOptimizer;
@@ -230,30 +231,60 @@ impl OuterRounds {
             self.averaged = vec![0.0; params.len()];
             return Ok(());
         }
-        let n = c.world_size() as f32;
-        for p in 0..self.fragments.len() {
-            if !self.schedule.starts(p, step) {
-                continue;
+        let starting: Vec<usize> =
+            (0..self.fragments.len()).filter(|&p| self.schedule.starts(p, step)).collect();
+        if starting.is_empty() {
+            return Ok(());
+        }
+        // A worker whose travelling fragments hold a non-finite value says
+        // so inside the round's first collective: every worker learns it
+        // there and refuses the round before any outer step is applied.
+        let bad =
+            starting.iter().any(|&p| first_nonfinite(&params[self.fragments[p].range.clone()]).is_some());
+        let mut flagged = Flagged::new(c, bad);
+        // The compressed fragments' memories as they were, restored if the
+        // round is refused (the exchange updates them on its way).
+        let mut memories = StateBuffers::new();
+        for &p in &starting {
+            if let Some(e) = &self.fragments[p].exchange {
+                e.state(&format!("{p}."), &mut memories)?;
             }
+        }
+        let n = flagged.world_size() as f32;
+        for &p in &starting {
             let f = &mut self.fragments[p];
             let r = f.range.clone();
             let (delta, averaged, anchor) =
-                (&mut self.delta[r.clone()], &mut self.averaged[r.clone()], &mut self.anchor[r.clone()]);
+                (&mut self.delta[r.clone()], &mut self.averaged[r.clone()], &self.anchor[r.clone()]);
             for ((o, x), a) in delta.iter_mut().zip(&params[r]).zip(anchor.iter()) {
                 *o = x - a;
             }
             match &mut f.exchange {
                 Some(e) => {
                     let input = StepInput { step, lr: 1.0, loss: None, measure: false };
-                    e.exchange(Gradient::Host(&mut CompleteGrad(delta)), &input, averaged, c)?;
+                    e.exchange(Gradient::Host(&mut CompleteGrad(delta)), &input, averaged, &mut flagged)?;
                 }
                 None => {
                     averaged.copy_from_slice(delta);
-                    c.allreduce_sum_f32(averaged)?;
+                    flagged.allreduce_sum_f32(averaged)?;
                     averaged.iter_mut().for_each(|v| *v /= n);
                 }
             }
-            f.outer.apply(anchor, averaged);
+        }
+        let ranks = flagged.flagged()?;
+        if !ranks.is_empty() {
+            for &p in &starting {
+                if let Some(e) = &mut self.fragments[p].exchange {
+                    e.restore(&format!("{p}."), &memories)
+                        .map_err(|e| ExchangeError::Usage(e.to_string()))?;
+                }
+            }
+            return Err(ExchangeError::NonFiniteModel { step, ranks });
+        }
+        for &p in &starting {
+            let f = &mut self.fragments[p];
+            let r = f.range.clone();
+            f.outer.apply(&mut self.anchor[r.clone()], &self.averaged[r]);
         }
         Ok(())
     }
@@ -556,5 +587,43 @@ mod tests {
             vec![0, 3, 5],
             "units at their model offsets"
         );
+    }
+
+    /// A worker's NaN reaches a round: every worker refuses it, naming the
+    /// worker, and θ_outer (and the outer momentum) stay as they were.
+    #[test]
+    fn a_non_finite_model_is_refused_by_every_worker_and_nothing_is_applied() {
+        for compressor in ["dense", "topk"] {
+            let cfg = DataParallelConfig::new(CompressorConfig::named(compressor).unwrap())
+                .with_strategy(StrategyConfig::local(4).with_compress_delta(compressor != "dense"));
+            let outcomes = InProcessGroup::new(3)
+                .run(|mut c| {
+                    let r = c.rank();
+                    let mut rounds = OuterRounds::new(&cfg, &layout(), 3, compressor != "dense").unwrap();
+                    let mut params: Vec<f32> = (0..8).map(|j| j as f32 * 0.25).collect();
+                    rounds.start(0, &params, &mut c).unwrap();
+                    let mut before = StateBuffers::new();
+                    rounds.state(&mut before).unwrap();
+                    params.iter_mut().for_each(|p| *p += 0.5);
+                    if r == 1 {
+                        params[5] = f32::NAN;
+                    }
+                    let e = rounds.start(4, &params, &mut c).unwrap_err();
+                    let mut after = StateBuffers::new();
+                    rounds.state(&mut after).unwrap();
+                    (
+                        e.to_string(),
+                        matches!(e, ExchangeError::NonFiniteModel { step: 4, ref ranks } if ranks == &[1]),
+                        format!("{before:?}") == format!("{after:?}"),
+                    )
+                })
+                .unwrap();
+            for (w, o) in outcomes.into_iter().enumerate() {
+                let (text, named, unchanged) = o.unwrap();
+                assert!(named, "{compressor}: worker {w}: {text}");
+                assert!(text.contains("worker(s) [1]") && text.contains("step 4"), "{text}");
+                assert!(unchanged, "{compressor}: worker {w}: the round left its state");
+            }
+        }
     }
 }

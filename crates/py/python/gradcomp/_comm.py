@@ -6,6 +6,7 @@ call returns. On a group whose collectives move device tensors (NCCL), each
 payload is copied to `device` for the collective and its result back: the
 compression stays on the host, only the payload crosses.
 """
+import datetime
 from typing import Any, List, Optional
 
 import torch
@@ -48,9 +49,27 @@ def own_comm(group: Optional[dist.ProcessGroup], tensors_on: torch.device) -> "C
     cross as CUDA tensors on `tensors_on`; compression stays on the host)."""
     ranks = None if group is None else dist.get_process_group_ranks(group)
     device = payload_device(group, tensors_on)
-    own = dist.new_group(ranks=ranks, backend="gloo" if device is None else "nccl")
+    # The user's timeout (init_process_group's, or the group's own), never
+    # torch's default for a new group: a peer that stops answering fails the
+    # thread's collectives as soon as it fails the caller's.
+    own = dist.new_group(ranks=ranks, backend="gloo" if device is None else "nccl", timeout=group_timeout(group))
     assert isinstance(own, dist.ProcessGroup), "this worker is in the group"
     return Comm(own, device=device)
+
+
+def group_timeout(group: Optional[dist.ProcessGroup]) -> Optional[datetime.timedelta]:
+    """The timeout `group`'s collectives run under (None: the default
+    group): the one given to `init_process_group` or `new_group`. None where
+    this torch does not say (the new group then takes torch's default)."""
+    pg = group if group is not None else dist.distributed_c10d._get_default_group()
+    for device in ("cpu", "cuda"):
+        try:
+            timeout = pg._get_backend(torch.device(device)).options._timeout
+        except Exception:  # no backend for that device, or another torch's API
+            continue
+        if isinstance(timeout, datetime.timedelta):
+            return timeout
+    return None
 
 
 class Comm:

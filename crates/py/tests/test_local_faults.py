@@ -1,0 +1,95 @@
+"""Failures of `LocalUpdates` without a manager: prompt and clear on every rank.
+
+- A non-finite parameter on one rank is agreed inside the round's first
+  collective: every rank raises `FloatingPointError` naming the worker and the
+  round's step (blocking rounds at once; an overlapped round where it lands).
+- A peer that stops answering (SIGSTOP) while a round is on the core's round
+  thread fails the others within the user's `init_process_group` timeout: the
+  thread's group takes it, not torch's default for a new group (30 minutes).
+"""
+import json
+from typing import Any, List
+
+import pytest
+
+NAN = r'''
+import sys, json, time, torch, torch.distributed as dist
+import gradcomp.torch as gt
+rank, world, delay = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d", rank=rank, world_size=world)
+torch.manual_seed(0)
+model = torch.nn.Linear(4, 2)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+lu = gt.LocalUpdates(model, opt, period=4, fragments=2 if delay else 1, delay=delay)
+out = {"raised": None}
+for step in range(1, 13):
+    if step == 5 and rank == 1:
+        with torch.no_grad():
+            model.weight[0, 0] = float("nan")
+    try:
+        lu.step()
+    except FloatingPointError as e:
+        out = {"raised": "FloatingPointError", "message": str(e), "at": step}
+        break
+    except Exception as e:
+        out = {"raised": type(e).__name__, "message": str(e), "at": step}
+        break
+print("RESULT", json.dumps(out), flush=True)
+'''
+
+
+@pytest.mark.parametrize("delay", [0, 1])
+def test_a_nan_on_one_rank_is_floating_point_error_on_every_rank(delay: int) -> None:
+    from conftest import free_port, run_ranks
+    world = 3
+    ran = run_ranks(NAN % free_port(), world, str(world), str(delay), timeout=120)
+    results: List[Any] = []
+    for r in ran:
+        line = next((l for l in r.out.splitlines() if l.startswith("RESULT ")), None)
+        assert line is not None, r.out + r.err
+        results.append(json.loads(line[len("RESULT "):]))
+    for rank, res in enumerate(results):
+        assert res["raised"] == "FloatingPointError", (rank, res)
+        assert "worker(s) [1]" in res["message"] and "non-finite" in res["message"], (rank, res)
+    # Every rank stops at the same step: the round's (blocking), or its merge.
+    assert len({res["at"] for res in results}) == 1, results
+
+
+STOP = r'''
+import sys, os, json, signal, time, datetime, torch, torch.distributed as dist
+import gradcomp.torch as gt
+rank, pids = int(sys.argv[1]), sys.argv[2]
+dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d", rank=rank, world_size=2,
+                        timeout=datetime.timedelta(seconds=5))
+open(os.path.join(pids, str(rank)), "w").write(str(os.getpid()))
+torch.manual_seed(0)
+model = torch.nn.Linear(4, 2)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+# H 4, P 2, τ 1: fragment 0 starts at 1, 5, ... on the round thread and merges a step later.
+lu = gt.LocalUpdates(model, opt, period=4, fragments=2, delay=1)
+for step in range(1, 20):
+    if rank == 1 and step == 5:
+        os.kill(os.getpid(), signal.SIGSTOP)   # a frozen VM: never answers again
+    t = time.monotonic()
+    try:
+        lu.step()
+    except Exception as e:
+        print("RESULT", json.dumps({"raised": type(e).__name__, "message": str(e), "at": step,
+                                    "waited": time.monotonic() - t}), flush=True)
+        os.kill(int(open(os.path.join(pids, "1")).read()), signal.SIGKILL)
+        sys.exit(0)
+print("RESULT", json.dumps({"raised": None}), flush=True)
+'''
+
+
+def test_a_stopped_peer_fails_the_round_within_the_users_timeout(tmp_path: Any) -> None:
+    from conftest import free_port, run_ranks
+    ran = run_ranks(STOP % free_port(), 2, str(tmp_path), timeout=120)
+    line = next((l for l in ran[0].out.splitlines() if l.startswith("RESULT ")), None)
+    assert line is not None, ran[0].out + ran[0].err
+    res = json.loads(line[len("RESULT "):])
+    assert res["raised"] == "RuntimeError", res
+    # The round thread's collective waited at most the 5 s timeout (20 s of
+    # slack), where torch's default for a new group is 30 minutes.
+    assert res["waited"] < 25.0, res
+    assert res["at"] in (5, 6), res
