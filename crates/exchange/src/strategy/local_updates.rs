@@ -30,7 +30,8 @@ use gradcomp_compress::StateError;
 
 use super::base::{ModelAveraging, Strategy, Update};
 use super::outer_machine::OuterRoundMachine;
-use super::outer_rounds::{OuterRounds, OuterSchedule};
+use super::outer_rounds::OuterRounds;
+use super::outer_schedule::OuterSchedule;
 use crate::config::{Average, ClipNorm, ConfigError, DataParallelConfig, StrategyConfig};
 use crate::error::ExchangeError;
 use crate::layout::GradientLayout;

@@ -26,13 +26,15 @@ mod local_updates;
 mod outer_machine;
 mod outer_optimizer;
 mod outer_rounds;
+mod outer_schedule;
 mod sync;
 
 pub use base::{ModelAveraging, Strategy, Update};
 pub use build::{build, build_local};
 pub use local_updates::LocalUpdates;
-pub(crate) use outer_rounds::partition;
-pub use outer_rounds::{OuterRounds, OuterSchedule};
+pub use outer_rounds::OuterRounds;
+pub(crate) use outer_schedule::partition;
+pub use outer_schedule::OuterSchedule;
 
 /// The outer optimizer alone, for the performance model's measurement.
 pub(crate) fn outer_for_pricing(cfg: crate::config::OuterConfig) -> outer_optimizer::OuterOptimizer {
