@@ -2,7 +2,7 @@
 # The Python package's tests: installs gradcomp (crates/py, built by maturin)
 # into a virtual environment, with PyTorch, numpy and pytest from PyPI on first
 # use, and runs pytest on crates/py/tests (DDP over gloo with 2 and 4
-# processes on 127.0.0.1), and the peer benchmark's bookkeeping
+# processes on 127.0.0.1; LocalUpdates under torchft's membership with 3), and the peer benchmark's bookkeeping
 # (bench/peer/test_peer.py). Arguments go to pytest.
 #
 # The environment lives outside the repository ($GRADCOMP_VENV, default
@@ -18,9 +18,11 @@ if [ ! -x "$venv/bin/python" ]; then
     echo "== creating $venv"
     python3 -m venv "$venv"
 fi
-if ! "$venv/bin/python" -c "import torch, numpy, pytest, mypy" 2>/dev/null; then
-    echo "== installing torch, numpy, pytest and mypy into $venv (about 2 minutes)"
-    "$venv/bin/pip" install -q torch numpy pytest mypy
+if ! "$venv/bin/python" -c "import torch, numpy, pytest, mypy, torchft" 2>/dev/null; then
+    echo "== installing torch, numpy, pytest, mypy and torchft into $venv (about 2 minutes)"
+    # torchft: the membership engine of LocalUpdates(manager=...), run by
+    # its fault tests (crates/py/tests/test_local_membership.py).
+    "$venv/bin/pip" install -q torch numpy pytest mypy "torchft==${TORCHFT_VERSION:-0.2.0}"
 fi
 echo "== pip install ./crates/py"
 "$venv/bin/pip" install -q ./crates/py

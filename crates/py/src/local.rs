@@ -15,6 +15,7 @@ use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard};
 
 use gradcomp_comm::Metered;
+use gradcomp_compress::Combine;
 use gradcomp_exchange::strategy::{LocalUpdates, OuterSchedule, Strategy};
 use gradcomp_exchange::{ExchangeError, GradientLayout};
 use numpy::{PyArray1, PyReadwriteArray1};
@@ -42,9 +43,20 @@ pub struct LocalStrategy {
 #[pymethods]
 impl LocalStrategy {
     /// `config`: from `_core.local_config`; `shapes`: the model's trainable
-    /// tensors in order; this worker's `rank` among `world`.
+    /// tensors in order; this worker's `rank` among `world`. With
+    /// `membership`, the rounds' workers change from round to round (a
+    /// torchft quorum), at most `world` of them: θ_outer is kept even for
+    /// plain averaging, and the combines that would count a healed worker's
+    /// zero change (the senders' mean, the majority vote) are refused.
     #[new]
-    fn new(config: &str, shapes: Vec<Vec<usize>>, rank: usize, world: usize) -> PyResult<Self> {
+    #[pyo3(signature = (config, shapes, rank, world, membership=false))]
+    fn new(
+        config: &str,
+        shapes: Vec<Vec<usize>>,
+        rank: usize,
+        world: usize,
+        membership: bool,
+    ) -> PyResult<Self> {
         let cfg = crate::config::parse_local(config)?;
         if rank >= world {
             return Err(PyValueError::new_err(format!("rank {rank} is not below the world size {world}")));
@@ -53,8 +65,27 @@ impl LocalStrategy {
             return Err(PyValueError::new_err("gradcomp: the model has an empty tensor"));
         }
         let len = shapes.iter().map(|s| s.iter().product::<usize>()).sum();
-        let strategy = gradcomp_exchange::strategy::build_local(&cfg, &layout_of(shapes), world)
-            .map_err(|e| PyValueError::new_err(format!("gradcomp: {e}")))?;
+        let layout = layout_of(shapes);
+        let built = if membership {
+            LocalUpdates::with_membership(&cfg, &layout, world)
+        } else {
+            gradcomp_exchange::strategy::build_local(&cfg, &layout, world)
+        };
+        let strategy = built.map_err(|e| PyValueError::new_err(format!("gradcomp: {e}")))?;
+        if membership {
+            if let Some(u) = strategy
+                .units()
+                .iter()
+                .find(|u| matches!(u.combine, Combine::SenderMean { .. } | Combine::MajorityVote))
+            {
+                return Err(PyValueError::new_err(format!(
+                    "gradcomp: compressor: its messages combine as {:?}, which would count a worker healed from a peer \
+                     (sending a zero change) as a sender or a voter; under a manager use one whose messages average \
+                     (dense, fp4, int8, topk, qsgd, terngrad, ...)",
+                    u.combine
+                )));
+            }
+        }
         let schedule = strategy.schedule().clone();
         Ok(LocalStrategy { strategy: Mutex::new(strategy), schedule, len, rank, world })
     }
@@ -72,16 +103,32 @@ impl LocalStrategy {
     /// bytes this worker moved for the rounds that finished here, the
     /// seconds this call took (what the inner steps waited), and whether a
     /// round finished (`finished`). The GIL is released while it runs.
+    ///
+    /// Under membership, `rank` and `world` are this round's (the quorum's;
+    /// default: the constructor's) and `contributors` how many of them
+    /// contribute a change (a worker healed just before sends none).
+    #[pyo3(signature = (step, params, comm, rank=None, world=None, contributors=None))]
+    #[allow(clippy::too_many_arguments)]
     fn average<'py>(
         &self,
         py: Python<'py>,
         step: u64,
         mut params: PyReadwriteArray1<'py, f32>,
         comm: Py<PyAny>,
+        rank: Option<usize>,
+        world: Option<usize>,
+        contributors: Option<usize>,
     ) -> PyResult<Bound<'py, PyDict>> {
         let p = params.as_slice_mut().map_err(|e| PyValueError::new_err(format!("params: {e}")))?;
         self.check(p)?;
-        let mut c = Metered::new(TorchCollective::new(comm, self.rank, self.world));
+        let (rank, world) = (rank.unwrap_or(self.rank), world.unwrap_or(self.world));
+        if rank >= world || world > self.world {
+            return Err(PyValueError::new_err(format!(
+                "gradcomp: rank {rank} of a round of {world} workers; the rounds were built for at most {}",
+                self.world
+            )));
+        }
+        let mut c = Metered::new(TorchCollective::new(comm, rank, world));
         let t = std::time::Instant::now();
         let mut bytes = py
             .detach(|| -> Result<_, RoundError> {
@@ -89,6 +136,9 @@ impl LocalStrategy {
                 let averaging = strategy
                     .averaging_mut()
                     .ok_or_else(|| RoundError::Other("this configuration averages no models".into()))?;
+                if let Some(n) = contributors {
+                    averaging.set_contributors(n).map_err(RoundError::Exchange)?;
+                }
                 averaging.average(step, p, &mut c).map_err(RoundError::Exchange)?;
                 Ok(averaging.take_channel_bytes())
             })
@@ -171,7 +221,17 @@ impl RoundError {
     fn into_py(self) -> PyErr {
         match self {
             RoundError::Exchange(e @ ExchangeError::NonFiniteModel { .. }) => {
-                PyFloatingPointError::new_err(message(&e))
+                let ExchangeError::NonFiniteModel { step, ranks } = &e else { unreachable!() };
+                let err = PyFloatingPointError::new_err(message(&e));
+                // Which workers and which round, for a caller that acts on
+                // them (a manager's round discards it where this worker's
+                // model is finite).
+                Python::attach(|py| {
+                    let v = err.value(py);
+                    let _ = v.setattr("ranks", ranks.clone());
+                    let _ = v.setattr("step", *step);
+                });
+                err
             }
             RoundError::Exchange(e) => PyRuntimeError::new_err(message(&e)),
             RoundError::Other(m) => PyRuntimeError::new_err(m),

@@ -136,6 +136,13 @@ pub trait ModelAveraging: Send {
     fn average(&mut self, step: u64, params: &mut [f32], c: &mut dyn Collective)
         -> Result<(), ExchangeError>;
 
+    /// Under membership (workers that change between rounds): the next
+    /// round's average divides by `contributors` workers' changes, not by
+    /// its whole group, because a worker healed from a peer just before it
+    /// holds θ_outer and sends a zero change. Every worker of the round
+    /// passes the same number. An error where the strategy keeps no θ_outer.
+    fn set_contributors(&mut self, contributors: usize) -> Result<(), ExchangeError>;
+
     /// What the rounds moved on a channel of their own since the last call
     /// (a round's exchange on the round thread, [`Collective::duplicate`]),
     /// which the caller counts as the step's: it calls this after

@@ -67,8 +67,31 @@ impl LocalUpdates {
         layout: &GradientLayout,
         workers: usize,
     ) -> Result<Self, ConfigError> {
+        Self::build(cfg, layout, workers, false)
+    }
+
+    /// As [`LocalUpdates::new`], for rounds whose workers change (a
+    /// membership engine's quorum each round, at most `workers` of them):
+    /// θ_outer is kept even for plain averaging, so a worker that joins
+    /// takes it from a peer and sends a zero change
+    /// ([`ModelAveraging::set_contributors`]).
+    pub fn with_membership(
+        cfg: &DataParallelConfig,
+        layout: &GradientLayout,
+        workers: usize,
+    ) -> Result<Self, ConfigError> {
+        Self::build(cfg, layout, workers, true)
+    }
+
+    fn build(
+        cfg: &DataParallelConfig,
+        layout: &GradientLayout,
+        workers: usize,
+        membership: bool,
+    ) -> Result<Self, ConfigError> {
         let st = &cfg.strategy;
-        let plain = !st.compress_delta
+        let plain = !membership
+            && !st.compress_delta
             && st.outer().averages()
             && st.fragments <= 1
             && st.delay == 0
@@ -246,6 +269,16 @@ impl ModelAveraging for LocalUpdates {
         m.average(step, params, c)
     }
 
+    fn set_contributors(&mut self, contributors: usize) -> Result<(), ExchangeError> {
+        match &mut self.machine {
+            Some(m) => m.set_contributors(contributors),
+            None => Err(ExchangeError::Usage(
+                "plain model averaging keeps no θ_outer to heal a worker from; build the strategy with membership"
+                    .into(),
+            )),
+        }
+    }
+
     fn take_channel_bytes(&mut self) -> gradcomp_comm::StepBytes {
         self.machine.as_mut().map(OuterRoundMachine::take_bytes).unwrap_or_default()
     }
@@ -385,5 +418,50 @@ mod tests {
         b.restore(&old).unwrap();
         // Compared as text: the unset norm is NaN.
         assert_eq!(format!("{:?}", b.state().unwrap()), format!("{saved:?}"), "restored from the old names");
+    }
+
+    /// Under membership a round's average counts only the workers that
+    /// contribute a change: a worker just healed from a peer (holding
+    /// θ_outer, so its change is zero) leaves the mean of the others', and
+    /// a round with more workers than the rounds were built for, or with no
+    /// contribution, is refused naming both counts. Plain averaging keeps
+    /// θ_outer under membership.
+    #[test]
+    fn under_membership_a_round_divides_by_the_workers_that_contribute() {
+        // SGD at lr 1: plain averaging, kept anchored under membership.
+        let st = StrategyConfig::local(2).with_outer(OuterConfig::sgd(1.0, 0.0));
+        let cfg =
+            DataParallelConfig::new(CompressorConfig::named("dense").unwrap()).with_strategy(st.clone());
+        let results = InProcessGroup::new(3)
+            .run(|mut c| {
+                let rank = c.rank();
+                let mut s = LocalUpdates::with_membership(&cfg, &layout(2), 3).unwrap();
+                let mut params = vec![1.0f32, 2.0];
+                s.average(0, &mut params, &mut c).unwrap();
+                // Workers 0 and 1 moved; worker 2 joined and holds θ_outer.
+                if rank < 2 {
+                    params.iter_mut().for_each(|p| *p += 0.5 * (rank as f32 + 1.0));
+                }
+                s.set_contributors(2).unwrap();
+                s.average(2, &mut params, &mut c).unwrap();
+                let counted = params.clone();
+                let mut wrong = LocalUpdates::with_membership(&cfg, &layout(2), 2).unwrap();
+                let mut p = vec![1.0f32, 2.0];
+                wrong.average(0, &mut p, &mut c).unwrap();
+                let too_many = wrong.average(2, &mut p, &mut c).unwrap_err().to_string();
+                s.set_contributors(0).unwrap();
+                let none = s.average(4, &mut params, &mut c).unwrap_err().to_string();
+                let plain = LocalUpdates::new(&cfg, &layout(2), 3).unwrap().set_contributors(2).unwrap_err();
+                (counted, too_many, none, plain.to_string())
+            })
+            .unwrap();
+        for r in results {
+            let (counted, too_many, none, plain) = r.unwrap();
+            // θ_outer + the mean of 0.5 and 1.0 (not of 0.5, 1.0 and 0).
+            assert_eq!(counted, vec![1.75, 2.75]);
+            assert!(too_many.contains("3 workers") && too_many.contains("at most 2"), "{too_many}");
+            assert!(none.contains("0 contribute"), "{none}");
+            assert!(plain.contains("keeps no θ_outer"), "{plain}");
+        }
     }
 }

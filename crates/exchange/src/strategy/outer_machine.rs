@@ -206,6 +206,13 @@ impl OuterRoundMachine {
         }
     }
 
+    /// The next round's contributors ([`OuterRounds::set_contributors`]),
+    /// a round in flight landed first.
+    pub fn set_contributors(&mut self, contributors: usize) -> Result<(), ExchangeError> {
+        desk_in(&mut self.slot)?.rounds.set_contributors(contributors);
+        Ok(())
+    }
+
     pub fn set_density(&mut self, rho: f64) {
         if let Ok(d) = desk_in(&mut self.slot) {
             d.rounds.set_density(rho);

@@ -61,6 +61,12 @@ pub struct OuterRounds {
     /// This worker's change θ_local − θ_outer, and the workers' average of it.
     delta: Vec<f32>,
     averaged: Vec<f32>,
+    /// The most workers a round may have (the codes' sum width is theirs).
+    workers: usize,
+    /// How many of the next round's workers contribute a change (the
+    /// others, just healed from a peer, send a zero one): the average
+    /// divides by them. `None`: every worker ([`OuterRounds::set_contributors`]).
+    contributors: Option<usize>,
 }
 
 impl OuterRounds {
@@ -117,7 +123,17 @@ impl OuterRounds {
             anchor: Vec::new(),
             delta: Vec::new(),
             averaged: Vec::new(),
+            workers,
+            contributors: None,
         })
+    }
+
+    /// The next round's average divides by `contributors` workers' changes,
+    /// not by its whole group: under membership a worker healed from a
+    /// peer just before the round holds θ_outer, so its change is zero and
+    /// it contributes nothing (every worker passes the same number).
+    pub fn set_contributors(&mut self, contributors: usize) {
+        self.contributors = Some(contributors);
     }
 
     /// When the rounds start and merge.
@@ -169,7 +185,19 @@ impl OuterRounds {
                 e.state(&format!("{p}."), &mut memories)?;
             }
         }
-        let n = flagged.world_size() as f32;
+        let workers = flagged.world_size();
+        let contributors = self.contributors.take().unwrap_or(workers);
+        if workers > self.workers || contributors == 0 || contributors > workers {
+            return Err(ExchangeError::Usage(format!(
+                "the outer round at step {step} has {workers} workers of whom {contributors} contribute a change; \
+                 these rounds were built for at most {} workers and need at least one contribution",
+                self.workers
+            )));
+        }
+        let n = workers as f32;
+        // The exchange's mean divides by the round's workers; a worker that
+        // contributes no change does not count (`set_contributors`).
+        let rescale = workers as f32 / contributors as f32;
         for &p in &starting {
             let f = &mut self.fragments[p];
             let r = f.range.clone();
@@ -203,6 +231,9 @@ impl OuterRounds {
         for &p in &starting {
             let f = &mut self.fragments[p];
             let r = f.range.clone();
+            if rescale != 1.0 {
+                self.averaged[r.clone()].iter_mut().for_each(|v| *v *= rescale);
+            }
             f.outer.apply(&mut self.anchor[r.clone()], &self.averaged[r]);
         }
         Ok(())

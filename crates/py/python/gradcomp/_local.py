@@ -29,6 +29,7 @@ import torch.distributed as dist
 from . import _core
 from ._comm import Comm, check_group, payload_device
 from ._config import number, whole
+from ._membership import Membership, whole_positive
 
 OUTER = ("sgd", "nesterov")
 
@@ -51,6 +52,11 @@ class LocalUpdates:
       delay (Streaming DiLoCo's), 0 without (adopt θ_outer).
     - `process_group`: a gloo or NCCL group (None: the default group); over
       NCCL the payloads cross as CUDA tensors, the arithmetic stays on the host.
+    - `manager`: a torchft `Manager` (`gradcomp.torch.manager(...)`): the
+      workers change from round to round (torchft's quorum; a lost or stopped
+      peer costs the round it was in, a returning one is healed from a live
+      peer), at most `max_workers` of them. No `process_group` and no
+      `delay` then (the rounds block). See `_membership` and docs/PYTHON.md.
 
     Call `close()` (or use it as a context manager) to wait for a round in
     flight before tearing down the process group.
@@ -59,13 +65,19 @@ class LocalUpdates:
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, *, period: int,
                  outer: str = "nesterov", outer_lr: Optional[float] = None, outer_momentum: Optional[float] = None,
                  compressor: str = "dense", fragments: int = 1, delay: int = 0, mix: Optional[float] = None,
-                 process_group: Optional[dist.ProcessGroup] = None, **options: Any) -> None:
+                 process_group: Optional[dist.ProcessGroup] = None, manager: Any = None, max_workers: int = 64,
+                 **options: Any) -> None:
         period = whole("period", period)
         if period == 0:
             raise ValueError("gradcomp: period: 0 inner steps per round; at least 1")
         if outer not in OUTER:
             raise ValueError(f"gradcomp: outer: {outer!r} is not one of {', '.join(OUTER)}")
         check_group(process_group)
+        if manager is not None and process_group is not None:
+            raise ValueError("gradcomp: process_group: a manager's rounds run over torchft's group; leave it out")
+        if manager is not None and delay:
+            raise ValueError(f"gradcomp: delay: {delay} with a manager; under membership the rounds block (delay 0): "
+                             "a quorum and torchft's commit bracket each round's exchange")
         settings: Dict[str, Any] = {"name": outer}
         if outer_lr is not None:
             settings["lr"] = outer_lr
@@ -79,15 +91,19 @@ class LocalUpdates:
         self.model, self.optimizer, self.period, self.delay = model, optimizer, period, strategy["delay"]
         self.params: List[torch.nn.Parameter] = [p for p in model.parameters() if p.requires_grad]
         self.process_group = process_group
-        self.rank, self.world = dist.get_rank(process_group), dist.get_world_size(process_group)
+        if manager is None:
+            self.rank, self.world = dist.get_rank(process_group), dist.get_world_size(process_group)
+        else:  # a replica group of one; the rounds' ranks are the quorum's
+            self.rank, self.world = 0, whole_positive("max_workers", max_workers)
         self._rust = _core.LocalStrategy(self.config, [list(p.shape) or [1] for p in self.params],
-                                         self.rank, self.world)
+                                         self.rank, self.world, membership=manager is not None)
         # Over NCCL the payloads cross as CUDA tensors on the model's device
         # (the round's arithmetic stays on the host, in Rust). Delayed rounds
         # run on the core's round thread, over a group of their own that the
         # core asks `Comm.duplicate` for at the first round.
         on = self.params[0].device if self.params else torch.device("cpu")
-        self._comm = Comm(process_group, device=payload_device(process_group, on))
+        self._membership = None if manager is None else Membership(self, manager)
+        self._comm = None if manager is not None else Comm(process_group, device=payload_device(process_group, on))
         # A round in flight is waited for when this object goes, or at exit
         # at the latest (before the interpreter stops running the round
         # thread's collectives).
@@ -97,6 +113,12 @@ class LocalUpdates:
         # This worker's bytes over the rounds finished so far.
         self.bytes_sent = 0
         self.bytes_received = 0
+        if self._membership is not None:
+            # Every replica starts from a live peer's model (torchft heals
+            # it at its first quorum); a replica that joins mid-run takes
+            # part in the round its peers are at.
+            self._membership.round()
+            return
         # Every replica starts from rank 0's model (as DDP's constructor
         # does); the first round records it as the shared model.
         src = dist.get_global_rank(process_group, 0) if process_group is not None else 0
@@ -126,9 +148,15 @@ class LocalUpdates:
     def _round(self) -> None:
         """The core's round work at this inner step on the model: a round
         in flight merged, the rounds starting here started."""
+        if self._membership is not None:
+            self._membership.round()
+            return
         flat = self._flat()
         record = self._rust.average(self.inner_steps, flat.numpy(), self._comm)
         self._write(flat)
+        self._count(record)
+
+    def _count(self, record: Dict[str, Any]) -> None:
         self.bytes_sent += int(record["bytes_sent"])
         self.bytes_received += int(record["bytes_received"])
         if record["finished"]:

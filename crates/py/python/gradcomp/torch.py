@@ -31,7 +31,7 @@ from . import _core
 from ._comm import Comm, check_group, own_comm
 from ._config import whole
 
-__all__ = ["GradcompState", "hook", "exchange_hook", "model", "LocalUpdates"]
+__all__ = ["GradcompState", "hook", "exchange_hook", "model", "LocalUpdates", "manager", "round_timeout"]
 
 _NONFINITE = ("stop", "skip")
 _BUCKET_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -298,3 +298,4 @@ def hook(name: str, *, process_group: Optional[dist.ProcessGroup] = None, on_non
 from ._model import model  # noqa: E402
 # Local updates with an outer optimizer (DiLoCo), no DDP.
 from ._local import LocalUpdates  # noqa: E402
+from ._membership import manager, round_timeout  # noqa: E402

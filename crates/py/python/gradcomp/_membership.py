@@ -1,0 +1,237 @@
+"""Outer rounds whose workers change: `LocalUpdates(..., manager=...)` on torchft.
+
+torchft keeps the membership; gradcomp has no protocol of its own. A
+lighthouse forms a quorum of the replicas alive at each outer round (their
+managers heartbeat every 100 ms), torchft reconfigures a gloo group of
+exactly them, and a replica that joins or fell behind is healed from a live
+peer's state. Each round then runs over that group (its collectives called
+directly: torchft's group is not registered with torch.distributed) and is
+committed only where torchft's `should_commit` says so; a round that fails
+or is refused leaves nothing applied (θ_outer, the outer momentum and the
+memories as they were, the model as it was), so a lost or stopped peer costs
+the round it was in. docs/RELIABILITY.md says what each fault costs.
+
+- Every replica group is one process (torchft's rank 0 of 1); a round's
+  workers are the quorum's participants, its rank the participating rank.
+- A healed replica takes θ_outer, the outer momentum and the inner step from
+  its healer (state stable between rounds: served while the healer waits in
+  its quorum), sets its model to θ_outer, and takes part in the round it
+  healed in with a zero change, which the average does not count; its
+  error-feedback memories start at zero; its inner optimizer's state is its
+  own (from its checkpoint, else fresh).
+"""
+import datetime
+import socket
+from typing import Any, Dict, List, Optional, Union
+
+import numpy as np
+import torch
+from torch._C._distributed_c10d import AllgatherOptions, AllreduceOptions, BroadcastOptions, ReduceOp
+
+from . import _core
+from ._comm import _DTYPES
+from ._config import whole
+
+# State keys a healer does not send: a worker's own error-feedback memories.
+_OWN = "delta."
+
+
+class FtComm:
+    """gradcomp's collectives on a torchft process group (its reconfigured
+    gloo group of the quorum's participants), called directly. The group's
+    timeout bounds every collective: a stopped peer fails the round there."""
+
+    def __init__(self, pg: Any) -> None:
+        self.pg = pg
+
+    def _wait(self, work: Any) -> None:
+        work.wait()
+        if (err := self.pg.errored()) is not None:
+            raise RuntimeError(f"torchft group: {err}")
+
+    def all_reduce(self, view: memoryview, dtype: str, op: str) -> None:
+        if len(view) == 0:
+            return
+        t = torch.frombuffer(view, dtype=_DTYPES[dtype])
+        wide = t.to(torch.int32) if dtype == "int16" else t
+        opts = AllreduceOptions()
+        opts.reduceOp = ReduceOp.MAX if op == "max" else ReduceOp.SUM
+        self._wait(self.pg.allreduce([wide], opts))
+        if wide.data_ptr() != t.data_ptr():
+            t.copy_(wide.to(t.dtype))
+        del t
+
+    def count(self, value: int) -> int:
+        """The sum of every participant's `value`."""
+        t = torch.tensor([value], dtype=torch.int64)
+        opts = AllreduceOptions()
+        opts.reduceOp = ReduceOp.SUM
+        self._wait(self.pg.allreduce([t], opts))
+        return int(t.item())
+
+    def all_gather(self, data: bytes) -> List[bytes]:
+        size = torch.tensor([len(data)], dtype=torch.int64)
+        world = self.pg.size()
+        sizes_out = [[torch.zeros_like(size) for _ in range(world)]]
+        self._wait(self.pg.allgather(sizes_out, [size], AllgatherOptions()))
+        sizes = [int(s.item()) for s in sizes_out[0]]
+        longest = max(sizes)
+        if longest == 0:
+            return [b""] * world
+        buf = torch.zeros(longest, dtype=torch.uint8)
+        if data:
+            buf[: len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+        parts = [[torch.empty_like(buf) for _ in range(world)]]
+        self._wait(self.pg.allgather(parts, [buf], AllgatherOptions()))
+        return [p[:s].numpy().tobytes() for p, s in zip(parts[0], sizes)]
+
+    def broadcast(self, data: bytes, root: int) -> bytes:
+        opts = BroadcastOptions()
+        opts.rootRank = root
+        size = torch.tensor([len(data)], dtype=torch.int64)
+        self._wait(self.pg.broadcast([size], opts))
+        buf = torch.zeros(int(size.item()), dtype=torch.uint8)
+        if data and len(data) == buf.numel():
+            buf[:] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+        if buf.numel():
+            self._wait(self.pg.broadcast([buf], opts))
+        return buf.numpy().tobytes()
+
+    def barrier(self) -> None:
+        self.count(0)
+
+    def duplicate(self) -> "FtComm":
+        # Unreached: rounds under a manager run blocking (LocalUpdates refuses a delay).
+        raise RuntimeError("gradcomp: rounds under a torchft manager have no second channel")
+
+
+def manager(*, lighthouse: str, replica_id: str, round_timeout: Union[float, datetime.timedelta],
+            min_replicas: int = 1, host: Optional[str] = None,
+            quorum_timeout: Union[float, datetime.timedelta] = 600.0,
+            heartbeat: Union[float, datetime.timedelta] = 0.1) -> Any:
+    """A torchft `Manager` for `LocalUpdates(..., manager=...)`: this process
+    a replica group of one, a reconfigurable gloo group whose collectives
+    time out after `round_timeout` (take it from `round_timeout(...)`: the
+    network model's round time times a stated factor), quorums formed by the
+    lighthouse at `lighthouse` (`http://host:port`) with at least
+    `min_replicas` replicas, `heartbeat` seconds between heartbeats. `host`:
+    the address peers reach this process at (default: its host name)."""
+    try:
+        from torchft.manager import Manager
+        from torchft.process_group import ProcessGroupGloo
+    except ImportError as e:
+        raise ImportError("gradcomp: manager: needs torchft (pip install torchft==0.2.0)") from e
+    timeout = _seconds("round_timeout", round_timeout)
+    host = host or socket.gethostname()
+    store = torch.distributed.TCPStore(host, 0, is_master=True, wait_for_workers=False)
+    m = Manager(pg=ProcessGroupGloo(timeout=timeout), load_state_dict=None, state_dict=None,
+                min_replica_size=whole_positive("min_replicas", min_replicas), use_async_quorum=False,
+                replica_id=replica_id, store_addr=host, store_port=store.port, rank=0, world_size=1,
+                lighthouse_addr=lighthouse, hostname=host, timeout=timeout,
+                quorum_timeout=_seconds("quorum_timeout", quorum_timeout),
+                heartbeat_interval=_seconds("heartbeat", heartbeat), init_sync=True)
+    m._gradcomp_store = store  # the replica group's store lives as long as its manager
+    return m
+
+
+def round_timeout(model: torch.nn.Module, *, link_bps: float, workers: int, period: int, compressor: str = "dense",
+                  fragments: int = 1, factor: float = 4.0, floor: float = 5.0, density: float = 0.001) -> float:
+    """Seconds a round's collectives may take before its peers count as lost:
+    `factor` × the network model's round time for `model`'s change through
+    `compressor` among `workers` on a link of `link_bps` (one fragment's
+    round with `fragments`), and at least `floor`."""
+    shapes = [list(p.shape) or [1] for p in model.parameters() if p.requires_grad]
+    rows = _core.predict(shapes, 0.0, workers, float(link_bps), density=density, period=period, fragments=fragments)
+    row = next((r for r in rows if r["compressor"] == compressor), None)
+    if row is None:
+        raise ValueError(f"gradcomp: round_timeout: compressor {compressor!r} is not one the model prices: "
+                         f"{sorted({r['compressor'] for r in rows})}")
+    round_seconds = row["local_step_seconds"] * period / fragments
+    return max(floor, factor * round_seconds)
+
+
+def _seconds(name: str, value: Union[float, datetime.timedelta]) -> datetime.timedelta:
+    if isinstance(value, datetime.timedelta):
+        value = value.total_seconds()
+    if not isinstance(value, (int, float)) or not value > 0:
+        raise ValueError(f"gradcomp: {name}: {value!r} is not a number of seconds > 0")
+    return datetime.timedelta(seconds=float(value))
+
+
+def whole_positive(name: str, value: Any) -> int:
+    """`value` as a whole number ≥ 1, or ValueError naming the argument."""
+    if whole(name, value) == 0:
+        raise ValueError(f"gradcomp: {name}: 0; at least 1")
+    return int(value)
+
+
+class Membership:
+    """The rounds of one `LocalUpdates` under a torchft `Manager`."""
+
+    def __init__(self, outer: Any, manager: Any) -> None:
+        if getattr(manager, "_use_async_quorum", False):
+            raise ValueError("gradcomp: manager: build it with use_async_quorum=False (gradcomp.torch.manager does): "
+                             "a round's quorum, and a heal, must be settled before the round's exchange")
+        self.outer, self.manager = outer, manager
+        self.comm = FtComm(manager._pg)
+        self.healed = False
+        # What the rounds did, for the caller: committed, discarded, healed.
+        self.events: List[Dict[str, Any]] = []
+        manager.register_state_dict_fn("gradcomp", self._load, self._state)
+
+    def _state(self) -> Dict[str, Any]:
+        """What a healing peer takes (read on torchft's quorum thread while
+        this replica waits in its own quorum: stable between rounds)."""
+        o = self.outer
+        state = {k: torch.from_numpy(np.array(v)) for k, v in o._rust.state().items() if not k.startswith(_OWN)}
+        # θ_outer once the rounds hold one; before the first round, the model.
+        anchor = state.get("outer.anchor")
+        model = anchor if anchor is not None and anchor.numel() else o._flat()
+        return {"outer": state, "model": model, "inner_steps": o.inner_steps}
+
+    def _load(self, state: Dict[str, Any]) -> None:
+        o = self.outer
+        mine = o._rust.state()  # this worker's own memories: zero for a newcomer
+        own = {k: np.zeros_like(np.asarray(v, dtype=np.float32)) for k, v in mine.items() if k.startswith(_OWN)}
+        theirs = {k: np.asarray(v, dtype=np.float32).reshape(-1) for k, v in state["outer"].items()}
+        o._rust.load({**own, **theirs})
+        o.inner_steps = int(state["inner_steps"])
+        o._write(torch.as_tensor(state["model"], dtype=torch.float32).reshape(-1))
+        self.healed = True
+
+    def round(self) -> None:
+        """The round due at this inner step: a quorum (healing this replica
+        if it is behind), the exchange among its participants, and torchft's
+        verdict: committed, or discarded with nothing applied."""
+        m, o = self.manager, self.outer
+        m.start_quorum()
+        step, healed = o.inner_steps, self.healed
+        self.healed = False
+        rank, world = m.participating_rank(), m.num_participants()
+        snapshot = o._rust.state()
+        flat = o._flat()
+        record: Optional[Dict[str, Any]] = None
+        error: Optional[BaseException] = None
+        try:
+            if rank is None:
+                raise RuntimeError("this replica is not among the quorum's participants")
+            contributors = self.comm.count(0 if healed else 1)
+            record = o._rust.average(step, flat.numpy(), self.comm, rank, world, contributors)
+        except FloatingPointError as e:
+            if rank in getattr(e, "ranks", ()):
+                m.report_error(e)
+                raise  # this replica's own model is not finite: its caller decides
+            error = e
+        except RuntimeError as e:
+            error = e
+        if error is not None:
+            m.report_error(error)
+        committed = m.should_commit()
+        event = {"step": step, "workers": world, "healed": healed, "committed": committed,
+                 "error": None if error is None else str(error)}
+        self.events.append(event)
+        if committed and record is not None:
+            o._write(flat)
+            o._count(record)
+        else:
+            o._rust.load(snapshot)
