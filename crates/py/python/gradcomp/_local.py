@@ -162,6 +162,14 @@ class LocalUpdates:
         if record["finished"]:
             self.last_round = record
 
+    @property
+    def events(self) -> List[Dict[str, Any]]:
+        """Under a manager, each outer round so far: its inner `step`, its
+        `workers`, whether this replica `healed` into it, whether it was
+        `committed` (else discarded, nothing applied), its `error`, and the
+        `seconds` it took (quorum included). Empty without a manager."""
+        return [] if self._membership is None else self._membership.events
+
     def close(self) -> None:
         """Waits for a round in flight (its merge stays due); raises its failure."""
         self._rust.wait()

@@ -22,11 +22,12 @@ the round it was in. docs/RELIABILITY.md says what each fault costs.
 """
 import datetime
 import socket
+import time
 from typing import Any, Dict, List, Optional, Union
 
 import numpy as np
 import torch
-from torch._C._distributed_c10d import AllgatherOptions, AllreduceOptions, BroadcastOptions, ReduceOp
+from torch._C._distributed_c10d import AllgatherOptions, AllreduceOptions, BroadcastOptions, ReduceOp, TCPStore
 
 from . import _core
 from ._comm import _DTYPES
@@ -117,13 +118,13 @@ def manager(*, lighthouse: str, replica_id: str, round_timeout: Union[float, dat
     `min_replicas` replicas, `heartbeat` seconds between heartbeats. `host`:
     the address peers reach this process at (default: its host name)."""
     try:
-        from torchft.manager import Manager
-        from torchft.process_group import ProcessGroupGloo
+        from torchft.manager import Manager  # type: ignore[import-untyped]
+        from torchft.process_group import ProcessGroupGloo  # type: ignore[import-untyped]
     except ImportError as e:
         raise ImportError("gradcomp: manager: needs torchft (pip install torchft==0.2.0)") from e
     timeout = _seconds("round_timeout", round_timeout)
     host = host or socket.gethostname()
-    store = torch.distributed.TCPStore(host, 0, is_master=True, wait_for_workers=False)
+    store = TCPStore(host, 0, is_master=True, wait_for_workers=False)
     m = Manager(pg=ProcessGroupGloo(timeout=timeout), load_state_dict=None, state_dict=None,
                 min_replica_size=whole_positive("min_replicas", min_replicas), use_async_quorum=False,
                 replica_id=replica_id, store_addr=host, store_port=store.port, rank=0, world_size=1,
@@ -146,7 +147,7 @@ def round_timeout(model: torch.nn.Module, *, link_bps: float, workers: int, peri
     if row is None:
         raise ValueError(f"gradcomp: round_timeout: compressor {compressor!r} is not one the model prices: "
                          f"{sorted({r['compressor'] for r in rows})}")
-    round_seconds = row["local_step_seconds"] * period / fragments
+    round_seconds = float(row["local_step_seconds"]) * period / fragments
     return max(floor, factor * round_seconds)
 
 
@@ -204,6 +205,7 @@ class Membership:
         if it is behind), the exchange among its participants, and torchft's
         verdict: committed, or discarded with nothing applied."""
         m, o = self.manager, self.outer
+        began = time.monotonic()
         m.start_quorum()
         step, healed = o.inner_steps, self.healed
         self.healed = False
@@ -219,8 +221,11 @@ class Membership:
             record = o._rust.average(step, flat.numpy(), self.comm, rank, world, contributors)
         except FloatingPointError as e:
             if rank in getattr(e, "ranks", ()):
+                # This replica's own model is not finite; its peers discard
+                # the round and go on without it.
                 m.report_error(e)
-                raise  # this replica's own model is not finite: its caller decides
+                raise FloatingPointError(f"{e}; under a manager the other replicas go on: restart this one "
+                                         "and it heals from a live peer") from e
             error = e
         except RuntimeError as e:
             error = e
@@ -228,7 +233,7 @@ class Membership:
             m.report_error(error)
         committed = m.should_commit()
         event = {"step": step, "workers": world, "healed": healed, "committed": committed,
-                 "error": None if error is None else str(error)}
+                 "error": None if error is None else str(error), "seconds": time.monotonic() - began}
         self.events.append(event)
         if committed and record is not None:
             o._write(flat)

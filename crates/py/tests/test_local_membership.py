@@ -1,0 +1,214 @@
+"""`LocalUpdates(manager=...)` under faults: a lost, stopped or returning peer
+costs the round it was in, not the run (torchft's lighthouse and quorum; 3
+worker processes on loopback, the lighthouse in the test's own process).
+
+Faults are injected from inside a worker at a named inner step; every test
+asserts what each surviving worker did, with at least 5 s of timing slack:
+- a worker killed before a round, then started again: the others' next round
+  runs without it (no discard), the new process heals from a live peer and
+  finishes with the same model;
+- a worker stopped (SIGSTOP) inside a round's exchange and continued 5 s
+  later: the others' round fails within the round timeout and is discarded
+  (nothing applied), they go on without it, and it rejoins;
+- a NaN on one worker: it raises FloatingPointError, the others discard the
+  round and go on.
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import Any, Dict, List
+
+import pytest
+
+os.environ.setdefault("RUST_LOG", "warn")  # the lighthouse's per-quorum INFO lines
+torchft = pytest.importorskip("torchft")
+
+STEPS = 64
+ROUND_TIMEOUT = 3.0
+HEARTBEAT_TIMEOUT = 2.0
+
+WORKER = r'''
+import sys, os, json, signal, time, torch
+import gradcomp.torch as gt
+rank, lighthouse, fault = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+torch.manual_seed(100 + rank)            # different starts: the first quorum heals them to one
+model = torch.nn.Linear(8, 4)
+opt = torch.optim.SGD(model.parameters(), lr=0.05)
+m = gt.manager(lighthouse=lighthouse, replica_id=f"w{rank}{fault}", round_timeout=%(round_timeout)s,
+               min_replicas=2, host="127.0.0.1", quorum_timeout=60)
+# Plain averaging (outer SGD at lr 1): on this quadratic the loss falls
+# steadily, where DiLoCo's outer Nesterov overshoots and oscillates.
+lu = gt.LocalUpdates(model, opt, period=4, manager=m, max_workers=4, outer="sgd")
+if fault == "stop" and rank == 2:
+    comm = lu._membership.comm
+    plain = comm.all_reduce
+    def stopping(*a, **k):
+        if lu.inner_steps == 12:
+            os.kill(os.getpid(), signal.SIGSTOP)   # frozen inside the round's exchange
+        return plain(*a, **k)
+    comm.all_reduce = stopping
+g = torch.Generator().manual_seed(7 + rank)
+W = torch.arange(32, dtype=torch.float32).reshape(4, 8) / 32
+losses = []
+out = {}
+while lu.inner_steps < %(steps)d:
+    time.sleep(0.15)
+    x = torch.randn(16, 8, generator=g)
+    loss = ((model(x) - x @ W.T) ** 2).mean()
+    opt.zero_grad(); loss.backward(); opt.step()
+    losses.append(loss.item())
+    if fault == "kill" and rank == 2 and lu.inner_steps == 9:
+        os._exit(3)
+    if fault == "nan" and rank == 1 and lu.inner_steps == 10:
+        with torch.no_grad():
+            model.weight[0, 0] = float("nan")
+    try:
+        lu.step()
+    except FloatingPointError as e:
+        out["raised"] = str(e)
+        break
+out.update(events=lu.events, losses=losses, model=[p.detach().reshape(-1).tolist() for p in model.parameters()])
+print("RESULT", json.dumps(out), flush=True)
+m.shutdown(wait=False)
+''' % {"round_timeout": ROUND_TIMEOUT, "steps": STEPS}
+
+
+def start(rank: int, lighthouse: str, fault: str) -> "subprocess.Popen[str]":
+    env = dict(os.environ, RUST_LOG="warn", OMP_NUM_THREADS="1")
+    return subprocess.Popen([sys.executable, "-c", WORKER, str(rank), lighthouse, fault], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+
+
+def result(p: "subprocess.Popen[str]") -> Dict[str, Any]:
+    out, err = p.communicate(timeout=180)
+    line = next((line for line in out.splitlines() if line.startswith("RESULT ")), None)
+    assert line is not None, out + err[-4000:]
+    res: Dict[str, Any] = json.loads(line[len("RESULT "):])
+    return res
+
+
+def stopped(pid: int) -> bool:
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0] == "T"
+
+
+def run(fault: str) -> List[Dict[str, Any]]:
+    """Three workers under a lighthouse with `fault`; each finished worker's
+    result (the returning process's last, for a kill)."""
+    from torchft._torchft import LighthouseServer  # type: ignore[import-untyped]
+    lighthouse = LighthouseServer(bind="[::]:0", min_replicas=2, join_timeout_ms=3000,
+                                  heartbeat_timeout_ms=int(HEARTBEAT_TIMEOUT * 1000))
+    procs = [start(r, lighthouse.address(), fault) for r in range(3)]
+    try:
+        if fault == "kill":
+            assert procs[2].wait(timeout=120) == 3, procs[2].communicate()
+            procs.append(start(2, lighthouse.address(), "returning"))
+            del procs[2]
+        if fault == "stop":
+            deadline = time.monotonic() + 120
+            while not stopped(procs[2].pid):
+                assert time.monotonic() < deadline and procs[2].poll() is None, "worker 2 never stopped"
+                time.sleep(0.05)
+            time.sleep(5.0)
+            os.kill(procs[2].pid, signal.SIGCONT)
+        return [result(p) for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+        lighthouse.shutdown()
+
+
+def check_finished(res: Dict[str, Any], final: List[List[float]]) -> None:
+    assert "raised" not in res, res["raised"]
+    assert res["events"][-1]["step"] == STEPS and res["events"][-1]["committed"], res["events"][-1]
+    assert res["model"] == final, "every finishing worker holds the last round's θ_outer"
+    first, last = res["losses"][:4], res["losses"][-4:]
+    assert sum(last) < 0.5 * sum(first), (first, last)
+
+
+def by_step(res: Dict[str, Any]) -> Dict[int, Dict[str, Any]]:
+    return {e["step"]: e for e in res["events"]}
+
+
+def test_a_killed_worker_costs_no_round_and_its_return_heals_from_a_live_peer() -> None:
+    survivors = run("kill")
+    final = survivors[0]["model"]
+    for res in survivors:
+        check_finished(res, final)
+    for res in survivors[:2]:
+        rounds = by_step(res)
+        # Killed at step 9: the round at 12 runs with the two others, in at
+        # most the heartbeat timeout plus slack, and is committed.
+        assert rounds[12]["workers"] == 2 and rounds[12]["committed"], rounds[12]
+        assert rounds[12]["seconds"] < HEARTBEAT_TIMEOUT + 5.0, rounds[12]
+        assert all(e["committed"] for e in res["events"]), "no round discarded"
+        assert rounds[STEPS]["workers"] == 3, "the returning worker takes part again"
+    returned = survivors[2]["events"]
+    assert returned[0]["healed"] and returned[0]["step"] > 12 and returned[0]["committed"], returned[0]
+    assert not any(e["healed"] for e in returned[1:])
+
+
+def test_a_stopped_worker_costs_the_round_it_was_in_and_rejoins() -> None:
+    results = run("stop")
+    final = results[0]["model"]
+    for res in results:
+        check_finished(res, final)
+    for res in results[:2]:
+        rounds = by_step(res)
+        # Stopped inside the round at 12: that round fails within the round
+        # timeout (plus slack) and is discarded; the next ones go on without it.
+        assert not rounds[12]["committed"] and rounds[12]["error"], rounds[12]
+        assert rounds[12]["seconds"] < ROUND_TIMEOUT + 5.0, rounds[12]
+        assert rounds[16]["workers"] == 2 and rounds[16]["committed"], rounds[16]
+        assert sum(not e["committed"] for e in res["events"]) == 1, res["events"]
+        assert rounds[STEPS]["workers"] == 3, "the stopped worker takes part again"
+    mine = by_step(results[2])
+    assert not mine[12]["committed"], mine[12]
+    assert any(e["healed"] for e in results[2]["events"] if e["step"] > 12), "it healed from a live peer"
+
+
+def test_a_nan_on_one_worker_is_its_error_and_costs_the_others_one_round() -> None:
+    results = run("nan")
+    assert "worker(s) [1]" in results[1]["raised"] and "heals from a live peer" in results[1]["raised"], results[1]
+    final = results[0]["model"]
+    for res in (results[0], results[2]):
+        check_finished(res, final)
+        rounds = by_step(res)
+        assert not rounds[12]["committed"] and "non-finite" in rounds[12]["error"], rounds[12]
+        assert rounds[16]["workers"] == 2 and rounds[16]["committed"], rounds[16]
+
+
+def test_a_manager_refuses_what_membership_cannot_run() -> None:
+    import numpy as np
+    import torch
+    from gradcomp import _core
+    import gradcomp.torch as gt
+    model = torch.nn.Linear(2, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    class AsyncManager:
+        _use_async_quorum = True
+        _pg = None
+
+    with pytest.raises(ValueError, match="delay: 1 with a manager"):
+        gt.LocalUpdates(model, opt, period=4, fragments=2, delay=1, manager=AsyncManager())
+    with pytest.raises(ValueError, match="use_async_quorum=False"):
+        gt.LocalUpdates(model, opt, period=4, manager=AsyncManager())
+    with pytest.raises(ValueError, match="max_workers"):
+        gt.LocalUpdates(model, opt, period=4, manager=AsyncManager(), max_workers=0)
+    with pytest.raises(ValueError, match="round_timeout"):
+        gt.manager(lighthouse="http://127.0.0.1:1", replica_id="x", round_timeout=0)
+    with pytest.raises(ValueError, match="compressor 'nope'"):
+        gt.round_timeout(model, link_bps=1e8, workers=4, period=8, compressor="nope")
+    assert gt.round_timeout(model, link_bps=1e8, workers=4, period=8) == 5.0, "a tiny model's round: the floor"
+    # The senders' mean would count a healed worker's zero change as a sender.
+    config = _core.local_config("sparseloco", {"period": 4, "outer": {"name": "nesterov"}, "fragments": 1, "delay": 0})
+    with pytest.raises(ValueError, match="SenderMean"):
+        _core.LocalStrategy(config, [[2, 2]], 0, 4, membership=True)
+    strategy = _core.LocalStrategy(_core.local_config("dense", {"period": 4, "outer": {"name": "sgd"}}),
+                                   [[2]], 0, 2, membership=True)
+    with pytest.raises(ValueError, match="at most 2"):
+        strategy.average(0, np.zeros(2, dtype=np.float32), None, rank=0, world=3)
