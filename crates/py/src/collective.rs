@@ -33,12 +33,24 @@ pub struct TorchCollective {
     comm: Py<PyAny>,
     rank: usize,
     world: usize,
+    /// Whether `comm`'s own `rank` and `world` attributes are this worker's
+    /// place (a channel that outlives one round under membership, whose
+    /// quorum changes them: `_membership.FtComm`), not `rank` and `world`.
+    follows: bool,
     pub overhead: Overhead,
 }
 
 impl TorchCollective {
     pub fn new(comm: Py<PyAny>, rank: usize, world: usize) -> Self {
-        TorchCollective { comm, rank, world, overhead: Overhead::default() }
+        TorchCollective { comm, rank, world, follows: false, overhead: Overhead::default() }
+    }
+
+    /// `comm`'s attribute `name`, where it follows the quorum; else `fixed`.
+    fn place(&self, name: &str, fixed: usize) -> usize {
+        if !self.follows {
+            return fixed;
+        }
+        Python::attach(|py| self.comm.getattr(py, name).and_then(|v| v.extract::<usize>(py))).unwrap_or(fixed)
     }
 
     /// Calls `comm.all_reduce(view, dtype, op)` on `bytes` bytes at `ptr`, in place.
@@ -92,11 +104,11 @@ fn raw<T>(buf: &mut [T]) -> (*mut u8, usize) {
 
 impl Collective for TorchCollective {
     fn rank(&self) -> usize {
-        self.rank
+        self.place("rank", self.rank)
     }
 
     fn world_size(&self) -> usize {
-        self.world
+        self.place("world", self.world)
     }
 
     fn allreduce_sum_f32(&mut self, buf: &mut [f32]) -> Result<(), CommError> {
@@ -143,9 +155,10 @@ impl Collective for TorchCollective {
             Ok(longest)
         })
         .map_err(comm_error)?;
-        if recv.len() != self.world {
+        let world = self.world_size();
+        if recv.len() != world {
             return Err(CommError::Mismatch {
-                detail: format!("allgather returned {} messages for {} workers", recv.len(), self.world),
+                detail: format!("allgather returned {} messages for {} workers", recv.len(), world),
             });
         }
         self.overhead.padding += (longest - send.len()) as u64;
@@ -173,8 +186,16 @@ impl Collective for TorchCollective {
     /// outer rounds' thread: its collectives never interleave with the
     /// caller's own on this group.
     fn duplicate(&mut self) -> Result<Option<Box<dyn Collective>>, CommError> {
-        let own = Python::attach(|py| self.comm.call_method0(py, "duplicate")).map_err(comm_error)?;
-        Ok(Some(Box::new(TorchCollective::new(own, self.rank, self.world))))
+        let (own, follows) = Python::attach(|py| -> PyResult<_> {
+            let own = self.comm.call_method0(py, "duplicate")?;
+            let follows =
+                own.getattr(py, "follows_quorum").and_then(|v| v.extract::<bool>(py)).unwrap_or(false);
+            Ok((own, follows))
+        })
+        .map_err(comm_error)?;
+        let mut c = TorchCollective::new(own, self.rank, self.world);
+        c.follows = follows;
+        Ok(Some(Box::new(c)))
     }
 
     fn push_pull(

@@ -152,17 +152,28 @@ impl LocalStrategy {
         Ok(d)
     }
 
+    /// Whether a round starts at inner step `step` (its exchange and outer step).
+    fn starts(&self, step: u64) -> bool {
+        self.schedule.starts_any(step)
+    }
+
+    /// Whether a round's result is merged at inner step `step`.
+    fn merges(&self, step: u64) -> bool {
+        self.schedule.merges_any(step)
+    }
+
     /// Waits for a round in flight (its start); its merge stays due. Raises
-    /// the round's failure.
+    /// the round's failure (`FloatingPointError` for a non-finite model,
+    /// naming the workers, as `average` does).
     fn wait(&self, py: Python<'_>) -> PyResult<()> {
-        py.detach(|| -> Result<(), String> {
-            let mut strategy = self.lock_str()?;
+        py.detach(|| -> Result<(), RoundError> {
+            let mut strategy = self.lock_str().map_err(RoundError::Other)?;
             match strategy.averaging_mut() {
-                Some(a) => a.wait().map_err(|e| message(&e)),
+                Some(a) => a.wait().map_err(RoundError::Exchange),
                 None => Ok(()),
             }
         })
-        .map_err(PyRuntimeError::new_err)
+        .map_err(RoundError::into_py)
     }
 
     /// θ_outer, the outer momentum and the compressors' memories, by name

@@ -7,7 +7,8 @@ asserts what each surviving worker did, with at least 5 s of timing slack:
 - a worker killed before a round, then started again: the others' next round
   runs without it (no discard), the new process heals from a live peer and
   finishes with the same model;
-- a worker stopped (SIGSTOP) inside a round's exchange and continued 5 s
+- a worker stopped (SIGSTOP) inside a round's exchange (blocking, or on the
+  round thread with Streaming fragments and a delay) and continued 5 s
   later: the others' round fails within the round timeout and is discarded
   (nothing applied), they go on without it, and it rejoins;
 - a NaN on one worker: it raises FloatingPointError, the others discard the
@@ -19,7 +20,7 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 import pytest
 
@@ -33,7 +34,7 @@ HEARTBEAT_TIMEOUT = 2.0
 WORKER = r'''
 import sys, os, json, signal, time, torch
 import gradcomp.torch as gt
-rank, lighthouse, fault = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+rank, lighthouse, fault, fragments, delay = int(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
 torch.manual_seed(100 + rank)            # different starts: the first quorum heals them to one
 model = torch.nn.Linear(8, 4)
 opt = torch.optim.SGD(model.parameters(), lr=0.05)
@@ -41,12 +42,14 @@ m = gt.manager(lighthouse=lighthouse, replica_id=f"w{rank}{fault}", round_timeou
                min_replicas=2, host="127.0.0.1", quorum_timeout=60)
 # Plain averaging (outer SGD at lr 1): on this quadratic the loss falls
 # steadily, where DiLoCo's outer Nesterov overshoots and oscillates.
-lu = gt.LocalUpdates(model, opt, period=4, manager=m, max_workers=4, outer="sgd")
+lu = gt.LocalUpdates(model, opt, period=4, manager=m, max_workers=4, outer="sgd", fragments=fragments, delay=delay)
 if fault == "stop" and rank == 2:
     comm = lu._membership.comm
     plain = comm.all_reduce
+    stop = [11, 12]   # the round starting there (on the round thread with a delay)
     def stopping(*a, **k):
-        if lu.inner_steps == 12:
+        if lu.inner_steps in stop:
+            stop.clear()
             os.kill(os.getpid(), signal.SIGSTOP)   # frozen inside the round's exchange
         return plain(*a, **k)
     comm.all_reduce = stopping
@@ -70,16 +73,16 @@ while lu.inner_steps < %(steps)d:
     except FloatingPointError as e:
         out["raised"] = str(e)
         break
-out.update(events=lu.events, losses=losses, model=[p.detach().reshape(-1).tolist() for p in model.parameters()])
+out.update(events=lu.events, losses=losses, anchor=lu._rust.state()["outer.anchor"].tolist())
 print("RESULT", json.dumps(out), flush=True)
 m.shutdown(wait=False)
 ''' % {"round_timeout": ROUND_TIMEOUT, "steps": STEPS}
 
 
-def start(rank: int, lighthouse: str, fault: str) -> "subprocess.Popen[str]":
+def start(rank: int, lighthouse: str, fault: str, streaming: Tuple[int, int]) -> "subprocess.Popen[str]":
     env = dict(os.environ, RUST_LOG="warn", OMP_NUM_THREADS="1")
-    return subprocess.Popen([sys.executable, "-c", WORKER, str(rank), lighthouse, fault], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env)
+    return subprocess.Popen([sys.executable, "-c", WORKER, str(rank), lighthouse, fault, *map(str, streaming)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
 def result(p: "subprocess.Popen[str]") -> Dict[str, Any]:
@@ -95,17 +98,17 @@ def stopped(pid: int) -> bool:
         return f.read().rsplit(")", 1)[1].split()[0] == "T"
 
 
-def run(fault: str) -> List[Dict[str, Any]]:
+def run(fault: str, streaming: Tuple[int, int] = (1, 0)) -> List[Dict[str, Any]]:
     """Three workers under a lighthouse with `fault`; each finished worker's
     result (the returning process's last, for a kill)."""
     from torchft._torchft import LighthouseServer  # type: ignore[import-untyped]
     lighthouse = LighthouseServer(bind="[::]:0", min_replicas=2, join_timeout_ms=3000,
                                   heartbeat_timeout_ms=int(HEARTBEAT_TIMEOUT * 1000))
-    procs = [start(r, lighthouse.address(), fault) for r in range(3)]
+    procs = [start(r, lighthouse.address(), fault, streaming) for r in range(3)]
     try:
         if fault == "kill":
             assert procs[2].wait(timeout=120) == 3, procs[2].communicate()
-            procs.append(start(2, lighthouse.address(), "returning"))
+            procs.append(start(2, lighthouse.address(), "returning", streaming))
             del procs[2]
         if fault == "stop":
             deadline = time.monotonic() + 120
@@ -121,62 +124,72 @@ def run(fault: str) -> List[Dict[str, Any]]:
         lighthouse.shutdown()
 
 
-def check_finished(res: Dict[str, Any], final: List[List[float]]) -> None:
+# Blocking rounds, and Streaming ones (2 fragments, a round every 2 steps,
+# each started a step before its merge on the round thread: the stopped
+# worker freezes a round in flight).
+STREAMING = [(1, 0), (2, 1)]
+
+
+def check_finished(res: Dict[str, Any], anchor: List[float]) -> None:
     assert "raised" not in res, res["raised"]
-    assert res["events"][-1]["step"] == STEPS and res["events"][-1]["committed"], res["events"][-1]
-    assert res["model"] == final, "every finishing worker holds the last round's θ_outer"
+    assert res["events"][-1]["step"] >= STEPS - 1 and res["events"][-1]["committed"], res["events"][-1]
+    assert res["anchor"] == anchor, "every finishing worker holds the same θ_outer"
     first, last = res["losses"][:4], res["losses"][-4:]
     assert sum(last) < 0.5 * sum(first), (first, last)
 
 
-def by_step(res: Dict[str, Any]) -> Dict[int, Dict[str, Any]]:
-    return {e["step"]: e for e in res["events"]}
+def after(res: Dict[str, Any], step: int) -> List[Dict[str, Any]]:
+    """The rounds that started after inner step `step`."""
+    return [e for e in res["events"] if e["step"] > step]
 
 
 def test_a_killed_worker_costs_no_round_and_its_return_heals_from_a_live_peer() -> None:
     survivors = run("kill")
-    final = survivors[0]["model"]
+    anchor = survivors[0]["anchor"]
     for res in survivors:
-        check_finished(res, final)
+        check_finished(res, anchor)
     for res in survivors[:2]:
-        rounds = by_step(res)
-        # Killed at step 9: the round at 12 runs with the two others, in at
+        # Killed at step 9: the next round runs with the two others, in at
         # most the heartbeat timeout plus slack, and is committed.
-        assert rounds[12]["workers"] == 2 and rounds[12]["committed"], rounds[12]
-        assert rounds[12]["seconds"] < HEARTBEAT_TIMEOUT + 5.0, rounds[12]
+        first = after(res, 9)[0]
+        assert first["workers"] == 2 and first["committed"], first
+        assert first["seconds"] < HEARTBEAT_TIMEOUT + 5.0, first
         assert all(e["committed"] for e in res["events"]), "no round discarded"
-        assert rounds[STEPS]["workers"] == 3, "the returning worker takes part again"
+        assert res["events"][-1]["workers"] == 3, "the returning worker takes part again"
     returned = survivors[2]["events"]
     assert returned[0]["healed"] and returned[0]["step"] > 12 and returned[0]["committed"], returned[0]
+    assert returned[0]["heal_bytes"] > 0, returned[0]
     assert not any(e["healed"] for e in returned[1:])
 
 
-def test_a_stopped_worker_costs_the_round_it_was_in_and_rejoins() -> None:
-    results = run("stop")
-    final = results[0]["model"]
+@pytest.mark.parametrize("streaming", STREAMING)
+def test_a_stopped_worker_costs_the_round_it_was_in_and_rejoins(streaming: Tuple[int, int]) -> None:
+    results = run("stop", streaming)
+    anchor = results[0]["anchor"]
     for res in results:
-        check_finished(res, final)
+        check_finished(res, anchor)
     for res in results[:2]:
-        rounds = by_step(res)
-        # Stopped inside the round at 12: that round fails within the round
-        # timeout (plus slack) and is discarded; the next ones go on without it.
-        assert not rounds[12]["committed"] and rounds[12]["error"], rounds[12]
-        assert rounds[12]["seconds"] < ROUND_TIMEOUT + 5.0, rounds[12]
-        assert rounds[16]["workers"] == 2 and rounds[16]["committed"], rounds[16]
-        assert sum(not e["committed"] for e in res["events"]) == 1, res["events"]
-        assert rounds[STEPS]["workers"] == 3, "the stopped worker takes part again"
-    mine = by_step(results[2])
-    assert not mine[12]["committed"], mine[12]
-    assert any(e["healed"] for e in results[2]["events"] if e["step"] > 12), "it healed from a live peer"
+        # Stopped inside the round that starts at 11 (Streaming) or 12: that
+        # round fails within the round timeout (plus slack) and is
+        # discarded; the next ones go on without it.
+        lost = [e for e in res["events"] if not e["committed"]]
+        assert len(lost) == 1 and lost[0]["step"] in (11, 12) and lost[0]["error"], res["events"]
+        assert lost[0]["seconds"] < ROUND_TIMEOUT + 5.0, lost[0]
+        following = after(res, lost[0]["step"])[0]
+        assert following["workers"] == 2 and following["committed"], following
+        assert res["events"][-1]["workers"] == 3, "the stopped worker takes part again"
+    mine = results[2]["events"]
+    assert any(not e["committed"] and e["step"] in (11, 12) for e in mine), mine
+    assert any(e["healed"] for e in after(results[2], 12)), "it healed from a live peer"
 
 
 def test_a_nan_on_one_worker_is_its_error_and_costs_the_others_one_round() -> None:
     results = run("nan")
     assert "worker(s) [1]" in results[1]["raised"] and "heals from a live peer" in results[1]["raised"], results[1]
-    final = results[0]["model"]
+    anchor = results[0]["anchor"]
     for res in (results[0], results[2]):
-        check_finished(res, final)
-        rounds = by_step(res)
+        check_finished(res, anchor)
+        rounds = {e["step"]: e for e in res["events"]}
         assert not rounds[12]["committed"] and "non-finite" in rounds[12]["error"], rounds[12]
         assert rounds[16]["workers"] == 2 and rounds[16]["committed"], rounds[16]
 
@@ -193,8 +206,8 @@ def test_a_manager_refuses_what_membership_cannot_run() -> None:
         _use_async_quorum = True
         _pg = None
 
-    with pytest.raises(ValueError, match="delay: 1 with a manager"):
-        gt.LocalUpdates(model, opt, period=4, fragments=2, delay=1, manager=AsyncManager())
+    with pytest.raises(ValueError, match="delay: 2 with a manager must be below period/fragments"):
+        gt.LocalUpdates(model, opt, period=4, fragments=2, delay=2, manager=AsyncManager())
     with pytest.raises(ValueError, match="use_async_quorum=False"):
         gt.LocalUpdates(model, opt, period=4, manager=AsyncManager())
     with pytest.raises(ValueError, match="max_workers"):

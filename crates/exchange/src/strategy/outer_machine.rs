@@ -197,10 +197,14 @@ impl OuterRoundMachine {
     }
 
     /// Waits for the round in flight; its failure is an error here (and
-    /// again at its merge, which stays due).
+    /// again at its merge, which stays due). A non-finite model keeps its
+    /// own error (the workers and the round), which a caller acts on.
     pub fn wait(&mut self) -> Result<(), ExchangeError> {
         let desk = desk_in(&mut self.slot)?;
         match &desk.failed {
+            Some(ExchangeError::NonFiniteModel { step, ranks }) => {
+                Err(ExchangeError::NonFiniteModel { step: *step, ranks: ranks.clone() })
+            }
             Some(e) => Err(lost(&e.to_string())),
             None => Ok(()),
         }

@@ -55,8 +55,8 @@ class LocalUpdates:
     - `manager`: a torchft `Manager` (`gradcomp.torch.manager(...)`): the
       workers change from round to round (torchft's quorum; a lost or stopped
       peer costs the round it was in, a returning one is healed from a live
-      peer), at most `max_workers` of them. No `process_group` and no
-      `delay` then (the rounds block). See `_membership` and docs/PYTHON.md.
+      peer), at most `max_workers` of them. No `process_group` then, and
+      `delay` below period/fragments. See `_membership` and docs/PYTHON.md.
 
     Call `close()` (or use it as a context manager) to wait for a round in
     flight before tearing down the process group.
@@ -75,9 +75,10 @@ class LocalUpdates:
         check_group(process_group)
         if manager is not None and process_group is not None:
             raise ValueError("gradcomp: process_group: a manager's rounds run over torchft's group; leave it out")
-        if manager is not None and delay:
-            raise ValueError(f"gradcomp: delay: {delay} with a manager; under membership the rounds block (delay 0): "
-                             "a quorum and torchft's commit bracket each round's exchange")
+        if manager is not None and whole("delay", delay) * max(1, whole("fragments", fragments)) >= period:
+            raise ValueError(f"gradcomp: delay: {delay} with a manager must be below period/fragments "
+                             f"({period}/{fragments}): a round is committed (or discarded) at its merge, before "
+                             "the next one's quorum")
         settings: Dict[str, Any] = {"name": outer}
         if outer_lr is not None:
             settings["lr"] = outer_lr

@@ -23,7 +23,7 @@ the round it was in. docs/RELIABILITY.md says what each fault costs.
 import datetime
 import socket
 import time
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Dict, List, NamedTuple, Optional, Union
 
 import numpy as np
 import torch
@@ -42,8 +42,14 @@ class FtComm:
     gloo group of the quorum's participants), called directly. The group's
     timeout bounds every collective: a stopped peer fails the round there."""
 
+    # The round thread's channel is this object too (`duplicate`): its
+    # `rank` and `world` are set at each quorum, and the core reads them
+    # there (`TorchCollective`'s `follows`).
+    follows_quorum = True
+
     def __init__(self, pg: Any) -> None:
         self.pg = pg
+        self.rank, self.world = 0, 1
 
     def _wait(self, work: Any) -> None:
         work.wait()
@@ -102,8 +108,10 @@ class FtComm:
         self.count(0)
 
     def duplicate(self) -> "FtComm":
-        # Unreached: rounds under a manager run blocking (LocalUpdates refuses a delay).
-        raise RuntimeError("gradcomp: rounds under a torchft manager have no second channel")
+        """The round thread's channel: this group itself. Between a round's
+        start and its merge nothing else uses it (a start never comes before
+        the previous round's merge under a manager: τ < period/fragments)."""
+        return self
 
 
 def manager(*, lighthouse: str, replica_id: str, round_timeout: Union[float, datetime.timedelta],
@@ -176,6 +184,8 @@ class Membership:
         self.outer, self.manager = outer, manager
         self.comm = FtComm(manager._pg)
         self.healed = False
+        self.heal_bytes = 0
+        self.pending: Optional[_Round] = None
         # What the rounds did, for the caller: committed, discarded, healed.
         self.events: List[Dict[str, Any]] = []
         manager.register_state_dict_fn("gradcomp", self._load, self._state)
@@ -197,46 +207,84 @@ class Membership:
         theirs = {k: np.asarray(v, dtype=np.float32).reshape(-1) for k, v in state["outer"].items()}
         o._rust.load({**own, **theirs})
         o.inner_steps = int(state["inner_steps"])
+        self.heal_bytes = sum(int(t.numel()) * t.element_size() for t in state["outer"].values()) + \
+            int(state["model"].numel()) * 4
         o._write(torch.as_tensor(state["model"], dtype=torch.float32).reshape(-1))
         self.healed = True
 
     def round(self) -> None:
-        """The round due at this inner step: a quorum (healing this replica
-        if it is behind), the exchange among its participants, and torchft's
-        verdict: committed, or discarded with nothing applied."""
+        """The round work due at this inner step: a round in flight landed
+        and given torchft's verdict (merged, or discarded with nothing
+        applied); a round starting here started after a quorum (healing this
+        replica if it is behind), among the quorum's participants; blocking
+        (no delay), both at once."""
+        o = self.outer
+        if self.pending is not None and o._rust.merges(o.inner_steps):
+            self._commit(None)
+        if o.inner_steps == 0 or o._rust.starts(o.inner_steps):
+            self._start()
+
+    def _start(self) -> None:
         m, o = self.manager, self.outer
         began = time.monotonic()
-        m.start_quorum()
-        step, healed = o.inner_steps, self.healed
-        self.healed = False
+        m.start_quorum()  # may heal: `_load` sets the step, the model and the outer state
+        step, healed, self.healed = o.inner_steps, self.healed, False
         rank, world = m.participating_rank(), m.num_participants()
-        snapshot = o._rust.state()
+        self.pending = _Round(step, healed, began, rank, world, o._rust.state(), time.monotonic() - began)
         flat = o._flat()
-        record: Optional[Dict[str, Any]] = None
-        error: Optional[BaseException] = None
         try:
             if rank is None:
                 raise RuntimeError("this replica is not among the quorum's participants")
+            self.comm.rank, self.comm.world = rank, world
             contributors = self.comm.count(0 if healed else 1)
             record = o._rust.average(step, flat.numpy(), self.comm, rank, world, contributors)
-        except FloatingPointError as e:
-            if rank in getattr(e, "ranks", ()):
-                # This replica's own model is not finite; its peers discard
-                # the round and go on without it.
-                m.report_error(e)
-                raise FloatingPointError(f"{e}; under a manager the other replicas go on: restart this one "
-                                         "and it heals from a live peer") from e
-            error = e
-        except RuntimeError as e:
-            error = e
+        except (FloatingPointError, RuntimeError) as e:
+            self._commit(e)
+            return
+        if o.delay == 0 or step == 0:  # done in place: start and merge
+            self._commit(None, record, flat)
+
+    def _commit(self, error: Optional[BaseException], record: Optional[Dict[str, Any]] = None,
+                flat: Optional[torch.Tensor] = None) -> None:
+        m, o, r = self.manager, self.outer, self.pending
+        assert r is not None
+        self.pending = None
+        if error is None and record is None:  # in flight on the round thread: land it
+            try:
+                o._rust.wait()
+            except (FloatingPointError, RuntimeError) as e:
+                error = e
+        if isinstance(error, FloatingPointError) and r.rank in getattr(error, "ranks", ()):
+            # This replica's own model is not finite; its peers discard the
+            # round and go on without it.
+            m.report_error(error)
+            raise FloatingPointError(f"{error}; under a manager the other replicas go on: restart this one "
+                                     "and it heals from a live peer") from error
         if error is not None:
             m.report_error(error)
         committed = m.should_commit()
-        event = {"step": step, "workers": world, "healed": healed, "committed": committed,
-                 "error": None if error is None else str(error), "seconds": time.monotonic() - began}
-        self.events.append(event)
-        if committed and record is not None:
+        if committed and error is None:
+            if record is None:  # the merge, due at this step
+                flat = o._flat()
+                record = o._rust.average(o.inner_steps, flat.numpy(), self.comm, r.rank, r.world)
+            assert flat is not None
             o._write(flat)
             o._count(record)
         else:
-            o._rust.load(snapshot)
+            o._rust.load(r.snapshot)  # θ_outer, the outer momentum and the memories as they were
+            committed = False
+        self.events.append({"step": r.step, "workers": r.world, "healed": r.healed, "committed": committed,
+                            "error": None if error is None else str(error),
+                            "seconds": time.monotonic() - r.began, "quorum_seconds": r.quorum_seconds,
+                            "heal_bytes": self.heal_bytes if r.healed else 0})
+
+
+class _Round(NamedTuple):
+    """A round from its quorum to torchft's verdict."""
+    step: int
+    healed: bool
+    began: float
+    rank: Optional[int]
+    world: int
+    snapshot: Dict[str, Any]
+    quorum_seconds: float
