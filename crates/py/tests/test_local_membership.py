@@ -217,6 +217,12 @@ def test_a_manager_refuses_what_membership_cannot_run() -> None:
     with pytest.raises(ValueError, match="compressor 'nope'"):
         gt.round_timeout(model, link_bps=1e8, workers=4, period=8, compressor="nope")
     assert gt.round_timeout(model, link_bps=1e8, workers=4, period=8) == 5.0, "a tiny model's round: the floor"
+    # 4 MB: a ring allreduce moves 6 MB a worker, about 0.5 s at 100 Mbit/s (× 4).
+    big = torch.nn.Linear(1000, 1000)
+    at_100 = gt.round_timeout(big, link_bps=1e8, workers=4, period=8, floor=0.1)
+    assert 1.0 < at_100 < 4.0 and gt.round_timeout(big, link_bps=5e7, workers=4, period=8, floor=0.1) > at_100
+    fp4 = gt.round_timeout(big, link_bps=1e8, workers=4, period=8, compressor="fp4", floor=0.1)
+    assert abs(fp4 - at_100) < 0.1 * at_100, "fp4 is not priced: timed as dense"
     # The senders' mean would count a healed worker's zero change as a sender.
     config = _core.local_config("sparseloco", {"period": 4, "outer": {"name": "nesterov"}, "fragments": 1, "delay": 0})
     with pytest.raises(ValueError, match="SenderMean"):

@@ -148,13 +148,15 @@ def round_timeout(model: torch.nn.Module, *, link_bps: float, workers: int, peri
     """Seconds a round's collectives may take before its peers count as lost:
     `factor` × the network model's round time for `model`'s change through
     `compressor` among `workers` on a link of `link_bps` (one fragment's
-    round with `fragments`), and at least `floor`."""
+    round with `fragments`), and at least `floor`. A compressor the model
+    does not price (fp4, eightbit, sparseloco, ...) is timed as dense, whose
+    round bounds theirs."""
+    if compressor not in _core.methods():
+        raise ValueError(f"gradcomp: round_timeout: compressor {compressor!r} is not one of {_core.methods()}")
     shapes = [list(p.shape) or [1] for p in model.parameters() if p.requires_grad]
     rows = _core.predict(shapes, 0.0, workers, float(link_bps), density=density, period=period, fragments=fragments)
-    row = next((r for r in rows if r["compressor"] == compressor), None)
-    if row is None:
-        raise ValueError(f"gradcomp: round_timeout: compressor {compressor!r} is not one the model prices: "
-                         f"{sorted({r['compressor'] for r in rows})}")
+    row = next((r for r in rows if r["compressor"] == compressor), None) or \
+        next(r for r in rows if r["compressor"] == "dense")
     round_seconds = float(row["local_step_seconds"]) * period / fragments
     return max(floor, factor * round_seconds)
 
