@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Issue #49, point 7: faults under membership on netsim (root). An interleaved pair per
+# framework (the same seed without and with faults), then the GPT's heal alone:
+#
+#   bench/peer/faults.sh OUT [PHASE...]     PHASE: gradcomp torchft heal (default: all three)
+#
+# bench/peer/faults.py says what a run does; its `table` prints the results.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+out="${1:?usage: bench/peer/faults.sh OUT [PHASE...]}"
+shift
+py="${PEER_PYTHON:-$HOME/.cache/gradcomp/py-venv/bin/python}"
+steps="${FAULTS_STEPS:-600}"
+[ $# -gt 0 ] || set -- gradcomp torchft heal
+for phase in "$@"; do
+    echo "=== $phase $(date -u +%FT%TZ)" >&2
+    case $phase in
+        gradcomp|torchft)
+            "$py" bench/peer/faults.py run --framework "$phase" --out "$out/$phase-nofaults" --steps "$steps" --limit 900
+            "$py" bench/peer/faults.py run --framework "$phase" --out "$out/$phase-faults" --steps "$steps" --limit 900 \
+                --faults --schedule-from "$out/$phase-nofaults" ;;
+        # The race's GPT (5.75M parameters): one worker trains, a second joins 30 s later and
+        # heals from it at 100 Mbit/s: θ_outer, the outer momentum (Nesterov) and the model.
+        heal)
+            "$py" bench/peer/faults.py run --framework gradcomp --out "$out/gpt-heal" --config experiments/tta-ptb-gpt.toml \
+                --workers 2 --world 2 --min-replicas 1 --outer nesterov --steps 2000 --save-every 0 --join-late 30 --limit 600 ;;
+        *) echo "unknown phase $phase" >&2; exit 2 ;;
+    esac
+done
