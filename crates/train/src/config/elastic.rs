@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::TrainConfig;
+use super::{Average, StrategyKind, TrainConfig};
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -52,13 +52,27 @@ impl TrainConfig {
     /// Why this run may not change its number of workers, if it may not:
     /// where N is part of its meaning and a new N would change it silently.
     /// A resume with another N and `gradcomp launch` both ask.
+    ///
+    /// Local updates (`kind = "local"`) may: a resume with another N
+    /// restarts every worker from the shared model θ_outer
+    /// ([`TrainConfig::restarts_from_outer_model`]). CELGC may not: its
+    /// clipping and averaging period are studied at a fixed N.
     pub fn fixed_workers_reason(&self) -> Option<&'static str> {
         if self.elastic.fixed_workers {
             Some("its configuration fixes them (elastic.fixed_workers = true)")
-        } else if self.strategy.kind.steps_locally() {
-            Some("local steps (CELGC, DiLoCo: kind = \"celgc\" or \"local\") keep each worker's own model, and its compressor memory, between rounds: a worker added or removed mid-period has no model of its own to take up or hand over (each drifts on its own shard), and the per-worker batches are defined for its N")
+        } else if self.strategy.kind == StrategyKind::ClippedAveraging {
+            Some("CELGC (kind = \"celgc\") keeps each worker's own model, and its compressor memory, between rounds and is a study at its N (its clipping γ and period I are tuned for it); kind = \"local\" restarts every worker from the shared model θ_outer instead")
         } else {
             None
         }
+    }
+
+    /// Whether a resume with another number of workers restarts every
+    /// worker from the shared model of the outer rounds (local updates that
+    /// average models, `kind = "local"`): the workers' own models differ
+    /// between rounds, so none of them is the run's model. Their memories
+    /// are reset, whatever `lost_state` says (docs/RELIABILITY.md).
+    pub fn restarts_from_outer_model(&self) -> bool {
+        self.strategy.kind == StrategyKind::Local && self.strategy.average == Average::Models
     }
 }

@@ -55,6 +55,16 @@ fn give_up(sh: &Shared<'_>, rank: usize, c: &mut dyn Collective, e: TrainError) 
     e
 }
 
+/// How a local-update run resumed with another number of workers restarted
+/// ([`Worker::outer_restart`]), for its line in `membership.jsonl`.
+struct OuterRestart {
+    /// Where the model came from: `outer.anchor` (θ_outer) or `mean`.
+    model: &'static str,
+    /// Local steps since the last outer round started: their progress,
+    /// taken up by no round, is discarded by the restart.
+    steps_since_round: u64,
+}
+
 /// A worker's loop state.
 struct Worker<'a, 's, M> {
     sh: &'a Shared<'s>,
@@ -140,18 +150,28 @@ impl<'a, 's, M: Net> Worker<'a, 's, M> {
     /// Continues from a checkpoint: model, optimizer, the handle's state, the
     /// totals and the step's place in the epochs. With another number of
     /// workers than it was made with (issue #27), each worker's state comes
-    /// from [`Worker::resized_state`] and the run is placed anew by
+    /// from [`Worker::resized_state`] (local updates:
+    /// [`Worker::outer_restart`]) and the run is placed anew by
     /// [`Worker::resize`].
     fn resume(&mut self, model: M, saved: &Checkpoint) -> Result<M, TrainError> {
         let rank = self.dp.rank();
         let (from, to) = (saved.counters.workers, self.dp.world_size());
         let resized = from != to && from > 0;
-        // A resized run's replicas are identical (CELGC, whose are not, is refused before).
-        let (state, own) =
-            if resized { (self.resized_state(saved, from, to)?, None) } else { saved.rank_state(rank)? };
-        let replica = own.as_ref().unwrap_or(&saved.replica);
-        let (model, optim) = replica.apply(model, self.optim.clone())?;
-        self.optim = optim;
+        let (model, state, restart) = if resized && self.sh.cfg.restarts_from_outer_model() {
+            let (model, state, restart) = self.outer_restart(model, saved, from)?;
+            (model, state, Some(restart))
+        } else {
+            // A resized synchronous run's replicas are identical (CELGC, whose are not, is refused before).
+            let (state, own) = if resized {
+                (self.resized_state(saved, from, to)?, None)
+            } else {
+                saved.rank_state(rank)?
+            };
+            let replica = own.as_ref().unwrap_or(&saved.replica);
+            let (model, optim) = replica.apply(model, self.optim.clone())?;
+            self.optim = optim;
+            (model, state, None)
+        };
         if state.step != saved.counters.step {
             return Err(TrainError::Checkpoint(format!(
                 "rank {rank}'s file is at step {}, the run's state at step {}",
@@ -163,12 +183,85 @@ impl<'a, 's, M: Net> Worker<'a, 's, M> {
         self.saved_at = Some(saved.counters.step);
         self.lr_factor = saved.counters.lr_factor.unwrap_or(1.0);
         if resized {
-            self.resize(saved, from, to)?;
+            self.resize(saved, from, to, restart)?;
         } else if saved.counters.position() != saved.counters.step {
             // A run resized before: its steps keep their place in the epochs.
             self.set_position(saved.counters.step, saved.counters.position());
         }
         Ok(model)
+    }
+
+    /// This worker in a local-update run (`kind = "local"`) resumed from a
+    /// checkpoint of `from` workers with another number: the workers' own
+    /// models differ between outer rounds, so every worker restarts from the
+    /// run's shared model, θ_outer (`outer.anchor`), or, for plain model
+    /// averaging (which keeps none), from the mean of the `from` saved
+    /// models, which is the round's result. The shared state (θ_outer, the
+    /// outer momentum, a compressor's own state) comes from rank 0's file
+    /// for every worker, so all start alike; every error-feedback memory is
+    /// zero (reset: the gradient mass a memory owes was owed by a model that
+    /// is replaced here, and a worker new to the run has none, as a worker
+    /// healed by torchft); the inner optimizer's state is the rank's own
+    /// where that rank was in the run, else fresh.
+    fn outer_restart(
+        &mut self,
+        model: M,
+        saved: &Checkpoint,
+        from: usize,
+    ) -> Result<(M, DataParallelState, OuterRestart), TrainError> {
+        let rank = self.dp.rank();
+        let (shared, _) = saved.rank_state(0)?;
+        let mut state = shared.for_new_worker();
+        let own = if rank < from {
+            let (mine, own) = saved.rank_state(rank)?;
+            (state.bytes_sent, state.bytes_received) = (mine.bytes_sent, mine.bytes_received);
+            own
+        } else {
+            None
+        };
+        // θ_outer's buffer (gradcomp-exchange's `ANCHOR_KEY`).
+        let (theta, source) = match state.buffers.get("outer.anchor").filter(|a| !a.is_empty()) {
+            Some(anchor) => (anchor.clone(), "outer.anchor"),
+            None => {
+                let mut mean = vec![0.0f64; saved.replica.params.len()];
+                for r in 0..from {
+                    let (_, replica) = saved.rank_state(r)?;
+                    let params = replica.map_or_else(|| saved.replica.params.clone(), |m| m.params);
+                    mean.iter_mut().zip(&params).for_each(|(m, &p)| *m += f64::from(p));
+                }
+                (mean.iter().map(|m| (m / from as f64) as f32).collect(), "mean")
+            }
+        };
+        // The rank's own model and optimizer where it has them (the model's
+        // values then replaced); a new rank keeps its fresh optimizer.
+        let model = match &own {
+            Some(own) => {
+                let (model, optim) = own.apply(model, self.optim.clone())?;
+                self.optim = optim;
+                model
+            }
+            None => saved.replica.apply(model, self.optim.clone())?.0,
+        };
+        let layout = gradcomp_dp::params::layout(&model);
+        if theta.len() != layout.total() {
+            return Err(TrainError::Checkpoint(format!(
+                "the checkpoint's shared model has {} values, this model {}",
+                theta.len(),
+                layout.total()
+            )));
+        }
+        let model = gradcomp_dp::params::write_params(model, &theta);
+        let steps_since_round = self.steps_since_round(saved.counters.step, state.averaged_at);
+        Ok((model, state, OuterRestart { model: source, steps_since_round }))
+    }
+
+    /// How many steps before `step` the last outer round started (0 when
+    /// one started at `step` itself, before the checkpoint: `averaged_at`):
+    /// the local steps whose progress no round has taken up.
+    fn steps_since_round(&self, step: u64, averaged_at: Option<u64>) -> u64 {
+        let schedule = gradcomp_dp::strategy::OuterSchedule::new(&self.sh.cfg.strategy);
+        let done = |t: u64| schedule.starts_any(t) && (t < step || averaged_at == Some(step));
+        (0..=step).rev().find(|&t| done(t)).map_or(step, |t| step - t)
     }
 
     /// This worker's state in a run of `to` workers resumed from a
@@ -196,7 +289,13 @@ impl<'a, 's, M: Net> Worker<'a, 's, M> {
     /// restored): the data is sharded anew among `to`, the run goes on at the
     /// same point of the same epoch, as a fraction of it, with the learning
     /// rate `elastic.lr` says; rank 0 records the change in `membership.jsonl`.
-    fn resize(&mut self, saved: &Checkpoint, from: usize, to: usize) -> Result<(), TrainError> {
+    fn resize(
+        &mut self,
+        saved: &Checkpoint,
+        from: usize,
+        to: usize,
+        restart: Option<OuterRestart>,
+    ) -> Result<(), TrainError> {
         let cfg = self.sh.cfg;
         let step = saved.counters.step;
         let old_per_epoch =
@@ -220,11 +319,20 @@ impl<'a, 's, M: Net> Worker<'a, 's, M> {
             } else {
                 "none".into()
             };
-            let line = serde_json::json!({
+            let mut line = serde_json::json!({
                 "step": step, "from": from, "to": to, "epoch": epoch,
                 "steps_per_epoch": [old_per_epoch, self.steps_per_epoch], "position": position,
                 "lost_state": lost_state, "lr_factor": self.lr_factor,
             });
+            if let Some(r) = restart {
+                // Local updates: every worker restarted from the shared
+                // model; memories reset; `lost_state` does not apply.
+                line["lost_state"] = "reset".into();
+                line["model"] = r.model.into();
+                line["memories"] = "reset".into();
+                line["fresh_optimizers"] = to.saturating_sub(from).into();
+                line["steps_since_round"] = r.steps_since_round.into();
+            }
             crate::records::append_membership(&self.sh.run_dir, &line).map_err(io(&self.sh.run_dir))?;
         }
         Ok(())
@@ -256,6 +364,7 @@ impl<'a, 's, M: Net> Worker<'a, 's, M> {
     /// Steps to the end (or to an agreed stop), then the summary.
     fn train(mut self, mut model: M) -> Result<Option<RunSummary>, TrainError> {
         let mut interrupted = false;
+        let mut stop_at = None;
         while self.dp.steps() < self.total_steps {
             let (m, stop) = self.step(model)?;
             model = m;
@@ -268,18 +377,21 @@ impl<'a, 's, M: Net> Worker<'a, 's, M> {
                 if step < self.total_steps {
                     model = self.dp.end_epoch(model)?;
                 }
-                self.end_epoch(&model)?;
+                model = self.end_epoch(model)?;
             } else if every > 0 && step.is_multiple_of(every) && self.sh.cfg.train.eval {
                 self.evaluate_now(&model)?;
             }
             let every_steps = self.sh.cfg.train.checkpoint_every_steps;
             if every_steps > 0 && step.is_multiple_of(every_steps) && self.saved_at != Some(step) {
-                self.checkpoint_in_background(&model)?;
+                model = self.checkpoint_in_background(model)?;
             }
             if self.reached_target.is_some() {
                 break;
             }
-            if stop && step < self.total_steps {
+            if stop && stop_at.is_none() {
+                stop_at = Some(self.stop_step(step));
+            }
+            if stop_at.is_some_and(|s| step >= s) && step < self.total_steps {
                 interrupted = true;
                 break;
             }
@@ -287,9 +399,39 @@ impl<'a, 's, M: Net> Worker<'a, 's, M> {
         if interrupted && self.saved_at != Some(self.dp.steps()) {
             // The partial epoch's records, then a checkpoint to resume from.
             self.recorder.flush(self.dp, self.sh)?;
-            self.checkpoint(&model)?;
+            model = self.checkpoint(model)?;
         }
         self.finish(&model, interrupted)
+    }
+
+    /// The step an agreed stop at `step` ends at: `step` itself, or in a
+    /// local-update run the next step at which an outer round starts (at
+    /// most H/P steps on), so that the checkpoint it leaves takes up every
+    /// worker's local progress in a round: a resume with another number of
+    /// workers, which restarts them from θ_outer, then discards none (one
+    /// fragment; with several, the other fragments' progress since their
+    /// own rounds). Every worker computes the same step.
+    fn stop_step(&self, step: u64) -> u64 {
+        if !self.sh.cfg.restarts_from_outer_model() {
+            return step;
+        }
+        let schedule = gradcomp_dp::strategy::OuterSchedule::new(&self.sh.cfg.strategy);
+        (step..step + self.sh.cfg.strategy.period.max(1)).find(|&t| schedule.starts_any(t)).unwrap_or(step)
+    }
+
+    /// Before a checkpoint of a local-update run (`kind = "local"`), the
+    /// outer round due at this step, which the next step would begin with:
+    /// the checkpoint then holds the round's result (after a whole merge,
+    /// every worker's model is θ_outer), which a resume with another number
+    /// of workers restarts from. The same round at the same step as without
+    /// the checkpoint; not after the last step (no next step begins there).
+    fn round_before_checkpoint(&mut self, model: M) -> Result<M, TrainError> {
+        let step = self.dp.steps();
+        if !self.sh.cfg.restarts_from_outer_model() || step >= self.total_steps {
+            return Ok(model);
+        }
+        let epoch = self.epoch_of(step);
+        Ok(self.dp.begin_step(model, epoch)?)
     }
 
     /// One step: a CELGC round if due, forward/backward, the exchange, the optimizer.
@@ -388,12 +530,12 @@ impl<'a, 's, M: Net> Worker<'a, 's, M> {
 
     /// Ends an epoch: records, evaluation (on the model every worker agrees
     /// on), the density of the next epoch, and a checkpoint when due.
-    fn end_epoch(&mut self, model: &M) -> Result<(), TrainError> {
+    fn end_epoch(&mut self, model: M) -> Result<M, TrainError> {
         let step = self.dp.steps();
         let epoch = self.epoch_of(step - 1);
         self.recorder.flush(self.dp, self.sh)?;
         let eval = if self.sh.cfg.train.eval {
-            let consensus = self.dp.consensus_model(model)?;
+            let consensus = self.dp.consensus_model(&model)?;
             Some(eval::evaluate(self.dp, &consensus, self.sh)?)
         } else {
             None
@@ -409,32 +551,34 @@ impl<'a, 's, M: Net> Worker<'a, 's, M> {
         }
         let every = self.sh.cfg.train.checkpoint_every_epochs;
         if (every > 0 && (epoch + 1).is_multiple_of(every)) || step == self.total_steps {
-            self.checkpoint(model)?;
+            return self.checkpoint(model);
         }
-        Ok(())
+        Ok(model)
     }
 
-    fn checkpoint(&mut self, model: &M) -> Result<(), TrainError> {
+    fn checkpoint(&mut self, model: M) -> Result<M, TrainError> {
         self.wait_for_background()?;
+        let model = self.round_before_checkpoint(model)?;
         let step = self.dp.steps();
         let counters = self.recorder.totals.at(step, self.position(step));
-        checkpoint::write(self.sh, self.dp, model, &self.optim, &counters)?;
+        checkpoint::write(self.sh, self.dp, &model, &self.optim, &counters)?;
         self.saved_at = Some(self.dp.steps());
-        Ok(())
+        Ok(model)
     }
 
     /// A checkpoint of this step written while training goes on: the
     /// records so far go out (the counters must match them), the state is
     /// copied here, and a thread writes it. The previous one must be done.
-    fn checkpoint_in_background(&mut self, model: &M) -> Result<(), TrainError> {
+    fn checkpoint_in_background(&mut self, model: M) -> Result<M, TrainError> {
         self.wait_for_background()?;
         self.recorder.flush(self.dp, self.sh)?;
+        let model = self.round_before_checkpoint(model)?;
         let step = self.dp.steps();
         let counters = self.recorder.totals.at(step, self.position(step));
-        let snapshot = checkpoint::Snapshot::take(self.sh, self.dp, model, &self.optim, &counters)?;
+        let snapshot = checkpoint::Snapshot::take(self.sh, self.dp, &model, &self.optim, &counters)?;
         self.background = Some(checkpoint::Background::start(snapshot));
         self.saved_at = Some(self.dp.steps());
-        Ok(())
+        Ok(model)
     }
 
     fn wait_for_background(&mut self) -> Result<(), TrainError> {

@@ -276,7 +276,6 @@ fn a_resume_keeps_the_workers_where_they_are_part_of_the_meaning() {
     for (extra, why) in [
         ("[elastic]\nfixed_workers = true", "elastic.fixed_workers"),
         ("[strategy]\nkind = \"celgc\"\nperiod = 2\ngamma = 0.5", "CELGC"),
-        ("[strategy]\nkind = \"local\"\nperiod = 2\nfragments = 2\ndelay = 1", "DiLoCo"),
     ] {
         let d = tempdir::Dir::new();
         let cfg = config(d.path(), &format!("{extra}\n[train]\nmax_steps = 4"));
@@ -285,6 +284,127 @@ fn a_resume_keeps_the_workers_where_they_are_part_of_the_meaning() {
         let opts = RunOptions { resume: true, allow_changes: true, ..Default::default() };
         let e = trainer::train(&resized, opts, Box::new(Silent)).unwrap_err().to_string();
         assert!(e.contains("3 workers") && e.contains("has 2") && e.contains(why), "{e}");
+    }
+}
+
+/// Rank `rank`'s file of the latest checkpoint in run directory `d`.
+fn latest_rank(d: &std::path::Path, rank: usize) -> gradcomp_train::sections::Sections {
+    let dir = latest_state(d).parent().unwrap().to_path_buf();
+    gradcomp_train::sections::Sections::read(&dir.join(format!("rank-{rank}.bin"))).unwrap()
+}
+
+/// The largest |value| of the memories (`dp.*memory.*`) in a rank's file.
+fn largest_memory(s: &gradcomp_train::sections::Sections) -> f32 {
+    let memories = s.f32_under("dp.");
+    assert!(memories.keys().any(|k| k.contains("memory.")), "{:?}", memories.keys());
+    memories
+        .iter()
+        .filter(|(k, _)| k.contains("memory."))
+        .flat_map(|(_, v)| v)
+        .fold(0.0f32, |m, v| m.max(v.abs()))
+}
+
+/// Issue #49 point 5: local updates (DiLoCo, `kind = "local"`, the change
+/// through Top-k with error feedback) resume with another number of
+/// workers. From a checkpoint of 3 taken mid-period (step 30, H = 4: the
+/// workers' own models differ from θ_outer), a resume with 2 or 4 restarts
+/// every worker from θ_outer: with no step to run, the workers' mean is
+/// θ_outer (not the mean of the saved models); one step on, every rank's
+/// memories are zero and θ_outer is the saved one; the change is recorded
+/// (memories reset, 2 steps since the round); and the run goes on learning
+/// to its end. A stop lands on an outer round (step 32, not 30) whose
+/// result every worker holds.
+#[test]
+fn a_local_update_run_resumes_with_fewer_or_more_workers_from_the_outer_model() {
+    use gradcomp_train::config::TrainConfig;
+    let extra = "[strategy]\nkind = \"local\"\nperiod = 4\ncompress_delta = true\n[compressor]\nname = \"topk\"\ndensity = 0.1\n[comm]\ntopology = \"allgather\"\n[train]\ncheckpoint_every_epochs = 0";
+    let opts = || RunOptions { resume: true, allow_changes: true, ..Default::default() };
+    for to in [2usize, 4] {
+        let d = tempdir::Dir::new();
+        let mut cfg = config(d.path(), extra);
+        cfg.train.max_steps = 30;
+        let first = trainer::train(&cfg, RunOptions::default(), Box::new(Silent)).unwrap();
+        assert_eq!(first.steps, 30);
+        let saved: Vec<_> = (0..3).map(|r| latest_rank(d.path(), r)).collect();
+        let anchor = saved[0].f32("dp.outer.anchor").unwrap().to_vec();
+        let mut mean = vec![0.0f64; anchor.len()];
+        for s in &saved {
+            assert_eq!(s.f32("dp.outer.anchor").unwrap(), &anchor[..], "θ_outer is shared");
+            s.f32("params").unwrap().iter().zip(&mut mean).for_each(|(p, m)| *m += f64::from(*p) / 3.0);
+        }
+        assert!(largest_memory(&saved[0]) > 0.0, "the saved memories hold residuals");
+        let off =
+            |xs: &[f32], ys: &[f32]| xs.iter().zip(ys).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max);
+        let mean: Vec<f32> = mean.iter().map(|&m| m as f32).collect();
+        assert!(off(&mean, &anchor) > 1e-3, "mid-period the workers' models are not θ_outer");
+
+        // No step to run: the summary's model is the workers' mean.
+        let resized = TrainConfig { workers: to, ..cfg.clone() };
+        let start = trainer::train(&resized, opts(), Box::new(Silent)).unwrap();
+        assert_eq!(start.steps, 30);
+        assert!(off(&start.final_params, &anchor) < 1e-6, "{to} workers start from θ_outer");
+        let lines: Vec<serde_json::Value> = std::fs::read_to_string(d.path().join("membership.jsonl"))
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let m = &lines[0];
+        assert_eq!(
+            (m["step"].as_u64(), m["from"].as_u64(), m["to"].as_u64()),
+            (Some(30), Some(3), Some(to as u64))
+        );
+        assert_eq!((m["model"].as_str(), m["memories"].as_str()), (Some("outer.anchor"), Some("reset")));
+        assert_eq!(m["steps_since_round"].as_u64(), Some(2), "rounds start at 28 and 32");
+        assert_eq!(m["fresh_optimizers"].as_u64(), Some(to.saturating_sub(3) as u64));
+
+        // One step on (no round at step 30): every rank's memories are zero.
+        let mut one = resized.clone();
+        one.train.max_steps = 31;
+        assert_eq!(trainer::train(&one, opts(), Box::new(Silent)).unwrap().steps, 31);
+        for r in 0..to {
+            let s = latest_rank(d.path(), r);
+            assert_eq!(largest_memory(&s), 0.0, "{to} workers: rank {r}'s memories are reset");
+            assert_eq!(s.f32("dp.outer.anchor").unwrap(), &anchor[..], "rank {r} holds the saved θ_outer");
+        }
+
+        // On to the end of 2 epochs with the new workers: it keeps learning.
+        let mut rest_cfg = resized.clone();
+        rest_cfg.train.max_steps = 0;
+        let rest = trainer::train(&rest_cfg, opts(), Box::new(Silent)).unwrap();
+        let last = rest.epochs.last().unwrap();
+        let epochs = std::fs::read_to_string(d.path().join("epochs.jsonl")).unwrap();
+        let first_loss = serde_json::from_str::<serde_json::Value>(epochs.lines().next().unwrap()).unwrap()
+            ["train_loss"]
+            .as_f64()
+            .unwrap();
+        assert!(last.train_loss < first_loss, "{to} workers: {} after {first_loss}", last.train_loss);
+        assert!(last.test_accuracy.unwrap() > 0.5, "{to} workers: {last:?}");
+    }
+
+    // A stop asked after step 30 ends at the next round's start (32), after
+    // that round: every worker's model is θ_outer.
+    let d = tempdir::Dir::new();
+    let cfg = config(d.path(), extra);
+    let part = stopped_at(&cfg, 30, false);
+    assert_eq!(part.steps, 32);
+    let anchor = latest_rank(d.path(), 0).f32("dp.outer.anchor").unwrap().to_vec();
+    for r in 0..3 {
+        assert_eq!(latest_rank(d.path(), r).f32("params").unwrap(), &anchor[..], "rank {r} holds θ_outer");
+    }
+}
+
+/// Checkpoints of local updates are taken after the round due at their
+/// step, and stops wait for the next round: a DiLoCo run (one fragment,
+/// Nesterov, dense) and a Streaming one stopped and resumed with the same
+/// workers still end bit-exactly where the uninterrupted run ends.
+#[test]
+fn a_local_update_run_stopped_at_a_round_resumes_bit_exactly() {
+    for extra in [
+        "[strategy]\nkind = \"local\"\nperiod = 4\n[train]\ncheckpoint_every_epochs = 1",
+        "[strategy]\nkind = \"local\"\nperiod = 4\nfragments = 2\ndelay = 1\n[train]\ncheckpoint_every_epochs = 1\ncheckpoint_every_steps = 8",
+    ] {
+        let (full, rest) = interrupted_and_resumed(extra, 29);
+        assert_eq!(rest.final_params, full.final_params, "{extra}");
     }
 }
 
