@@ -258,6 +258,51 @@ fn a_stopped_rank_is_named_and_its_host_rejoins() {
     assert_eq!(joined[0]["steps_lost"], 0, "joining at a checkpoint loses nothing: {m:?}");
 }
 
+/// Issue #49 point 5: a local-update run (DiLoCo, H = 4, its change
+/// through Top-k with error feedback; checkpoints every 20 steps, at outer
+/// rounds) outlives a killed host: the job goes on with 2 from the latest
+/// checkpoint, every worker from θ_outer with its memories reset, nothing of
+/// the local steps discarded (the checkpoint holds the round of its step);
+/// the host, back, joins at the next checkpoint with a fresh inner optimizer;
+/// the run ends with all its steps.
+#[cfg(feature = "mpi")]
+#[test]
+fn a_local_update_run_outlives_a_killed_host_and_takes_it_back() {
+    let c = Cluster::new("local", &["fa1", "fa2", "fa3"]);
+    let local = [
+        "--set",
+        "strategy={ kind = \"local\", period = 4, compress_delta = true }",
+        "--set",
+        "compressor={ name = \"topk\", density = 0.1 }",
+    ];
+    let mut child = c.launch(2, 6, &local);
+    c.wait_for_step(70, &mut child); // mid-interval: checkpoints every 20 steps
+    c.kill_host("fa3");
+    let start = Instant::now();
+    while !c.membership().iter().any(|l| l["to"] == 2) {
+        assert!(start.elapsed() < Duration::from_secs(120), "never restarted on two: {:?}", c.membership());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    c.revive_host("fa3");
+    let (code, out) = finish(child);
+    assert_eq!(code, Some(0), "{out}");
+    let m = c.membership();
+    let lost = events(&m, "hosts lost");
+    assert_eq!(lost.len(), 1, "{m:?}\n{out}");
+    assert!(lost[0]["steps_lost"].as_u64().unwrap() <= 20, "more than a checkpoint interval lost: {m:?}");
+    let shrunk = m.iter().find(|l| l["from"] == 3 && l["to"] == 2).expect("the trainer's line 3 → 2");
+    assert_eq!(
+        (shrunk["model"].as_str(), shrunk["memories"].as_str()),
+        (Some("outer.anchor"), Some("reset"))
+    );
+    assert_eq!(shrunk["steps_since_round"], 0, "a checkpoint at a round discards no local step: {shrunk}");
+    assert_eq!(shrunk["step"].as_u64().unwrap() % 20, 0, "{shrunk}");
+    assert_eq!(events(&m, "hosts joined").len(), 1, "{m:?}\n{out}");
+    let grown = m.iter().find(|l| l["from"] == 2 && l["to"] == 3).expect("the trainer's line 2 → 3");
+    assert_eq!((grown["fresh_optimizers"].as_u64(), grown["steps_since_round"].as_u64()), (Some(1), Some(0)));
+    assert!(out.contains("test accuracy:"), "the run did not finish: {out}");
+}
+
 /// A host that comes back joins at the next checkpoint after it answers.
 #[cfg(feature = "mpi")]
 #[test]
@@ -355,6 +400,18 @@ fn launch_refuses_what_it_cannot_keep_going() {
     let (code, err) = run(&["--min-workers", "1", "--set", "elastic.fixed_workers=true"]);
     assert_eq!(code, Some(2));
     assert!(err.contains("elastic.fixed_workers = true"), "{err}");
+    // CELGC is a study at its N; local updates may change N, from
+    // checkpoints at outer rounds (a multiple of the period).
+    let (code, err) =
+        run(&["--min-workers", "1", "--set", "strategy={ kind = \"celgc\", compress_delta = true }"]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("may not change") && err.contains("CELGC"), "{err}");
+    let local =
+        ["--min-workers", "1", "--set", "strategy={ kind = \"local\", period = 3, compress_delta = true }"];
+    let (code, err) = run(&[&local[..], &["--set", "train.checkpoint_every_steps=20"]].concat());
+    assert_eq!(code, Some(2));
+    assert!(err.contains("checkpoint_every_steps = 20 is not a multiple of strategy.period = 3"), "{err}");
+    assert!(!err.contains("may not change"), "local updates may change their workers: {err}");
     // No host answers (the agent `false` reaches none).
     let (code, err) = run(&["--min-workers", "1", "--agent", "false"]);
     assert_eq!(code, Some(2));

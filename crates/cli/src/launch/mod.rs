@@ -8,7 +8,10 @@
 //! a host that no longer answers), it resumes the run from the latest
 //! complete checkpoint on the hosts that remain, as long as at least
 //! `--min-workers` do; the trainer re-shards the data and folds or drops the
-//! lost ranks' memories (`[elastic]`). A failure that blames no host (a bad
+//! lost ranks' memories (`[elastic]`), or, for local updates (`kind =
+//! "local"`), restarts every worker from the shared model θ_outer with its
+//! memories reset, from checkpoints taken at outer rounds (a multiple of
+//! the period: checked here). A failure that blames no host (a bad
 //! configuration, a diverged run) ends the launch with the job's exit code:
 //! a restart would only repeat it.
 //!
@@ -106,6 +109,9 @@ pub fn run(a: &LaunchArgs) -> Result<()> {
         ))
         .into());
     }
+    if let Some(why) = local_checkpoints_off_rounds(&cfg) {
+        return Err(UserError(format!("gradcomp launch with local updates (kind = \"local\"): {why}")).into());
+    }
     let min_workers = a.min_workers.unwrap_or(cfg.elastic.min_workers);
     if min_workers == 0 {
         return Err(UserError(
@@ -128,6 +134,21 @@ pub fn run(a: &LaunchArgs) -> Result<()> {
         pending: None,
     }
     .run()
+}
+
+/// Why a local-update run's periodic checkpoints would fall between outer
+/// rounds, if they would. A restart with another number of workers goes on
+/// from θ_outer and discards the local steps since the last round
+/// (docs/RELIABILITY.md); the trainer runs the round due at a checkpoint's
+/// step before writing it, so checkpoints every multiple of the period H
+/// discard nothing (one fragment).
+fn local_checkpoints_off_rounds(cfg: &gradcomp_train::config::TrainConfig) -> Option<String> {
+    let (every, period) = (cfg.train.checkpoint_every_steps, cfg.strategy.period);
+    (cfg.restarts_from_outer_model() && every > 0 && !every.is_multiple_of(period.max(1))).then(|| {
+        format!(
+            "train.checkpoint_every_steps = {every} is not a multiple of strategy.period = {period}: a restart with fewer or more hosts goes on from the shared model θ_outer and would discard the local steps since the last outer round; checkpoint at outer rounds (a multiple of {period})"
+        )
+    })
 }
 
 /// How a job starts: as the user asked (the first), from the latest
