@@ -6,6 +6,9 @@
 - A peer that stops answering (SIGSTOP) while a round is on the core's round
   thread fails the others within the user's `init_process_group` timeout: the
   thread's group takes it, not torch's default for a new group (30 minutes).
+- A peer that dies or stops before a round is named on every surviving rank
+  (`PeerLost`, a `RuntimeError`): its heartbeat in the store stopped
+  (`gradcomp/_liveness.py`).
 """
 import json
 from typing import Any, List
@@ -88,8 +91,100 @@ def test_a_stopped_peer_fails_the_round_within_the_users_timeout(tmp_path: Any) 
     line = next((l for l in ran[0].out.splitlines() if l.startswith("RESULT ")), None)
     assert line is not None, ran[0].out + ran[0].err
     res = json.loads(line[len("RESULT "):])
-    assert res["raised"] == "RuntimeError", res
+    assert res["raised"] == "PeerLost", res   # a RuntimeError naming the stopped rank (_liveness)
+    assert "rank 1 stopped answering" in res["message"], res
     # The round thread's collective waited at most the 5 s timeout (20 s of
     # slack), where torch's default for a new group is 30 minutes.
     assert res["waited"] < 25.0, res
     assert res["at"] in (5, 6), res
+
+
+LOST = r'''
+import sys, os, json, signal, time, datetime, torch, torch.distributed as dist
+import gradcomp.torch as gt
+rank, fault, delay, pids = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4]
+dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d", rank=rank, world_size=3,
+                        timeout=datetime.timedelta(seconds=5))
+open(os.path.join(pids, str(rank)), "w").write(str(os.getpid()))
+torch.manual_seed(0)
+model = torch.nn.Linear(4, 2)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+# H 4; blocking: a round at 4, 8; overlapped (P 2, τ 1): fragment 0 starts at 5 and merges at 6.
+lu = gt.LocalUpdates(model, opt, period=4, fragments=2 if delay else 1, delay=delay)
+for step in range(1, 13):
+    if rank == 2 and step == (4 if delay == 0 else 5):
+        if fault == "exit":
+            os._exit(3)                           # a dead process: its sockets close
+        os.kill(os.getpid(), signal.SIGSTOP)      # a frozen VM: never answers again
+    t = time.monotonic()
+    try:
+        lu.step()
+    except Exception as e:
+        print("RESULT", json.dumps({"raised": type(e).__name__, "runtime": isinstance(e, RuntimeError),
+                                    "message": str(e), "at": step, "waited": time.monotonic() - t,
+                                    "ranks": getattr(e, "ranks", None), "known_by": getattr(e, "known_by", None),
+                                    "cause": repr(e.__cause__)}), flush=True)
+        if fault == "stop":
+            os.kill(int(open(os.path.join(pids, "2")).read()), signal.SIGKILL)
+        sys.exit(0)                               # exits as a user's script does: LocalUpdates closes at exit
+print("RESULT", json.dumps({"raised": None}), flush=True)
+'''
+
+
+@pytest.mark.parametrize("delay", [0, 1])
+@pytest.mark.parametrize("fault", ["exit", "stop"])
+def test_a_lost_peer_is_named_on_every_surviving_rank(fault: str, delay: int, tmp_path: Any) -> None:
+    """Rank 2 dies (`os._exit`) or stops (SIGSTOP) before a round: ranks 0
+    and 1 raise a `RuntimeError` naming rank 2 and how it was known (its
+    heartbeat in the store stopped), from the transport's error, within the
+    user's 5 s timeout (+ 5 s for the heartbeat check and a loaded machine)."""
+    from conftest import free_port, run_ranks
+    ran = run_ranks(LOST % free_port(), 3, fault, str(delay), str(tmp_path), timeout=120)
+    for rank in (0, 1):
+        line = next((l for l in ran[rank].out.splitlines() if l.startswith("RESULT ")), None)
+        assert line is not None, (rank, ran[rank].out + ran[rank].err)
+        res = json.loads(line[len("RESULT "):])
+        assert res["raised"] == "PeerLost" and res["runtime"], (rank, res)
+        assert res["ranks"] == [2] and res["known_by"] == "heartbeat", (rank, res)
+        assert res["message"].startswith("gradcomp: the outer round at inner step "), (rank, res)
+        assert "rank 2 stopped answering: its heartbeat stopped" in res["message"], (rank, res)
+        assert "torch.distributed" in res["cause"], (rank, res)   # raised from the transport's error
+        assert res["waited"] < 5.0 + 5.0, (rank, res)
+        assert res["at"] == 4 if delay == 0 else res["at"] in (5, 6), (rank, res)
+        assert ran[rank].code == 0, (rank, ran[rank].err)
+
+
+UNKNOWN = r'''
+import sys, json, torch, torch.distributed as dist
+from gradcomp._liveness import Liveness
+dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d", rank=0, world_size=1)
+class Owner: pass
+owner = Owner()
+live = Liveness(owner, None)
+out = {}
+gloo = ("gradcomp: invalid argument: torch.distributed: RuntimeError: [/__w/pytorch/third_party/gloo/gloo/transport/"
+        "tcp/pair.cc:545] Read error [10.0.0.3]:41017: Connection reset by peer")
+for name, text in (("address", gloo), ("none", "gradcomp: torch.distributed: Timed out waiting 5000ms for recv")):
+    e = live.diagnose(7, RuntimeError(text))
+    out[name] = {"message": str(e), "known_by": e.known_by, "address": e.address, "ranks": e.ranks}
+try:
+    with live.watch(7):
+        raise RuntimeError("gradcomp: a previous round panicked")   # the core's own: not the transport's
+except RuntimeError as e:
+    out["core"] = type(e).__name__
+live.close()
+print("RESULT", json.dumps(out), flush=True)
+'''
+
+
+def test_a_transport_error_with_every_heartbeat_moving_names_gloos_peer_or_none() -> None:
+    from conftest import free_port, run_ranks
+    ran = run_ranks(UNKNOWN % free_port(), 1, timeout=120)
+    line = next((l for l in ran[0].out.splitlines() if l.startswith("RESULT ")), None)
+    assert line is not None, ran[0].out + ran[0].err
+    res = json.loads(line[len("RESULT "):])
+    assert res["address"]["known_by"] == "transport" and res["address"]["address"] == "10.0.0.3:41017", res
+    assert "the peer at 10.0.0.3:41017, named by gloo's error: the one this rank waited on" in res["address"]["message"]
+    assert res["none"]["known_by"] == "unknown" and "the lost peer is unknown" in res["none"]["message"], res
+    assert res["address"]["ranks"] == res["none"]["ranks"] == [], res
+    assert res["core"] == "RuntimeError", res

@@ -29,6 +29,7 @@ import torch.distributed as dist
 from . import _core
 from ._comm import Comm, check_group, payload_device
 from ._config import number, whole
+from ._liveness import Liveness
 from ._membership import Membership, whole_positive
 
 OUTER = ("sgd", "nesterov")
@@ -105,6 +106,9 @@ class LocalUpdates:
         on = self.params[0].device if self.params else torch.device("cpu")
         self._membership = None if manager is None else Membership(self, manager)
         self._comm = None if manager is not None else Comm(process_group, device=payload_device(process_group, on))
+        # Without a manager a lost peer is named by a heartbeat in the store (_liveness;
+        # created first, so that at exit it stops after the wait below).
+        self._liveness = Liveness(self, process_group, on=manager is None)
         # A round in flight is waited for when this object goes, or at exit
         # at the latest (before the interpreter stops running the round
         # thread's collectives).
@@ -153,7 +157,8 @@ class LocalUpdates:
             self._membership.round()
             return
         flat = self._flat()
-        record = self._rust.average(self.inner_steps, flat.numpy(), self._comm)
+        with self._liveness.watch(self.inner_steps):
+            record = self._rust.average(self.inner_steps, flat.numpy(), self._comm)
         self._write(flat)
         self._count(record)
 
@@ -173,7 +178,8 @@ class LocalUpdates:
 
     def close(self) -> None:
         """Waits for a round in flight (its merge stays due); raises its failure."""
-        self._rust.wait()
+        with self._liveness.closing(self.inner_steps):
+            self._rust.wait()
 
     def __enter__(self) -> "LocalUpdates":
         return self
