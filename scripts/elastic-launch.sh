@@ -10,6 +10,10 @@
 # hosts, the steps lost and the supervisor's record.
 #
 #   scripts/elastic-launch.sh BIN OUT [KILL] [AT]      (root, Open MPI, MNIST)
+#
+# STRATEGY (a TOML table) runs another strategy, e.g. local updates (issue #49):
+#   STRATEGY='{ kind = "local", period = 50, compress_delta = true }' scripts/elastic-launch.sh …
+# (the checkpoint interval, 50, must be a multiple of its period).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin="${1:?usage: scripts/elastic-launch.sh BIN OUT [KILL] [AT]}"
@@ -22,6 +26,7 @@ common=(--min-workers 3 --config experiments/tta-mnist-lenet.toml --quiet
         --set 'compressor={ name = "topk", density = 0.01 }' --set 'compression.memory="error-feedback"'
         --set 'comm.topology="allgather"' --set train.epochs=2 --set train.eval_every=0
         --set train.target_accuracy=1.0 --set train.checkpoint_every_steps=50)
+[ -n "${STRATEGY:-}" ] && common+=(--set "strategy=$STRATEGY")
 steps_done() { # RUN_DIR: the job's step count, written every step (steps.jsonl comes in batches)
     local s
     s=$(tr -cd '0-9' 2>/dev/null < "$1/launch-progress" || true)
@@ -51,7 +56,9 @@ import json, sys
 d, killed, acc = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
 lines = [json.loads(l) for l in open(d + "/membership.jsonl")]
 lost = [l for l in lines if l.get("event") == "hosts lost"][0]
+trainer = [l for l in lines if l.get("from") == 4 and l.get("to") == 3]
 print(json.dumps({"run": "host killed, 3 go on", "accuracy": acc,
                   "kill_to_first_step_on_3_s": round(lost["unix_time"] - killed, 2),
-                  "steps_lost": lost["steps_lost"], "record": lost}))
+                  "steps_lost": lost["steps_lost"], "record": lost,
+                  "trainer": trainer[0] if trainer else None}))
 PY
