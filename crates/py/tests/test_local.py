@@ -143,8 +143,8 @@ real = local._core.LocalStrategy
 # starting here started on the core's round thread).
 calls = {}
 class Recording:
-    def __init__(self, *args):
-        self.inner = real(*args)
+    def __init__(self, *args, **kwargs):
+        self.inner = real(*args, **kwargs)
         self.due, self.wait, self.state, self.load = self.inner.due, self.inner.wait, self.inner.state, self.inner.load
     def average(self, step, host, comm):
         before = host.copy()
