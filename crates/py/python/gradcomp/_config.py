@@ -18,6 +18,13 @@ def whole(name: str, value: Any) -> int:
     return int(value)
 
 
+def whole_positive(name: str, value: Any) -> int:
+    """`value` as a whole number ≥ 1, or ValueError naming the argument."""
+    if whole(name, value) == 0:
+        raise ValueError(f"gradcomp: {name}: 0; at least 1")
+    return int(value)
+
+
 def number(name: str, value: Any) -> float:
     """`value` as a float, or ValueError naming the argument (booleans are not numbers)."""
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):

@@ -31,7 +31,7 @@ from torch._C._distributed_c10d import AllgatherOptions, AllreduceOptions, Broad
 
 from . import _core
 from ._comm import _DTYPES
-from ._config import whole
+from ._config import whole_positive
 
 # State keys a healer does not send: a worker's own error-feedback memories.
 _OWN = "delta."
@@ -169,13 +169,6 @@ def _seconds(name: str, value: Union[float, datetime.timedelta]) -> datetime.tim
     return datetime.timedelta(seconds=float(value))
 
 
-def whole_positive(name: str, value: Any) -> int:
-    """`value` as a whole number ≥ 1, or ValueError naming the argument."""
-    if whole(name, value) == 0:
-        raise ValueError(f"gradcomp: {name}: 0; at least 1")
-    return int(value)
-
-
 class Membership:
     """The rounds of one `LocalUpdates` under a torchft `Manager`."""
 
@@ -209,8 +202,9 @@ class Membership:
         theirs = {k: np.asarray(v, dtype=np.float32).reshape(-1) for k, v in state["outer"].items()}
         o._rust.load({**own, **theirs})
         o.inner_steps = int(state["inner_steps"])
-        self.heal_bytes = sum(int(t.numel()) * t.element_size() for t in state["outer"].values()) + \
-            int(state["model"].numel()) * 4
+        # The model is θ_outer's tensor once anchored: it travels once.
+        moved = {t.data_ptr(): int(t.numel()) * t.element_size() for t in [*state["outer"].values(), state["model"]]}
+        self.heal_bytes = sum(moved.values())
         o._write(torch.as_tensor(state["model"], dtype=torch.float32).reshape(-1))
         self.healed = True
 
