@@ -226,7 +226,7 @@ def run(a):
     cfg = tomllib.load(open(a.config, "rb"))
     model, _ = models.build(cfg)
     timeout = gt.round_timeout(model, link_bps=a.link_bps, workers=a.workers, period=a.period,
-                               compressor="dense", fragments=a.fragments)
+                               compressor="dense", fragments=a.fragments, outer=a.outer)
     del model, torch
     lh_host = a.workers + 1
     sh(NETSIM, "up", str(a.workers), a.rate)

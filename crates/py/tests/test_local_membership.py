@@ -40,6 +40,8 @@ model = torch.nn.Linear(8, 4)
 opt = torch.optim.SGD(model.parameters(), lr=0.05)
 m = gt.manager(lighthouse=lighthouse, replica_id=f"w{rank}{fault}", round_timeout=%(round_timeout)s,
                min_replicas=2, host="127.0.0.1", quorum_timeout=60)
+# Heals are fetched where `host` says, not at the machine's host name.
+assert m._checkpoint_transport.metadata().startswith("http://127.0.0.1:"), m._checkpoint_transport.metadata()
 # Plain averaging (outer SGD at lr 1): on this quadratic the loss falls
 # steadily, where DiLoCo's outer Nesterov overshoots and oscillates.
 lu = gt.LocalUpdates(model, opt, period=4, manager=m, max_workers=4, outer="sgd", fragments=fragments, delay=delay)
@@ -178,6 +180,8 @@ def test_a_stopped_worker_costs_the_round_it_was_in_and_rejoins(streaming: Tuple
         following = after(res, lost[0]["step"])[0]
         assert following["workers"] == 2 and following["committed"], following
         assert res["events"][-1]["workers"] == 3, "the stopped worker takes part again"
+    for res in results:
+        assert all(e["error"] for e in res["events"] if not e["committed"]), "a discarded round says why"
     mine = results[2]["events"]
     assert any(not e["committed"] and e["step"] in (11, 12) for e in mine), mine
     assert any(e["healed"] for e in after(results[2], 12)), "it healed from a live peer"
@@ -217,12 +221,18 @@ def test_a_manager_refuses_what_membership_cannot_run() -> None:
     with pytest.raises(ValueError, match="compressor 'nope'"):
         gt.round_timeout(model, link_bps=1e8, workers=4, period=8, compressor="nope")
     assert gt.round_timeout(model, link_bps=1e8, workers=4, period=8) == 5.0, "a tiny model's round: the floor"
-    # 4 MB: a ring allreduce moves 6 MB a worker, about 0.5 s at 100 Mbit/s (× 4).
+    # 4 MB: a ring allreduce moves 6 MB a worker, about 0.5 s at 100 Mbit/s; a heal
+    # θ_outer and the momentum, 8 MB from one peer, 0.64 s (all × 4).
     big = torch.nn.Linear(1000, 1000)
     at_100 = gt.round_timeout(big, link_bps=1e8, workers=4, period=8, floor=0.1)
-    assert 1.0 < at_100 < 4.0 and gt.round_timeout(big, link_bps=5e7, workers=4, period=8, floor=0.1) > at_100
+    assert 4 * 0.64 + 1.0 < at_100 < 4 * 0.64 + 4.0, at_100
+    assert gt.round_timeout(big, link_bps=5e7, workers=4, period=8, floor=0.1) > at_100
+    averaging = gt.round_timeout(big, link_bps=1e8, workers=4, period=8, outer="sgd", floor=0.1)
+    assert abs(at_100 - averaging - 4 * 0.32) < 0.01, "averaging's heal has no momentum to send"
     fp4 = gt.round_timeout(big, link_bps=1e8, workers=4, period=8, compressor="fp4", floor=0.1)
     assert abs(fp4 - at_100) < 0.1 * at_100, "fp4 is not priced: timed as dense"
+    with pytest.raises(ValueError, match="outer 'adam'"):
+        gt.round_timeout(big, link_bps=1e8, workers=4, period=8, outer="adam")
     # The senders' mean would count a healed worker's zero change as a sender.
     config = _core.local_config("sparseloco", {"period": 4, "outer": {"name": "nesterov"}, "fragments": 1, "delay": 0})
     with pytest.raises(ValueError, match="SenderMean"):

@@ -9,6 +9,9 @@ from typing import Any
 
 import numpy as np
 
+# The outer optimizers of local updates (`strategy.outer.name`).
+OUTER = ("sgd", "nesterov")
+
 
 def whole(name: str, value: Any) -> int:
     """`value` as a whole number ≥ 0, or ValueError naming the argument

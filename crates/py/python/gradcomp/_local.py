@@ -28,11 +28,9 @@ import torch.distributed as dist
 
 from . import _core
 from ._comm import Comm, check_group, payload_device
-from ._config import number, whole, whole_positive
+from ._config import OUTER, number, whole, whole_positive
 from ._liveness import Liveness
 from ._membership import Membership
-
-OUTER = ("sgd", "nesterov")
 
 
 class LocalUpdates:

@@ -23,6 +23,7 @@ the round it was in. docs/RELIABILITY.md says what each fault costs.
 import datetime
 import socket
 import time
+import urllib.parse
 from typing import Any, Dict, List, NamedTuple, Optional, Union
 
 import numpy as np
@@ -31,7 +32,7 @@ from torch._C._distributed_c10d import AllgatherOptions, AllreduceOptions, Broad
 
 from . import _core
 from ._comm import _DTYPES
-from ._config import whole_positive
+from ._config import OUTER, whole_positive
 
 # State keys a healer does not send: a worker's own error-feedback memories.
 _OWN = "delta."
@@ -124,7 +125,8 @@ def manager(*, lighthouse: str, replica_id: str, round_timeout: Union[float, dat
     network model's round time times a stated factor), quorums formed by the
     lighthouse at `lighthouse` (`http://host:port`) with at least
     `min_replicas` replicas, `heartbeat` seconds between heartbeats. `host`:
-    the address peers reach this process at (default: its host name)."""
+    the address peers reach this process at, for its store and its heals
+    (default: its host name)."""
     try:
         from torchft.manager import Manager  # type: ignore[import-untyped]
         from torchft.process_group import ProcessGroupGloo  # type: ignore[import-untyped]
@@ -137,28 +139,53 @@ def manager(*, lighthouse: str, replica_id: str, round_timeout: Union[float, dat
                 min_replica_size=whole_positive("min_replicas", min_replicas), use_async_quorum=False,
                 replica_id=replica_id, store_addr=host, store_port=store.port, rank=0, world_size=1,
                 lighthouse_addr=lighthouse, hostname=host, timeout=timeout,
+                checkpoint_transport=_heal_transport(host, timeout),
                 quorum_timeout=_seconds("quorum_timeout", quorum_timeout),
                 heartbeat_interval=_seconds("heartbeat", heartbeat), init_sync=True)
     m._gradcomp_store = store  # the replica group's store lives as long as its manager
     return m
 
 
+def _heal_transport(host: str, timeout: datetime.timedelta) -> Any:
+    """torchft's HTTP checkpoint server (it listens on every interface), for
+    heals, advertised at `host`: its own address names
+    `socket.gethostname()`, which a peer may not reach (or which resolves to
+    127.0.0.1 there)."""
+    from torchft.checkpointing.http_transport import HTTPTransport  # type: ignore[import-untyped]
+    name = f"[{host}]" if ":" in host else host
+
+    class Advertised(HTTPTransport):  # type: ignore[misc]
+        def address(self) -> str:
+            url = urllib.parse.urlsplit(super().address())
+            return url._replace(netloc=f"{name}:{url.port}").geturl()
+
+    return Advertised(timeout=timeout, num_chunks=0)
+
+
 def round_timeout(model: torch.nn.Module, *, link_bps: float, workers: int, period: int, compressor: str = "dense",
-                  fragments: int = 1, factor: float = 4.0, floor: float = 5.0, density: float = 0.001) -> float:
+                  fragments: int = 1, outer: str = "nesterov", factor: float = 4.0, floor: float = 5.0,
+                  density: float = 0.001) -> float:
     """Seconds a round's collectives may take before its peers count as lost:
-    `factor` × the network model's round time for `model`'s change through
+    `factor` × (the network model's round time for `model`'s change through
     `compressor` among `workers` on a link of `link_bps` (one fragment's
-    round with `fragments`), and at least `floor`. A compressor the model
-    does not price (fp4, eightbit, sparseloco, ...) is timed as dense, whose
-    round bounds theirs."""
+    round with `fragments`) + a heal's transfer), and at least `floor`. A
+    replica that heals does so at the round's quorum, while its peers wait in
+    the round's first collective: it fetches θ_outer, and with `outer =
+    "nesterov"` the outer momentum, in f32 from one peer. A compressor the
+    model does not price (fp4, eightbit, sparseloco, ...) is timed as dense,
+    whose round bounds theirs."""
     if compressor not in _core.methods():
         raise ValueError(f"gradcomp: round_timeout: compressor {compressor!r} is not one of {_core.methods()}")
+    if outer not in OUTER:
+        raise ValueError(f"gradcomp: round_timeout: outer {outer!r} is not one of {', '.join(OUTER)}")
     shapes = [list(p.shape) or [1] for p in model.parameters() if p.requires_grad]
     rows = _core.predict(shapes, 0.0, workers, float(link_bps), density=density, period=period, fragments=fragments)
     row = next((r for r in rows if r["compressor"] == compressor), None) or \
         next(r for r in rows if r["compressor"] == "dense")
     round_seconds = float(row["local_step_seconds"]) * period / fragments
-    return max(floor, factor * round_seconds)
+    values = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    heal_seconds = (2 if outer == "nesterov" else 1) * 4 * values * 8 / float(link_bps)
+    return max(floor, factor * (round_seconds + heal_seconds))
 
 
 def _seconds(name: str, value: Union[float, datetime.timedelta]) -> datetime.timedelta:
@@ -259,6 +286,13 @@ class Membership:
         if error is not None:
             m.report_error(error)
         committed = m.should_commit()
+        if not committed and error is None:
+            # Refused though this replica's round went through: its group's
+            # error (noted by should_commit), else a peer's or too few.
+            seen = m.errored()
+            error = getattr(seen, "original_exception", seen) or RuntimeError(
+                "torchft's should_commit refused the round: a peer's round failed, or fewer than min_replicas "
+                "took part")
         if committed and error is None:
             if record is None:  # the merge, due at this step
                 flat = o._flat()
