@@ -21,6 +21,11 @@ pub enum CommError {
     Aggregate(String),
     #[error("MPI: {0}")]
     Mpi(String),
+    /// An error a collective of another framework raised (torch.distributed,
+    /// torchft's group), as it said it: a transport's failure, not an
+    /// argument of gradcomp's.
+    #[error("{0}")]
+    Backend(String),
 }
 
 /// Where the parameter server runs (`comm.server` in a configuration).

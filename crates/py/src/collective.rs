@@ -94,7 +94,7 @@ impl MemoryView {
 
 /// A Python exception in a collective, as the exchange reports it.
 fn comm_error(e: PyErr) -> CommError {
-    CommError::Invalid(format!("torch.distributed: {e}"))
+    CommError::Backend(format!("torch.distributed: {e}"))
 }
 
 /// The slice's bytes, for a memoryview.

@@ -162,7 +162,7 @@ class Owner: pass
 owner = Owner()
 live = Liveness(owner, None)
 out = {}
-gloo = ("gradcomp: invalid argument: torch.distributed: RuntimeError: [/__w/pytorch/third_party/gloo/gloo/transport/"
+gloo = ("gradcomp: torch.distributed: RuntimeError: [/__w/pytorch/third_party/gloo/gloo/transport/"
         "tcp/pair.cc:545] Read error [10.0.0.3]:41017: Connection reset by peer")
 for name, text in (("address", gloo), ("none", "gradcomp: torch.distributed: Timed out waiting 5000ms for recv")):
     e = live.diagnose(7, RuntimeError(text))

@@ -70,10 +70,14 @@ while lu.inner_steps < %(steps)d:
     if fault == "nan" and rank == 1 and lu.inner_steps == 10:
         with torch.no_grad():
             model.weight[0, 0] = float("nan")
+    if fault == "diverge" and rank == 1 and lu.inner_steps == 10:
+        state = lu._rust.state()   # a shared value changed here only, as a bug would
+        state["outer.anchor"][0] += 1.0
+        lu._rust.load(state)
     try:
         lu.step()
-    except FloatingPointError as e:
-        out["raised"] = str(e)
+    except (FloatingPointError, RuntimeError) as e:
+        out["raised"] = f"{type(e).__name__}: {e}"
         break
 out.update(events=lu.events, losses=losses, anchor=lu._rust.state()["outer.anchor"].tolist())
 print("RESULT", json.dumps(out), flush=True)
@@ -196,6 +200,17 @@ def test_a_nan_on_one_worker_is_its_error_and_costs_the_others_one_round() -> No
         rounds = {e["step"]: e for e in res["events"]}
         assert not rounds[12]["committed"] and "non-finite" in rounds[12]["error"], rounds[12]
         assert rounds[16]["workers"] == 2 and rounds[16]["committed"], rounds[16]
+
+
+def test_replicas_whose_shared_state_differs_stop_at_the_next_round_saying_so() -> None:
+    # Each round's quorum checks that its participants hold one θ_outer and
+    # momentum (a digest in the round's first collective): a difference
+    # torchft's healing did not repair stops every replica, none going on
+    # with a state of its own.
+    for res in run("diverge"):
+        assert res["raised"].startswith("Diverged: gradcomp: step 12: the replicas' shared state"), res
+        rounds = {e["step"]: e for e in res["events"]}
+        assert 12 not in rounds and rounds[8]["committed"], res["events"]
 
 
 def test_a_manager_refuses_what_membership_cannot_run() -> None:

@@ -21,10 +21,11 @@ the round it was in. docs/RELIABILITY.md says what each fault costs.
   own (from its checkpoint, else fresh).
 """
 import datetime
+import hashlib
 import socket
 import time
 import urllib.parse
-from typing import Any, Dict, List, NamedTuple, Optional, Union
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple, Union
 
 import numpy as np
 import torch
@@ -69,13 +70,20 @@ class FtComm:
             t.copy_(wide.to(t.dtype))
         del t
 
-    def count(self, value: int) -> int:
-        """The sum of every participant's `value`."""
-        t = torch.tensor([value], dtype=torch.int64)
+    def count(self, value: int, digest: int = 0) -> Tuple[int, bool]:
+        """The sum of every participant's `value`, and whether every
+        participant's `digest` (< 2^78) is the same, in one allreduce: the sums
+        of its three 26-bit pieces and of their squares, which are equal
+        everywhere iff world · Σh² = (Σh)² (Cauchy–Schwarz; exact in int64 up
+        to 2^11 participants)."""
+        pieces = [(digest >> (26 * i)) & ((1 << 26) - 1) for i in range(3)]
+        t = torch.tensor([value, *pieces, *(h * h for h in pieces)], dtype=torch.int64)
         opts = AllreduceOptions()
         opts.reduceOp = ReduceOp.SUM
         self._wait(self.pg.allreduce([t], opts))
-        return int(t.item())
+        total, *sums = t.tolist()
+        same = all(self.world * sums[3 + i] == sums[i] ** 2 for i in range(3))
+        return total, same
 
     def all_gather(self, data: bytes) -> List[bytes]:
         size = torch.tensor([len(data)], dtype=torch.int64)
@@ -259,7 +267,11 @@ class Membership:
             if rank is None:
                 raise RuntimeError("this replica is not among the quorum's participants")
             self.comm.rank, self.comm.world = rank, world
-            contributors = self.comm.count(0 if healed else 1)
+            contributors, same = self.comm.count(0 if healed else 1, _digest(self.pending.snapshot))
+            if not same:
+                raise Diverged(f"gradcomp: step {step}: the replicas' shared state (θ_outer, the outer momentum) "
+                               "differs after the quorum, which heals every replica behind: their rounds cannot "
+                               "go on; restart them from one replica's checkpoint")
             record = o._rust.average(step, flat.numpy(), self.comm, rank, world, contributors)
         except (FloatingPointError, RuntimeError) as e:
             self._commit(e)
@@ -277,6 +289,10 @@ class Membership:
                 o._rust.wait()
             except (FloatingPointError, RuntimeError) as e:
                 error = e
+        if isinstance(error, Diverged):
+            m.report_error(error)
+            m.should_commit()  # the replicas' verdict, all refusing: none is left waiting on it
+            raise error
         if isinstance(error, FloatingPointError) and r.rank in getattr(error, "ranks", ()):
             # This replica's own model is not finite; its peers discard the
             # round and go on without it.
@@ -307,6 +323,20 @@ class Membership:
                             "error": None if error is None else str(error),
                             "seconds": time.monotonic() - r.began, "quorum_seconds": r.quorum_seconds,
                             "heal_bytes": self.heal_bytes if r.healed else 0})
+
+
+class Diverged(RuntimeError):
+    """The participants of a round hold different shared state after its
+    quorum (each round checks: `FtComm.count`'s digest)."""
+
+
+def _digest(state: Dict[str, Any]) -> int:
+    """An 78-bit digest of the shared state (the keys a healer sends)."""
+    h = hashlib.blake2b(digest_size=10)
+    for key in sorted(k for k in state if not k.startswith(_OWN)):
+        h.update(key.encode())
+        h.update(np.ascontiguousarray(state[key], dtype=np.float32))
+    return int.from_bytes(h.digest(), "little") >> 2
 
 
 class _Round(NamedTuple):
