@@ -164,7 +164,7 @@ def _heal_transport(host: str, timeout: datetime.timedelta) -> Any:
 
     class Advertised(HTTPTransport):  # type: ignore[misc]
         def address(self) -> str:
-            url = urllib.parse.urlsplit(super().address())
+            url = urllib.parse.urlsplit(str(super().address()))
             return url._replace(netloc=f"{name}:{url.port}").geturl()
 
     return Advertised(timeout=timeout, num_chunks=0)
@@ -335,7 +335,7 @@ def _digest(state: Dict[str, Any]) -> int:
     h = hashlib.blake2b(digest_size=10)
     for key in sorted(k for k in state if not k.startswith(_OWN)):
         h.update(key.encode())
-        h.update(np.ascontiguousarray(state[key], dtype=np.float32))
+        h.update(memoryview(np.ascontiguousarray(state[key], dtype=np.float32)))
     return int.from_bytes(h.digest(), "little") >> 2
 
 
