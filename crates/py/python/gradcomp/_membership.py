@@ -335,7 +335,7 @@ def _digest(state: Dict[str, Any]) -> int:
     h = hashlib.blake2b(digest_size=10)
     for key in sorted(k for k in state if not k.startswith(_OWN)):
         h.update(key.encode())
-        h.update(memoryview(np.ascontiguousarray(state[key], dtype=np.float32)))
+        h.update(np.ascontiguousarray(state[key], dtype=np.float32).data)
     return int.from_bytes(h.digest(), "little") >> 2
 
 
