@@ -26,6 +26,9 @@ import pytest
 
 os.environ.setdefault("RUST_LOG", "warn")  # the lighthouse's per-quorum INFO lines
 torchft = pytest.importorskip("torchft")
+import torch  # noqa: E402
+
+import gradcomp.torch as gt  # noqa: E402
 
 STEPS = 64
 ROUND_TIMEOUT = 3.0
@@ -211,6 +214,30 @@ def test_replicas_whose_shared_state_differs_stop_at_the_next_round_saying_so() 
         assert res["raised"].startswith("Diverged: gradcomp: step 12: the replicas' shared state"), res
         rounds = {e["step"]: e for e in res["events"]}
         assert 12 not in rounds and rounds[8]["committed"], res["events"]
+
+
+@pytest.mark.parametrize("key,value", [
+    ("link_bps", 0), ("link_bps", float("nan")), ("link_bps", float("inf")), ("workers", 0), ("workers", True),
+    ("workers", 1.5), ("period", 0), ("fragments", 0), ("fragments", 3), ("factor", 0.0), ("factor", float("nan")),
+    ("floor", -0.5), ("floor", float("inf")), ("density", 0.0), ("outer", "adam"), ("compressor", "nope"),
+])
+def test_round_timeout_refuses_each_bad_argument_naming_it(key: str, value: Any) -> None:
+    args: Dict[str, Any] = dict(link_bps=1e8, workers=4, period=8)
+    args[key] = value
+    with pytest.raises(ValueError, match=key.replace("link_bps", "link")):
+        gt.round_timeout(torch.nn.Linear(4, 4), **args)
+
+
+@pytest.mark.parametrize("key,value", [
+    ("round_timeout", float("nan")), ("round_timeout", float("inf")), ("round_timeout", -1), ("round_timeout", True),
+    ("round_timeout", "5"), ("min_replicas", 0), ("min_replicas", True), ("min_replicas", 1.5),
+    ("quorum_timeout", 0), ("heartbeat", float("nan")), ("replica_id", ""), ("lighthouse", ""), ("host", ""),
+])
+def test_manager_refuses_each_bad_argument_naming_it_before_it_connects(key: str, value: Any) -> None:
+    args: Dict[str, Any] = dict(lighthouse="http://127.0.0.1:1", replica_id="x", round_timeout=5.0)
+    args[key] = value
+    with pytest.raises(ValueError, match=key):
+        gt.manager(**args)
 
 
 def test_a_manager_refuses_what_membership_cannot_run() -> None:

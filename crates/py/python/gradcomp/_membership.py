@@ -22,6 +22,7 @@ the round it was in. docs/RELIABILITY.md says what each fault costs.
 """
 import datetime
 import hashlib
+import math
 import socket
 import time
 import urllib.parse
@@ -33,7 +34,7 @@ from torch._C._distributed_c10d import AllgatherOptions, AllreduceOptions, Broad
 
 from . import _core
 from ._comm import _DTYPES
-from ._config import OUTER, whole_positive
+from ._config import OUTER, number, whole_positive
 
 # State keys a healer does not send: a worker's own error-feedback memories.
 _OWN = "delta."
@@ -140,6 +141,11 @@ def manager(*, lighthouse: str, replica_id: str, round_timeout: Union[float, dat
         from torchft.process_group import ProcessGroupGloo  # type: ignore[import-untyped]
     except ImportError as e:
         raise ImportError("gradcomp: manager: needs torchft (pip install torchft==0.2.0)") from e
+    for name, value in (("lighthouse", lighthouse), ("replica_id", replica_id)):
+        if not isinstance(value, str) or not value:
+            raise ValueError(f"gradcomp: manager: {name}: {value!r} is not a non-empty string")
+    if host is not None and (not isinstance(host, str) or not host):
+        raise ValueError(f"gradcomp: manager: host: {host!r} is not a non-empty string (or None)")
     timeout = _seconds("round_timeout", round_timeout)
     host = host or socket.gethostname()
     store = TCPStore(host, 0, is_master=True, wait_for_workers=False)
@@ -186,6 +192,11 @@ def round_timeout(model: torch.nn.Module, *, link_bps: float, workers: int, peri
         raise ValueError(f"gradcomp: round_timeout: compressor {compressor!r} is not one of {_core.methods()}")
     if outer not in OUTER:
         raise ValueError(f"gradcomp: round_timeout: outer {outer!r} is not one of {', '.join(OUTER)}")
+    workers = whole_positive("workers", workers)
+    if not math.isfinite(number("factor", factor)) or factor <= 0:
+        raise ValueError(f"gradcomp: round_timeout: factor: {factor!r} is not a finite number > 0")
+    if not math.isfinite(number("floor", floor)) or floor < 0:
+        raise ValueError(f"gradcomp: round_timeout: floor: {floor!r} is not a finite number ≥ 0")
     shapes = [list(p.shape) or [1] for p in model.parameters() if p.requires_grad]
     rows = _core.predict(shapes, 0.0, workers, float(link_bps), density=density, period=period, fragments=fragments)
     row = next((r for r in rows if r["compressor"] == compressor), None) or \
@@ -199,8 +210,8 @@ def round_timeout(model: torch.nn.Module, *, link_bps: float, workers: int, peri
 def _seconds(name: str, value: Union[float, datetime.timedelta]) -> datetime.timedelta:
     if isinstance(value, datetime.timedelta):
         value = value.total_seconds()
-    if not isinstance(value, (int, float)) or not value > 0:
-        raise ValueError(f"gradcomp: {name}: {value!r} is not a number of seconds > 0")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+        raise ValueError(f"gradcomp: {name}: {value!r} is not a finite number of seconds > 0")
     return datetime.timedelta(seconds=float(value))
 
 
