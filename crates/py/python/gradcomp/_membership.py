@@ -300,9 +300,8 @@ class Membership:
                 o._rust.wait()
             except (FloatingPointError, RuntimeError) as e:
                 error = e
-        if isinstance(error, Diverged):
+        if isinstance(error, Diverged):  # every participant raises it: none goes on alone
             m.report_error(error)
-            m.should_commit()  # the replicas' verdict, all refusing: none is left waiting on it
             raise error
         if isinstance(error, FloatingPointError) and r.rank in getattr(error, "ranks", ()):
             # This replica's own model is not finite; its peers discard the
