@@ -149,6 +149,20 @@ impl Cluster {
         }
     }
 
+    /// Waits until the trainer records a restart with `workers` workers
+    /// (its line in `membership.jsonl`).
+    fn wait_for_workers(&self, workers: usize) {
+        let start = Instant::now();
+        while !self.membership().iter().any(|l| l["to"] == workers) {
+            assert!(
+                start.elapsed() < Duration::from_secs(120),
+                "never restarted on {workers}: {:?}",
+                self.membership()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     fn revive_host(&self, host: &str) {
         std::fs::remove_file(self.dir.join(format!("{host}.down"))).unwrap();
     }
@@ -284,11 +298,7 @@ fn a_local_update_run_outlives_a_killed_host_and_takes_it_back() {
     let mut child = c.launch(2, 6, &local);
     c.wait_for_step(70, &mut child); // mid-interval: checkpoints every 20 steps
     c.kill_host("fa3");
-    let start = Instant::now();
-    while !c.membership().iter().any(|l| l["to"] == 2) {
-        assert!(start.elapsed() < Duration::from_secs(120), "never restarted on two: {:?}", c.membership());
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    c.wait_for_workers(2);
     c.revive_host("fa3");
     let (code, out) = finish(child);
     assert_eq!(code, Some(0), "{out}");
@@ -318,11 +328,7 @@ fn a_returning_host_joins_at_the_next_checkpoint() {
     c.wait_for_step(60, &mut child);
     c.kill_host("fa2");
     // Back once the run trains on two hosts.
-    let start = Instant::now();
-    while !c.membership().iter().any(|l| l["to"] == 2) {
-        assert!(start.elapsed() < Duration::from_secs(120), "never restarted on two: {:?}", c.membership());
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    c.wait_for_workers(2);
     c.revive_host("fa2");
     let (code, out) = finish(child);
     assert_eq!(code, Some(0), "{out}");

@@ -5,7 +5,7 @@ The options themselves (docs/CONFIG.md's keys) go to Rust as they are given:
 raise ValueError naming one that is unknown, out of range or not for this
 entry point.
 """
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -26,6 +26,14 @@ def whole_positive(name: str, value: Any) -> int:
     if whole(name, value) == 0:
         raise ValueError(f"gradcomp: {name}: 0; at least 1")
     return int(value)
+
+
+def one_of(name: str, value: Any, choices: Sequence[str]) -> str:
+    """`value` if it is one of `choices`, or ValueError naming the argument
+    and the choices."""
+    if not isinstance(value, str) or value not in choices:
+        raise ValueError(f"gradcomp: {name}: {value!r} is not one of {', '.join(choices)}")
+    return value
 
 
 def number(name: str, value: Any) -> float:

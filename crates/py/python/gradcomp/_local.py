@@ -28,7 +28,7 @@ import torch.distributed as dist
 
 from . import _core
 from ._comm import Comm, check_group, payload_device
-from ._config import OUTER, number, whole, whole_positive
+from ._config import OUTER, number, one_of, whole, whole_positive
 from ._liveness import Liveness
 from ._membership import Membership
 
@@ -69,8 +69,7 @@ class LocalUpdates:
         period = whole("period", period)
         if period == 0:
             raise ValueError("gradcomp: period: 0 inner steps per round; at least 1")
-        if outer not in OUTER:
-            raise ValueError(f"gradcomp: outer: {outer!r} is not one of {', '.join(OUTER)}")
+        one_of("outer", outer, OUTER)
         check_group(process_group)
         if manager is not None and process_group is not None:
             raise ValueError("gradcomp: process_group: a manager's rounds run over torchft's group; leave it out")

@@ -34,7 +34,7 @@ from torch._C._distributed_c10d import AllgatherOptions, AllreduceOptions, Broad
 
 from . import _core
 from ._comm import _DTYPES
-from ._config import OUTER, number, whole_positive
+from ._config import OUTER, number, one_of, whole_positive
 
 # State keys a healer does not send: a worker's own error-feedback memories.
 _OWN = "delta."
@@ -188,21 +188,20 @@ def round_timeout(model: torch.nn.Module, *, link_bps: float, workers: int, peri
     "nesterov"` the outer momentum, in f32 from one peer. A compressor the
     model does not price (fp4, eightbit, sparseloco, ...) is timed as dense,
     whose round bounds theirs."""
-    if compressor not in _core.methods():
-        raise ValueError(f"gradcomp: round_timeout: compressor {compressor!r} is not one of {_core.methods()}")
-    if outer not in OUTER:
-        raise ValueError(f"gradcomp: round_timeout: outer {outer!r} is not one of {', '.join(OUTER)}")
+    one_of("round_timeout: compressor", compressor, _core.methods())
+    one_of("round_timeout: outer", outer, OUTER)
     workers = whole_positive("workers", workers)
     if not math.isfinite(number("factor", factor)) or factor <= 0:
         raise ValueError(f"gradcomp: round_timeout: factor: {factor!r} is not a finite number > 0")
     if not math.isfinite(number("floor", floor)) or floor < 0:
         raise ValueError(f"gradcomp: round_timeout: floor: {floor!r} is not a finite number ≥ 0")
-    shapes = [list(p.shape) or [1] for p in model.parameters() if p.requires_grad]
+    trained = [p for p in model.parameters() if p.requires_grad]
+    shapes = [list(p.shape) or [1] for p in trained]
     rows = _core.predict(shapes, 0.0, workers, float(link_bps), density=density, period=period, fragments=fragments)
     row = next((r for r in rows if r["compressor"] == compressor), None) or \
         next(r for r in rows if r["compressor"] == "dense")
     round_seconds = float(row["local_step_seconds"]) * period / fragments
-    values = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    values = sum(p.numel() for p in trained)
     heal_seconds = (2 if outer == "nesterov" else 1) * 4 * values * 8 / float(link_bps)
     return max(floor, factor * (round_seconds + heal_seconds))
 
