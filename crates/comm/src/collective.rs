@@ -106,6 +106,35 @@ impl Gathered {
         self.bytes.len()
     }
 
+    /// Every message, concatenated in rank order.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    /// The length of the longest message (0 when there is none).
+    pub fn longest(&self) -> usize {
+        self.iter().map(<[u8]>::len).max().unwrap_or(0)
+    }
+
+    /// Appends a byte to every message (a wrapper's trailer, which
+    /// [`Gathered::split_trailers`] takes off again), in place.
+    pub fn push_trailer(&mut self, byte: u8) {
+        let n = self.len();
+        self.bytes.resize(self.bytes.len() + n, 0);
+        // From the last message back, each moves up by the trailers after it.
+        let mut end = self.bytes.len();
+        for r in (0..n).rev() {
+            let start = if r == 0 { 0 } else { self.ends[r - 1] };
+            let old_end = self.ends[r];
+            end -= 1;
+            self.bytes[end] = byte;
+            let len = old_end - start;
+            self.bytes.copy_within(start..old_end, end - len);
+            end -= len;
+            self.ends[r] = end + len + 1;
+        }
+    }
+
     /// Takes the last byte off every rank's message (a trailer a wrapper
     /// appended) and returns them in rank order; `None`, with nothing
     /// changed, when a message is empty.
@@ -184,6 +213,14 @@ pub trait Collective: Send {
     /// all of them in rank order.
     fn allgatherv(&mut self, send: &[u8], recv: &mut Gathered) -> Result<(), CommError>;
 
+    /// Every rank sends `send.get(j)` to rank j (`send` holds one message
+    /// per rank, in rank order, its own included) and receives in `recv`
+    /// the message every rank sent it, in rank order: an all-to-all with
+    /// per-peer sizes (`MPI_Alltoallv`), what a reduce-scatter of
+    /// compressed shards travels in. Errors if `send` does not hold one
+    /// message per rank.
+    fn alltoallv(&mut self, send: &Gathered, recv: &mut Gathered) -> Result<(), CommError>;
+
     /// `buf` on every rank becomes the root's `buf`.
     fn broadcast(&mut self, buf: &mut Vec<u8>, root: usize) -> Result<(), CommError>;
 
@@ -236,6 +273,7 @@ macro_rules! forward_collective {
             fn allreduce_sum_f16(&mut self, buf: &mut [f16]) -> Result<(), CommError> { (**self).allreduce_sum_f16(buf) }
             fn allreduce_max_f32(&mut self, buf: &mut [f32]) -> Result<(), CommError> { (**self).allreduce_max_f32(buf) }
             fn allgatherv(&mut self, send: &[u8], recv: &mut Gathered) -> Result<(), CommError> { (**self).allgatherv(send, recv) }
+            fn alltoallv(&mut self, send: &Gathered, recv: &mut Gathered) -> Result<(), CommError> { (**self).alltoallv(send, recv) }
             fn broadcast(&mut self, buf: &mut Vec<u8>, root: usize) -> Result<(), CommError> { (**self).broadcast(buf, root) }
             fn barrier(&mut self) -> Result<(), CommError> { (**self).barrier() }
             fn push_pull(

@@ -115,8 +115,14 @@ fn check_half_reduction(c: &mut dyn Collective, len: usize) -> Result<(), String
     Ok(())
 }
 
-/// `allgatherv` of messages of different lengths, `broadcast` from `root`,
-/// then a `barrier`.
+/// Rank `from`'s message to rank `to` in the alltoallv check: lengths 0
+/// to 4, so some are empty.
+fn peer_message(from: usize, to: usize) -> Vec<u8> {
+    vec![(from * 16 + to) as u8; (from + 2 * to) % 5]
+}
+
+/// `allgatherv` of messages of different lengths, `alltoallv` of
+/// [`peer_message`]s, `broadcast` from `root`, then a `barrier`.
 fn check_gather_and_broadcast(c: &mut dyn Collective, root: usize) -> Result<(), String> {
     let (rank, n) = (c.rank(), c.world_size());
     // Messages of different lengths, including an empty one.
@@ -126,6 +132,13 @@ fn check_gather_and_broadcast(c: &mut dyn Collective, root: usize) -> Result<(),
     ensure(g.len() == n, || format!("allgatherv returned {} messages", g.len()))?;
     for r in 0..n {
         ensure(g.get(r) == vec![r as u8; r * 10].as_slice(), || format!("allgatherv message of rank {r}"))?;
+    }
+    let mut send = Gathered::default();
+    (0..n).for_each(|j| send.push(&peer_message(rank, j)));
+    c.alltoallv(&send, &mut g).map_err(err)?;
+    ensure(g.len() == n, || format!("alltoallv returned {} messages", g.len()))?;
+    for r in 0..n {
+        ensure(g.get(r) == peer_message(r, rank).as_slice(), || format!("alltoallv message from rank {r}"))?;
     }
     let mut b = if rank == root { b"hello".to_vec() } else { vec![9; 100] };
     c.broadcast(&mut b, root).map_err(err)?;
@@ -172,6 +185,13 @@ fn check_bytes(c: &mut Metered<&mut dyn Collective>, len: usize, root: usize) ->
     ensure(ag.sent == (rank * 10) as u64 && ag.received == (total - rank * 10) as u64, || {
         format!("allgatherv bytes {ag:?}")
     })?;
+    let a2a = s.get(OpKind::Alltoallv);
+    let others = || (0..n).filter(|&r| r != rank);
+    let (sent, received) = (
+        others().map(|j| peer_message(rank, j).len() as u64).sum::<u64>(),
+        others().map(|i| peer_message(i, rank).len() as u64).sum::<u64>(),
+    );
+    ensure(a2a.sent == sent && a2a.received == received, || format!("alltoallv bytes {a2a:?}"))?;
     ensure(s.get(OpKind::AllreduceSumF32).sent == 3 * len as u64 * 4, || "allreduce bytes".into())?;
     let bc = s.get(OpKind::Broadcast);
     ensure((bc.sent, bc.received) == if rank == root { (5, 0) } else { (0, 5) }, || {

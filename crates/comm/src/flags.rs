@@ -189,6 +189,23 @@ impl<C: Collective> Collective for Flagged<C> {
         Ok(())
     }
 
+    /// Every message to a peer carries the flag byte: every rank receives
+    /// one message from each rank, so each learns every flag.
+    fn alltoallv(&mut self, send: &Gathered, recv: &mut Gathered) -> Result<(), CommError> {
+        if self.flags.is_some() {
+            return self.inner.alltoallv(send, recv);
+        }
+        let mut with_flag = send.clone();
+        with_flag.push_trailer(u8::from(self.raised));
+        self.inner.alltoallv(&with_flag, recv)?;
+        let trailers = recv.split_trailers().ok_or_else(|| CommError::Mismatch {
+            detail: "a worker's alltoallv message came without its flag byte".into(),
+        })?;
+        self.flags = Some(trailers.iter().map(|&b| b != 0).collect());
+        self.flag_bytes += send.len().saturating_sub(1);
+        Ok(())
+    }
+
     fn broadcast(&mut self, buf: &mut Vec<u8>, root: usize) -> Result<(), CommError> {
         self.before_uncarried()?;
         self.inner.broadcast(buf, root)
@@ -244,7 +261,7 @@ mod tests {
     #[test]
     fn the_flags_ride_on_every_kind_of_first_operation() {
         type Op = fn(&mut Flagged<crate::InProcessCollective>) -> Vec<f64>;
-        let cases: [(&str, Op, usize); 7] = [
+        let cases: [(&str, Op, usize); 8] = [
             (
                 "f32",
                 |f| {
@@ -309,13 +326,39 @@ mod tests {
                 },
                 1,
             ),
+            (
+                "alltoallv",
+                |f| {
+                    // Rank r sends r + j bytes to rank j: it receives i + r from rank i.
+                    let mut send = Gathered::default();
+                    (0..f.world_size()).for_each(|j| send.push(&vec![j as u8; f.rank() + j]));
+                    let mut g = Gathered::default();
+                    f.alltoallv(&send, &mut g).unwrap();
+                    g.iter().map(|m| m.len() as f64).collect()
+                },
+                2,
+            ),
         ];
-        let expect: [&[f64]; 7] = [&[4.5, 3.0], &[2.0], &[6.0], &[6.0], &[6.0], &[1.5], &[0.0, 1.0, 2.0]];
+        let expect: [&[f64]; 8] = [
+            &[4.5, 3.0],
+            &[2.0],
+            &[6.0],
+            &[6.0],
+            &[6.0],
+            &[1.5],
+            &[0.0, 1.0, 2.0],
+            &[0.0, 1.0, 2.0], // rank 0's view; checked per rank below
+        ];
         for ((name, op, bytes), want) in cases.into_iter().zip(expect) {
             for raised in [&[][..], &[1], &[0, 2]] {
                 for (rank, (flagged, flag_bytes, out)) in run(3, raised, op).into_iter().enumerate() {
                     assert_eq!(flagged, raised, "{name}, rank {rank}");
                     assert_eq!(flag_bytes, bytes, "{name}: the flags cost their slots, no round");
+                    let want: Vec<f64> = if name == "alltoallv" {
+                        want.iter().map(|w| w + rank as f64).collect()
+                    } else {
+                        want.to_vec()
+                    };
                     assert_eq!(out, want, "{name}: the caller's result is untouched");
                 }
             }

@@ -240,7 +240,15 @@ fn check_posts(posts: &[Post], max_message: usize) -> Result<(), CommError> {
                     ),
                 });
             }
-            OpKind::Allgatherv | OpKind::Broadcast | OpKind::PsPush | OpKind::PsPull
+            // An alltoallv's post carries its count of messages as `root`.
+            OpKind::Alltoallv if p.root != posts.len() => {
+                return Err(CommError::Invalid(format!(
+                    "alltoallv: rank {r} sent {} messages to {} ranks; send one per rank",
+                    p.root,
+                    posts.len()
+                )));
+            }
+            OpKind::Allgatherv | OpKind::Alltoallv | OpKind::Broadcast | OpKind::PsPush | OpKind::PsPull
                 if p.len > max_message =>
             {
                 return Err(CommError::TooLarge { op: op.name(), bytes: p.len, limit: max_message });
@@ -431,6 +439,34 @@ impl Collective for InProcessCollective {
                 // SAFETY: peers' send buffers are live and unmodified until release.
                 dst[at..at + p.len].copy_from_slice(unsafe { bytes_of(p) });
                 at += p.len;
+            }
+        })
+    }
+
+    /// Each rank copies its message out of every peer's `send` (posted as a
+    /// pointer to it, with its longest message as the length the size
+    /// check reads and its count of messages as `root`).
+    fn alltoallv(&mut self, send: &Gathered, recv: &mut Gathered) -> Result<(), CommError> {
+        let me = self.rank;
+        let post = Post {
+            op: Some(OpKind::Alltoallv),
+            addr: send as *const Gathered as usize,
+            len: send.longest(),
+            root: send.len(),
+            placement: 0,
+        };
+        self.round(post, |posts| {
+            // SAFETY: every post points at its owner's live `Gathered`, which
+            // the owner, blocked in this round until all ranks release, does
+            // not touch; it is only read here. The check of the posts made
+            // sure each holds one message per rank.
+            let from = |p: &Post| unsafe { (*(p.addr as *const Gathered)).get(me) };
+            let dst = recv.set_from_parts(posts.iter().map(|p| from(p).len()));
+            let mut at = 0;
+            for p in posts {
+                let m = from(p);
+                dst[at..at + m.len()].copy_from_slice(m);
+                at += m.len();
             }
         })
     }

@@ -202,6 +202,17 @@ impl<C: Collective> Collective for Metered<C> {
         Ok(())
     }
 
+    /// Counts what crossed a link: every message but the one to itself.
+    fn alltoallv(&mut self, send: &Gathered, recv: &mut Gathered) -> Result<(), CommError> {
+        let start = Instant::now();
+        self.inner.alltoallv(send, recv)?;
+        let me = self.rank();
+        let sent = send.total_bytes() - send.get(me).len();
+        let received = recv.total_bytes() - recv.get(me).len();
+        self.meter.record(OpKind::Alltoallv, sent, received, start.elapsed());
+        Ok(())
+    }
+
     fn broadcast(&mut self, buf: &mut Vec<u8>, root: usize) -> Result<(), CommError> {
         let start = Instant::now();
         self.inner.broadcast(buf, root)?;

@@ -15,6 +15,8 @@ pub enum OpKind {
     AllreduceSumI8,
     AllreduceMaxF32,
     Allgatherv,
+    /// All-to-all with per-peer sizes: rank i's j-th message goes to rank j.
+    Alltoallv,
     Broadcast,
     Barrier,
     /// Parameter server: every worker's upload to the server.
@@ -24,7 +26,7 @@ pub enum OpKind {
 }
 
 impl OpKind {
-    pub const ALL: [OpKind; 11] = [
+    pub const ALL: [OpKind; 12] = [
         OpKind::AllreduceSumF32,
         OpKind::AllreduceSumF16,
         OpKind::AllreduceSumI32,
@@ -32,6 +34,7 @@ impl OpKind {
         OpKind::AllreduceSumI8,
         OpKind::AllreduceMaxF32,
         OpKind::Allgatherv,
+        OpKind::Alltoallv,
         OpKind::Broadcast,
         OpKind::Barrier,
         OpKind::PsPush,
@@ -48,6 +51,7 @@ impl OpKind {
             OpKind::AllreduceSumI8 => "allreduce_sum_i8",
             OpKind::AllreduceMaxF32 => "allreduce_max_f32",
             OpKind::Allgatherv => "allgatherv",
+            OpKind::Alltoallv => "alltoallv",
             OpKind::Broadcast => "broadcast",
             OpKind::Barrier => "barrier",
             OpKind::PsPush => "ps_push",
@@ -79,8 +83,9 @@ impl OpKind {
 pub struct CollectiveCall {
     pub op: OpKind,
     /// Bytes per rank: one entry for an allreduce (every rank's size); every
-    /// rank's message for an allgatherv; every upload for the parameter
-    /// server (known on the server only; empty elsewhere).
+    /// rank's message for an allgatherv; for an alltoallv, what this rank
+    /// sent each rank (its own entry 0: it crosses no link); every upload
+    /// for the parameter server (known on the server only; empty elsewhere).
     pub sizes: Vec<u64>,
     /// The parameter server's download, in bytes (0 for other kinds).
     pub download: u64,

@@ -245,6 +245,11 @@ impl Collective for Truncating {
     fn allgatherv(&mut self, send: &[u8], recv: &mut Gathered) -> Result<(), CommError> {
         self.0.allgatherv(&send[..send.len() / 2], recv)
     }
+    fn alltoallv(&mut self, send: &Gathered, recv: &mut Gathered) -> Result<(), CommError> {
+        let mut cut = Gathered::default();
+        send.iter().for_each(|m| cut.push(&m[..m.len() / 2]));
+        self.0.alltoallv(&cut, recv)
+    }
     fn broadcast(&mut self, buf: &mut Vec<u8>, root: usize) -> Result<(), CommError> {
         self.0.broadcast(buf, root)
     }

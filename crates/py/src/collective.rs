@@ -166,6 +166,35 @@ impl Collective for TorchCollective {
         Ok(())
     }
 
+    /// `comm.all_to_all(parts)`: the sizes first (8 bytes to each peer,
+    /// counted as overhead), then the messages unpadded.
+    fn alltoallv(&mut self, send: &Gathered, recv: &mut Gathered) -> Result<(), CommError> {
+        let world = self.world_size();
+        if send.len() != world {
+            return Err(CommError::Invalid(format!(
+                "alltoallv: {} messages for {world} workers; send one per worker",
+                send.len()
+            )));
+        }
+        Python::attach(|py| -> PyResult<()> {
+            let parts = PyList::new(py, send.iter().map(|m| PyBytes::new(py, m)))?;
+            let out = self.comm.call_method1(py, "all_to_all", (parts,))?;
+            recv.clear();
+            for part in out.bind(py).cast::<PyList>()?.iter() {
+                recv.push(part.cast::<PyBytes>()?.as_bytes());
+            }
+            Ok(())
+        })
+        .map_err(comm_error)?;
+        if recv.len() != world {
+            return Err(CommError::Mismatch {
+                detail: format!("all_to_all returned {} messages for {world} workers", recv.len()),
+            });
+        }
+        self.overhead.sizes += 8 * (world as u64 - 1);
+        Ok(())
+    }
+
     fn broadcast(&mut self, buf: &mut Vec<u8>, root: usize) -> Result<(), CommError> {
         let got = Python::attach(|py| -> PyResult<Vec<u8>> {
             let out = self.comm.call_method1(py, "broadcast", (PyBytes::new(py, buf), root))?;

@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mpi::collective::SystemOperation;
-use mpi::datatype::{Equivalence, PartitionMut};
+use mpi::datatype::{Equivalence, Partition, PartitionMut};
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::*;
 use mpi::Count;
@@ -113,6 +113,10 @@ struct ChannelState {
     counts: Vec<Count>,
     displs: Vec<Count>,
     uploads: Gathered,
+    /// An alltoallv's send counts and displacements (`counts` and `displs`
+    /// are its receive side).
+    send_counts: Vec<Count>,
+    send_displs: Vec<Count>,
     /// The server's receive buffer for the uploads.
     flat: Vec<u8>,
 }
@@ -407,6 +411,58 @@ impl Collective for MpiCollective {
         let mut part = PartitionMut::new(&mut dst[..], &self.own.counts[..], &self.own.displs[..]);
         self.watchdog.arm(self.channel, OpKind::Allgatherv.name(), self.timeout);
         self.world.all_gather_varcount_into(send, &mut part);
+        self.watchdog.disarm(self.channel);
+        Ok(())
+    }
+
+    /// An `MPI_Alltoall` of (operation, length) pairs, so that a rank that
+    /// called another operation is an error on every rank, then
+    /// `MPI_Alltoallv` of the messages.
+    fn alltoallv(&mut self, send: &Gathered, recv: &mut Gathered) -> Result<(), CommError> {
+        const OP: OpKind = OpKind::Alltoallv;
+        if send.len() != self.size {
+            return Err(CommError::Invalid(format!(
+                "alltoallv: {} messages for {} ranks; send one per rank",
+                send.len(),
+                self.size
+            )));
+        }
+        let too_large = |bytes| CommError::TooLarge { op: OP.name(), bytes, limit: self.max_message };
+        let own = &mut self.own;
+        own.send_counts.clear();
+        own.send_displs.clear();
+        own.pairs.clear();
+        for m in send.iter() {
+            if m.len() > self.max_message {
+                return Err(too_large(m.len()));
+            }
+            let len = Count::try_from(m.len()).map_err(|_| too_large(m.len()))?;
+            own.send_displs.push(own.send_counts.iter().sum());
+            own.send_counts.push(len);
+            own.pairs.extend([OP as Count, len]);
+        }
+        own.counts.clear();
+        own.counts.resize(2 * self.size, 0);
+        self.watchdog.arm(self.channel, OP.name(), self.timeout);
+        self.world.all_to_all_into(&self.own.pairs[..], &mut self.own.counts[..]);
+        self.watchdog.disarm(self.channel);
+        if let Some(r) = self.own.counts.chunks_exact(2).position(|p| p[0] != OP as Count) {
+            return Err(self.other_operation(OP, r));
+        }
+        let own = &mut self.own;
+        let lens: Vec<Count> = own.counts.chunks_exact(2).map(|p| p[1]).collect();
+        own.counts.clone_from(&lens);
+        own.displs.clear();
+        let mut at: Count = 0;
+        for &c in &own.counts {
+            own.displs.push(at);
+            at = at.checked_add(c).ok_or_else(|| too_large(usize::MAX))?;
+        }
+        let dst = recv.set_from_parts(own.counts.iter().map(|&c| c as usize));
+        let from = Partition::new(send.as_bytes(), &own.send_counts[..], &own.send_displs[..]);
+        let mut into = PartitionMut::new(&mut dst[..], &own.counts[..], &own.displs[..]);
+        self.watchdog.arm(self.channel, OP.name(), self.timeout);
+        self.world.all_to_all_varcount_into(&from, &mut into);
         self.watchdog.disarm(self.channel);
         Ok(())
     }

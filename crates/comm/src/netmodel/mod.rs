@@ -21,6 +21,7 @@
 //! | Rabenseifner allreduce | 2 of M/2, 2 of M/4 … 2 of M/p, +2 of M when N ≠ p |
 //! | reduce + broadcast ("nonoverlapping") | 2⌈log2 N⌉ of M |
 //! | allgatherv (ring, neighbor, Bruck, two-proc) | N−1, N/2, ⌈log2 N⌉, 1 rounds carrying Σm − min m bytes |
+//! | alltoallv (pairwise exchange) | N−1 of the mean message to a peer, after a length exchange |
 //! | broadcast (linear or chain; trees) | N−1 of M; ⌈log2 N⌉ of M |
 //! | parameter server | 2 rounds; the server's link carries every remote upload and download |
 //!
@@ -329,6 +330,33 @@ impl NetworkModel {
         self.price_rounds(&vec![lengths]) + self.price_rounds(&rounds)
     }
 
+    /// Alltoallv in which this rank sends `sizes[j]` bytes to rank j (its
+    /// own entry 0, or ignored: it crosses no link), priced as Open MPI's
+    /// pairwise exchange: N − 1 rounds, in round k rank r sends to r + k and
+    /// receives from r − k, each round carrying the mean message (the
+    /// shards are cut equal, so every rank's rounds are alike), after
+    /// gradcomp's exchange of the lengths (a small alltoall: ⌈log2 N⌉
+    /// rounds of latency, as Bruck's).
+    pub fn alltoallv(&self, sizes: &[u64]) -> f64 {
+        let n = sizes.len();
+        if n <= 1 {
+            return 0.0;
+        }
+        let total: u64 = sizes.iter().sum();
+        let block = total as f64 / (n - 1) as f64;
+        self.price_rounds(&vec![
+            (log2_ceil(n), 8.0, Round::Exchange),
+            (n as f64 - 1.0, block, Round::Exchange),
+        ])
+    }
+
+    /// Alltoallv where this rank sends `bytes` to each of the other N − 1.
+    pub fn alltoallv_uniform(&self, n: usize, bytes: u64) -> f64 {
+        let mut sizes = vec![bytes; n];
+        sizes[0] = 0;
+        self.alltoallv(&sizes)
+    }
+
     /// Allgatherv where every rank sends `bytes`.
     pub fn allgatherv_uniform(&self, n: usize, bytes: u64) -> f64 {
         self.allgatherv(&vec![bytes; n])
@@ -399,6 +427,7 @@ impl NetworkModel {
         match call.op {
             op if op.is_allreduce() => self.allreduce(n, bytes),
             OpKind::Allgatherv => self.allgatherv(&call.sizes),
+            OpKind::Alltoallv => self.alltoallv(&call.sizes),
             OpKind::PsPush | OpKind::PsPull => self.push_pull_sizes(placement, &call.sizes, call.download),
             OpKind::Broadcast => self.broadcast(n, bytes),
             _ => self.allreduce(n, 0),

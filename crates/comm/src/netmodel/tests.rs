@@ -17,6 +17,19 @@ fn textbook_values() {
     // Ring allgatherv: N − 1 exchange rounds of the mean block, after the length exchange.
     let lengths = 2.0 * 8.0 / m.bandwidth;
     assert!((m.allgatherv(&[10_000_000, 20_000_000, 30_000_000]) - 0.32 - lengths).abs() < 1e-9);
+    // Alltoallv, pairwise: 4 ranks each sending 10 MB to each of 3 peers
+    // take 3 rounds of 10 MB after 2 rounds of the length exchange; the
+    // rank's own entry crosses no link.
+    let a2a = m.alltoallv(&[0, 10_000_000, 10_000_000, 10_000_000]);
+    assert!((a2a - 0.24 - lengths).abs() < 1e-9, "{a2a}");
+    assert!((m.alltoallv_uniform(4, 10_000_000) - a2a).abs() < 1e-12);
+    let call = CollectiveCall {
+        op: OpKind::Alltoallv,
+        sizes: vec![0, 10_000_000, 10_000_000, 10_000_000],
+        download: 0,
+        bucket: None,
+    };
+    assert!((m.price(&call, 4, ServerPlacement::CoLocated) - a2a).abs() < 1e-12);
     // 5 ranks, 125 MB: a chain of 4 messages, after 3 rounds of the 8-byte length.
     assert!((m.broadcast(5, 125_000_000) - 4.0 - 3.0 * 8.0 / m.bandwidth).abs() < 1e-9);
     assert!((m.broadcast(16, 125_000_000) - 4.0 - 4.0 * 8.0 / m.bandwidth).abs() < 1e-9);

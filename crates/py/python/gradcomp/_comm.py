@@ -121,6 +121,21 @@ class Comm:
         dist.all_gather(parts, sent, group=self.group)
         return [p[:s].cpu().numpy().tobytes() for p, s in zip(parts, sizes)]
 
+    def all_to_all(self, parts: List[bytes]) -> List[bytes]:
+        """`parts[j]` to worker j; the message every worker sent this one, in
+        rank order. The sizes go first (8 bytes to each worker), then the
+        messages unpadded."""
+        self._set_device()
+        sent = [len(p) for p in parts]
+        sizes = self._out(torch.tensor(sent, dtype=torch.int64))
+        got = torch.empty_like(sizes)
+        dist.all_to_all_single(got, sizes, group=self.group)
+        received = [int(s) for s in got.tolist()]
+        out = self._out(torch.empty(sum(received), dtype=torch.uint8))
+        dist.all_to_all_single(out, self._out(_bytes_tensor(b"".join(parts))), output_split_sizes=received,
+                               input_split_sizes=sent, group=self.group)
+        return _split(out.cpu().numpy().tobytes(), received)
+
     def broadcast(self, data: bytes, root: int) -> bytes:
         self._set_device()
         size = self._out(torch.tensor([len(data)], dtype=torch.int64))
@@ -143,3 +158,17 @@ class Comm:
         collectively: every rank calls it at the same point), for the
         collectives of a communication thread (the outer rounds' thread)."""
         return own_comm(self.group, self.device if self.device is not None else torch.device("cpu"))
+
+
+def _bytes_tensor(data: bytes) -> torch.Tensor:
+    """`data` as a uint8 tensor (a copy: torch needs a writable buffer)."""
+    return torch.frombuffer(bytearray(data), dtype=torch.uint8) if data else torch.empty(0, dtype=torch.uint8)
+
+
+def _split(data: bytes, sizes: List[int]) -> List[bytes]:
+    """`data` cut into consecutive parts of `sizes` bytes."""
+    parts, at = [], 0
+    for s in sizes:
+        parts.append(data[at:at + s])
+        at += s
+    return parts

@@ -30,10 +30,11 @@ from typing import Any, Dict, List, NamedTuple, Optional, Tuple, Union
 
 import numpy as np
 import torch
-from torch._C._distributed_c10d import AllgatherOptions, AllreduceOptions, BroadcastOptions, ReduceOp, TCPStore
+from torch._C._distributed_c10d import (AllgatherOptions, AllreduceOptions, AllToAllOptions, BroadcastOptions, ReduceOp,
+                                        TCPStore)
 
 from . import _core
-from ._comm import _DTYPES
+from ._comm import _DTYPES, _bytes_tensor, _split
 from ._config import OUTER, number, one_of, whole_positive
 
 # State keys a healer does not send: a worker's own error-feedback memories.
@@ -101,6 +102,17 @@ class FtComm:
         parts = [[torch.empty_like(buf) for _ in range(world)]]
         self._wait(self.pg.allgather(parts, [buf], AllgatherOptions()))
         return [p[:s].numpy().tobytes() for p, s in zip(parts[0], sizes)]
+
+    def all_to_all(self, parts: List[bytes]) -> List[bytes]:
+        sent = [len(p) for p in parts]
+        sizes = torch.tensor(sent, dtype=torch.int64)
+        got = torch.empty_like(sizes)
+        ones = [1] * len(parts)
+        self._wait(self.pg.alltoall_base(got, sizes, ones, ones, AllToAllOptions()))
+        received = [int(s) for s in got.tolist()]
+        out = torch.empty(sum(received), dtype=torch.uint8)
+        self._wait(self.pg.alltoall_base(out, _bytes_tensor(b"".join(parts)), received, sent, AllToAllOptions()))
+        return _split(out.numpy().tobytes(), received)
 
     def broadcast(self, data: bytes, root: int) -> bytes:
         opts = BroadcastOptions()
