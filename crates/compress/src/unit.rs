@@ -87,6 +87,20 @@ impl CompressionUnit {
         self.compressor.compress(x, ctx, msg);
     }
 
+    /// 3, for one part: compresses the values `range` of the unit's input
+    /// into `msg` (a reduce-scatter's shard; the compressor must keep no
+    /// state across calls of its own).
+    pub fn compress_part(
+        &mut self,
+        grad: &[f32],
+        range: std::ops::Range<usize>,
+        ctx: &UnitContext,
+        msg: &mut Message,
+    ) {
+        let x = input(self.has_memory, &*self.memory, grad);
+        self.compressor.compress(&x[range], ctx, msg);
+    }
+
     /// 4. The memory keeps what `msg` did not send.
     pub fn update(&mut self, msg: &Message) {
         self.memory.update(msg);

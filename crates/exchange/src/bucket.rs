@@ -193,7 +193,8 @@ impl Bucket {
                 // The rounds were the exchange: nothing to pack. (A message of
                 // another kind on a summing route cannot be built from a valid
                 // configuration; the plan's routes follow `combine`.)
-                (Route::InRounds | Route::SumF16 | Route::SumCodes, _) => {}
+                // The reduce-scatter runs apart from the buckets (scatter.rs).
+                (Route::InRounds | Route::SumF16 | Route::SumCodes | Route::Scatter, _) => {}
             }
         }
     }

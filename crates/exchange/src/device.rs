@@ -109,6 +109,11 @@ impl DeviceUnits {
         if plan.units.iter().all(|u| u.uncompressed) {
             return Err(NoDeviceForm::NothingToCompress);
         }
+        if plan.topology == crate::config::Topology::ReduceScatter {
+            return Err(NoDeviceForm::HostOnly(
+                "the reduce-scatter compresses its shards on the host".into(),
+            ));
+        }
         let Some(builtin) = recipe.compressor.builtin() else {
             let name = recipe.compressor.name();
             return Err(NoDeviceForm::HostOnly(format!(

@@ -59,7 +59,10 @@ pub struct GradientExchange {
     pub(super) host: HostCompression,
     pub(super) work: Working,
     server: ServerBuffers,
-    seed: u64,
+    /// The reduce-scatter's owned shards and buffers (`comm.topology =
+    /// "reduce-scatter"`); unused on the other topologies.
+    pub(super) scatter: super::scatter::Scatter,
+    pub(super) seed: u64,
     /// Move the buckets through a communication thread.
     pipeline: bool,
     /// The density last set (warm-up), which a device form starts from.
@@ -86,6 +89,7 @@ impl GradientExchange {
                 measured: Vec::new(),
             },
             server: ServerBuffers::default(),
+            scatter: super::scatter::Scatter::new(&plan),
             seed,
             pipeline: cfg.compression.pipeline,
             density: None,
@@ -169,6 +173,25 @@ impl GradientExchange {
         out.fill(0.0);
         self.work.measured.clear();
         self.work.measured.resize(self.plan.units.len(), None);
+        if self.plan.topology == crate::config::Topology::ReduceScatter {
+            // One exchange per call, on the host (scatter.rs).
+            #[allow(irrefutable_let_patterns)]
+            let Gradient::Host(stages) = grad
+            else {
+                return Err(ExchangeError::Device("the reduce-scatter has no device form".into()));
+            };
+            stages.complete()?;
+            if stages.grad().len() != total {
+                return Err(ExchangeError::Usage(format!(
+                    "the gradient has {} values, the exchange's units {total}",
+                    stages.grad().len()
+                )));
+            }
+            self.exchange_scattered(stages.grad(), input, out, c, &mut st)?;
+            st.residual_norm = self.host.residual_norm()?;
+            st.wall_seconds = wall.elapsed().as_secs_f64();
+            return Ok(st);
+        }
         let (plan, work, server) = (&self.plan, &mut self.work, &mut self.server);
         #[cfg(feature = "device-kernels")]
         let (mut on_device, mut nothing_on_host);

@@ -87,6 +87,7 @@ pub mod plan;
 pub mod predict;
 mod recipe;
 pub mod route;
+pub mod scatter;
 mod server;
 pub mod spec;
 mod state;

@@ -26,6 +26,11 @@ pub enum Topology {
     Allgather,
     /// Upload to a server that aggregates and broadcasts (TernGrad's protocol).
     ParameterServer,
+    /// Each worker's message cut into N shards, shard j sent to worker j,
+    /// which averages them in f32 and compresses the average again; the
+    /// averages allgathered (`scatter.rs`; ALGORITHMS.md §7). Each worker
+    /// receives about twice its own message whatever N is.
+    ReduceScatter,
 }
 
 impl Topology {
@@ -35,6 +40,7 @@ impl Topology {
             Topology::Allreduce => "allreduce",
             Topology::Allgather => "allgather",
             Topology::ParameterServer => "parameter-server",
+            Topology::ReduceScatter => "reduce-scatter",
         }
     }
 }
@@ -57,23 +63,33 @@ pub enum Route {
     /// The exchange rounds were the exchange (PowerSGD): every worker's
     /// message is already the aggregate, and nothing more travels.
     InRounds,
+    /// Compressed shards to their owners (alltoallv), the owners'
+    /// recompressed averages to every worker (allgatherv).
+    Scatter,
 }
 
 /// The route table: for messages that combine as `combine`, the route on
-/// each topology (`[allreduce, allgather, parameter-server]`), `None` where
-/// that topology cannot carry them.
-pub fn carriers(combine: Combine) -> [Option<Route>; 3] {
+/// each topology (`[allreduce, allgather, parameter-server,
+/// reduce-scatter]`), `None` where that topology cannot carry them. The
+/// reduce-scatter carries the averaged messages (`Combine::Gather`: their
+/// decoded values sum), and dense values; not a vote, a senders' mean,
+/// TernGrad's codes under a scaler shared before the compression, or what
+/// an allreduce already sums compressed (fp16, Rand-k's shared indices).
+pub fn carriers(combine: Combine) -> [Option<Route>; 4] {
     use Route::*;
     match combine {
-        Combine::DenseSum | Combine::SharedIndexSum => [Some(SumF32), Some(SumF32), Some(Server)],
-        Combine::HalfSum => [Some(SumF16), Some(SumF16), Some(Server)],
-        Combine::TernarySum => [Some(SumCodes), Some(Gather), Some(Server)],
-        Combine::Gather | Combine::MajorityVote | Combine::SenderMean { .. } => {
-            [None, Some(Gather), Some(Server)]
-        }
+        // Values every worker sums as they are are allreduced already,
+        // whatever N: the reduce-scatter takes the dense ones (uncompressed
+        // units) only.
+        Combine::DenseSum => [Some(SumF32), Some(SumF32), Some(Server), Some(SumF32)],
+        Combine::SharedIndexSum => [Some(SumF32), Some(SumF32), Some(Server), None],
+        Combine::HalfSum => [Some(SumF16), Some(SumF16), Some(Server), None],
+        Combine::TernarySum => [Some(SumCodes), Some(Gather), Some(Server), None],
+        Combine::Gather => [None, Some(Gather), Some(Server), Some(Scatter)],
+        Combine::MajorityVote | Combine::SenderMean { .. } => [None, Some(Gather), Some(Server), None],
         // The exchange rounds carry it whatever the topology (which only
         // routes its uncompressed tensors); `accepts` takes allreduce only.
-        Combine::InRounds => [Some(InRounds), Some(InRounds), Some(InRounds)],
+        Combine::InRounds => [Some(InRounds), Some(InRounds), Some(InRounds), Some(InRounds)],
     }
 }
 
@@ -82,6 +98,7 @@ fn column(topology: Topology) -> usize {
         Topology::Allreduce => 0,
         Topology::Allgather => 1,
         Topology::ParameterServer => 2,
+        Topology::ReduceScatter => 3,
     }
 }
 
@@ -106,6 +123,10 @@ impl Route {
             Route::SumCodes => CodeWidth::for_workers(workers).bytes() * size.len as u64,
             Route::Gather | Route::Server => size.encoded as u64,
             Route::InRounds => 0,
+            // What crosses links: the N − 1 shards for others and the owned
+            // average, each about 1/N of the message (`scatter::bytes`
+            // counts the headers exactly).
+            Route::Scatter => size.encoded as u64,
         }
     }
 
@@ -128,6 +149,8 @@ impl Route {
         match self {
             Route::Gather => workers,
             Route::Server => workers + 1,
+            // N shards of 1/N and N averages of 1/N: two messages' worth.
+            Route::Scatter => 2,
             Route::SumF32 | Route::SumF16 | Route::SumCodes | Route::InRounds => 1,
         }
     }
@@ -185,7 +208,7 @@ pub fn default_topology(combine: Combine) -> Topology {
 /// The topologies that carry messages combining as `combine`, as the
 /// configuration spells them (for an error that says what to use).
 pub fn topology_for(combine: Combine) -> Vec<&'static str> {
-    [Topology::Allreduce, Topology::Allgather, Topology::ParameterServer]
+    [Topology::Allreduce, Topology::Allgather, Topology::ParameterServer, Topology::ReduceScatter]
         .into_iter()
         .filter(|&t| accepts(combine, t))
         .map(Topology::name)
@@ -246,8 +269,8 @@ mod tests {
             let default = default_topology(combine);
             assert!(accepts(combine, default), "{combine:?} on {default:?}");
             assert!(!topology_for(combine).is_empty());
-            for topology in [Topology::Allreduce, Topology::Allgather] {
-                if combine != Combine::InRounds {
+            for topology in [Topology::Allreduce, Topology::Allgather, Topology::ReduceScatter] {
+                if combine != Combine::InRounds && accepts(combine, topology) {
                     assert_eq!(Route::of(true, topology, combine), Some(Route::SumF32), "{combine:?}");
                 }
             }

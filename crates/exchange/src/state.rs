@@ -121,6 +121,7 @@ impl GradientExchange {
         insert_units(scope, StateKind::Memory, memories, out);
         let compressors = self.host.units.iter().map(|c| c.compressor().state()).collect();
         insert_units(scope, StateKind::Compressor, compressors, out);
+        self.scatter.state(scope, out);
         Ok(())
     }
 
@@ -150,6 +151,7 @@ impl GradientExchange {
                 .map_err(in_unit)?;
             cu.compressor_mut().restore(&bufs).map_err(in_unit)?;
         }
+        self.scatter.restore(&self.plan, &self.recipe, scope, state)?;
         // A device form takes the restored state from the host.
         #[cfg(feature = "device-kernels")]
         if let Some(d) = &mut self.device {

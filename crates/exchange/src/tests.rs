@@ -289,3 +289,30 @@ fn a_corrupt_message_in_a_pipelined_bucket_names_its_sender_on_every_worker() {
     });
     assert!(errors.iter().all(|e| e.contains("worker 1")), "{errors:?}");
 }
+
+/// On the reduce-scatter a worker's cut-short shards fail every owner's
+/// decoding, naming it, before the averages' allgather: no worker waits.
+#[test]
+fn a_corrupt_shard_on_the_reduce_scatter_names_its_sender_on_every_worker() {
+    let layout = layout();
+    let errors = on_workers(|c| {
+        let cfg = CompressionConfig::default();
+        let mut x =
+            exchange_of(&layout, &CompressorConfig::named("fp4").unwrap(), &cfg, Topology::ReduceScatter);
+        let grad = vec![1.0f32; layout.total()];
+        let mut out = vec![0.0; grad.len()];
+        let step = StepInput { step: 0, lr: 0.1, loss: None, measure: false };
+        let grad = Gradient::Host(&mut CompleteGrad(&grad));
+        let result = if c.rank() == 1 {
+            x.exchange(grad, &step, &mut out, &mut Truncating(c))
+        } else {
+            let mut c = c;
+            x.exchange(grad, &step, &mut out, &mut c)
+        };
+        match result {
+            Err(e @ ExchangeError::Codec { rank: 1, .. }) => e.to_string(),
+            other => panic!("expected a codec error naming worker 1, got {other:?}"),
+        }
+    });
+    assert!(errors.iter().all(|e| e.contains("worker 1")), "{errors:?}");
+}

@@ -72,6 +72,13 @@ pub fn parse(json: &str) -> Result<DataParallelConfig, PyErr> {
             "gradcomp: strategy: a DDP hook exchanges every step; for local steps with outer rounds use gradcomp.torch.LocalUpdates",
         ));
     }
+    // The owners' shards follow gradcomp's units; DDP cuts and may rebuild
+    // its buckets, and a hook's state is kept per tensor.
+    if cfg.topology() == Topology::ReduceScatter {
+        return Err(PyValueError::new_err(
+            "gradcomp: topology: the reduce-scatter runs in gradcomp.torch.LocalUpdates' rounds (and gradcomp's own loop), not in a DDP hook; use \"allgather\" here",
+        ));
+    }
     Ok(cfg)
 }
 

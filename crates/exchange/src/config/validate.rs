@@ -10,10 +10,12 @@ fn err(key: &str, problem: impl Into<String>) -> ConfigError {
     ConfigError::new(key, problem)
 }
 
-/// Why no topology but the route table's carries messages that combine as `combine`.
-fn why_not(combine: Combine) -> &'static str {
+/// Why `topology` does not carry messages that combine as `combine`.
+fn why_not(combine: Combine, topology: super::Topology) -> &'static str {
     if combine == Combine::InRounds {
         "it exchanges in allreduce rounds"
+    } else if topology == super::Topology::ReduceScatter {
+        "the owners average the decoded shards, and its messages are not averaged (a vote, the senders' mean, or codes under a shared scaler) or are summed by an allreduce already"
     } else {
         "its per-worker messages do not add in compressed form, which an allreduce needs"
     }
@@ -42,10 +44,21 @@ impl DataParallelConfig {
                     "compressor {} cannot travel by {}: {}; use topology = \"{}\"",
                     self.compressor_name(),
                     topology.name(),
-                    why_not(self.combine()),
+                    why_not(self.combine(), topology),
                     carriers.join("\" or \"")
                 ),
             ));
+        }
+        if topology == super::Topology::ReduceScatter {
+            if self.compressor.declares(|m| m.needs_loss()) {
+                return Err(err(
+                    "comm.topology",
+                    format!(
+                        "compressor {} keeps per-value state across steps, and the reduce-scatter compresses each unit in shards; use topology = \"allgather\"",
+                        self.compressor_name()
+                    ),
+                ));
+            }
         }
         Ok(())
     }
@@ -221,14 +234,25 @@ mod tests {
             cfg.validate().unwrap_or_else(|e| panic!("{name}'s defaults: {e}"));
             let gathers = cfg.combine().per_worker();
             let agrees = cfg.combine() == Combine::InRounds;
-            for topology in [Topology::Allreduce, Topology::Allgather, Topology::ParameterServer] {
+            // The reduce-scatter takes averaged messages and dense values,
+            // and refuses the compressors that select by their loss (eSGD).
+            let scatters = matches!(cfg.combine(), Combine::Gather | Combine::DenseSum)
+                && !cfg.compressor.declares(|m| m.needs_loss());
+            for topology in
+                [Topology::Allreduce, Topology::Allgather, Topology::ParameterServer, Topology::ReduceScatter]
+            {
                 let refused = (gathers && topology == Topology::Allreduce)
-                    || (agrees && topology != Topology::Allreduce);
+                    || (agrees && topology != Topology::Allreduce)
+                    || (!scatters && topology == Topology::ReduceScatter);
                 match cfg.clone().with_topology(topology).validate() {
                     Err(e) if refused => {
                         let text = e.to_string();
                         assert!(text.contains("comm.topology"), "{name} over {topology:?}: {text}");
-                        let hint = if agrees { "\"allreduce\"" } else { "\"allgather\"" };
+                        let hint = if agrees || cfg.combine() == Combine::HalfSum {
+                            "\"allreduce\""
+                        } else {
+                            "\"allgather\""
+                        };
                         assert!(text.contains(hint), "{name} over {topology:?}: {text}");
                     }
                     Ok(()) if !refused => {}
