@@ -158,6 +158,7 @@ pub fn run(a: &Args) -> Result<()> {
     methods_table(&mut md, &p, &ms, total);
     let fig_series = speedup_tables(&mut md, &p, &ms, a);
     terngrad_table(&mut md, &p, &ms, a.alpha);
+    scatter_table(&mut md, &p, &ms, a.alpha);
     if !a.json {
         println!("{md}");
     }
@@ -262,6 +263,54 @@ fn terngrad_table(md: &mut String, p: &Profile, ms: &[MethodCost], alpha: f64) {
                 );
             }
             md.push('\n');
+        }
+    }
+}
+
+/// When the reduce-scatter beats the allgather: per compressor measured on
+/// both, per link, the allgather's exchange seconds over the
+/// reduce-scatter's (> 1: the reduce-scatter is faster) at every worker
+/// count, and the fewest workers from which it stays ahead.
+fn scatter_table(md: &mut String, p: &Profile, ms: &[MethodCost], alpha: f64) {
+    let no_compute = gradcomp_dp::predict::Workload { compute_seconds: 0.0, ..p.work.clone() };
+    let pairs: Vec<(&MethodCost, &MethodCost)> = ms
+        .iter()
+        .filter(|m| m.topology == Topology::ReduceScatter)
+        .filter_map(|rs| {
+            let ag =
+                ms.iter().find(|m| m.topology == Topology::Allgather && m.compressor == rs.compressor)?;
+            Some((ag, rs))
+        })
+        .collect();
+    if pairs.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        md,
+        "\n**Reduce-scatter against allgather**: the allgather's exchange seconds over the reduce-scatter's (> 1: the reduce-scatter is faster), compute left out\n"
+    );
+    let _ = write!(md, "| compressor | link |");
+    WORKERS.iter().skip(1).for_each(|n| {
+        let _ = write!(md, " N={n} |");
+    });
+    let _ = writeln!(md, " ahead from |\n|---|---|{}---:|", "---:|".repeat(WORKERS.len() - 1));
+    for (ag, rs) in pairs {
+        for &link in &LINKS {
+            let net = NetworkModel::from_bits_per_second(link, alpha);
+            let _ = write!(md, "| {} | {} |", rs.compressor.name(), link_name(link));
+            let ratios: Vec<(usize, f64)> = WORKERS
+                .iter()
+                .skip(1)
+                .map(|&n| {
+                    (n, step_seconds(&no_compute, ag, n, &net) / step_seconds(&no_compute, rs, n, &net))
+                })
+                .collect();
+            ratios.iter().for_each(|(_, r)| {
+                let _ = write!(md, " {r:.2}× |");
+            });
+            let from = (0..ratios.len()).find(|&i| ratios[i..].iter().all(|(_, r)| *r > 1.0));
+            let _ =
+                writeln!(md, " {} |", from.map_or("never".to_string(), |i| format!("N = {}", ratios[i].0)));
         }
     }
 }

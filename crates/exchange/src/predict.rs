@@ -179,7 +179,7 @@ pub fn methods(units: &[Vec<usize>], density: f64) -> Vec<MethodCost> {
         c.set_density(density);
         c
     };
-    use Topology::{Allgather, Allreduce, ParameterServer};
+    use Topology::{Allgather, Allreduce, ParameterServer, ReduceScatter};
     vec![
         measure("dense (allreduce)", with("dense"), Allreduce, units),
         measure("dense (parameter server)", with("dense"), ParameterServer, units),
@@ -188,7 +188,12 @@ pub fn methods(units: &[Vec<usize>], density: f64) -> Vec<MethodCost> {
         measure("terngrad (parameter server)", with("terngrad"), ParameterServer, units),
         measure("qsgd (allgather)", with("qsgd"), Allgather, units),
         measure("onebit (allgather)", with("onebit"), Allgather, units),
+        measure("fp4 (allgather)", with("fp4"), Allgather, units),
+        measure("fp4 (reduce-scatter)", with("fp4"), ReduceScatter, units),
+        measure("eightbit (allgather)", with("eightbit"), Allgather, units),
+        measure("eightbit (reduce-scatter)", with("eightbit"), ReduceScatter, units),
         measure(&format!("topk ρ={density} (allgather)"), with("topk"), Allgather, units),
+        measure(&format!("topk ρ={density} (reduce-scatter)"), with("topk"), ReduceScatter, units),
         measure(&format!("gaussiank ρ={density} (allgather)"), with("gaussiank"), Allgather, units),
         measure(&format!("dgck ρ={density} (allgather)"), with("dgck"), Allgather, units),
         measure("powersgd r=2 (allreduce, 2 rounds)", powersgd_rank(2), Allreduce, units),
@@ -213,16 +218,18 @@ pub fn step_seconds(p: &Workload, m: &MethodCost, n: usize, net: &NetworkModel) 
 /// The collectives that carry `units` (one bucket's, or a whole step's
 /// priced as one bucket) among `n` workers on `net`, as the bucket runs
 /// them: one allreduce of the summed values, one allgatherv of the
-/// gathered encodings, one round trip to the co-located server; each only
-/// where some unit takes that route.
+/// gathered encodings, one round trip to the co-located server, or the
+/// reduce-scatter's alltoallv and allgatherv of shards; each only where
+/// some unit takes that route.
 pub fn wire_seconds(units: &[UnitCost], n: usize, net: &NetworkModel) -> f64 {
-    let (mut summed, mut gathered, mut up, mut down) = (0, 0, 0, 0);
-    let (mut sums, mut gathers, mut server) = (false, false, false);
+    let (mut summed, mut gathered, mut up, mut down, mut shard) = (0, 0, 0, 0, 0.0);
+    let (mut sums, mut gathers, mut server, mut scatters) = (false, false, false, false);
     for u in units {
         let bytes = u.upload(n);
         match u.route {
             Route::InRounds => {}
             Route::Gather => (gathered, gathers) = (gathered + bytes, true),
+            Route::Scatter => (shard, scatters) = (shard + shard_bytes(u.size.encoded, n), true),
             Route::Server => {
                 (up, server) = (up + bytes, true);
                 down += Route::download_bytes(u.combine, u.size.len, n, bytes);
@@ -240,7 +247,18 @@ pub fn wire_seconds(units: &[UnitCost], n: usize, net: &NetworkModel) -> f64 {
     if server {
         t += net.push_pull(n, ServerPlacement::CoLocated, up, down);
     }
+    if scatters {
+        let s = shard.round() as u64;
+        t += net.alltoallv_uniform(n, s) + net.allgatherv_uniform(n, s);
+    }
     t
+}
+
+/// The bytes of one shard of a message of `encoded` bytes cut N ways: its
+/// payload's N-th, and a header of its own (ALGORITHMS.md §7).
+pub fn shard_bytes(encoded: usize, n: usize) -> f64 {
+    let h = codec::HEADER_LEN as f64;
+    (encoded as f64 - h).max(0.0) / n.max(1) as f64 + h
 }
 
 /// Seconds one worker decodes `units`' messages among `n` workers: each

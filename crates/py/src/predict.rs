@@ -68,7 +68,12 @@ pub fn predict<'py>(
         let total: usize = work.units.iter().sum();
         (methods(&work.shapes, density), period.map(|_| outer_seconds_per_value(total)))
     });
-    ms.retain(|m| m.topology != gradcomp_exchange::Topology::ParameterServer);
+    // torch.distributed has no parameter server, and the reduce-scatter
+    // runs in LocalUpdates' rounds only (not in a DDP hook).
+    use gradcomp_exchange::Topology;
+    ms.retain(|m| {
+        m.topology != Topology::ParameterServer && (period.is_some() || m.topology != Topology::ReduceScatter)
+    });
     let net = NetworkModel::from_bits_per_second(link_bps, alpha);
     let dense = step_seconds(&work, &ms[0], workers, &net);
     ms.iter()
