@@ -4,6 +4,7 @@ mod bench;
 mod data;
 mod launch;
 mod model;
+mod project;
 mod report;
 mod train;
 mod user_error;
@@ -40,6 +41,9 @@ enum Command {
     Report(report::Args),
     /// Predicted throughput and speedup of every method for N workers and link speeds.
     Model(model::Args),
+    /// One outer round's bytes and wire seconds per worker at worker counts
+    /// past any run (16 to 1024), from the network model alone.
+    Project(project::Args),
     /// Inspect a configuration's data, or write a generated IDX image set.
     #[command(subcommand)]
     Data(data::DataCommand),
@@ -54,6 +58,7 @@ fn main() -> ExitCode {
         Command::Bench(b) => bench::run(b),
         Command::Report(a) => report::run(&a),
         Command::Model(a) => model::run(&a),
+        Command::Project(a) => project::run(&a),
         Command::Data(c) => data::run(c),
     };
     match result {

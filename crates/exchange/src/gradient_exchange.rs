@@ -62,7 +62,7 @@ pub struct GradientExchange {
     /// The reduce-scatter's owned shards and buffers (`comm.topology =
     /// "reduce-scatter"`); unused on the other topologies.
     pub(super) scatter: super::scatter::Scatter,
-    pub(super) seed: u64,
+    seed: u64,
     /// Move the buckets through a communication thread.
     pipeline: bool,
     /// The density last set (warm-up), which a device form starts from.
@@ -174,21 +174,7 @@ impl GradientExchange {
         self.work.measured.clear();
         self.work.measured.resize(self.plan.units.len(), None);
         if self.plan.topology == crate::config::Topology::ReduceScatter {
-            // One exchange per call, on the host (scatter.rs).
-            #[allow(irrefutable_let_patterns)]
-            let Gradient::Host(stages) = grad
-            else {
-                return Err(ExchangeError::Device("the reduce-scatter has no device form".into()));
-            };
-            stages.complete()?;
-            if stages.grad().len() != total {
-                return Err(ExchangeError::Usage(format!(
-                    "the gradient has {} values, the exchange's units {total}",
-                    stages.grad().len()
-                )));
-            }
-            self.exchange_scattered(stages.grad(), input, out, c, &mut st)?;
-            st.residual_norm = self.host.residual_norm()?;
+            self.exchange_scattered(grad, input, out, c, &mut st)?;
             st.wall_seconds = wall.elapsed().as_secs_f64();
             return Ok(st);
         }
@@ -227,6 +213,42 @@ impl GradientExchange {
         st.sum_buckets();
         st.wall_seconds = wall.elapsed().as_secs_f64();
         Ok(st)
+    }
+
+    /// [`GradientExchange::exchange`] on the reduce-scatter: one exchange per
+    /// call, on the host (`scatter/`).
+    fn exchange_scattered(
+        &mut self,
+        grad: Gradient<'_>,
+        input: &StepInput,
+        out: &mut [f32],
+        c: &mut dyn Collective,
+        st: &mut ExchangeStats,
+    ) -> Result<(), ExchangeError> {
+        #[allow(irrefutable_let_patterns)]
+        let Gradient::Host(stages) = grad
+        else {
+            return Err(ExchangeError::Device("the reduce-scatter has no device form".into()));
+        };
+        stages.complete()?;
+        let total = self.plan.total();
+        if stages.grad().len() != total {
+            return Err(ExchangeError::Usage(format!(
+                "the gradient has {} values, the exchange's units {total}",
+                stages.grad().len()
+            )));
+        }
+        let units = super::scatter::Units {
+            plan: &self.plan,
+            recipe: &self.recipe,
+            host: &mut self.host,
+            key: RngKey::new(self.seed, c.rank() as u32, input.step, 0),
+            lr: input.lr as f32,
+            loss: input.loss,
+        };
+        self.scatter.exchange(units, stages.grad(), out, c, st)?;
+        st.residual_norm = self.host.residual_norm()?;
+        Ok(())
     }
 
     /// Moves the units' compressors and memories to `client`'s device (with

@@ -121,7 +121,13 @@ impl GradientExchange {
         insert_units(scope, StateKind::Memory, memories, out);
         let compressors = self.host.units.iter().map(|c| c.compressor().state()).collect();
         insert_units(scope, StateKind::Compressor, compressors, out);
-        self.scatter.state(scope, out);
+        // The reduce-scatter's owner memories e₂, as memories of their units.
+        for (u, i, values) in self.scatter.state() {
+            out.insert(
+                StateKey::new(&format!("{scope}scatter."), StateKind::Memory, u, i).to_string(),
+                values,
+            );
+        }
         Ok(())
     }
 
@@ -151,7 +157,8 @@ impl GradientExchange {
                 .map_err(in_unit)?;
             cu.compressor_mut().restore(&bufs).map_err(in_unit)?;
         }
-        self.scatter.restore(&self.plan, &self.recipe, scope, state)?;
+        let key = |u, i| StateKey::new(&format!("{scope}scatter."), StateKind::Memory, u, i).to_string();
+        self.scatter.restore(&self.plan, &self.recipe, |u, i| state.get(&key(u, i)), key)?;
         // A device form takes the restored state from the host.
         #[cfg(feature = "device-kernels")]
         if let Some(d) = &mut self.device {

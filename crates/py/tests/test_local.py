@@ -135,8 +135,8 @@ RECORD = r'''
 import sys, json, torch, torch.distributed as dist
 import gradcomp._local as local
 import gradcomp.torch as gt
-rank, out, kwargs = int(sys.argv[1]), sys.argv[2], json.loads(sys.argv[3])
-dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d", rank=rank, world_size=2)
+rank, out, kwargs, world = int(sys.argv[1]), sys.argv[2], json.loads(sys.argv[3]), int(sys.argv[4])
+dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d", rank=rank, world_size=world)
 real = local._core.LocalStrategy
 # Per inner step with round work: the model as the front handed it to the
 # core, and as the core left it (a round in flight merged, the rounds
@@ -155,7 +155,8 @@ local._core.LocalStrategy = Recording
 torch.manual_seed(rank)
 model = torch.nn.Sequential(torch.nn.Linear(6, 4), torch.nn.Tanh(), torch.nn.Linear(4, 1))
 opt = torch.optim.AdamW(model.parameters(), lr=0.05)
-lu = gt.LocalUpdates(model, opt, outer="nesterov", compressor="topk", density=0.3, **kwargs)
+opts = {k: v for k, v in {"compressor": "topk", "density": 0.3, **kwargs}.items() if v is not None}
+lu = gt.LocalUpdates(model, opt, outer="nesterov", **opts)
 for step in range(12):
     g = torch.Generator().manual_seed(100 * step + rank)
     x = torch.randn(16, 6, generator=g)
@@ -168,31 +169,35 @@ json.dump({"config": lu.config, "shapes": [list(p.shape) for p in lu.params], "s
 '''
 
 
-@pytest.mark.parametrize("kwargs,rounds", [({"period": 3}, 5), ({"period": 4, "fragments": 2, "delay": 1}, 13),
-                                           ({"period": 4, "fragments": 4, "delay": 2, "mix": 0.3}, 13)])
-def test_the_fronts_rounds_are_the_cores(tmp_path: Any, kwargs: Dict[str, Any], rounds: int) -> None:
+@pytest.mark.parametrize("kwargs,rounds,world", [
+    ({"period": 3}, 5, 2), ({"period": 4, "fragments": 2, "delay": 1}, 13, 2),
+    ({"period": 4, "fragments": 4, "delay": 2, "mix": 0.3}, 13, 2),
+    # The change in fp4 through the reduce-scatter: shards over 4 gloo ranks.
+    ({"period": 3, "compressor": "fp4", "density": None, "topology": "reduce-scatter"}, 5, 4)])
+def test_the_fronts_rounds_are_the_cores(tmp_path: Any, kwargs: Dict[str, Any], rounds: int, world: int) -> None:
     """`LocalUpdates`' rounds (blocking, and Streaming with its rounds on the
-    core's round thread over a gloo group of their own), recorded on two gloo
+    core's round thread over a gloo group of their own), recorded on gloo
     ranks, replayed through the core's strategy as the burn front's handle
     calls it (`ModelAveraging::average`, its round thread over the in-process
-    collective's second channel): the same models, bit for bit."""
+    collective's second channel): the same models, bit for bit (the
+    reduce-scatter's alltoallv over gloo included)."""
     import json
     import numpy as np
     from gradcomp import _core
     from conftest import free_port, run_ranks
     script = RECORD % free_port()
-    outs = run_ranks(script, 2, str(tmp_path), json.dumps(kwargs))
+    outs = run_ranks(script, world, str(tmp_path), json.dumps(kwargs), str(world))
     recs = []
-    for r in range(2):
+    for r in range(world):
         path = tmp_path / f"rank{r}.json"
         assert path.exists(), outs
         recs.append(json.loads(path.read_text()))
     calls = [rec["calls"] for rec in recs]
-    assert recs[0]["steps"] == recs[1]["steps"] and len(calls[0]) == rounds, recs[0]["steps"]
+    assert all(rec["steps"] == recs[0]["steps"] for rec in recs) and len(calls[0]) == rounds, recs[0]["steps"]
     replayed = _core.replay_local(recs[0]["config"], recs[0]["shapes"], recs[0]["steps"],
                                   [[np.asarray(c["before"], dtype=np.float32) for c in w] for w in calls])
-    for rank in range(2):
+    for rank in range(world):
         for i, c in enumerate(calls[rank]):
             assert np.array_equal(np.asarray(c["after"], dtype=np.float32), replayed[rank][i]), (rank, i)
     if "fragments" not in kwargs:
-        assert calls[0][-1]["after"] == calls[1][-1]["after"], "both ranks adopt the same model"
+        assert all(c[-1]["after"] == calls[0][-1]["after"] for c in calls), "every rank adopts the same model"

@@ -352,20 +352,28 @@ fn measure(c: &mut dyn Collective, args: &Args, backend: &'static str) -> Result
 /// `--allgatherv-algorithm` choose them, on a placeholder link.
 fn configured_algorithms(args: &Args) -> NetworkModel {
     NetworkModel::from_bits_per_second(1e12, 0.0)
-        .with_allreduce(match args.allreduce_algorithm {
-            Algorithm::Ring => AllreduceAlgorithm::Ring,
-            Algorithm::RecursiveDoubling => AllreduceAlgorithm::RecursiveDoubling,
-            Algorithm::Rabenseifner => AllreduceAlgorithm::Rabenseifner,
-            Algorithm::Nonoverlapping => AllreduceAlgorithm::Nonoverlapping,
-            Algorithm::OpenMpi => AllreduceAlgorithm::OpenMpi,
-        })
-        .with_allgatherv(match args.allgatherv_algorithm {
-            GatherAlgorithm::Ring => AllgathervAlgorithm::Ring,
-            GatherAlgorithm::Neighbor => AllgathervAlgorithm::Neighbor,
-            GatherAlgorithm::Bruck => AllgathervAlgorithm::Bruck,
-            GatherAlgorithm::GatherBroadcast => AllgathervAlgorithm::GatherBroadcast,
-            GatherAlgorithm::OpenMpi => AllgathervAlgorithm::OpenMpi,
-        })
+        .with_allreduce(allreduce_algorithm(args.allreduce_algorithm))
+        .with_allgatherv(allgatherv_algorithm(args.allgatherv_algorithm))
+}
+
+pub(super) fn allreduce_algorithm(a: Algorithm) -> AllreduceAlgorithm {
+    match a {
+        Algorithm::Ring => AllreduceAlgorithm::Ring,
+        Algorithm::RecursiveDoubling => AllreduceAlgorithm::RecursiveDoubling,
+        Algorithm::Rabenseifner => AllreduceAlgorithm::Rabenseifner,
+        Algorithm::Nonoverlapping => AllreduceAlgorithm::Nonoverlapping,
+        Algorithm::OpenMpi => AllreduceAlgorithm::OpenMpi,
+    }
+}
+
+pub(super) fn allgatherv_algorithm(a: GatherAlgorithm) -> AllgathervAlgorithm {
+    match a {
+        GatherAlgorithm::Ring => AllgathervAlgorithm::Ring,
+        GatherAlgorithm::Neighbor => AllgathervAlgorithm::Neighbor,
+        GatherAlgorithm::Bruck => AllgathervAlgorithm::Bruck,
+        GatherAlgorithm::GatherBroadcast => AllgathervAlgorithm::GatherBroadcast,
+        GatherAlgorithm::OpenMpi => AllgathervAlgorithm::OpenMpi,
+    }
 }
 
 /// Per size, the median times of allgatherv, broadcast and push_pull (in

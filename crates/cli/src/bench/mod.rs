@@ -10,6 +10,7 @@ mod compute;
 mod fuzz;
 mod output;
 mod pipeline;
+mod round;
 pub(crate) mod timing;
 mod train;
 
@@ -26,6 +27,10 @@ pub enum BenchCommand {
     /// A training step with the exchange's buckets pipelined against one
     /// after another, against the target max(compute + compress, wire) + 15%.
     Pipeline(pipeline::Args),
+    /// One outer round's exchange of a model's change per compressor and
+    /// topology (allgather, reduce-scatter): time, bytes, and the model's
+    /// prediction; the wire alone, no training.
+    Round(round::Args),
     /// The trainer's overhead against a plain burn loop, compression overhead, peak memory.
     Train(train::Args),
     /// Every parser of outside input (wire, data files, checkpoints, configs,
@@ -40,6 +45,7 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Compute(a) => compute::run(&a),
         BenchCommand::Train(a) => train::run(&a),
         BenchCommand::Pipeline(a) => pipeline::run(&a),
+        BenchCommand::Round(a) => round::run(&a),
         BenchCommand::Fuzz(a) => fuzz::run(&a),
     }
 }

@@ -49,16 +49,14 @@ impl DataParallelConfig {
                 ),
             ));
         }
-        if topology == super::Topology::ReduceScatter {
-            if self.compressor.declares(|m| m.needs_loss()) {
-                return Err(err(
-                    "comm.topology",
-                    format!(
-                        "compressor {} keeps per-value state across steps, and the reduce-scatter compresses each unit in shards; use topology = \"allgather\"",
-                        self.compressor_name()
-                    ),
-                ));
-            }
+        if topology == super::Topology::ReduceScatter && self.compressor.declares(|m| m.needs_loss()) {
+            return Err(err(
+                "comm.topology",
+                format!(
+                    "compressor {} keeps per-value state across steps, and the reduce-scatter compresses each unit in shards; use topology = \"allgather\"",
+                    self.compressor_name()
+                ),
+            ));
         }
         Ok(())
     }
