@@ -18,6 +18,8 @@ import gradcomp.torch as gt
     ("topk", {"granularity": "sideways"}, "sideways"),
     ("topk", {"topology": "parameter-server"}, "parameter server"),
     ("topk", {"topology": "allreduce"}, "topology"),
+    ("fp4", {"topology": "reduce-scatter"}, "LocalUpdates"),
+    ("signsgd", {"topology": "reduce-scatter"}, "topology"),
     ("esgd", {}, "esgd"),
     ("topk", {"memory": "elephant"}, "elephant"),
     ("topk", {"density": float("nan")}, "density"),
