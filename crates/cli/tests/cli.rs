@@ -135,8 +135,10 @@ fn the_model_predicts_and_dry_runs() {
     let (code, out, err) = gradcomp(&["model", "--config", &cfg, "--steps", "6", "--json"]);
     assert_eq!(code, 0, "{err}");
     let rows: Vec<serde_json::Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-    // 11 methods × 10 worker counts × 4 link speeds.
-    assert_eq!(rows.len(), 11 * 10 * 4);
+    // 16 methods (fp4, 8-bit and Top-k on the reduce-scatter among them) × 10
+    // worker counts × 4 link speeds.
+    assert_eq!(rows.len(), 16 * 10 * 4);
+    assert!(rows.iter().any(|r| r["method"] == "fp4 (reduce-scatter)"), "{out}");
     let dense_1 = rows.iter().find(|r| r["compressor"] == "dense" && r["workers"] == 1).unwrap();
     assert!(dense_1["speedup_over_dense"].as_f64().unwrap() > 0.99);
     // The timeline: every bucket's three stages at each configured link, and what overlapped.
