@@ -197,9 +197,10 @@ def round_timeout(model: torch.nn.Module, *, link_bps: float, workers: int, peri
     round with `fragments`) + a heal's transfer), and at least `floor`. A
     replica that heals does so at the round's quorum, while its peers wait in
     the round's first collective: it fetches θ_outer, and with `outer =
-    "nesterov"` the outer momentum, in f32 from one peer. A compressor the
-    model does not price (fp4, eightbit, sparseloco, ...) is timed as dense,
-    whose round bounds theirs."""
+    "nesterov"` the outer momentum, in f32 from one peer. fp4 and eightbit
+    are priced on the allgather (the slower topology: it bounds a
+    reduce-scatter's round); a compressor the model does not price (natural,
+    sparseloco, ...) is timed as dense, whose round bounds theirs."""
     one_of("round_timeout: compressor", compressor, _core.methods())
     one_of("round_timeout: outer", outer, OUTER)
     workers = whole_positive("workers", workers)
