@@ -267,12 +267,13 @@ impl Collective for Truncating {
     }
 }
 
-#[test]
-fn a_corrupt_message_in_a_pipelined_bucket_names_its_sender_on_every_worker() {
-    let layout = layout();
-    let errors = on_workers(|c| {
-        let mut x = pipelined_topk(&layout);
-        let grad = vec![1.0f32; layout.total()];
+/// Every worker's error when worker 1's messages arrive cut short
+/// (`Truncating`), in an exchange `make` builds; each must be a codec
+/// error naming worker 1.
+fn errors_of_a_corrupt_sender(make: impl Fn() -> GradientExchange + Sync) -> Vec<String> {
+    on_workers(|c| {
+        let mut x = make();
+        let grad = vec![1.0f32; layout().total()];
         let mut out = vec![0.0; grad.len()];
         let step = StepInput { step: 0, lr: 0.1, loss: None, measure: false };
         let grad = Gradient::Host(&mut CompleteGrad(&grad));
@@ -286,7 +287,12 @@ fn a_corrupt_message_in_a_pipelined_bucket_names_its_sender_on_every_worker() {
             Err(e @ ExchangeError::Codec { rank: 1, .. }) => e.to_string(),
             other => panic!("expected a codec error naming worker 1, got {other:?}"),
         }
-    });
+    })
+}
+
+#[test]
+fn a_corrupt_message_in_a_pipelined_bucket_names_its_sender_on_every_worker() {
+    let errors = errors_of_a_corrupt_sender(|| pipelined_topk(&layout()));
     assert!(errors.iter().all(|e| e.contains("worker 1")), "{errors:?}");
 }
 
@@ -294,25 +300,8 @@ fn a_corrupt_message_in_a_pipelined_bucket_names_its_sender_on_every_worker() {
 /// decoding, naming it, before the averages' allgather: no worker waits.
 #[test]
 fn a_corrupt_shard_on_the_reduce_scatter_names_its_sender_on_every_worker() {
-    let layout = layout();
-    let errors = on_workers(|c| {
-        let cfg = CompressionConfig::default();
-        let mut x =
-            exchange_of(&layout, &CompressorConfig::named("fp4").unwrap(), &cfg, Topology::ReduceScatter);
-        let grad = vec![1.0f32; layout.total()];
-        let mut out = vec![0.0; grad.len()];
-        let step = StepInput { step: 0, lr: 0.1, loss: None, measure: false };
-        let grad = Gradient::Host(&mut CompleteGrad(&grad));
-        let result = if c.rank() == 1 {
-            x.exchange(grad, &step, &mut out, &mut Truncating(c))
-        } else {
-            let mut c = c;
-            x.exchange(grad, &step, &mut out, &mut c)
-        };
-        match result {
-            Err(e @ ExchangeError::Codec { rank: 1, .. }) => e.to_string(),
-            other => panic!("expected a codec error naming worker 1, got {other:?}"),
-        }
-    });
+    let fp4 = CompressorConfig::named("fp4").unwrap();
+    let cfg = CompressionConfig::default();
+    let errors = errors_of_a_corrupt_sender(|| exchange_of(&layout(), &fp4, &cfg, Topology::ReduceScatter));
     assert!(errors.iter().all(|e| e.contains("worker 1")), "{errors:?}");
 }
