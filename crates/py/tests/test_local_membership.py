@@ -287,3 +287,31 @@ def test_a_manager_refuses_what_membership_cannot_run() -> None:
                                    [[2]], 0, 2, membership=True)
     with pytest.raises(ValueError, match="at most 2"):
         strategy.average(0, np.zeros(2, dtype=np.float32), None, rank=0, world=3)
+
+
+FT_ALL_TO_ALL = r'''
+import sys, datetime
+from torch.distributed import TCPStore
+from torchft.process_group import ProcessGroupGloo
+from gradcomp._membership import FtComm
+rank, world, port = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+store = TCPStore("127.0.0.1", port, world, rank == 0, timeout=datetime.timedelta(seconds=30))
+pg = ProcessGroupGloo(timeout=datetime.timedelta(seconds=30))
+pg.configure(f"127.0.0.1:{port}/q0", f"r{rank}", rank, world)
+c = FtComm(pg)
+c.rank, c.world = rank, world
+# Rank r sends (r + j) % 3 bytes of value 10r + j to rank j, some of them none.
+got = c.all_to_all([bytes([rank * 10 + j]) * ((rank + j) % 3) for j in range(world)])
+assert got == [bytes([i * 10 + rank]) * ((i + rank) % 3) for i in range(world)], got
+print("received", len(b"".join(got)))
+'''
+
+
+def test_the_reduce_scatters_all_to_all_runs_on_torchfts_group() -> None:
+    """The reduce-scatter's alltoallv under a manager: `FtComm.all_to_all`
+    on torchft's reconfigurable gloo group (its `alltoall_base`), three
+    ranks, messages of different lengths, some empty."""
+    from conftest import free_port, run_ranks
+    outs = run_ranks(FT_ALL_TO_ALL, 3, "3", str(free_port()), timeout=120)
+    for r, o in enumerate(outs):
+        assert o.code == 0 and "received" in o.out, (r, o.err[-2000:])
