@@ -328,17 +328,36 @@ fn aggregate_gathered(
     let mut firsts = Vec::with_capacity(cursors.len());
     for u in plan.buckets[b].clone().filter(|&u| plan.units[u].route == Route::Gather) {
         let unit = &plan.units[u];
-        firsts.clear();
-        for (rank, cursor) in cursors.iter_mut().enumerate() {
-            let (first, rest) = codec::split_first(cursor).map_err(|e| codec_error((rank, e)))?;
-            firsts.push(first);
-            *cursor = rest;
-        }
+        next_of_each(&mut cursors, &mut firsts)?;
         let dst = &mut out[unit.offset..unit.offset + unit.len];
         combine_unit(&firsts, unit.combine, Some(unit.id), dst, scratch).map_err(codec_error)?;
     }
-    if let Some((rank, rest)) = cursors.iter().enumerate().find(|(_, c)| !c.is_empty()) {
-        return Err(codec_error((rank, CodecError::TrailingBytes(rest.len()))));
+    all_read(&cursors)
+}
+
+/// Takes the next encoded message off every rank's bytes (`cursors`, in
+/// rank order) into `firsts`. The error names the rank whose bytes hold none.
+pub(crate) fn next_of_each<'a>(
+    cursors: &mut [&'a [u8]],
+    firsts: &mut Vec<&'a [u8]>,
+) -> Result<(), ExchangeError> {
+    firsts.clear();
+    for (rank, cursor) in cursors.iter_mut().enumerate() {
+        let (first, rest) =
+            codec::split_first(cursor).map_err(|source| ExchangeError::Codec { rank, source })?;
+        firsts.push(first);
+        *cursor = rest;
     }
     Ok(())
+}
+
+/// `Ok` when every rank's bytes were read to the end; the error names the
+/// first rank that sent more.
+pub(crate) fn all_read(cursors: &[&[u8]]) -> Result<(), ExchangeError> {
+    match cursors.iter().enumerate().find(|(_, c)| !c.is_empty()) {
+        Some((rank, rest)) => {
+            Err(ExchangeError::Codec { rank, source: CodecError::TrailingBytes(rest.len()) })
+        }
+        None => Ok(()),
+    }
 }

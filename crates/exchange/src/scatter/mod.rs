@@ -45,6 +45,7 @@ use gradcomp_compress::{Combine, Compressor, Message, RngKey, UnitContext};
 
 use gradcomp_compress::StateError;
 
+use crate::bucket::{all_read, next_of_each};
 use crate::error::ExchangeError;
 use crate::host::HostCompression;
 use crate::local::LocalCompression;
@@ -373,12 +374,7 @@ impl Scatter {
                 continue;
             }
             let unit = &x.plan.units[u];
-            firsts.clear();
-            for (rank, cursor) in cursors.iter_mut().enumerate() {
-                let (first, rest) = codec::split_first(cursor).map_err(|e| codec_error((rank, e)))?;
-                firsts.push(first);
-                *cursor = rest;
-            }
+            next_of_each(&mut cursors, &mut firsts)?;
             self.average.resize(o.range.len(), 0.0);
             combine_unit(&firsts, Combine::Gather, Some(unit.id), &mut self.average, &mut self.scratch)
                 .map_err(codec_error)?;
@@ -388,10 +384,7 @@ impl Scatter {
             o.memory.update(&self.shard_msg);
             codec::encode(&self.shard_msg, unit.id, &mut self.mine);
         }
-        if let Some((rank, rest)) = cursors.iter().enumerate().find(|(_, c)| !c.is_empty()) {
-            return Err(codec_error((rank, CodecError::TrailingBytes(rest.len()))));
-        }
-        Ok(())
+        all_read(&cursors)
     }
 
     /// Decodes every owner's averages into `out` at their shards.
