@@ -22,6 +22,9 @@ pub enum StateError {
     /// One unit's state does not fit: which unit, and why.
     #[error("unit {unit}: {source}")]
     Unit { unit: String, source: Box<StateError> },
+    /// A buffer's values are not what it may hold (a corrupt checkpoint).
+    #[error("{buffer}: {problem}")]
+    Invalid { buffer: String, problem: String },
     /// The device could not take the state.
     #[error("the device could not take the state: {0}")]
     Device(String),

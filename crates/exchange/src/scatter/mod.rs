@@ -69,6 +69,15 @@ pub fn shard(len: usize, n: usize, j: usize) -> Range<usize> {
     at(j)..at(j + 1)
 }
 
+/// The most workers a saved cut may name: f32 holds every whole number up
+/// to 2^24 exactly.
+const MAX_CUT: f32 = (1 << 24) as f32;
+
+/// Whether `x` is a whole number.
+fn whole(x: f32) -> bool {
+    x.fract() == 0.0
+}
+
 /// The owner's part of one unit: its shard, its own compressor and its
 /// second error feedback e₂ over the shard.
 struct Owned {
@@ -184,8 +193,16 @@ impl Scatter {
         self.owned.clear();
         let Some(cut) = self.units.first().and_then(|&u| get(u, 1)) else { return Ok(()) };
         let (n, rank) = match cut[..] {
-            [n, rank] if n >= 1.0 && rank < n => (n as usize, rank as usize),
-            _ => return Ok(()),
+            // A zeroed cut (a worker that joins): none.
+            [n, rank] if n == 0.0 && rank == 0.0 => return Ok(()),
+            [n, rank] if whole(n) && whole(rank) && (1.0..=MAX_CUT).contains(&n) && rank < n => {
+                (n as usize, rank as usize)
+            }
+            _ => {
+                let problem =
+                    format!("{cut:?} is not a cut [N, rank] with 1 ≤ N ≤ {MAX_CUT} and 0 ≤ rank < N");
+                return Err(StateError::Invalid { buffer: name(self.units[0], 1), problem });
+            }
         };
         self.recut(plan, recipe, n, rank);
         for (o, &u) in self.owned.iter_mut().zip(&self.units) {

@@ -195,6 +195,17 @@ fn a_resume_continues_bit_for_bit_and_a_new_cut_keeps_what_is_still_owned() {
     bad.get_mut(&key(0)).unwrap().pop();
     let e = exchange("fp4", 4).restore("", &bad).unwrap_err().to_string();
     assert!(e.contains("scatter.memory.0.0"), "{e}");
+    // A cut that is none of [N, rank] (corrupt) is refused naming its buffer;
+    // a zeroed one (a worker that joins) starts e₂ from zero.
+    for cut in [vec![4.0, 4.0], vec![4.5, 1.0], vec![1e30, 0.0], vec![f32::NAN, 0.0], vec![4.0]] {
+        let mut bad = states[1].clone();
+        bad.insert(key(1), cut.clone());
+        let e = exchange("fp4", 4).restore("", &bad).unwrap_err().to_string();
+        assert!(e.contains("scatter.memory.0.1"), "{cut:?}: {e}");
+    }
+    let mut joined = states[1].clone();
+    joined.values_mut().for_each(|v| v.iter_mut().for_each(|x| *x = 0.0));
+    exchange("fp4", 4).restore("", &joined).unwrap();
 }
 
 /// DiLoCo's change in fp4 through the reduce-scatter among four workers,
