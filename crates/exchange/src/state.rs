@@ -78,6 +78,12 @@ impl fmt::Display for StateKey {
 /// θ_outer, the shared model of local updates' outer rounds.
 pub const ANCHOR_KEY: &str = "outer.anchor";
 
+/// Eager and delayed outer steps (ALGORITHMS.md §2.3): the average of the
+/// round that was in flight, not yet applied, and this worker's own share
+/// of its change, c_m/M, which the eager step takes back out of it.
+pub const PENDING_KEY: &str = "outer.pending";
+pub const OWN_KEY: &str = "outer.own";
+
 /// ‖ḡ‖ of the last round, which CELGC's `global-average` clipping reads.
 pub const GLOBAL_NORM_KEY: &str = "clip.global_norm";
 

@@ -13,7 +13,9 @@ pub use crate::route::Topology;
 pub use compression::{CompressionConfig, Exclusions, Granularity};
 pub use error::ConfigError;
 pub use gradcomp_comm::ServerPlacement;
-pub use strategy::{Average, ClipNorm, OuterConfig, OuterKind, StrategyConfig, StrategyKind, STREAMING_MIX};
+pub use strategy::{
+    Average, ClipNorm, OuterConfig, OuterKind, Overlap, StrategyConfig, StrategyKind, STREAMING_MIX,
+};
 
 use gradcomp_compress::memory::{DensitySchedule, MemoryKind, ResidualForm};
 use gradcomp_compress::Combine;

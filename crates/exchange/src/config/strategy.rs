@@ -125,6 +125,38 @@ impl OuterConfig {
     }
 }
 
+/// How a round overlaps the next inner phase beyond Streaming's `delay`
+/// (ALGORITHMS.md §2.3, Kale, Douillard, Donchev 2025, arXiv 2502.12996).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Overlap {
+    /// No overlap past `delay`: a round's result is merged when it ends.
+    #[default]
+    None,
+    /// The round runs through the whole next period; meanwhile the outer
+    /// step takes the worker's own fresh change in place of its part of the
+    /// average (the others' part is the last round's).
+    Eager,
+    /// The round runs through the whole next period; the outer step applies
+    /// the last round's average (one-step-delay DiLoCo).
+    Delayed,
+}
+
+impl Overlap {
+    /// Whether a round overlaps the whole next period.
+    pub fn whole_period(self) -> bool {
+        self != Overlap::None
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Overlap::None => "none",
+            Overlap::Eager => "eager",
+            Overlap::Delayed => "delayed",
+        }
+    }
+}
+
 /// Streaming DiLoCo's mixing factor α when a fragment's round overlaps
 /// `delay` ≥ 1 inner steps (Douillard et al. 2025, arXiv 2501.18512, §2.3:
 /// the merged fragment is α·θ_local + (1 − α)·θ_outer, α = 0.5 in their runs).
@@ -162,6 +194,9 @@ pub struct StrategyConfig {
     /// is merged; unset: [`STREAMING_MIX`] with `delay` ≥ 1, else 0 (adopt
     /// θ_outer, DiLoCo).
     pub mix: Option<f64>,
+    /// Eager or delayed outer steps: each round overlaps the whole next
+    /// period (one fragment, no delay, no mix). `none`: it does not.
+    pub overlap: Overlap,
 }
 
 impl StrategyConfig {
@@ -209,6 +244,11 @@ impl StrategyConfig {
         self
     }
 
+    pub fn with_overlap(mut self, overlap: Overlap) -> Self {
+        self.overlap = overlap;
+        self
+    }
+
     pub fn with_mix(mut self, mix: f64) -> Self {
         self.mix = Some(mix);
         self
@@ -250,6 +290,7 @@ impl Default for StrategyConfig {
             fragments: 1,
             delay: 0,
             mix: None,
+            overlap: Overlap::None,
         }
     }
 }

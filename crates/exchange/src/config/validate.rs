@@ -143,7 +143,30 @@ impl DataParallelConfig {
         if let Some(a) = st.mix.filter(|a| !(0.0..=1.0).contains(a)) {
             return Err(err("strategy.mix", format!("{a} is not in [0, 1] (α·θ_local + (1 − α)·θ_outer)")));
         }
-        Ok(())
+        self.validate_overlap(rounds)
+    }
+
+    /// Eager and delayed outer steps (ALGORITHMS.md §2.3): a round through
+    /// the whole next period, of the whole model, whose result is adopted.
+    fn validate_overlap(&self, rounds: bool) -> Result<(), ConfigError> {
+        let st = &self.strategy;
+        if !st.overlap.whole_period() {
+            return Ok(());
+        }
+        let name = st.overlap.name();
+        let why = if !rounds {
+            "acts on the model rounds of local steps (kind = \"local\" or \"celgc\", average = \"models\")"
+                .to_string()
+        } else if st.fragments > 1 {
+            format!("{name} rounds overlap the whole period, so with {} fragments every fragment's round would be in flight through the others'; use one fragment, or `delay` for Streaming's overlap", st.fragments)
+        } else if st.delay > 0 {
+            format!("{name} rounds overlap the whole period already; leave `delay` at 0")
+        } else if st.mix() != 0.0 {
+            format!("{name} rounds adopt the worker's outer model; leave `mix` unset or 0")
+        } else {
+            return Ok(());
+        };
+        Err(err("strategy.overlap", format!("\"{name}\" {why}")))
     }
 
     fn validate_strategy(&self) -> Result<(), ConfigError> {
@@ -287,11 +310,12 @@ mod tests {
 
     #[test]
     fn streaming_keys_that_cannot_work_are_named() {
-        use crate::config::{Average, StrategyConfig};
+        use crate::config::{Average, Overlap, StrategyConfig};
         let with = |name: &str, st: StrategyConfig| {
             DataParallelConfig::new(CompressorConfig::named(name).unwrap()).with_strategy(st).validate()
         };
         with("dense", StrategyConfig::local(8).with_streaming(4, 2).with_mix(0.25)).unwrap();
+        with("fp4", StrategyConfig::local(8).with_compress_delta(true).with_overlap(Overlap::Eager)).unwrap();
         let mixed = StrategyConfig::local(8).with_mix(1.5);
         let nan = StrategyConfig::local(8).with_mix(f64::NAN);
         let sync_mix = StrategyConfig { mix: Some(0.5), ..Default::default() };
@@ -306,6 +330,13 @@ mod tests {
             (StrategyConfig::default().with_streaming(2, 0), "strategy.fragments"),
             (StrategyConfig::default().with_streaming(1, 1), "strategy.delay"),
             (sync_mix, "strategy.mix"),
+            (StrategyConfig::default().with_overlap(Overlap::Eager), "strategy.overlap"),
+            (StrategyConfig::local(8).with_streaming(2, 0).with_overlap(Overlap::Eager), "strategy.overlap"),
+            (
+                StrategyConfig::local(8).with_streaming(1, 2).with_overlap(Overlap::Delayed),
+                "strategy.overlap",
+            ),
+            (StrategyConfig::local(8).with_mix(0.5).with_overlap(Overlap::Eager), "strategy.overlap"),
             (
                 StrategyConfig::celgc(1, 0.0)
                     .with_average(Average::Gradients)

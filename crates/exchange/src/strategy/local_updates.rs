@@ -95,12 +95,13 @@ impl LocalUpdates {
             && st.outer().averages()
             && st.fragments <= 1
             && st.delay == 0
+            && !st.overlap.whole_period()
             && st.mix() == 0.0;
         let machine = if plain {
             None
         } else {
             let rounds = OuterRounds::new(cfg, layout, workers, st.compress_delta)?;
-            Some(OuterRoundMachine::new(rounds, st.delay))
+            Some(OuterRoundMachine::new(rounds, st.delay > 0 || st.overlap.whole_period()))
         };
         let schedule = OuterSchedule::new(st);
         Ok(Self {

@@ -16,7 +16,10 @@
 //!
 //! One round is in flight at a time: a start that comes before the previous
 //! round's merge (τ ≥ H/P) first lands it, so such a configuration hides
-//! H/P steps, not τ. A collective with no second channel (an MPI without
+//! H/P steps, not τ. Eager and delayed outer steps (ALGORITHMS.md §2.3)
+//! keep a round in flight through the whole next period: at each round the
+//! last one lands, [`OuterRounds::step_ahead`] steps θ_m on its average and
+//! the new change goes out. A collective with no second channel (an MPI without
 //! `MPI_THREAD_MULTIPLE`) leaves the rounds blocking; the PyTorch front's
 //! second channel is a process group of its own.
 
@@ -55,7 +58,8 @@ pub(crate) struct OuterRoundMachine {
     /// caller may ask while a round is in flight.
     units: Vec<Unit>,
     whole: bool,
-    /// Whether to overlap: a delay leaves steps to hide a start behind.
+    /// Whether to overlap: a delay, or eager or delayed outer steps, leave
+    /// steps to hide a start behind.
     overlap: bool,
     /// Whether the collective was asked for a second channel yet.
     asked: bool,
@@ -95,11 +99,13 @@ fn lost(why: &str) -> ExchangeError {
 }
 
 impl OuterRoundMachine {
-    pub fn new(rounds: OuterRounds, delay: u64) -> Self {
+    /// The machine of `rounds`; `overlap`: run their starts on the round
+    /// thread (with a delay τ ≥ 1 or eager or delayed outer steps).
+    pub fn new(rounds: OuterRounds, overlap: bool) -> Self {
         Self {
             units: rounds.units().to_vec(),
             whole: rounds.merges_whole(),
-            overlap: delay > 0,
+            overlap,
             asked: false,
             bytes: StepBytes::default(),
             slot: Mutex::new(Slot::Here(Box::new(Desk {
@@ -152,6 +158,10 @@ impl OuterRoundMachine {
             desk.channel = c.duplicate()?.map(Metered::new);
         }
         let first = !desk.rounds.anchored(params.len());
+        if starts && !first {
+            // Eager or delayed: the landed round's average is applied now.
+            desk.rounds.step_ahead(params, c.world_size());
+        }
         if desk.channel.is_none() || first {
             desk.rounds.start(step, params, c)?;
             desk.rounds.merge(step, params);
@@ -258,7 +268,7 @@ mod tests {
     use gradcomp_compress::CompressorConfig;
 
     use super::*;
-    use crate::config::{DataParallelConfig, StrategyConfig};
+    use crate::config::{DataParallelConfig, Overlap, StrategyConfig};
     use crate::layout::GradientLayout;
     use crate::strategy::OuterSchedule;
 
@@ -275,7 +285,7 @@ mod tests {
         let cfg =
             DataParallelConfig::new(CompressorConfig::named(compressor).unwrap()).with_strategy(st.clone());
         let rounds = OuterRounds::new(&cfg, &layout(), 2, compressor != "dense").unwrap();
-        OuterRoundMachine::new(rounds, if overlap { st.delay } else { 0 })
+        OuterRoundMachine::new(rounds, overlap && (st.delay > 0 || st.overlap.whole_period()))
     }
 
     /// What one worker saw: its model after every step, the bytes its rounds
@@ -331,6 +341,9 @@ mod tests {
             (StrategyConfig::local(8).with_streaming(4, 1), "dense"),
             (StrategyConfig::local(8).with_streaming(2, 3).with_compress_delta(true), "topk"),
             (StrategyConfig::local(6).with_streaming(1, 2), "terngrad"),
+            (StrategyConfig::local(4).with_overlap(Overlap::Eager), "dense"),
+            (StrategyConfig::local(5).with_overlap(Overlap::Delayed).with_compress_delta(true), "fp4"),
+            (StrategyConfig::local(4).with_overlap(Overlap::Eager).with_compress_delta(true), "topk"),
         ] {
             let blocking = run(&st, compressor, false, 30, 13);
             let overlapped = run(&st, compressor, true, 30, 13);

@@ -23,6 +23,12 @@
 //! only the model. Which fragments start or merge at a step follows from
 //! the step alone, so a checkpoint between steps needs no record of a
 //! round in flight once its start has finished.
+//!
+//! Eager and delayed outer steps (`overlap`, ALGORITHMS.md §2.3) split it
+//! the other way: [`OuterRounds::step_ahead`] takes the outer step on the
+//! last round's average (eager: with the worker's fresh change standing in
+//! for its own part of it) and adopts θ_outer, locally; the start then only
+//! exchanges the change, and its average waits for the next round.
 
 use std::ops::Range;
 
@@ -32,11 +38,12 @@ use gradcomp_compress::StateError;
 
 use super::outer_optimizer::OuterOptimizer;
 use super::outer_schedule::{partition, OuterSchedule};
+use crate::config::Overlap;
 use crate::config::{ConfigError, DataParallelConfig};
 use crate::error::ExchangeError;
 use crate::grad_stages::CompleteGrad;
 use crate::layout::GradientLayout;
-use crate::state::{read_renamed, ANCHOR_KEY};
+use crate::state::{read_renamed, ANCHOR_KEY, OWN_KEY, PENDING_KEY};
 use crate::{Gradient, GradientExchange, StateBuffers, StepInput, Unit};
 
 /// One fragment: its place in the flat model, its exchange and its outer
@@ -58,9 +65,13 @@ pub struct OuterRounds {
     /// θ_outer: the shared model, identical on every worker; empty until
     /// the first round records the starting model.
     anchor: Vec<f32>,
-    /// This worker's change θ_local − θ_outer, and the workers' average of it.
+    /// This worker's change θ_local − θ_outer, and the workers' average of
+    /// it (with `overlap`: the last round's, until the next step ahead).
     delta: Vec<f32>,
     averaged: Vec<f32>,
+    overlap: Overlap,
+    /// Eager: this worker's share c_m/M of the change in the last round.
+    own: Vec<f32>,
     /// The most workers a round may have (the codes' sum width is theirs).
     workers: usize,
     /// How many of the next round's workers contribute a change (the
@@ -123,6 +134,8 @@ impl OuterRounds {
             anchor: Vec::new(),
             delta: Vec::new(),
             averaged: Vec::new(),
+            overlap: st.overlap,
+            own: Vec::new(),
             workers,
             contributors: None,
         })
@@ -164,6 +177,7 @@ impl OuterRounds {
             self.anchor = params.to_vec();
             self.delta = vec![0.0; params.len()];
             self.averaged = vec![0.0; params.len()];
+            self.own = if self.overlap == Overlap::Eager { vec![0.0; params.len()] } else { Vec::new() };
             return Ok(());
         }
         let starting: Vec<usize> =
@@ -171,11 +185,23 @@ impl OuterRounds {
         if starting.is_empty() {
             return Ok(());
         }
+        let ahead = self.overlap.whole_period();
+        if !ahead {
+            for &p in &starting {
+                let r = self.fragments[p].range.clone();
+                for ((o, x), a) in
+                    self.delta[r.clone()].iter_mut().zip(&params[r.clone()]).zip(&self.anchor[r])
+                {
+                    *o = x - a;
+                }
+            }
+        }
         // A worker whose travelling fragments hold a non-finite value says
         // so inside the round's first collective: every worker learns it
         // there and refuses the round before any outer step is applied.
+        // (The change is the model less a finite θ_outer.)
         let bad =
-            starting.iter().any(|&p| first_nonfinite(&params[self.fragments[p].range.clone()]).is_some());
+            starting.iter().any(|&p| first_nonfinite(&self.delta[self.fragments[p].range.clone()]).is_some());
         let mut flagged = Flagged::new(c, bad);
         // The compressed fragments' memories as they were, restored if the
         // round is refused (the exchange updates them on its way).
@@ -201,11 +227,7 @@ impl OuterRounds {
         for &p in &starting {
             let f = &mut self.fragments[p];
             let r = f.range.clone();
-            let (delta, averaged, anchor) =
-                (&mut self.delta[r.clone()], &mut self.averaged[r.clone()], &self.anchor[r.clone()]);
-            for ((o, x), a) in delta.iter_mut().zip(&params[r]).zip(anchor.iter()) {
-                *o = x - a;
-            }
+            let (delta, averaged) = (&mut self.delta[r.clone()], &mut self.averaged[r]);
             match &mut f.exchange {
                 Some(e) => {
                     let input = StepInput { step, lr: 1.0, loss: None, measure: false };
@@ -234,15 +256,44 @@ impl OuterRounds {
             if rescale != 1.0 {
                 self.averaged[r.clone()].iter_mut().for_each(|v| *v *= rescale);
             }
-            f.outer.apply(&mut self.anchor[r.clone()], &self.averaged[r]);
+            if !ahead {
+                f.outer.apply(&mut self.anchor[r.clone()], &self.averaged[r]);
+            }
         }
         Ok(())
+    }
+
+    /// Eager and delayed outer steps (ALGORITHMS.md §2.3), at a round's step
+    /// before its [`OuterRounds::start`]: records this worker's change
+    /// c_m = θ_local − θ_m for the start to exchange, steps θ_m on
+    /// G = (c̄ − o) + c_m/M (eager; o the last round's c_m/M) or on c̄
+    /// (delayed), c̄ the last round's average (zero before any), and adopts
+    /// θ_m into `params`. Local; `workers` M is the starting round's.
+    /// Nothing without `overlap` or before the first round.
+    pub fn step_ahead(&mut self, params: &mut [f32], workers: usize) {
+        if !self.overlap.whole_period() || self.anchor.len() != params.len() {
+            return;
+        }
+        let m = workers as f32;
+        let eager = self.overlap == Overlap::Eager;
+        for (j, (c, x)) in self.delta.iter_mut().zip(params.iter()).enumerate() {
+            *c = x - self.anchor[j];
+            if eager {
+                // In place: the average is overwritten by this round's start.
+                let own = *c / m;
+                self.averaged[j] = (self.averaged[j] - self.own[j]) + own;
+                self.own[j] = own;
+            }
+        }
+        let f = &mut self.fragments[0];
+        f.outer.apply(&mut self.anchor, &self.averaged);
+        params.copy_from_slice(&self.anchor);
     }
 
     /// The second half: every fragment whose round's result is due at
     /// `step` takes θ_outer into `params` (α·θ + (1 − α)·θ_outer). Local.
     pub fn merge(&self, step: u64, params: &mut [f32]) {
-        if self.anchor.len() != params.len() {
+        if self.anchor.len() != params.len() || self.overlap.whole_period() {
             return;
         }
         for (p, f) in self.fragments.iter().enumerate() {
@@ -278,8 +329,17 @@ impl OuterRounds {
         }
     }
 
+    /// With `overlap`, the last round's average and this worker's share of
+    /// its change too (`outer.pending`, `outer.own`): the round in flight
+    /// has landed by then (the machine's read).
     pub fn state(&self, s: &mut StateBuffers) -> Result<(), ExchangeError> {
         s.insert(ANCHOR_KEY.into(), self.anchor.clone());
+        if self.overlap.whole_period() {
+            s.insert(PENDING_KEY.into(), self.averaged.clone());
+            if self.overlap == Overlap::Eager {
+                s.insert(OWN_KEY.into(), self.own.clone());
+            }
+        }
         for (p, f) in self.fragments.iter().enumerate() {
             let (momentum, delta) = self.keys(p);
             f.outer.state(&momentum, s);
@@ -300,6 +360,13 @@ impl OuterRounds {
         self.anchor.clone_from(a);
         self.delta = vec![0.0; a.len()];
         self.averaged = vec![0.0; a.len()];
+        if self.overlap.whole_period() {
+            self.averaged = self.overlapped(s, PENDING_KEY, "the last round's average")?;
+            self.own = match self.overlap {
+                Overlap::Eager => self.overlapped(s, OWN_KEY, "this worker's share of its last change")?,
+                _ => Vec::new(),
+            };
+        }
         for p in 0..self.fragments.len() {
             let (momentum, delta) = self.keys(p);
             let f = &mut self.fragments[p];
@@ -309,6 +376,19 @@ impl OuterRounds {
             }
         }
         Ok(())
+    }
+}
+
+impl OuterRounds {
+    /// Buffer `key` of an overlapped round's state (`what` names it),
+    /// as long as θ_outer (empty before the first round).
+    fn overlapped(&self, s: &StateBuffers, key: &str, what: &str) -> Result<Vec<f32>, StateError> {
+        let b = s.get(key).ok_or_else(|| StateError::Missing { buffer: key.into() })?;
+        if b.len() != self.anchor.len() {
+            let buffer = format!("{what} ({key})");
+            return Err(StateError::Length { buffer, expected: self.anchor.len(), got: b.len() });
+        }
+        Ok(b.clone())
     }
 }
 
