@@ -45,6 +45,7 @@ fn check(case: &str) {
         name: Some(if c["outer_nesterov"].as_bool().unwrap() { OuterKind::Nesterov } else { OuterKind::Sgd }),
         lr: c["outer_lr"].as_f64(),
         momentum: c["outer_momentum"].as_f64(),
+        ..OuterConfig::default()
     };
     let st = StrategyConfig::local(c["H"].as_u64().unwrap())
         .with_outer(outer)

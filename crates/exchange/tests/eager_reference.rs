@@ -44,6 +44,7 @@ fn check(case: &str, resume_after: Option<u64>) {
         name: Some(if c["outer_nesterov"].as_bool().unwrap() { OuterKind::Nesterov } else { OuterKind::Sgd }),
         lr: c["outer_lr"].as_f64(),
         momentum: c["outer_momentum"].as_f64(),
+        ..OuterConfig::default()
     };
     let overlap = match c["form"].as_str().unwrap() {
         "eager" => Overlap::Eager,

@@ -78,17 +78,26 @@ pub struct OuterConfig {
     pub lr: Option<f64>,
     /// The outer momentum μ; unset: 0 for `sgd`, 0.9 for `nesterov` (DiLoCo's).
     pub momentum: Option<f64>,
+    /// Rounds over which the outer step warms up from model averaging
+    /// (lr 1, μ 0) to `lr` and `momentum`, linearly: round k of the first
+    /// W takes the fraction k/W of the way ([`OuterConfig::at_round`]). 0: none.
+    pub warmup_rounds: u64,
+    /// Rounds over which it decays back to averaging at the end of the run:
+    /// the last D of `rounds` (needed then). 0: none.
+    pub decay_rounds: u64,
+    /// The run's outer rounds, where `decay_rounds` ends.
+    pub rounds: Option<u64>,
 }
 
 impl OuterConfig {
     /// DiLoCo's outer optimizer: Nesterov at lr 0.7, momentum 0.9.
     pub fn nesterov() -> Self {
-        Self { name: Some(OuterKind::Nesterov), lr: None, momentum: None }
+        Self { name: Some(OuterKind::Nesterov), ..Self::default() }
     }
 
     /// Plain SGD at `lr` with `momentum`.
     pub fn sgd(lr: f64, momentum: f64) -> Self {
-        Self { name: Some(OuterKind::Sgd), lr: Some(lr), momentum: Some(momentum) }
+        Self { name: Some(OuterKind::Sgd), lr: Some(lr), momentum: Some(momentum), ..Self::default() }
     }
 
     /// The optimizer; unset is `sgd` (resolve the kind's default with
@@ -122,6 +131,25 @@ impl OuterConfig {
     /// Whether the outer step is plain model averaging (`sgd`, lr 1, no momentum).
     pub fn averages(&self) -> bool {
         self.kind() == OuterKind::Sgd && self.lr() == 1.0 && self.momentum() == 0.0
+    }
+
+    /// Whether the outer step changes from round to round (a warm-up or a decay).
+    pub fn scheduled(&self) -> bool {
+        self.warmup_rounds > 0 || self.decay_rounds > 0
+    }
+
+    /// The outer step's (lr, μ) at round `k` (1: the first outer step): the
+    /// configured ones scaled toward averaging by f = w·d, with the warm-up
+    /// w = min(1, k/W) and the decay d = min(1, (R − k)/D) over the last D
+    /// of R rounds: lr_k = 1 + (lr − 1)·f, μ_k = μ·f. Without either, f = 1.
+    pub fn at_round(&self, k: u64) -> (f64, f64) {
+        let w = if self.warmup_rounds > 0 { (k as f64 / self.warmup_rounds as f64).min(1.0) } else { 1.0 };
+        let d = match (self.decay_rounds, self.rounds) {
+            (0, _) | (_, None) => 1.0,
+            (dr, Some(r)) => (r.saturating_sub(k) as f64 / dr as f64).min(1.0),
+        };
+        let f = w * d;
+        (1.0 + (self.lr() - 1.0) * f, self.momentum() * f)
     }
 }
 
@@ -197,6 +225,15 @@ pub struct StrategyConfig {
     /// Eager or delayed outer steps: each round overlaps the whole next
     /// period (one fragment, no delay, no mix). `none`: it does not.
     pub overlap: Overlap,
+    /// Dense synchronous steps before local updates begin (post-local SGD's
+    /// `start_localSGD_iter`): the first S steps average their gradients
+    /// across workers, θ_outer is recorded after them, and the rounds fall
+    /// every `period` steps from there. 0: local from the first step.
+    pub warmup_steps: u64,
+    /// Also average the model's buffers (BatchNorm's running statistics) at
+    /// every round: the fronts that have them (PyTorch's). Off: each
+    /// worker keeps its own, as torchft's DiLoCo does.
+    pub average_buffers: bool,
 }
 
 impl StrategyConfig {
@@ -291,6 +328,8 @@ impl Default for StrategyConfig {
             delay: 0,
             mix: None,
             overlap: Overlap::None,
+            warmup_steps: 0,
+            average_buffers: false,
         }
     }
 }

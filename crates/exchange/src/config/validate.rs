@@ -169,6 +169,39 @@ impl DataParallelConfig {
         Err(err("strategy.overlap", format!("\"{name}\" {why}")))
     }
 
+    /// The warm-ups of local updates: synchronous steps first, the outer
+    /// step's warm-up and decay, the buffers' averaging.
+    fn validate_warmups(&self, rounds: bool) -> Result<(), ConfigError> {
+        let st = &self.strategy;
+        let outer = st.outer();
+        let model_rounds =
+            "acts on the model rounds of local steps (kind = \"local\" or \"celgc\", average = \"models\")";
+        for (key, set) in [
+            ("strategy.warmup_steps", st.warmup_steps > 0),
+            ("strategy.average_buffers", st.average_buffers),
+            ("strategy.outer.warmup_rounds", outer.warmup_rounds > 0),
+            ("strategy.outer.decay_rounds", outer.decay_rounds > 0),
+        ] {
+            if set && !rounds {
+                return Err(err(key, model_rounds));
+            }
+        }
+        match (outer.decay_rounds, outer.rounds) {
+            (0, Some(_)) => {
+                Err(err("strategy.outer.rounds", "sets where `decay_rounds` ends; set decay_rounds too"))
+            }
+            (d, None) if d > 0 => Err(err(
+                "strategy.outer.decay_rounds",
+                "the decay covers the last rounds of the run: set `rounds`, the run's outer rounds",
+            )),
+            (d, Some(r)) if d > r => Err(err(
+                "strategy.outer.decay_rounds",
+                format!("{d} rounds of decay in a run of {r} rounds (`rounds`)"),
+            )),
+            _ => Ok(()),
+        }
+    }
+
     fn validate_strategy(&self) -> Result<(), ConfigError> {
         let st = &self.strategy;
         if st.period == 0 {
@@ -198,6 +231,7 @@ impl DataParallelConfig {
             ));
         }
         self.validate_streaming()?;
+        self.validate_warmups(rounds)?;
         if !st.kind.steps_locally() {
             return Ok(());
         }
@@ -295,7 +329,7 @@ mod tests {
             (OuterConfig { lr: Some(0.0), ..OuterConfig::nesterov() }, "strategy.outer.lr"),
             (OuterConfig { momentum: Some(1.0), ..OuterConfig::nesterov() }, "strategy.outer.momentum"),
             (
-                OuterConfig { name: Some(OuterKind::Sgd), lr: Some(f64::NAN), momentum: None },
+                OuterConfig { name: Some(OuterKind::Sgd), lr: Some(f64::NAN), ..OuterConfig::default() },
                 "strategy.outer.lr",
             ),
         ];
@@ -310,7 +344,7 @@ mod tests {
 
     #[test]
     fn streaming_keys_that_cannot_work_are_named() {
-        use crate::config::{Average, Overlap, StrategyConfig};
+        use crate::config::{Average, OuterConfig, Overlap, StrategyConfig};
         let with = |name: &str, st: StrategyConfig| {
             DataParallelConfig::new(CompressorConfig::named(name).unwrap()).with_strategy(st).validate()
         };
@@ -337,6 +371,26 @@ mod tests {
                 "strategy.overlap",
             ),
             (StrategyConfig::local(8).with_mix(0.5).with_overlap(Overlap::Eager), "strategy.overlap"),
+            (StrategyConfig { warmup_steps: 10, ..Default::default() }, "strategy.warmup_steps"),
+            (StrategyConfig { average_buffers: true, ..Default::default() }, "strategy.average_buffers"),
+            (
+                StrategyConfig::local(8)
+                    .with_outer(OuterConfig { decay_rounds: 4, ..OuterConfig::nesterov() }),
+                "strategy.outer.decay_rounds",
+            ),
+            (
+                StrategyConfig::local(8).with_outer(OuterConfig {
+                    decay_rounds: 4,
+                    rounds: Some(3),
+                    ..OuterConfig::nesterov()
+                }),
+                "strategy.outer.decay_rounds",
+            ),
+            (
+                StrategyConfig::local(8)
+                    .with_outer(OuterConfig { rounds: Some(3), ..OuterConfig::nesterov() }),
+                "strategy.outer.rounds",
+            ),
             (
                 StrategyConfig::celgc(1, 0.0)
                     .with_average(Average::Gradients)

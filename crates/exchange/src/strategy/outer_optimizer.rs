@@ -22,11 +22,13 @@ pub struct OuterOptimizer {
     cfg: OuterConfig,
     /// −m: the momentum of the model change (empty without momentum).
     momentum: Vec<f32>,
+    /// Outer steps taken, for a warm-up or decay ([`OuterConfig::at_round`]).
+    rounds: u64,
 }
 
 impl OuterOptimizer {
     pub fn new(cfg: OuterConfig) -> Self {
-        Self { cfg, momentum: Vec::new() }
+        Self { cfg, momentum: Vec::new(), rounds: 0 }
     }
 
     /// Moves `anchor` (θ_outer) by the averaged model `change`, with torch's
@@ -34,9 +36,18 @@ impl OuterOptimizer {
     /// Nesterov `g.add(buf, alpha=μ)` into one multiply-add each, and so does
     /// this (bit for bit torchft's DiLoCo: tests/diloco_reference.rs). The
     /// signs are flipped throughout (m′ = −m, c = −Δ̄), which rounds the same.
+    ///
+    /// With a warm-up or decay, the step's lr and μ are the round's, as a
+    /// torch scheduler would set the param group's before `step()`: a
+    /// round at μ = 0 leaves the momentum as it is (torch skips its buffer).
     pub fn apply(&mut self, anchor: &mut [f32], change: &[f32]) {
-        let lr = self.cfg.lr() as f32;
-        let mu = self.cfg.momentum() as f32;
+        let (lr, mu) = if self.cfg.scheduled() {
+            self.rounds += 1;
+            self.cfg.at_round(self.rounds)
+        } else {
+            (self.cfg.lr(), self.cfg.momentum())
+        };
+        let (lr, mu) = (lr as f32, mu as f32);
         if mu == 0.0 {
             fused_add(anchor, change, lr);
             return;
@@ -54,14 +65,33 @@ impl OuterOptimizer {
         }
     }
 
+    /// The momentum under `key` (`outer.momentum[.p]`) and, with a warm-up
+    /// or decay, the rounds taken under the same key with `rounds` for
+    /// `momentum` (exact up to 2^24 rounds).
     pub fn state(&self, key: &str, s: &mut StateBuffers) {
         if self.cfg.momentum() != 0.0 {
             s.insert(key.into(), self.momentum.clone());
+        }
+        if self.cfg.scheduled() {
+            s.insert(key.replacen("momentum", "rounds", 1), vec![self.rounds as f32]);
         }
     }
 
     /// Restores [`OuterOptimizer::state`] from `key`; `len` is the length it covers.
     pub fn restore(&mut self, key: &str, s: &StateBuffers, len: usize) -> Result<(), StateError> {
+        if self.cfg.scheduled() {
+            let k = key.replacen("momentum", "rounds", 1);
+            let r = s.get(&k).ok_or_else(|| StateError::Missing { buffer: k.clone() })?;
+            match r.as_slice() {
+                [r] if *r >= 0.0 && r.fract() == 0.0 && *r < 16_777_216.0 => self.rounds = *r as u64,
+                _ => {
+                    return Err(StateError::Invalid {
+                        buffer: format!("the outer rounds taken ({k})"),
+                        problem: format!("{r:?} is not one whole number of rounds"),
+                    })
+                }
+            }
+        }
         if self.cfg.momentum() == 0.0 {
             return Ok(());
         }
@@ -146,6 +176,63 @@ mod tests {
                 assert!((f64::from(*got) - want).abs() < 1e-6, "{cfg:?}: {anchor:?} against {want:?}");
             }
         }
+    }
+
+    #[test]
+    fn a_warm_up_and_a_decay_move_lr_and_momentum_between_averaging_and_the_configured_step() {
+        let cfg =
+            OuterConfig { warmup_rounds: 2, decay_rounds: 2, rounds: Some(5), ..OuterConfig::nesterov() };
+        // f = w·d: 1/2, 1, 1, 1/2, 0 over rounds 1..=5 (decay over rounds 4, 5).
+        let want = [(0.85, 0.45), (0.7, 0.9), (0.7, 0.9), (0.85, 0.45), (1.0, 0.0)];
+        for (k, (lr, mu)) in want.iter().enumerate() {
+            let (l, m) = cfg.at_round(k as u64 + 1);
+            assert!((l - lr).abs() < 1e-12 && (m - mu).abs() < 1e-12, "round {}: ({l}, {m})", k + 1);
+        }
+        assert_eq!(OuterConfig::nesterov().at_round(1), (0.7, 0.9), "no schedule: the configured step");
+        // Five rounds against torch's SGD with the param group's lr and
+        // momentum set before each step (μ = 0 skips the buffer), in f64.
+        let changes: Vec<Vec<f32>> =
+            (0..5).map(|k| (0..3).map(|j| ((k * 5 + j * 3) % 7) as f32 * 0.125 - 0.375).collect()).collect();
+        let mut anchor = vec![0.5f32, -1.25, 2.0];
+        let mut outer = OuterOptimizer::new(cfg);
+        let mut theta: Vec<f64> = anchor.iter().map(|&x| f64::from(x)).collect();
+        let mut buf: Option<Vec<f64>> = None;
+        for (k, c) in changes.iter().enumerate() {
+            outer.apply(&mut anchor, c);
+            let (lr, mu) = want[k];
+            let g: Vec<f64> = c.iter().map(|&v| -f64::from(v)).collect();
+            let d = if mu == 0.0 {
+                g.clone()
+            } else {
+                let b: Vec<f64> = match buf.take() {
+                    None => g.clone(),
+                    Some(b) => b.iter().zip(&g).map(|(b, g)| mu * b + g).collect(),
+                };
+                let d = g.iter().zip(&b).map(|(g, b)| g + mu * b).collect();
+                buf = Some(b);
+                d
+            };
+            theta.iter_mut().zip(&d).for_each(|(t, d)| *t -= lr * d);
+            for (got, want) in anchor.iter().zip(&theta) {
+                assert!(
+                    (f64::from(*got) - want).abs() < 1e-6,
+                    "round {}: {anchor:?} against {theta:?}",
+                    k + 1
+                );
+            }
+        }
+        // The rounds taken round-trip; a count that is not one is named.
+        let mut s = StateBuffers::new();
+        outer.state("outer.momentum", &mut s);
+        assert_eq!(s["outer.rounds"], vec![5.0]);
+        let mut back = OuterOptimizer::new(cfg);
+        back.restore("outer.momentum", &s, 3).unwrap();
+        assert_eq!((back.rounds, &back.momentum), (5, &outer.momentum));
+        s.insert("outer.rounds".into(), vec![2.5]);
+        let e = back.restore("outer.momentum", &s, 3).unwrap_err().to_string();
+        assert!(e.contains("outer.rounds"), "{e}");
+        s.remove("outer.rounds");
+        assert!(matches!(back.restore("outer.momentum", &s, 3), Err(StateError::Missing { .. })));
     }
 
     #[test]

@@ -588,6 +588,15 @@ mod tests {
         assert!(rounds(StrategyConfig::local(4).with_streaming(1, 1).with_mix(0.0)).agrees_after(4));
         let got = run(&StrategyConfig::local(4), 8, None);
         assert_eq!(got[0][4], got[1][4], "after a DiLoCo round both workers hold θ_outer");
+        // Warm-up steps first: θ_outer is recorded at step S, and the rounds
+        // fall every H steps from there.
+        let warm = StrategyConfig { warmup_steps: 3, ..StrategyConfig::local(4) };
+        let schedule = OuterSchedule::new(&warm);
+        let due: Vec<u64> = (0..16).filter(|&t| schedule.due(t)).collect();
+        assert_eq!(due, vec![3, 7, 11, 15]);
+        assert!(schedule.starts_any(3) && !schedule.merges_any(3), "step S records the model");
+        let warming: Vec<u64> = (0..6).filter(|&t| schedule.warming(t)).collect();
+        assert_eq!(warming, vec![0, 1, 2], "steps 1..=S (taken after 0..S steps) are synchronous");
     }
 
     #[test]

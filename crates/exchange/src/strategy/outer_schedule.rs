@@ -12,6 +12,8 @@ use crate::config::StrategyConfig;
 pub struct OuterSchedule {
     period: u64,
     delay: u64,
+    /// S synchronous steps before the rounds: step S records θ_outer.
+    warmup: u64,
     /// o_p per fragment: the step of its first merge.
     pub(crate) offsets: Vec<u64>,
 }
@@ -22,13 +24,15 @@ impl OuterSchedule {
     pub fn new(st: &StrategyConfig) -> Self {
         let parts = st.fragments.max(1);
         let offsets = (1..=parts).map(|p| p * st.period / parts).collect();
-        Self { period: st.period, delay: st.delay, offsets }
+        Self { period: st.period, delay: st.delay, warmup: st.warmup_steps, offsets }
     }
 
     /// Whether fragment `p`'s round's result is merged at `step`: at
     /// t ≥ o_p with (t − o_p) mod H = 0, if its start τ steps earlier is a
     /// step (≥ 1; the starting model is recorded at step 0).
+    /// Steps count from the end of the warm-up.
     pub(crate) fn merges(&self, p: usize, step: u64) -> bool {
+        let Some(step) = step.checked_sub(self.warmup) else { return false };
         let o = self.offsets[p];
         step >= o && (step - o).is_multiple_of(self.period) && step > self.delay
     }
@@ -40,18 +44,24 @@ impl OuterSchedule {
 
     /// Whether anything happens at `step`: the first round, a start or a merge.
     pub fn due(&self, step: u64) -> bool {
-        step == 0 || (0..self.offsets.len()).any(|p| self.starts(p, step) || self.merges(p, step))
+        step == self.warmup || (0..self.offsets.len()).any(|p| self.starts(p, step) || self.merges(p, step))
     }
 
-    /// Whether `step` starts a round (a collective) on any fragment; step 0
-    /// records the starting model.
+    /// Whether `step` starts a round (a collective) on any fragment; the
+    /// first (step 0, or the warm-up's last) records the starting model.
     pub fn starts_any(&self, step: u64) -> bool {
-        step == 0 || (0..self.offsets.len()).any(|p| self.starts(p, step))
+        step == self.warmup || (0..self.offsets.len()).any(|p| self.starts(p, step))
     }
 
     /// Whether a round's result is merged at `step` on any fragment.
     pub fn merges_any(&self, step: u64) -> bool {
-        step > 0 && (0..self.offsets.len()).any(|p| self.merges(p, step))
+        step > self.warmup && (0..self.offsets.len()).any(|p| self.merges(p, step))
+    }
+
+    /// Whether the step taken after `step` steps is a warm-up step, whose
+    /// gradient every worker averages (synchronous data parallel).
+    pub fn warming(&self, step: u64) -> bool {
+        step < self.warmup
     }
 }
 
