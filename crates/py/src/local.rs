@@ -96,6 +96,12 @@ impl LocalStrategy {
         self.schedule.due(step)
     }
 
+    /// Whether the inner step taken after `step` steps is a warm-up step
+    /// (`strategy.warmup_steps`), whose gradients the workers average.
+    fn warming(&self, step: u64) -> bool {
+        self.schedule.warming(step)
+    }
+
     /// The outer rounds' work at inner step `step` on `params`, the flat
     /// model, in place: a round in flight landed and merged, then the
     /// rounds starting here started (on the round thread when they overlap

@@ -97,7 +97,14 @@ for kwargs, needle in (({"period": 0}, "period"), ({"period": True}, "period"), 
                        ({"period": 4, "delay": 4}, "delay"), ({"period": 4, "fragments": 3}, "fragments"),
                        ({"period": 4, "fragments": 0}, "fragments"), ({"period": 4, "mix": 1.5}, "mix"),
                        ({"period": 4, "mix": "half"}, "mix"), ({"period": 4, "delay": -1}, "delay"),
-                       ({"period": 4, "compressor": "signsgd"}, "majority vote")):
+                       ({"period": 4, "compressor": "signsgd"}, "majority vote"),
+                       ({"period": 4, "overlap": "sideways"}, "overlap"),
+                       ({"period": 4, "overlap": "eager", "fragments": 2}, "overlap"),
+                       ({"period": 4, "overlap": "delayed", "delay": 1}, "overlap"),
+                       ({"period": 4, "outer_decay_rounds": 2}, "decay_rounds"),
+                       ({"period": 4, "outer_decay_rounds": 5, "outer_rounds": 3}, "decay_rounds"),
+                       ({"period": 4, "warmup_steps": -1}, "warmup_steps"),
+                       ({"period": 4, "average_buffers": 1}, "average_buffers")):
     try:
         gt.LocalUpdates(m, o, **kwargs)
         print("accepted", kwargs)
@@ -120,7 +127,7 @@ def test_bad_local_updates_arguments_name_themselves() -> None:
     from conftest import free_port, run_ranks
     out = run_ranks(WORLD_OF_ONE % free_port(), 1, timeout=120)[0]
     lines: List[str] = [l for l in out.out.splitlines() if l.startswith(("refused", "accepted"))]
-    assert len(lines) == 17, out.out + out.err
+    assert len(lines) == 24, out.out + out.err
     for line in lines:
         assert line.startswith("refused True"), line
 
@@ -146,6 +153,7 @@ class Recording:
     def __init__(self, *args, **kwargs):
         self.inner = real(*args, **kwargs)
         self.due, self.wait, self.state, self.load = self.inner.due, self.inner.wait, self.inner.state, self.inner.load
+        self.warming = self.inner.warming
     def average(self, step, host, comm):
         before = host.copy()
         r = self.inner.average(step, host, comm)
@@ -173,7 +181,11 @@ json.dump({"config": lu.config, "shapes": [list(p.shape) for p in lu.params], "s
     ({"period": 3}, 5, 2), ({"period": 4, "fragments": 2, "delay": 1}, 13, 2),
     ({"period": 4, "fragments": 4, "delay": 2, "mix": 0.3}, 13, 2),
     # The change in fp4 through the reduce-scatter: shards over 4 gloo ranks.
-    ({"period": 3, "compressor": "fp4", "density": None, "topology": "reduce-scatter"}, 5, 4)])
+    ({"period": 3, "compressor": "fp4", "density": None, "topology": "reduce-scatter"}, 5, 4),
+    # Eager outer steps: each round in flight through the whole next period.
+    ({"period": 3, "overlap": "eager"}, 5, 2),
+    # Two synchronous steps first: the rounds at 2, 5, 8, 11.
+    ({"period": 3, "warmup_steps": 2, "outer_warmup_rounds": 2}, 4, 2)])
 def test_the_fronts_rounds_are_the_cores(tmp_path: Any, kwargs: Dict[str, Any], rounds: int, world: int) -> None:
     """`LocalUpdates`' rounds (blocking, and Streaming with its rounds on the
     core's round thread over a gloo group of their own), recorded on gloo
@@ -199,5 +211,58 @@ def test_the_fronts_rounds_are_the_cores(tmp_path: Any, kwargs: Dict[str, Any], 
     for rank in range(world):
         for i, c in enumerate(calls[rank]):
             assert np.array_equal(np.asarray(c["after"], dtype=np.float32), replayed[rank][i]), (rank, i)
-    if "fragments" not in kwargs:
+    if "fragments" not in kwargs and "overlap" not in kwargs:
         assert all(c[-1]["after"] == calls[0][-1]["after"] for c in calls), "every rank adopts the same model"
+    if "overlap" in kwargs:
+        assert calls[0][-1]["after"] != calls[1][-1]["after"], "eager: each rank's own change stands in for its part"
+
+
+WARMUP = r'''
+import sys, json, torch, torch.distributed as dist
+import gradcomp.torch as gt
+rank = int(sys.argv[1])
+dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d", rank=rank, world_size=2)
+def gathered(t):
+    ts = [torch.empty_like(t) for _ in range(2)]
+    dist.all_gather(ts, t.contiguous())
+    return ts
+out = {}
+for average_buffers in (True, False):
+    torch.manual_seed(rank)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.BatchNorm1d(3), torch.nn.Linear(3, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    lu = gt.LocalUpdates(model, opt, period=4, warmup_steps=3, average_buffers=average_buffers)
+    seen = []
+    for step in range(7):
+        g = torch.Generator().manual_seed(10 * step + rank)
+        x = torch.randn(8, 4, generator=g)
+        torch.nn.functional.mse_loss(model(x), x.sum(1, keepdim=True)).backward()
+        opt.step(); opt.zero_grad(); lu.step()
+        w = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+        bn = torch.cat([model[1].running_mean, model[1].running_var])
+        a, b = gathered(w)
+        c, d = gathered(bn)
+        seen.append({"params": bool(torch.equal(a, b)), "buffers": bool(torch.equal(c, d))})
+    out[str(average_buffers)] = seen
+print("RESULT", json.dumps(out))
+'''
+
+
+def test_warm_up_steps_keep_replicas_equal_and_rounds_average_the_buffers() -> None:
+    """Three synchronous steps (the gradients averaged by the pre-hook):
+    the replicas stay equal through them, then step apart; the round at step
+    7 makes them equal again, and with `average_buffers` the rounds (at 3
+    and 7) make BatchNorm's running statistics equal too (each rank
+    normalises its own batches, so they differ otherwise)."""
+    import json
+    from conftest import free_port, run_ranks
+    for out, err, _ in run_ranks(WARMUP % free_port(), 2):
+        line = next((l for l in out.splitlines() if l.startswith("RESULT ")), None)
+        assert line is not None, out + err
+        res = json.loads(line[len("RESULT "):])
+        for avg, seen in res.items():
+            assert [s["params"] for s in seen] == [True, True, True, False, False, False, True], (avg, seen)
+        # Each rank's BatchNorm statistics are its own batches'; averaged at
+        # the rounds (the first records θ_outer after the warm-up, at step 3).
+        assert [s["buffers"] for s in res["True"]] == [False, False, True, False, False, False, True], res
+        assert not any(s["buffers"] for s in res["False"]), res

@@ -11,6 +11,8 @@ import numpy as np
 
 # The outer optimizers of local updates (`strategy.outer.name`).
 OUTER = ("sgd", "nesterov")
+# How a round overlaps the next inner phase (`strategy.overlap`).
+OVERLAP = ("none", "eager", "delayed")
 
 
 def whole(name: str, value: Any) -> int:
@@ -41,3 +43,10 @@ def number(name: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise ValueError(f"gradcomp: {name}: {value!r} is not a number")
     return float(value)
+
+
+def flag(name: str, value: Any) -> bool:
+    """`value` if it is a bool, or ValueError naming the argument."""
+    if not isinstance(value, bool):
+        raise ValueError(f"gradcomp: {name}: {value!r} is not True or False")
+    return value

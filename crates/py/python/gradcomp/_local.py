@@ -14,7 +14,10 @@ its error feedback) and the outer optimizer moves the shared model, which
 every rank adopts. With `fragments` P the model's tensors form P groups whose
 rounds are staggered across the period; with `delay` τ a round runs on a
 round thread (the core's) while the next τ inner steps compute, and its result is
-mixed in as α·θ + (1 − α)·θ_outer (`mix` α). The rounds are the core's
+mixed in as α·θ + (1 − α)·θ_outer (`mix` α). With `overlap="eager"` (or
+`"delayed"`) a round runs through the whole next period instead (ALGORITHMS.md
+§2.3). `warmup_steps` synchronous steps (the gradients averaged before
+`optimizer.step()`) may come first, as in torch's post-local SGD. The rounds are the core's
 (`gradcomp_exchange`'s local-update strategy and its outer-round machine,
 thread included: the ones the burn trainer runs), over torch.distributed;
 this class only reads and writes the model.
@@ -28,7 +31,7 @@ import torch.distributed as dist
 
 from . import _core
 from ._comm import Comm, check_group, payload_device
-from ._config import OUTER, number, one_of, whole, whole_positive
+from ._config import OUTER, OVERLAP, flag, number, one_of, whole, whole_positive
 from ._liveness import Liveness
 from ._membership import Membership
 
@@ -49,6 +52,22 @@ class LocalUpdates:
       own) while those τ inner steps compute. 0: blocking.
     - `mix` α: the merge is α·θ_local + (1 − α)·θ_outer; default 0.5 with a
       delay (Streaming DiLoCo's), 0 without (adopt θ_outer).
+    - `overlap`: `"eager"` or `"delayed"` (arXiv 2502.12996): each round's
+      exchange runs through the whole next period on the round thread, and
+      the outer step applies the last round's average (eager: with this
+      worker's fresh change standing in for its own part). One fragment, no
+      `delay`, no manager.
+    - `warmup_steps` S: the first S inner steps are synchronous data
+      parallel (post-local SGD's warm-up): a pre-hook on `optimizer` averages
+      the gradients across ranks before each of them; the rounds count from
+      step S. No manager.
+    - `outer_warmup_rounds`, `outer_decay_rounds`, `outer_rounds`: the outer
+      step warms up from plain averaging to `outer` over its first rounds and
+      decays back over the last `outer_decay_rounds` of `outer_rounds`.
+    - `average_buffers`: also average the model's floating-point buffers
+      (BatchNorm's running statistics) at every round; off, each rank keeps
+      its own (torchft's DiLoCo does; torch's post-local SGD under DDP
+      broadcasts rank 0's at every forward).
     - `process_group`: a gloo or NCCL group (None: the default group); over
       NCCL the payloads cross as CUDA tensors, the arithmetic stays on the host.
     - `manager`: a torchft `Manager` (`gradcomp.torch.manager(...)`): the
@@ -64,6 +83,8 @@ class LocalUpdates:
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, *, period: int,
                  outer: str = "nesterov", outer_lr: Optional[float] = None, outer_momentum: Optional[float] = None,
                  compressor: str = "dense", fragments: int = 1, delay: int = 0, mix: Optional[float] = None,
+                 overlap: str = "none", warmup_steps: int = 0, outer_warmup_rounds: int = 0,
+                 outer_decay_rounds: int = 0, outer_rounds: Optional[int] = None, average_buffers: bool = False,
                  process_group: Optional[dist.ProcessGroup] = None, manager: Any = None, max_workers: int = 64,
                  **options: Any) -> None:
         period = whole("period", period)
@@ -77,13 +98,29 @@ class LocalUpdates:
             raise ValueError(f"gradcomp: delay: {delay} with a manager must be below period/fragments "
                              f"({period}/{fragments}): a round is committed (or discarded) at its merge, before "
                              "the next one's quorum")
-        settings: Dict[str, Any] = {"name": outer}
+        one_of("overlap", overlap, OVERLAP)
+        if manager is not None and overlap != "none":
+            raise ValueError(f"gradcomp: overlap: {overlap!r} is not run under a manager yet: torchft commits a round "
+                             "at its own quorum, and a round in flight through the whole period would be committed "
+                             "at the next round's; use delay below period/fragments")
+        if manager is not None and flag("average_buffers", average_buffers):
+            raise ValueError("gradcomp: average_buffers: the buffers are not averaged under a manager yet; each "
+                             "replica keeps its own (as torchft's DiLoCo does)")
+        if manager is not None and whole("warmup_steps", warmup_steps) > 0:
+            raise ValueError("gradcomp: warmup_steps: synchronous warm-up steps are not run under a manager yet; "
+                             "leave them at 0")
+        settings: Dict[str, Any] = {"name": outer, "warmup_rounds": whole("outer_warmup_rounds", outer_warmup_rounds),
+                                    "decay_rounds": whole("outer_decay_rounds", outer_decay_rounds)}
+        if outer_rounds is not None:
+            settings["rounds"] = whole("outer_rounds", outer_rounds)
         if outer_lr is not None:
             settings["lr"] = outer_lr
         if outer_momentum is not None:
             settings["momentum"] = outer_momentum
         strategy: Dict[str, Any] = {"period": period, "outer": settings, "fragments": whole("fragments", fragments),
-                                    "delay": whole("delay", delay)}
+                                    "delay": whole("delay", delay), "overlap": overlap,
+                                    "warmup_steps": whole("warmup_steps", warmup_steps),
+                                    "average_buffers": flag("average_buffers", average_buffers)}
         if mix is not None:
             strategy["mix"] = number("mix", mix)
         self.config = _core.local_config(compressor, strategy, options)
@@ -111,6 +148,9 @@ class LocalUpdates:
         # thread's collectives).
         weakref.finalize(self, self._rust.wait)
         self.inner_steps = 0
+        self.average_buffers = average_buffers
+        # Warm-up steps: the gradients averaged before the inner step.
+        self._warmup = optimizer.register_step_pre_hook(self._warm_up) if strategy["warmup_steps"] > 0 else None
         self.last_round: Optional[Dict[str, Any]] = None
         # This worker's bytes over the rounds finished so far.
         self.bytes_sent = 0
@@ -127,7 +167,8 @@ class LocalUpdates:
         with torch.no_grad():
             for p in self.params:
                 dist.broadcast(p.data, src=src, group=process_group)
-        self._round()
+        if self._rust.due(0):  # after a warm-up, the first round comes at its end
+            self._round()
 
     def step(self) -> None:
         """Counts one inner step (call it after `optimizer.step()`); runs,
@@ -135,6 +176,37 @@ class LocalUpdates:
         self.inner_steps += 1
         if self._rust.due(self.inner_steps):
             self._round()
+
+    def _warm_up(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        """Before a warm-up step: the ranks' mean gradient, as DDP's
+        allreduce gives it (a parameter without a gradient counts as zeros)."""
+        if not self._rust.warming(self.inner_steps):
+            return
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
+        flat = torch.cat([g.detach().reshape(-1) for g in grads])
+        dist.all_reduce(flat, group=self.process_group)
+        flat /= self.world
+        offset = 0
+        for p, g in zip(self.params, grads):
+            n = g.numel()
+            p.grad = flat[offset:offset + n].view_as(g).clone()
+            offset += n
+
+    def _average_buffers(self) -> None:
+        """The ranks' mean of the model's floating-point buffers (BatchNorm's
+        running statistics), at a round."""
+        buffers = [b for b in self.model.buffers() if b.is_floating_point()]
+        if not buffers:
+            return
+        with torch.no_grad():
+            flat = torch.cat([b.detach().reshape(-1).to(torch.float32) for b in buffers])
+            dist.all_reduce(flat, group=self.process_group)
+            flat /= self.world
+            offset = 0
+            for b in buffers:
+                n = b.numel()
+                b.copy_(flat[offset:offset + n].view_as(b))
+                offset += n
 
     def _flat(self) -> torch.Tensor:
         return torch.cat([p.detach().reshape(-1).to("cpu", torch.float32) for p in self.params])
@@ -156,6 +228,8 @@ class LocalUpdates:
         flat = self._flat()
         with self._liveness.watch(self.inner_steps):
             record = self._rust.average(self.inner_steps, flat.numpy(), self._comm)
+            if self.average_buffers:
+                self._average_buffers()
         self._write(flat)
         self._count(record)
 
