@@ -79,17 +79,30 @@ pub(crate) fn flatten_into(tensors: Vec<Tensor<1>>, out: &mut Vec<f32>) {
 
 /// The model's trainable parameter values, flat.
 pub fn read_params<M: Module>(model: &M, out: &mut Vec<f32>) {
-    struct Values(Vec<Tensor<1>>);
+    read_values(model, true, out);
+}
+
+/// The model's buffers (float tensors that take no gradient: BatchNorm's
+/// running statistics), flat, in visit order. burn keeps a forward pass's
+/// update of a running statistic aside until it is synced: read a model
+/// through `train()` or `valid()` (which sync) for the latest values.
+pub fn read_buffers<M: Module>(model: &M, out: &mut Vec<f32>) {
+    read_values(model, false, out);
+}
+
+/// The values of the float tensors that do (`trainable`) or do not take a gradient.
+fn read_values<M: Module>(model: &M, trainable: bool, out: &mut Vec<f32>) {
+    struct Values(Vec<Tensor<1>>, bool);
     impl ModuleVisitor for Values {
         fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
-            if param.is_require_grad() {
+            if param.is_require_grad() == self.1 {
                 let t = param.val();
                 let n = t.shape().num_elements();
                 self.0.push(t.detach().reshape([n]));
             }
         }
     }
-    let mut v = Values(Vec::new());
+    let mut v = Values(Vec::new(), trainable);
     model.visit(&mut v);
     flatten_into(v.0, out);
 }
@@ -224,26 +237,41 @@ pub fn grads_params<M: Module>(model: &M, flat: &[f32]) -> GradientsParams {
 /// Replaces the model's trainable parameter values by `flat` (layout order),
 /// each on the device it was on.
 pub fn write_params<M: Module>(model: M, flat: &[f32]) -> M {
+    write_values(model, true, flat)
+}
+
+/// Replaces the model's buffers by `flat` ([`read_buffers`]' order).
+pub fn write_buffers<M: Module>(model: M, flat: &[f32]) -> M {
+    write_values(model, false, flat)
+}
+
+fn write_values<M: Module>(model: M, trainable: bool, flat: &[f32]) -> M {
     struct Writer<'a> {
         flat: &'a [f32],
         at: usize,
+        trainable: bool,
     }
     impl ModuleMapper for Writer<'_> {
         fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
-            if !param.is_require_grad() {
+            if param.is_require_grad() != self.trainable {
                 return param;
             }
-            let (flat, at) = (self.flat, &mut self.at);
+            let (flat, at, trainable) = (self.flat, &mut self.at, self.trainable);
             param.map(|old| {
                 let shape = old.shape();
                 let n = shape.num_elements();
                 let values = flat[*at..*at + n].to_vec();
                 *at += n;
-                Tensor::from_data(TensorData::new(values, shape), &old.device()).require_grad()
+                let t = Tensor::from_data(TensorData::new(values, shape), &old.device());
+                if trainable {
+                    t.require_grad()
+                } else {
+                    t
+                }
             })
         }
     }
-    let mut w = Writer { flat, at: 0 };
+    let mut w = Writer { flat, at: 0, trainable };
     let model = model.map(&mut w);
     assert_eq!(w.at, flat.len(), "parameter buffer length differs from the model's");
     model

@@ -84,7 +84,10 @@ impl DataParallel {
         self.pending.add(&self.c.meter_mut().take_step());
         self.pending_seconds += t.elapsed().as_secs_f64();
         self.averaged_at = Some(step);
-        let model = params::write_params(model, &self.params);
+        let mut model = params::write_params(model, &self.params);
+        if self.cfg.strategy.average_buffers {
+            model = self.average_buffers(model)?;
+        }
         // Replicas agree right after a round that merges the whole model,
         // before local steps move them apart (not after a Streaming fragment's).
         let round = step / self.cfg.strategy.period;
@@ -95,6 +98,27 @@ impl DataParallel {
             self.compare_checksums(step)?;
         }
         Ok(model)
+    }
+
+    /// The workers' mean of the model's buffers (BatchNorm's running
+    /// statistics), at a round (`strategy.average_buffers`).
+    fn average_buffers<M: Module>(&mut self, model: M) -> Result<M, DataParallelError> {
+        // burn keeps a forward pass's update of a running statistic aside
+        // until the state is synced (a visit reads the value one update
+        // behind, and a write would be overwritten by that update): `train`
+        // syncs them and leaves the model in training mode, as it is here.
+        let model = model.train();
+        let mut buffers = Vec::new();
+        params::read_buffers(&model, &mut buffers);
+        if buffers.is_empty() {
+            return Ok(model);
+        }
+        let rank = self.rank();
+        self.c.allreduce_sum_f32(&mut buffers).map_err(|source| DataParallelError::Comm { rank, source })?;
+        let n = self.world_size() as f32;
+        buffers.iter_mut().for_each(|b| *b /= n);
+        self.pending.add(&self.c.meter_mut().take_step());
+        Ok(params::write_buffers(model, &buffers))
     }
 
     /// A model every worker agrees on: the replica itself when replicas are

@@ -1,0 +1,97 @@
+//! The warm-ups of local updates through the burn front (ALGORITHMS.md
+//! §2.4): synchronous steps first, whose averaged gradients keep the
+//! replicas equal, and BatchNorm's running statistics averaged at every
+//! round (`strategy.average_buffers`), on in-process workers.
+
+use burn::module::Module;
+use burn::nn::{BatchNorm, BatchNormConfig, Linear, LinearConfig};
+use burn::optim::SgdConfig;
+use burn::tensor::{Device, Tensor, TensorData};
+use gradcomp_comm::{Collective, InProcessGroup};
+use gradcomp_compress::CompressorConfig;
+use gradcomp_dp::config::StrategyConfig;
+use gradcomp_dp::{DataParallelConfig, InitDataParallel};
+
+#[derive(Module, Debug)]
+struct Net {
+    a: Linear,
+    norm: BatchNorm,
+    b: Linear,
+}
+
+impl Net {
+    fn new(device: &Device) -> Self {
+        Self {
+            a: LinearConfig::new(4, 8).init(device),
+            norm: BatchNormConfig::new(8).init(device),
+            b: LinearConfig::new(8, 1).init(device),
+        }
+    }
+
+    /// Mean squared error against `y = Σ x` on a batch made from `seed`.
+    fn loss(&self, seed: usize, device: &Device) -> Tensor<1> {
+        let x: Vec<f32> =
+            (0..64).map(|i| ((seed * 7919 + i * i * 104_729) % 997) as f32 / 500.0 - 1.0).collect();
+        let y: Vec<f32> = x.chunks(4).map(|r| r.iter().sum()).collect();
+        let x = Tensor::<2>::from_data(TensorData::new(x, [16, 4]), device);
+        let y = Tensor::<2>::from_data(TensorData::new(y, [16, 1]), device);
+        let d = self.b.forward(self.norm.forward(self.a.forward(x))) - y;
+        (d.clone() * d).mean()
+    }
+}
+
+/// The model's parameters and buffers, the running statistics synced first
+/// (burn reads them one forward pass behind otherwise).
+fn read(model: &Net) -> (Vec<f32>, Vec<f32>) {
+    let synced = model.clone().train();
+    let (mut p, mut b) = (Vec::new(), Vec::new());
+    gradcomp_dp::params::read_params(&synced, &mut p);
+    gradcomp_dp::params::read_buffers(&synced, &mut b);
+    (p, b)
+}
+
+/// Each worker's (parameters, buffers) after every one of 5 steps and after
+/// the round that follows them, with `average_buffers` on or off: local
+/// updates of period 3 after 2 warm-up steps.
+fn run(average_buffers: bool) -> Vec<Vec<(Vec<f32>, Vec<f32>)>> {
+    let st = StrategyConfig { warmup_steps: 2, average_buffers, ..StrategyConfig::local(3) };
+    let group = InProcessGroup::new(2).timeout(std::time::Duration::from_secs(20));
+    let results = group
+        .run(|c| {
+            let rank = c.rank();
+            let d = gradcomp_dp::default_device();
+            let cfg = DataParallelConfig::new(CompressorConfig::dense()).with_strategy(st.clone());
+            let (mut dp, mut model) = cfg.init(c, Net::new(&d)).unwrap();
+            let mut optim = SgdConfig::new().init();
+            let mut seen = Vec::new();
+            for step in 0..5 {
+                model = dp.begin_step(model, 0).unwrap();
+                let loss = model.loss(step * 2 + rank, &d);
+                model = dp.step(model, loss, &mut optim, 0.05).unwrap();
+                seen.push(read(&model));
+            }
+            // The round after 5 steps (before the sixth step's forward pass).
+            model = dp.begin_step(model, 0).unwrap();
+            seen.push(read(&model));
+            seen
+        })
+        .unwrap();
+    results.into_iter().map(|r| r.unwrap()).collect()
+}
+
+#[test]
+fn warm_up_steps_keep_the_replicas_equal_and_rounds_average_the_buffers() {
+    for average_buffers in [true, false] {
+        let w = run(average_buffers);
+        let params: Vec<bool> = (0..6).map(|k| w[0][k].0 == w[1][k].0).collect();
+        // Steps 1 and 2 are synchronous; θ_outer is recorded before step 3
+        // and the workers step apart until the round after step 5.
+        assert_eq!(params, [true, true, false, false, false, true], "{average_buffers}");
+        let buffers: Vec<bool> = (0..6).map(|k| w[0][k].1 == w[1][k].1).collect();
+        assert!(!w[0][0].1.is_empty(), "BatchNorm's running statistics are read");
+        // Each worker's statistics are its own batches'; a round averages
+        // them (before step 3: seen after it, moved by step 3's own batch).
+        let want = if average_buffers { [false, false, false, false, false, true] } else { [false; 6] };
+        assert_eq!(buffers, want, "average_buffers = {average_buffers}");
+    }
+}
