@@ -266,3 +266,16 @@ def test_warm_up_steps_keep_replicas_equal_and_rounds_average_the_buffers() -> N
         # the rounds (the first records θ_outer after the warm-up, at step 3).
         assert [s["buffers"] for s in res["True"]] == [False, False, True, False, False, False, True], res
         assert not any(s["buffers"] for s in res["False"]), res
+
+
+def test_what_a_manager_does_not_run_is_refused_naming_it() -> None:
+    """Under a manager (torchft's quorum each round) the overlap of a whole
+    period, the warm-up steps and the buffers' averaging are refused, each
+    naming its argument; what it runs passes."""
+    from gradcomp._local import _check_under_manager
+    _check_under_manager(8, 1, 2, "none", 0, False)
+    for args, needle in (((8, 4, 2, "none", 0, False), "delay"), ((8, 0, 1, "eager", 0, False), "overlap"),
+                         ((8, 0, 1, "delayed", 0, False), "overlap"), ((8, 0, 1, "none", 3, False), "warmup_steps"),
+                         ((8, 0, 1, "none", 0, True), "average_buffers")):
+        with pytest.raises(ValueError, match=needle):
+            _check_under_manager(*args)

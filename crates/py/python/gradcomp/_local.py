@@ -36,6 +36,26 @@ from ._liveness import Liveness
 from ._membership import Membership
 
 
+def _check_under_manager(period: int, delay: int, fragments: int, overlap: str, warmup_steps: int,
+                         average_buffers: bool) -> None:
+    """ValueError naming an argument that membership (torchft's quorum each
+    round) does not run."""
+    if delay * max(1, fragments) >= period:
+        raise ValueError(f"gradcomp: delay: {delay} with a manager must be below period/fragments "
+                         f"({period}/{fragments}): a round is committed (or discarded) at its merge, before "
+                         "the next one's quorum")
+    if overlap != "none":
+        raise ValueError(f"gradcomp: overlap: {overlap!r} is not run under a manager yet: torchft commits a round "
+                         "at its own quorum, and a round in flight through the whole period would be committed "
+                         "at the next round's; use delay below period/fragments")
+    if average_buffers:
+        raise ValueError("gradcomp: average_buffers: the buffers are not averaged under a manager yet; each "
+                         "replica keeps its own (as torchft's DiLoCo does)")
+    if warmup_steps > 0:
+        raise ValueError("gradcomp: warmup_steps: synchronous warm-up steps are not run under a manager yet; "
+                         "leave them at 0")
+
+
 class LocalUpdates:
     """Outer rounds every `period` inner steps of `optimizer` on `model`.
 
@@ -94,21 +114,10 @@ class LocalUpdates:
         check_group(process_group)
         if manager is not None and process_group is not None:
             raise ValueError("gradcomp: process_group: a manager's rounds run over torchft's group; leave it out")
-        if manager is not None and whole("delay", delay) * max(1, whole("fragments", fragments)) >= period:
-            raise ValueError(f"gradcomp: delay: {delay} with a manager must be below period/fragments "
-                             f"({period}/{fragments}): a round is committed (or discarded) at its merge, before "
-                             "the next one's quorum")
         one_of("overlap", overlap, OVERLAP)
-        if manager is not None and overlap != "none":
-            raise ValueError(f"gradcomp: overlap: {overlap!r} is not run under a manager yet: torchft commits a round "
-                             "at its own quorum, and a round in flight through the whole period would be committed "
-                             "at the next round's; use delay below period/fragments")
-        if manager is not None and flag("average_buffers", average_buffers):
-            raise ValueError("gradcomp: average_buffers: the buffers are not averaged under a manager yet; each "
-                             "replica keeps its own (as torchft's DiLoCo does)")
-        if manager is not None and whole("warmup_steps", warmup_steps) > 0:
-            raise ValueError("gradcomp: warmup_steps: synchronous warm-up steps are not run under a manager yet; "
-                             "leave them at 0")
+        if manager is not None:
+            _check_under_manager(period, whole("delay", delay), whole("fragments", fragments), overlap,
+                                 whole("warmup_steps", warmup_steps), flag("average_buffers", average_buffers))
         settings: Dict[str, Any] = {"name": outer, "warmup_rounds": whole("outer_warmup_rounds", outer_warmup_rounds),
                                     "decay_rounds": whole("outer_decay_rounds", outer_decay_rounds)}
         if outer_rounds is not None:
