@@ -40,8 +40,11 @@ peer_options() {
         gradcomp:topk) echo "--option density=0.01 --buckets ddp" ;;
         gradcomp:powersgd) echo "--option matrix_approximation_rank=2 --option start_iter=10 --buckets ddp" ;;
         torch-powersgd-*|torch-batched-powersgd-*) echo "--buckets one" ;;
-        # gradcomp's LocalUpdates (issues #36, #37): gradcomp-local[-sgd]-hH[-pP-dD][-COMPRESSOR],
-        # no DDP (outer Nesterov, or sgd: averaging); the change dense or through COMPRESSOR
+        # gradcomp's LocalUpdates (issues #36, #37, #50):
+        # gradcomp-local[-sgd]-hH[-pP-dD][-eager|-delayed][-wS][-bn][-rs][-COMPRESSOR], no DDP
+        # (outer Nesterov, or sgd: averaging); eager or delayed outer steps (a round through
+        # the whole next period); S synchronous warm-up steps; BatchNorm's statistics
+        # averaged at rounds; the reduce-scatter; the change dense or through COMPRESSOR
         # with its defaults (topk: density 0.01).
         gradcomp-local-*)
             local m=$1 o=""
@@ -49,6 +52,10 @@ peer_options() {
             [[ $m =~ -h([0-9]+) ]] && o+=" --option period=${BASH_REMATCH[1]}"
             [[ $m =~ -p([0-9]+) ]] && o+=" --option fragments=${BASH_REMATCH[1]}"
             [[ $m =~ -d([0-9]+) ]] && o+=" --option delay=${BASH_REMATCH[1]}"
+            [[ $m =~ -(eager|delayed)(-|$) ]] && o+=" --option overlap=${BASH_REMATCH[1]}"
+            [[ $m =~ -w([0-9]+) ]] && o+=" --option warmup_steps=${BASH_REMATCH[1]}"
+            [[ $m =~ -bn(-|$) ]] && o+=" --option average_buffers=true"
+            [[ $m =~ -rs(-|$) ]] && o+=" --option topology=reduce-scatter"
             [[ $m == *-topk ]] && o+=" --option density=0.01"
             echo "$o" ;;
         # PyTorch's own local updates (bench/peer/torch_local.py): the name says it all.
@@ -63,7 +70,7 @@ peer_method() {
     case $1 in
         gradcomp-local-*)
             local last=${1##*-}
-            if [[ $last =~ ^[hpd][0-9]+$ || $last == sgd || $last == local ]]; then
+            if [[ $last =~ ^[hpdw][0-9]+$ || $last =~ ^(sgd|local|eager|delayed|bn|rs)$ ]]; then
                 echo "gradcomp-local:dense"
             else
                 echo "gradcomp-local:$last"
