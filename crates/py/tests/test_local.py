@@ -53,8 +53,10 @@ for label, outer, compressor, options in (
         # merges at 20, so the checkpoint at 19 is taken with its round in flight.
         ("streaming", "nesterov", "dense", {"fragments": 2, "delay": 1}),
         ("streaming-topk", "nesterov", "topk", {"density": 0.5, "fragments": 2, "delay": 2, "mix": 0.25}),
-        # Eager: the round started at 16 is in flight at the checkpoint at 19.
-        ("eager", "nesterov", "dense", {"overlap": "eager"})):
+        # Eager (with averaging: with Nesterov at lr 0.7, momentum 0.9 a round's
+        # staleness makes this model oscillate, ALGORITHMS.md §2.3): the round
+        # started at 16 is in flight at the checkpoint at 19.
+        ("eager", "sgd", "dense", {"overlap": "eager"})):
     losses, agree, w, saved, last = run(outer, compressor, 40, save_at=19, **options)
     _, _, w2, _, _ = run(outer, compressor, 40, resume=saved, **options)
     out[label] = {"first": sum(losses[:4]) / 4, "last": sum(losses[-4:]) / 4,
