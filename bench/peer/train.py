@@ -106,8 +106,9 @@ def averaged(model, world):
     """A copy of `model` holding the replicas' average (local updates' replicas
     differ between rounds; gradcomp's trainer evaluates this average too).
     Floating-point buffers (BatchNorm's running statistics) are averaged with
-    the parameters: no method exchanges them, so each replica's own would make
-    the evaluated model a mix of the average and one rank."""
+    the parameters: only LocalUpdates with `average_buffers` exchanges them (at
+    rounds), so each replica's own would make the evaluated model a mix of the
+    average and one rank."""
     import copy
     avg = copy.deepcopy(model)
     with torch.no_grad():
