@@ -16,62 +16,44 @@
 
 use gradcomp_comm::{Collective, InProcessGroup};
 use gradcomp_compress::CompressorConfig;
-use gradcomp_exchange::config::{OuterConfig, OuterKind, StrategyConfig};
+use gradcomp_exchange::config::StrategyConfig;
 use gradcomp_exchange::strategy::OuterRounds;
-use gradcomp_exchange::{DataParallelConfig, GradientLayout};
-use serde_json::Value;
+use gradcomp_exchange::DataParallelConfig;
 
-fn floats(v: &Value) -> Vec<f32> {
-    v.as_array().expect("an array of numbers").iter().map(|x| x.as_f64().unwrap() as f32).collect()
-}
-
-/// A recorded model, its tensors in `names` order, flat.
-fn flat(model: &Value, names: &[String]) -> Vec<f32> {
-    names.iter().flat_map(|n| floats(&model[n])).collect()
-}
+mod vectors_json;
+use vectors_json::Case;
 
 fn check(case: &str) {
-    let path = format!("{}/tests/vectors/diloco-{case}.json", env!("CARGO_MANIFEST_DIR"));
-    let v: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let vectors = Case::read(&format!("diloco-{case}.json"));
+    let (v, layout) = (&vectors.v, &vectors.layout);
     let c = &v["config"];
-    let names: Vec<String> =
-        v["param_names"].as_array().unwrap().iter().map(|n| n.as_str().unwrap().to_string()).collect();
-    let layout = GradientLayout::new(names.iter().map(|n| {
-        let shape = v["shapes"][n].as_array().unwrap().iter().map(|d| d.as_u64().unwrap() as usize).collect();
-        (n.clone(), shape)
-    }));
     let fragments = c["fragments"].as_array().unwrap().len() as u64;
-    let outer = OuterConfig {
-        name: Some(if c["outer_nesterov"].as_bool().unwrap() { OuterKind::Nesterov } else { OuterKind::Sgd }),
-        lr: c["outer_lr"].as_f64(),
-        momentum: c["outer_momentum"].as_f64(),
-        ..OuterConfig::default()
-    };
+    let outer = vectors.outer();
     let st = StrategyConfig::local(c["H"].as_u64().unwrap())
         .with_outer(outer)
         .with_streaming(fragments, c["fragment_sync_delay"].as_u64().unwrap())
         .with_mix(c["fragment_update_alpha"].as_f64().unwrap());
     let cfg = DataParallelConfig::new(CompressorConfig::named("dense").unwrap()).with_strategy(st);
-    let init = flat(&v["init"], &names);
+    let init = vectors.flat(&v["init"]);
     let steps = c["inner_steps"].as_u64().unwrap();
     let mismatches = InProcessGroup::new(2)
         .run(|mut comm| {
             let rank = comm.rank();
             let recorded = v["steps"][rank.to_string()].as_array().unwrap();
-            let mut rounds = OuterRounds::new(&cfg, &layout, 2, false).unwrap();
+            let mut rounds = OuterRounds::new(&cfg, layout, 2, false).unwrap();
             let mut params = init.clone();
             rounds.start(0, &params, &mut comm).unwrap();
             let mut bad = Vec::new();
             let mut events = 0;
             for t in 1..=steps {
                 let rec = &recorded[t as usize - 1];
-                params = flat(&rec["before"], &names);
+                params = vectors.flat(&rec["before"]);
                 if rounds.schedule().due(t) {
                     events += 1;
                     rounds.start(t, &params, &mut comm).unwrap();
                     rounds.merge(t, &mut params);
                 }
-                let want = flat(&rec["after"], &names);
+                let want = vectors.flat(&rec["after"]);
                 if params.iter().zip(&want).any(|(a, b)| a.to_bits() != b.to_bits()) {
                     let worst = params.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
                     bad.push(format!("rank {rank} step {t}: off by up to {worst:e}"));

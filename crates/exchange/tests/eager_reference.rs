@@ -14,38 +14,20 @@
 
 use gradcomp_comm::{Collective, InProcessGroup};
 use gradcomp_compress::CompressorConfig;
-use gradcomp_exchange::config::{OuterConfig, OuterKind, Overlap, StrategyConfig};
+use gradcomp_exchange::config::{Overlap, StrategyConfig};
 use gradcomp_exchange::strategy::{LocalUpdates, Strategy};
-use gradcomp_exchange::{DataParallelConfig, GradientLayout};
-use serde_json::Value;
+use gradcomp_exchange::DataParallelConfig;
 
-fn floats(v: &Value) -> Vec<f32> {
-    v.as_array().expect("an array of numbers").iter().map(|x| x.as_f64().unwrap() as f32).collect()
-}
-
-/// A recorded model, its tensors in `names` order, flat.
-fn flat(model: &Value, names: &[String]) -> Vec<f32> {
-    names.iter().flat_map(|n| floats(&model[n])).collect()
-}
+mod vectors_json;
+use vectors_json::Case;
 
 /// Replays case `case`; `resume_after`: the strategy is saved after that
 /// step and a fresh one restored from it.
 fn check(case: &str, resume_after: Option<u64>) {
-    let path = format!("{}/tests/vectors/eager-{case}.json", env!("CARGO_MANIFEST_DIR"));
-    let v: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let vectors = Case::read(&format!("eager-{case}.json"));
+    let (v, layout) = (&vectors.v, &vectors.layout);
     let c = &v["config"];
-    let names: Vec<String> =
-        v["param_names"].as_array().unwrap().iter().map(|n| n.as_str().unwrap().to_string()).collect();
-    let layout = GradientLayout::new(names.iter().map(|n| {
-        let shape = v["shapes"][n].as_array().unwrap().iter().map(|d| d.as_u64().unwrap() as usize).collect();
-        (n.clone(), shape)
-    }));
-    let outer = OuterConfig {
-        name: Some(if c["outer_nesterov"].as_bool().unwrap() { OuterKind::Nesterov } else { OuterKind::Sgd }),
-        lr: c["outer_lr"].as_f64(),
-        momentum: c["outer_momentum"].as_f64(),
-        ..OuterConfig::default()
-    };
+    let outer = vectors.outer();
     let overlap = match c["form"].as_str().unwrap() {
         "eager" => Overlap::Eager,
         "delayed" => Overlap::Delayed,
@@ -55,42 +37,43 @@ fn check(case: &str, resume_after: Option<u64>) {
     let cfg = DataParallelConfig::new(CompressorConfig::named("dense").unwrap()).with_strategy(st);
     cfg.validate().unwrap();
     let workers = c["workers"].as_u64().unwrap() as usize;
-    let init = flat(&v["init"], &names);
+    let init = vectors.flat(&v["init"]);
     let steps = c["inner_steps"].as_u64().unwrap();
     let mismatches = InProcessGroup::new(workers)
         .run(|mut comm| {
             let rank = comm.rank();
             let recorded = v["steps"][rank.to_string()].as_array().unwrap();
-            let mut strategy = LocalUpdates::new(&cfg, &layout, workers).unwrap();
+            let mut strategy = LocalUpdates::new(&cfg, layout, workers).unwrap();
             let mut params = init.clone();
             strategy.averaging_mut().unwrap().average(0, &mut params, &mut comm).unwrap();
             let mut bad = Vec::new();
             for t in 1..=steps {
                 let rec = &recorded[t as usize - 1];
-                params = flat(&rec["before"], &names);
+                params = vectors.flat(&rec["before"]);
                 let rounds = strategy.averaging_mut().unwrap();
                 if rounds.due(t) {
                     rounds.average(t, &mut params, &mut comm).unwrap();
                 }
-                let want = flat(&rec["after"], &names);
+                let want = vectors.flat(&rec["after"]);
                 if params.iter().zip(&want).any(|(a, b)| a.to_bits() != b.to_bits()) {
                     let worst = params.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
                     bad.push(format!("rank {rank} step {t}: off by up to {worst:e}"));
                 }
                 if Some(t) == resume_after {
                     let saved = strategy.state().unwrap();
-                    strategy = LocalUpdates::new(&cfg, &layout, workers).unwrap();
+                    strategy = LocalUpdates::new(&cfg, layout, workers).unwrap();
                     strategy.restore(&saved).unwrap();
                 }
             }
             // The worker's own outer model and momentum at the end.
             let state = strategy.state().unwrap();
-            if state["outer.anchor"] != flat(&v["outer_models"][rank.to_string()], &names) {
+            if state["outer.anchor"] != vectors.flat(&v["outer_models"][rank.to_string()]) {
                 bad.push(format!("rank {rank}: the outer model at the end"));
             }
-            if let Some(m) = v["momentum"][rank.to_string()].as_object() {
+            let m = &v["momentum"][rank.to_string()];
+            if m.is_object() {
                 // gradcomp keeps −m (the sign of the model change).
-                let want: Vec<f32> = names.iter().flat_map(|n| floats(&m[n])).map(|x| -x).collect();
+                let want: Vec<f32> = vectors.flat(m).into_iter().map(|x| -x).collect();
                 if state["outer.momentum"] != want {
                     bad.push(format!("rank {rank}: the outer momentum at the end"));
                 }
