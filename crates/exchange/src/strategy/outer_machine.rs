@@ -174,7 +174,11 @@ impl OuterRoundMachine {
             return Ok(());
         }
         desk.snapshot.resize(params.len(), 0.0);
-        desk.snapshot.copy_from_slice(params);
+        if !desk.rounds.steps_ahead() {
+            // (A step ahead has taken the change already: the start reads
+            // only the model's length.)
+            desk.snapshot.copy_from_slice(params);
+        }
         let slot = self.slot.get_mut().unwrap_or_else(|e| e.into_inner());
         let Slot::Here(mut desk) = std::mem::replace(slot, Slot::Lost("it was never started".into())) else {
             unreachable!("landed above")

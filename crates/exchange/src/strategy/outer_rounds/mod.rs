@@ -278,6 +278,12 @@ impl OuterRounds {
         Ok(())
     }
 
+    /// Whether the rounds step ahead (eager or delayed outer steps): the
+    /// change is taken by [`OuterRounds::step_ahead`], not by the start.
+    pub fn steps_ahead(&self) -> bool {
+        self.overlap.whole_period()
+    }
+
     /// Eager and delayed outer steps (ALGORITHMS.md §2.3), at a round's step
     /// before its [`OuterRounds::start`]: records this worker's change
     /// c_m = θ_local − θ_m for the start to exchange, steps θ_m on
