@@ -10,19 +10,33 @@ steps, seconds per step, bytes a worker sends per step, and the metric there;
 then gradcomp's best path (the burn trainer, a gradcomp hook in DDP or
 gradcomp's LocalUpdates) against PyTorch's best (DDP's allreduce, its own hooks,
 post-local SGD, torchft's DiLoCo). A summary of every model and link closes the
-output, with the model's compute-bound time beside each cell.
+output. The definitions (issue #51):
 
+- **Best**: each side's method with the least median time over its seeds.
+- **Paired ratio**: PyTorch's best ÷ gradcomp's best, seed by seed (the two
+  runs of one seed share the model's initialization and the data's order); the
+  cell reports the pairs' median and range. A verdict needs three pairs, and no
+  pair may hold a projection.
+- **Lower bound**: the fewest steps to the target of any run of the model (any
+  method, link or seed; interpolated linearly in the metric between the last
+  evaluation short of the target and the first that meets it) × the fastest
+  communication-free step: the `isolated` runs (bench/peer/train.py; 4 ranks
+  on the machine's cores as in every run, no exchange at all), of either
+  framework, each run's mean seconds per step after its first evaluation. No
+  method can beat both factors at once, so no run beats the bound by more than
+  the step time's noise; without an `isolated` run of the model there is none.
+- **Own steps**: a run's time ÷ (its own steps × the communication-free step):
+  how much of its time the wire and the exchange's arithmetic add.
 - **Not reached**: a run that ended (its epochs, or the cap of bench/peer/matrix.sh,
   `capped_at_seconds`) short of the target. Its projection: its seconds so far
   plus the steps it still needed (the steps the same method and seed needed on
   another link: a method's curve is the same on every link, the link changes
-  the time, not the arithmetic) at its last seconds per step (train.py's
-  `recent_seconds_per_step` at the cap, else between its last two evaluations,
-  so a warm-up's dense steps stay out; its mean with one evaluation); without a
-  run that reached the target, none.
-- **The compute-bound time** of a model: the fastest method's steps to target
-  times its unshaped step time, i.e. the least unshaped time to target (median
-  over seeds) of any method, either framework.
+  the time, not the arithmetic) at its pace, read over whole periods H of its
+  exchange after its warm-up, at least two rounds (`pace`): from the cap's
+  `step_seconds` (the last steps' seconds, train.py), else between two of its
+  evaluations that far apart. A run without such a window, or without a run of
+  its method that reached the target, is not projected. Projected cells are
+  marked and never carry a verdict.
 
 Run names: `tta-MODEL-METHOD-RATE[-sN]` (gradcomp's trainer),
 `peer-MODEL-METHOD-RATE[-sN]` (the PyTorch peer; METHOD `gradcomp-…` for
@@ -36,6 +50,12 @@ import sys
 import tomllib
 
 WORKERS = 4
+# train.POWERSGD_START and torch_local.POSTLOCAL_WARMUP (test_peer.py checks they
+# agree): the steps before torch's PowerSGD compresses and post-local SGD's default
+# warm-up, both dense allreduces.
+POWERSGD_START = 10
+POSTLOCAL_WARMUP = 10
+MIN_WINDOW = 25  # the fewest steps a per-step method's pace is read over
 RATES = ("10mbit", "100mbit", "1gbit", "none")
 HERE = os.path.dirname(os.path.abspath(__file__))
 NAME = re.compile(r"(tta|peer)-([a-z0-9]+-[a-z0-9]+(?:-local)?)-(.+)-(10mbit|100mbit|1gbit|none)"
@@ -120,6 +140,47 @@ def steps_to_target(runs, run, goal):
     return None
 
 
+def schedule(method):
+    """(H, warm-up steps) of a method's exchange: a local-update method rounds
+    every H steps (`-hH` in its name), a per-step method every step (H = 1);
+    the warm-up's steps (`-wW`; post-local SGD's default, PowerSGD's dense
+    steps) run at another pace."""
+    period = re.search(r"(?:^|-)h(\d+)(?:-|$)", method)
+    warmup = re.search(r"(?:^|-)w(\d+)(?:-|$)", method)
+    if warmup:
+        w = int(warmup.group(1))
+    elif method.startswith("torch-postlocal-"):
+        w = POSTLOCAL_WARMUP
+    elif re.match(r"torch-(?:batched-)?powersgd-", method):
+        w = POWERSGD_START
+    else:
+        w = 0
+    return int(period.group(1)) if period else 1, w
+
+
+def pace(run):
+    """(seconds per step, steps read) of a run's last stretch: whole periods H after
+    its warm-up, at least two rounds and MIN_WINDOW steps; from the last record's
+    `step_seconds` (the most whole periods it holds), else between the earliest
+    evaluation after the warm-up that leaves whole periods to the last one.
+    None without such a window: a pace read over part of a period would hold too
+    many or too few rounds."""
+    period, warmup = schedule(run["method"])
+    last = run["rows"][-1]
+    need = -(-max(2 * period, MIN_WINDOW) // period) * period
+    recent = last.get("step_seconds")
+    if recent:
+        n = min(len(recent), last["steps"] - warmup)
+        n -= n % period
+        if n >= need:
+            return sum(recent[-n:]) / n, n
+    for r in run["rows"][:-1]:
+        span = last["steps"] - r["steps"]
+        if r["steps"] >= warmup and span >= need and span % period == 0:
+            return (last["wall_seconds"] - r["wall_seconds"]) / span, span
+    return None
+
+
 def outcome(runs, run, goal):
     """(seconds to target or None, steps, seconds per step, projection or None, last row)."""
     e = reached(run, goal)
@@ -128,17 +189,85 @@ def outcome(runs, run, goal):
         return e["wall_seconds"], e["steps"], e["wall_seconds"] / e["steps"], None, e
     per_step = last["wall_seconds"] / last["steps"]
     needed = steps_to_target(runs, run, goal)
-    if not needed:
+    read = pace(run)
+    if not needed or read is None:
         return None, last["steps"], per_step, None, last
-    # From the run's own curve: its last seconds per step (between its last two
-    # evaluations; a warm-up's dense steps stay out of it), over the steps left.
-    rate = per_step
-    if "recent_seconds_per_step" in last:
-        rate = last["recent_seconds_per_step"]
-    elif len(run["rows"]) >= 2:
-        prev = run["rows"][-2]
-        rate = (last["wall_seconds"] - prev["wall_seconds"]) / max(1, last["steps"] - prev["steps"])
-    return None, last["steps"], per_step, last["wall_seconds"] + max(0, needed - last["steps"]) * rate, last
+    return None, last["steps"], per_step, last["wall_seconds"] + max(0, needed - last["steps"]) * read[0], last
+
+
+def interpolated_steps(run, goal):
+    """The steps at which a run met the target, linear in the metric between the
+    last evaluation short of it and the first that meets it (that evaluation's
+    steps when it is the first); None when it never did."""
+    before = None
+    for r in run["rows"]:
+        if goal.metric not in r:
+            continue
+        if goal.met(r[goal.metric]):
+            if before is None:
+                return float(r["steps"])
+            a, b = before[goal.metric], r[goal.metric]
+            return before["steps"] + (a - goal.value) / (a - b) * (r["steps"] - before["steps"])
+        before = r
+    return None
+
+
+def free_step(runs, model):
+    """(seconds, run name) of the fastest communication-free step of `model`: over
+    its `isolated` runs (either framework, any seed), each run's mean seconds per
+    step after its first evaluation (its first steps hold the start); None
+    without one."""
+    best = None
+    for r in runs:
+        if r["model"] != model or r["method"] != "isolated":
+            continue
+        first, last = r["rows"][0], r["rows"][-1]
+        span = last["steps"] - first["steps"]
+        step = (last["wall_seconds"] - first["wall_seconds"]) / span if span else last["wall_seconds"] / last["steps"]
+        if best is None or step < best[0]:
+            best = (step, r["name"])
+    return best
+
+
+def lower_bound(runs, model, goal):
+    """{seconds, steps, steps_run, step, step_run} of `model`'s lower bound: the
+    fewest interpolated steps to the target of any run × the fastest
+    communication-free step; None without either."""
+    fewest = None
+    for r in runs:
+        if r["model"] != model or r["method"] == "isolated":
+            continue
+        s = interpolated_steps(r, goal)
+        if s is not None and (fewest is None or s < fewest[0]):
+            fewest = (s, r["name"])
+    free = free_step(runs, model)
+    if fewest is None or free is None:
+        return None
+    return {"seconds": fewest[0] * free[0], "steps": fewest[0], "steps_run": fewest[1],
+            "step": free[0], "step_run": free[1]}
+
+
+def pairs(g, t):
+    """[(seed, PyTorch's time ÷ gradcomp's, projected)] over the seeds both sides
+    ran, each side's time reached or projected (None where neither)."""
+    out = []
+    for seed, go in zip(g["seed_list"], g["outs"]):
+        if seed not in t["seed_list"]:
+            continue
+        to = t["outs"][t["seed_list"].index(seed)]
+        gt, tt = go[0] if go[0] is not None else go[3], to[0] if to[0] is not None else to[3]
+        if gt and tt:
+            out.append((seed, tt / gt, go[0] is None or to[0] is None))
+    return out
+
+
+def own_steps(s, free):
+    """The median over a method's seeds of its time ÷ (its steps × the
+    communication-free step); None without the step or a reached seed."""
+    if not free:
+        return None
+    xs = [o[0] / (o[1] * free) for o in s["outs"] if o[0] is not None]
+    return statistics.median(xs) if xs else None
 
 
 def summarize(runs, group, goal):
@@ -151,17 +280,32 @@ def summarize(runs, group, goal):
     some_projected = any(o[0] is None for o in outs)
     med = statistics.median(times) if times else None
     return {"method": group[0]["method"], "framework": framework(group[0]), "side": side(group[0]),
-            "seeds": len(group), "median": med, "range": (min(times), max(times)) if times else None,
-            "projected": some_projected, "outs": outs,
+            "seeds": len(group), "seed_list": [r["seed"] for r in group], "median": med,
+            "range": (min(times), max(times)) if times else None, "projected": some_projected, "outs": outs,
+            "runs": group,
             "reached": all(o[0] is not None for o in outs)}
 
 
 def cell_methods(runs, model, rate, goal):
+    """The methods raced in one cell (the `isolated` runs measure the bound's step and race nothing)."""
     groups = {}
     for r in runs:
-        if r["model"] == model and r["rate"] == rate:
+        if r["model"] == model and r["rate"] == rate and r["method"] != "isolated":
             groups.setdefault((r["kind"], r["method"]), []).append(r)
     return [summarize(runs, sorted(g, key=lambda r: r["seed"]), goal) for g in groups.values()]
+
+
+def wire_per_step(row):
+    """The bytes a worker sent on its link per step (train.py's `wire_bytes_sent`:
+    the interface's count, framing and TCP/IP included); blank in records made
+    before it was counted."""
+    return f"{row['wire_bytes_sent'] / row['steps'] / WORKERS:,.0f}" if "wire_bytes_sent" in row else ""
+
+
+def fp8(row):
+    """torchft's fp8 path's payload per worker-step beside its fp32 one (train.py's
+    `fp8_bytes_sent`, by formula: it needs CUDA and never ran here)."""
+    return f" (fp8 by formula: {row['fp8_bytes_sent'] / row['steps'] / WORKERS:,.0f})" if "fp8_bytes_sent" in row else ""
 
 
 def fmt_time(s):
@@ -180,24 +324,27 @@ def table(runs, model, rate, goal):
     methods = cell_methods(runs, model, rate, goal)
     print(f"\n**{model}, 4 workers, {rate}** (target {goal.label})\n")
     print(f"| framework | method | seeds | seconds to target (median [range]) | steps | ms per step | "
-          f"bytes per worker-step | {goal.name} |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|")
+          f"payload bytes per worker-step | wire bytes per worker-step | {goal.name} |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for s in sorted(methods, key=lambda s: (not s["reached"], s["median"] if s["median"] is not None else 1e18)):
         t, steps, per_step, _, row = s["outs"][len(s["outs"]) // 2]
-        capped = " (capped)" if "capped_at_seconds" in row and t is None else ""
+        capped = ""
+        if "capped_at_seconds" in row and t is None:
+            capped = " (capped)" if pace(s["runs"][len(s["outs"]) // 2]) else " (capped; no pace over whole periods)"
         metric = row.get(goal.metric)
         print(f"| {s['framework']} | {s['method']} | {s['seeds']} | {fmt_time(s)}{capped} | {steps} | "
-              f"{1e3 * per_step:,.0f} | {row['bytes_sent'] / row['steps'] / WORKERS:,.0f} | "
-              f"{goal.show(metric) if metric is not None else ''} |")
+              f"{1e3 * per_step:,.0f} | {row['bytes_sent'] / row['steps'] / WORKERS:,.0f}{fp8(row)} | "
+              f"{wire_per_step(row)} | {goal.show(metric) if metric is not None else ''} |")
     best = {}
     for s in methods:
         if s["reached"] and (s["side"] not in best or s["median"] < best[s["side"]]["median"]):
             best[s["side"]] = s
     g, t = best.get("gradcomp"), best.get("torch")
     if g and t:
+        ps = pairs(g, t)
+        each = ", ".join(f"seed {seed}: {r:.2f}{'*' if p else ''}" for seed, r, p in ps)
         print(f"\ngradcomp's best, {g['method']} ({g['framework']}): {g['median']:.1f} s; PyTorch's best, "
-              f"{t['method']}: {t['median']:.1f} s; ratio {t['median'] / g['median']:.2f}× "
-              f"({'gradcomp sooner' if g['median'] < t['median'] else 'PyTorch sooner'}).")
+              f"{t['method']}: {t['median']:.1f} s; PyTorch ÷ gradcomp paired per seed: {each or 'no common seed'}.")
     # Where a side reached nothing, its best projection stands in (marked in the summary).
     for name in ("gradcomp", "torch"):
         if name not in best:
@@ -207,32 +354,29 @@ def table(runs, model, rate, goal):
     return best.get("gradcomp"), best.get("torch")
 
 
-def compute_bound(runs, model, goal):
-    """(seconds, method) of the least unshaped median time to target, or None."""
-    reached_ = [s for s in cell_methods(runs, model, "none", goal) if s["reached"]]
-    if not reached_:
-        return None
-    s = min(reached_, key=lambda s: s["median"])
-    return s["median"], s["method"]
-
-
-def targets(rate, ratio, g_over_limit):
-    """Whether a cell meets issue #38's targets: at 10 (100) Mbit/s gradcomp's best
-    ≥ 3× (1.5×) sooner than PyTorch's and within 1.15× of the compute-bound time;
-    at 1 Gbit/s and unshaped PyTorch's best no more than 1.05× sooner."""
-    if ratio is None:
+def verdict(rate, ps, g_bound, g_own):
+    """Whether a cell meets issue #51's targets, on the paired median `ps`:
+    at 10 (100) Mbit/s gradcomp's best ≥ 3× (1.5×) sooner than PyTorch's, within
+    1.3× the lower bound (`g_bound`) and 1.10× its own steps × the
+    communication-free step (`g_own`); at 1 Gbit/s and unshaped PyTorch no more
+    than 1.05× sooner. No verdict on fewer than three pairs or on a projection."""
+    if not ps:
         return ""
+    if len(ps) < 3 or any(p for *_, p in ps):
+        return f"no verdict ({len(ps)} pair{'s' if len(ps) != 1 else ''}" + \
+            (", projected)" if any(p for *_, p in ps) else ")")
+    ratio = statistics.median(r for _, r, _ in ps)
     if rate in ("10mbit", "100mbit"):
         need = 3.0 if rate == "10mbit" else 1.5
-        ok = ratio >= need and g_over_limit is not None and g_over_limit <= 1.15
+        ok = ratio >= need and g_bound is not None and g_bound <= 1.3 and g_own is not None and g_own <= 1.10
         return "met" if ok else "missed"
     return "met" if ratio >= 1 / 1.05 else "missed"
 
 
 def svg(summary):
     """The summary as a figure: per model and link, gradcomp's best and PyTorch's
-    best as bars (seconds to target, hatched where projected), the compute-bound
-    time as a tick."""
+    best as bars (seconds to target, hatched where projected), the lower bound
+    as a tick."""
     rows = [(m, r, lim, g, t) for m, r, lim, g, t in summary if g or t]
     top = max([s["median"] for *_, g, t in rows for s in (g, t) if s and s["median"]] + [1.0])
     left, bar, gap, width = 190, 11, 10, 460
@@ -243,7 +387,7 @@ def svg(summary):
            '<defs><pattern id="proj" width="6" height="6" patternUnits="userSpaceOnUse" '
            'patternTransform="rotate(45)"><rect width="3" height="6" fill="#999"/></pattern></defs>',
            f'<text x="{left}" y="14">seconds to target: gradcomp&#8217;s best (blue), PyTorch&#8217;s best '
-           '(orange), hatched: projected; black tick: compute-bound</text>']
+           '(orange), hatched: projected; black tick: lower bound</text>']
     y = 30
     for model, rate, lim, g, t in rows:
         out.append(f'<text x="{left - 6}" y="{y + bar + 4}" text-anchor="end">{model}, {rate}</text>')
@@ -255,7 +399,7 @@ def svg(summary):
                        f'fill="{fill}" stroke="{colour}"/>')
             out.append(f'<text x="{x(s["median"]) + 3:.1f}" y="{y + i * bar + bar - 2}">{s["median"]:.0f}</text>')
         if lim:
-            out.append(f'<line x1="{x(lim[0]):.1f}" x2="{x(lim[0]):.1f}" y1="{y - 2}" y2="{y + 2 * bar + 1}" '
+            out.append(f'<line x1="{x(lim["seconds"]):.1f}" x2="{x(lim["seconds"]):.1f}" y1="{y - 2}" y2="{y + 2 * bar + 1}" '
                        'stroke="black" stroke-width="2"/>')
         y += 2 * bar + gap
     out.append(f'<line x1="{left}" x2="{left + width}" y1="{y}" y2="{y}" stroke="#444"/>')
@@ -264,6 +408,39 @@ def svg(summary):
         out.append(f'<text x="{x(v):.1f}" y="{y + 14}" text-anchor="middle">{v:.0f}</text>')
     out.append("</svg>")
     return "\n".join(out) + "\n"
+
+
+def print_summary(summary):
+    """The closing table: per model and link the two bests, their pairs, the lower bound and the verdict."""
+    print("\n**Summary: time to target, gradcomp's best path against PyTorch's best, paired per seed, "
+          "and the lower bound** (seconds, median over seeds [range]; * a capped seed's projection counted; "
+          "'projected': nothing reached the target)\n")
+    for model in dict.fromkeys(m for m, *_ in summary):
+        b = next(b for m, _, b, *_ in summary if m == model)
+        print(f"- {model}: " + (f"lower bound {b['seconds']:.1f} s = {b['steps']:.1f} steps ({b['steps_run']}) × "
+                                f"{1e3 * b['step']:.1f} ms ({b['step_run']})" if b else
+                                "no lower bound (no `isolated` run, or no run reached the target)"))
+    print("\n| model | link | gradcomp's best | s | PyTorch's best | s | PyTorch ÷ gradcomp, paired "
+          "(median [range], pairs) | gradcomp ÷ bound | PyTorch ÷ bound | gradcomp ÷ own steps | targets |")
+    print("|---|---|---|---:|---|---:|---:|---:|---:|---:|---|")
+    for model, rate, bound, g, t in summary:
+        def cell(s):
+            if not s:
+                return "none | "
+            where = {"gradcomp (burn)": "burn", "DDP + gradcomp hook": "hook",
+                     "gradcomp LocalUpdates": "LocalUpdates", "PyTorch": ""}[s["framework"]]
+            return f"{s['method']}{f' ({where})' if where else ''} | {fmt_time(s)}"
+        ps = pairs(g, t) if g and t else []
+        rs = [r for _, r, _ in ps]
+        paired = (f"{statistics.median(rs):.2f} [{min(rs):.2f}–{max(rs):.2f}], {len(rs)}"
+                  f"{' *' if any(p for *_, p in ps) else ''}") if rs else ""
+        lim = bound["seconds"] if bound else None
+        g_lim = g["median"] / lim if g and lim and g["median"] else None
+        t_lim = t["median"] / lim if t and lim and t["median"] else None
+        g_own = own_steps(g, bound["step"] if bound else None) if g else None
+        show = lambda v: f"{v:.2f}" if v is not None else ""  # noqa: E731
+        print(f"| {model} | {rate} | {cell(g)} | {cell(t)} | {paired} | {show(g_lim)} | {show(t_lim)} | "
+              f"{show(g_own)} | {verdict(rate, ps, g_lim, g_own)} |")
 
 
 def main():
@@ -277,30 +454,11 @@ def main():
     summary = []
     for model in sorted({r["model"] for r in runs}):
         goal = Goal(model)
-        limit = compute_bound(runs, model, goal)
+        bound = lower_bound(runs, model, goal)
         for rate in RATES:
-            if any(r["model"] == model and r["rate"] == rate for r in runs):
-                summary.append((model, rate, limit) + table(runs, model, rate, goal))
-    print("\n**Summary: time to target, gradcomp's best path against PyTorch's best, and the compute-bound "
-          "time** (seconds, median over seeds [range]; * a capped seed's projection counted; "
-          "'projected': nothing reached the target)\n")
-    print("| model | link | gradcomp's best | s | PyTorch's best | s | PyTorch / gradcomp | "
-          "compute-bound s | gradcomp / bound | PyTorch / bound | targets |")
-    print("|---|---|---|---:|---|---:|---:|---:|---:|---:|---|")
-    for model, rate, limit, g, t in summary:
-        def cell(s):
-            if not s:
-                return "none | "
-            where = {"gradcomp (burn)": "burn", "DDP + gradcomp hook": "hook",
-                     "gradcomp LocalUpdates": "LocalUpdates", "PyTorch": ""}[s["framework"]]
-            return f"{s['method']}{f' ({where})' if where else ''} | {fmt_time(s)}"
-        ratio = t["median"] / g["median"] if g and t and g["median"] and t["median"] else None
-        lim = limit[0] if limit else None
-        g_lim = g["median"] / lim if g and lim and g["median"] else None
-        t_lim = t["median"] / lim if t and lim and t["median"] else None
-        print(f"| {model} | {rate} | {cell(g)} | {cell(t)} | {f'{ratio:.2f}' if ratio else ''} | "
-              f"{f'{lim:.1f}' if lim else ''} | {f'{g_lim:.2f}' if g_lim else ''} | "
-              f"{f'{t_lim:.2f}' if t_lim else ''} | {targets(rate, ratio, g_lim)} |")
+            if any(r["model"] == model and r["rate"] == rate and r["method"] != "isolated" for r in runs):
+                summary.append((model, rate, bound) + table(runs, model, rate, goal))
+    print_summary(summary)
     if figure:
         with open(figure, "w") as f:
             f.write(svg(summary))

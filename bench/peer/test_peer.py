@@ -1,9 +1,10 @@
-"""The race's bookkeeping (issue #38): table.py's medians, projections and
-compute-bound time, predict.py's local-update pricing and partition,
+"""The race's bookkeeping (issues #38 and #51): table.py's medians, paired
+ratios, projections over whole periods and lower bound, predict.py's local-update pricing and partition,
 torch_local.py's names and fragments. Pure Python and torch, no network:
 scripts/test-python.sh runs it beside the package's tests."""
 import json
 import os
+import statistics
 import sys
 
 import pytest
@@ -13,6 +14,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import predict  # noqa: E402
 import table  # noqa: E402
 import torch_local  # noqa: E402
+import train  # noqa: E402
 
 
 def write_run(root, name, rows):
@@ -25,22 +27,32 @@ def row(steps, ppl, wall, sent=4000, **extra):
     return {"steps": steps, "test_perplexity": ppl, "wall_seconds": wall, "bytes_sent": sent, **extra}
 
 
-def test_median_over_seeds_projection_and_the_compute_bound_time(tmp_path, capsys):
+def test_median_over_seeds_and_projections_over_whole_periods(tmp_path, capsys):
     m = "ptb-lstm-local"  # target perplexity 350
     # gradcomp: three seeds at 100 Mbit/s, reaching 350 at 100, 120 and 90 s.
     for seed, wall in ((1, 100.0), (2, 120.0), (3, 90.0)):
         suffix = "" if seed == 1 else f"-s{seed}"
         write_run(tmp_path, f"peer-{m}-gradcomp-local-sgd-h32-p4-d1-fp4-100mbit{suffix}",
                   [row(300, 500.0, wall / 2), row(600, 349.0, wall)])
-    # PyTorch: capped at 10 Mbit/s after 100 steps of 2 s; the same method reached 350 at step
-    # 600 unshaped, so its projection is 600 × 2 s.
+    # PyTorch: capped at 10 Mbit/s after 100 steps. Its last 100 steps' seconds: a
+    # round's step (H = 32) of 10 s every 32 steps, the others 1 s. The pace is read
+    # over whole periods (96 steps, three rounds): (3 × 10 + 93) / 96, not the last
+    # 64 steps' nor the recorded recent pace. It reached 350 at step 600 unshaped.
+    steps = [10.0 if (s + 1) % 32 == 0 else 1.0 for s in range(100)]
     write_run(tmp_path, f"peer-{m}-torchft-diloco-h32-p4-d1-10mbit",
-              [row(100, 800.0, 200.0, capped_at_seconds=200.0)])
-    # A warm-up's slow steps stay out of a projection: 50 steps of 8 s, then 50 of 2 s; 600 needed.
-    write_run(tmp_path, f"peer-{m}-torch-postlocal-h32-10mbit", [row(50, 900.0, 400.0), row(100, 800.0, 500.0)])
-    write_run(tmp_path, f"peer-{m}-torch-postlocal-h32-none", [row(600, 349.0, 90.0)])
-    write_run(tmp_path, f"peer-{m}-torchft-diloco-h32-p4-d1-none", [row(600, 349.0, 60.0)])
-    write_run(tmp_path, f"peer-{m}-none-none", [row(500, 340.0, 75.0)])
+              [row(100, 800.0, sum(steps), capped_at_seconds=200.0, recent_seconds_per_step=1.0,
+                   step_seconds=steps)])
+    # Without step_seconds, two evaluations whole periods apart after the warm-up:
+    # post-local SGD's 10 dense steps (the default), then H = 32; rows at 10, 74
+    # and 106 steps: the window 10..106 (three periods), not 74..106 (one).
+    write_run(tmp_path, f"peer-{m}-torch-postlocal-h32-10mbit",
+              [row(10, 900.0, 400.0), row(74, 850.0, 464.0), row(106, 800.0, 512.0, capped_at_seconds=500)])
+    # No evaluations whole periods apart: not projected.
+    write_run(tmp_path, f"peer-{m}-torchft-diloco-h32-10mbit",
+              [row(50, 900.0, 400.0), row(100, 850.0, 500.0), row(120, 800.0, 540.0, capped_at_seconds=500)])
+    for method, wall in (("torch-postlocal-h32", 90.0), ("torchft-diloco-h32-p4-d1", 60.0),
+                         ("torchft-diloco-h32", 70.0)):
+        write_run(tmp_path, f"peer-{m}-{method}-none", [row(600, 349.0, wall)])
     write_run(tmp_path, f"peer-{m}-torch-powersgd-r4-100mbit", [row(534, 349.5, 250.0)])
     runs = table.load(tmp_path)
     goal = table.Goal(m)
@@ -48,20 +60,74 @@ def test_median_over_seeds_projection_and_the_compute_bound_time(tmp_path, capsy
     assert (g["method"], g["median"], g["range"], g["seeds"]) == ("gradcomp-local-sgd-h32-p4-d1-fp4", 100.0,
                                                                   (90.0, 120.0), 3)
     assert (t["method"], t["median"]) == ("torch-powersgd-r4", 250.0)
-    # The compute-bound time: the least unshaped time to target of any method.
-    assert table.compute_bound(runs, m, goal) == (60.0, "torchft-diloco-h32-p4-d1")
     _, t10 = table.table(runs, m, "10mbit", goal)
     assert not t10["reached"] and t10["method"] == "torchft-diloco-h32-p4-d1"
-    assert t10["median"] == pytest.approx(600 * 2.0)
-    post = [s for s in table.cell_methods(runs, m, "10mbit", goal) if s["method"] == "torch-postlocal-h32"][0]
-    assert post["median"] == pytest.approx(500.0 + 500 * 2.0)
+    assert t10["median"] == pytest.approx(sum(steps) + 500 * (3 * 10 + 93) / 96)
+    cell = {s["method"]: s for s in table.cell_methods(runs, m, "10mbit", goal)}
+    assert cell["torch-postlocal-h32"]["median"] == pytest.approx(512.0 + 494 * (512.0 - 400.0) / 96)
+    assert cell["torchft-diloco-h32"]["median"] is None
     out = capsys.readouterr().out
-    assert "not reached (projected 1200.0) (capped)" in out
-    assert table.targets("100mbit", 2.5, 1.0) == "met"
-    assert table.targets("100mbit", 2.5, 1.2) == "missed"
-    assert table.targets("10mbit", 2.5, 1.0) == "missed"
-    assert table.targets("1gbit", 1 / 1.04, None) == "met"
-    assert table.targets("none", 1 / 1.06, None) == "missed"
+    assert "(capped; no pace over whole periods)" in out
+    assert "paired per seed: seed 1: 2.50." in out  # PyTorch ran seed 1 only
+    # The schedules the pace reads.
+    assert table.schedule("gradcomp-local-sgd-h8-w10-bn-fp4") == (8, 10)
+    assert table.schedule("streaming-sgd-h32-p4-d1-fp4") == (32, 0)
+    assert table.schedule("torch-postlocal-h8-w0") == (8, 0)
+    assert table.schedule("torch-powersgd-r4") == (1, train.POWERSGD_START)
+    assert table.schedule("gradcomp:topk") == (1, 0)
+    assert table.POSTLOCAL_WARMUP == torch_local.POSTLOCAL_WARMUP
+
+
+def test_the_lower_bound_interpolates_the_fewest_steps_and_takes_the_fastest_isolated_step(tmp_path):
+    m = "ptb-lstm-local"
+    # Perplexity 400 at step 400 and 300 at 500: 350 is crossed at 450.
+    write_run(tmp_path, f"peer-{m}-none-none", [row(400, 400.0, 40.0), row(500, 300.0, 50.0)])
+    # Reaches it at its first evaluation: that evaluation's steps (600) count.
+    write_run(tmp_path, f"peer-{m}-torch-postlocal-h32-none", [row(600, 349.0, 70.0)])
+    write_run(tmp_path, f"peer-{m}-none-100mbit", [row(500, 360.0, 90.0)])  # never reached
+    # The communication-free step: each isolated run's mean after its first
+    # evaluation, the fastest of them (either framework).
+    write_run(tmp_path, f"peer-{m}-isolated-none", [row(50, 900.0, 8.0), row(150, 800.0, 20.0)])
+    write_run(tmp_path, f"peer-{m}-isolated-none-s2", [row(50, 900.0, 6.0), row(150, 800.0, 19.0)])
+    write_run(tmp_path, f"tta-{m}-isolated-none", [row(100, 900.0, 30.0)])
+    runs = table.load(tmp_path)
+    goal = table.Goal(m)
+    bound = table.lower_bound(runs, m, goal)
+    assert bound["steps"] == pytest.approx(450.0) and bound["steps_run"] == f"peer-{m}-none-none"
+    assert bound["step"] == pytest.approx(0.12) and bound["step_run"] == f"peer-{m}-isolated-none"
+    assert bound["seconds"] == pytest.approx(54.0)
+    # Isolated runs race nothing: they are no cell's method.
+    assert [s["method"] for s in table.cell_methods(runs, m, "none", goal)] == ["none", "torch-postlocal-h32"]
+    accuracy = table.Goal("fashion-resnet18")  # 70%, from below
+    assert table.interpolated_steps({"rows": [row(25, 0, 1, test_accuracy=0.6),
+                                              row(50, 0, 2, test_accuracy=0.8)]}, accuracy) == pytest.approx(37.5)
+    # Without an isolated run there is no bound.
+    (tmp_path / f"peer-{m}-isolated-none" / "evals.jsonl").unlink()
+    (tmp_path / f"peer-{m}-isolated-none-s2" / "evals.jsonl").unlink()
+    (tmp_path / f"tta-{m}-isolated-none" / "evals.jsonl").unlink()
+    assert table.lower_bound(table.load(tmp_path), m, goal) is None
+
+
+def test_ratios_are_paired_per_seed_and_a_verdict_needs_three_reached_pairs(tmp_path):
+    m = "ptb-gpt"
+    g = {"seed_list": [1, 2, 3], "outs": [(100.0, 500, 0.2, None, {}), (110.0, 500, 0.22, None, {}),
+                                          (None, 400, 0.2, 120.0, {})]}
+    t = {"seed_list": [1, 3], "outs": [(130.0, 500, 0.26, None, {}), (150.0, 500, 0.3, None, {})]}
+    assert table.pairs(g, t) == [(1, 1.3, False), (3, 1.25, True)]
+    assert table.verdict("100mbit", [(1, 1.6, False), (2, 1.5, False)], 1.0, 1.0) == "no verdict (2 pairs)"
+    assert table.verdict("100mbit", [(1, 1.6, False), (2, 1.5, False), (3, 2.0, True)], 1.0, 1.0) == \
+        "no verdict (3 pairs, projected)"
+    three = [(1, 1.6, False), (2, 1.4, False), (3, 1.55, False)]  # median 1.55
+    assert table.verdict("100mbit", three, 1.2, 1.05) == "met"
+    assert table.verdict("100mbit", three, 1.31, 1.05) == "missed"  # past 1.3× the bound
+    assert table.verdict("100mbit", three, 1.2, 1.11) == "missed"  # past 1.10× its own steps
+    assert table.verdict("10mbit", three, 1.2, 1.05) == "missed"  # short of 3×
+    assert table.verdict("1gbit", [(1, 0.96, False), (2, 0.9, False), (3, 1.2, False)], None, None) == "met"
+    assert table.verdict("none", [(1, 0.94, False), (2, 0.9, False), (3, 1.2, False)], None, None) == "missed"
+    # Own steps: a method's time ÷ (its steps × the communication-free step), median over reached seeds.
+    assert table.own_steps(g, 0.19) == pytest.approx(statistics.median([100 / 95, 110 / 95]))
+    assert table.own_steps(g, None) is None
+    del m
 
 
 def test_names_parse_into_their_settings():
@@ -130,3 +196,21 @@ def test_local_pricing_hides_a_round_behind_its_delay():
     # Post-local SGD: two warm-up steps of gradients, then an average every 5 steps from step 2.
     post = predict.predict_local(wire, "100mbit", ("postlocal", 5, 1, 0, 2), sizes, 0.1, 12, 0)
     assert post == pytest.approx(12 * 0.1 + 2 * 2.0 + 2 * 2.0)
+
+
+def test_predictions_count_only_where_the_model_priced_the_wire():
+    errors = [("a", "10mbit", 0.05, True), ("b", "100mbit", -0.2, True), ("c", "1gbit", 0.01, False),
+              ("d", "1gbit", -0.5, False)]
+    out = predict.summary(errors)
+    assert "1 of 2 predictions within 15%" in out and "2 more are their twin's measured step" in out
+    assert "the largest error -20% (b, 100mbit)" in out
+    assert "no run's prediction" in predict.summary(errors[2:])
+
+
+def test_torchft_fp8_bytes_follow_its_row_layout():
+    # A 10 × 6 weight in a group of 4: rows padded to 12, each a 4-byte scale and
+    # 6 fp8 values padded to 8 bytes: 12 × 12.
+    assert torch_local.torchft_fp8_bytes((10, 6), 4) == 144
+    # A bias of 5: 8 rows of one value, 8 bytes each (more than its 20 bytes in fp32).
+    assert torch_local.torchft_fp8_bytes((5,), 4) == 64
+    assert torch_local.torchft_fp8_bytes((8, 3, 3, 3), 4) is None  # its kernels take 2-D only

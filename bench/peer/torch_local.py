@@ -113,6 +113,20 @@ def fragments(model, count):
     return [torch.nn.ModuleList(owners[i] for i in group) for group in partition(sizes, count)]
 
 
+def torchft_fp8_bytes(shape, world):
+    """The bytes torchft 0.2.0's fp8 allreduce (`torchft.collectives.allreduce_quantized`)
+    hands its collectives for one tensor, counted as its fp32 allreduce is counted
+    here (the buffer, not the ring's 2(N − 1)/N of it): per row a 4-byte fp32 scale
+    and the row's fp8 values padded to 4 bytes, the rows padded to a multiple of
+    the group's size (`_prepare_quantize_fp8`); a 1-D tensor has one value per row,
+    8 bytes each. None for a tensor of more than 2 dimensions, which its kernels
+    refuse. It needs CUDA (Triton): a formula here, never run."""
+    if len(shape) > 2:
+        return None
+    m, n = (shape[0], 1) if len(shape) == 1 else shape
+    return -(-m // world) * world * (-(-n // 4) + 1) * 4
+
+
 class TorchftDiLoCo:
     """torchft's DiLoCo: one replica group per rank, the config's optimizer inside.
 
@@ -145,8 +159,12 @@ class TorchftDiLoCo:
             connect_timeout=timedelta(seconds=120))
         allreduce = self.manager.allreduce
 
+        self.fp8_sent = 0  # what torchft's fp8 path would have sent (None: a tensor it refuses)
+
         def counted(tensor, *args, **kwargs):
             self.sent += tensor.numel() * tensor.element_size()
+            fp8 = torchft_fp8_bytes(tuple(tensor.shape), world)
+            self.fp8_sent = None if self.fp8_sent is None or fp8 is None else self.fp8_sent + fp8
             return allreduce(tensor, *args, **kwargs)
         self.manager.allreduce = counted
         parts = fragments(model, fragments_count)

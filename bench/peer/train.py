@@ -8,6 +8,9 @@ The model, data, batch per worker, optimizer, evaluation cadence and target are
 read from the gradcomp configuration, so both frameworks run one recipe. METHOD:
 
 - `none`: DDP's own allreduce
+- `isolated`: no exchange at all, each rank training its own replica on its own
+  batches (4 ranks sharing the cores, as in every run): the communication-free
+  step of bench/peer/table.py's lower bound; evaluated on the replicas' average
 - `torch-fp16`, `torch-powersgd-rR`, `torch-batched-powersgd-rR`: torch's hooks
   (PowerSGD from step 10, as gradcomp's time-to-accuracy runs start it)
 - `gradcomp:NAME` with `--option key=value`: gradcomp's hook
@@ -21,10 +24,12 @@ read from the gradcomp configuration, so both frameworks run one recipe. METHOD:
 
 Rank 0 writes a gradcomp run directory: `config.toml` (the configuration with the
 method recorded) and `evals.jsonl` with gradcomp's fields, so
-`gradcomp report --time-to-accuracy` reads both frameworks' runs. Bytes are a
-worker's per step: measured by gradcomp's hooks; for DDP's allreduce and torch's
-hooks computed from the tensors each allreduces (`torch_bytes` below), since torch
-counts none.
+`gradcomp report --time-to-accuracy` reads both frameworks' runs. Bytes are
+summed over the workers: the payload (`bytes_sent`) measured by gradcomp's hooks
+and LocalUpdates; for DDP's allreduce and torch's hooks computed from the tensors
+each allreduces (`torch_bytes` below), since torch counts none. Beside it, the
+bytes on the wire (`wire_bytes_sent`): the interfaces' own count during the
+training steps (`wire_sent`), evaluations excluded.
 
 Models (bench/peer/models.py, layer for layer gradcomp's): `lenet5` and
 `resnet18` on MNIST or Fashion-MNIST (SGD with the config's momentum and weight
@@ -34,6 +39,7 @@ config's optimizer, SGD or Adam; test perplexity over gradcomp's 10 evaluation
 rows of the first `data.test_examples` test tokens, all without it).
 """
 import argparse
+import collections
 import json
 import math
 import os
@@ -52,6 +58,7 @@ import models  # noqa: E402
 import torch_local  # noqa: E402
 
 POWERSGD_START = 10
+RECENT_STEPS = 1024
 
 
 def torch_calls(method, shapes, step):
@@ -200,6 +207,20 @@ def write_run_dir(a, cfg_text):
         open(os.path.join(a.out, records), "w").close()
 
 
+def wire_sent():
+    """This rank's bytes sent on its network interfaces, loopback excluded, or
+    None off Linux. /proc/self/net/dev is the process's own network namespace:
+    a netsim host's eth0, so the count is what crossed its link (the payload
+    with its framing, padding, size rounds, TCP/IP headers and ACKs)."""
+    try:
+        with open("/proc/self/net/dev") as f:
+            lines = f.readlines()[2:]
+    except OSError:
+        return None
+    # Per interface: eight receive counters, then the bytes transmitted.
+    return sum(int(data.split()[8]) for name, data in (line.split(":", 1) for line in lines) if name.strip() != "lo")
+
+
 def option(text):
     key, _, value = text.partition("=")
     try:
@@ -244,6 +265,9 @@ def main():
                                            s["delay"], s["nesterov"])
         ddp, opt = model, diloco.optimizer
         diloco.__enter__()
+    elif a.method == "isolated":
+        ddp = model
+        opt = optimizer(cfg["optimizer"], model.parameters())
     elif a.method.startswith("gradcomp-local:"):
         import gradcomp.torch as gt
         ddp = model
@@ -274,7 +298,12 @@ def main():
     sent = received = 0
     wall = exposed = pace = 0.0
     last_check = (0, 0.0)
+    # The last steps' seconds, for a capped run's projection over whole periods
+    # (bench/peer/table.py `pace`): recorded at the cap.
+    recent = collections.deque(maxlen=RECENT_STEPS)
     loss_sum, loss_n = 0.0, 0
+    # The wire's bytes during training steps: counted up to each evaluation, from after it.
+    wire, wire_mark = 0, wire_sent()
     for step in range(steps):
         epoch, i = divmod(step, batches.per_epoch)
         x, y = batches.get(i)
@@ -290,7 +319,8 @@ def main():
             local.step()
             exposed += time.perf_counter() - t1
         loss_sum, loss_n = loss_sum + loss.item(), loss_n + 1
-        wall += time.perf_counter() - t0
+        recent.append(time.perf_counter() - t0)
+        wall += recent[-1]
         if step < 15 and rank == 0 and os.environ.get("PEER_SHOW_BUCKETS"):
             # DDP rebuilds its buckets after the first step: from then on they are the ones that run.
             print(json.dumps({"step_done": step, "bucket_sizes": ddp._get_ddp_logging_data().get("bucket_sizes")}),
@@ -301,6 +331,8 @@ def main():
             sent = received = diloco.sent
         elif postlocal is not None:
             sent, received = sent + postlocal.step_bytes(step), received + postlocal.step_bytes(step)
+        elif a.method == "isolated":
+            pass
         elif a.method.startswith("gradcomp:"):
             last = state.last_step()
             sent, received = sent + last["bytes_sent"], received + last["bytes_received"]
@@ -320,9 +352,12 @@ def main():
             (not every and i + 1 == batches.per_epoch) or capped
         if not due:
             continue
-        totals = torch.tensor([sent, received], dtype=torch.float64)
+        if wire_mark is not None:
+            wire += wire_sent() - wire_mark
+        totals = torch.tensor([sent, received, wire], dtype=torch.float64)
         dist.all_reduce(totals)
-        replicas_differ = local is not None or diloco is not None or postlocal is not None
+        replicas_differ = local is not None or diloco is not None or postlocal is not None or \
+            a.method == "isolated"
         metric = evaluate(averaged(model, world) if replicas_differ else model, cfg, task)
         if rank == 0:
             rec = {"epoch": epoch, "steps": step + 1, "train_loss": loss_sum / loss_n, **metric,
@@ -331,6 +366,12 @@ def main():
             if capped:
                 rec["capped_at_seconds"] = a.cap_seconds
                 rec["recent_seconds_per_step"] = pace
+                rec["step_seconds"] = [round(x, 6) for x in recent]
+            if wire_mark is not None:
+                rec["wire_bytes_sent"] = int(totals[2])
+            if diloco is not None and diloco.fp8_sent is not None:
+                # Every rank allreduces the same tensors: the workers' sum is world × rank 0's.
+                rec["fp8_bytes_sent"] = diloco.fp8_sent * world
             if local is not None:
                 rec["exposed_round_seconds"] = exposed
             evals.write(json.dumps(rec) + "\n")
@@ -349,6 +390,7 @@ def main():
             (target_ppl is not None and metric.get("test_perplexity", math.inf) <= target_ppl)
         stop = torch.tensor([1 if done else 0])
         dist.broadcast(stop, 0)
+        wire_mark = wire_sent() if wire_mark is not None else None
         if stop.item() or capped:
             break
     if local is not None:
