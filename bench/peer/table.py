@@ -152,7 +152,8 @@ def schedule(method):
     elif method.startswith("torch-postlocal-"):
         w = POSTLOCAL_WARMUP
     elif re.match(r"torch-(?:batched-)?powersgd-", method):
-        w = POWERSGD_START
+        start = re.search(r"-s(\d+)$", method)
+        w = int(start.group(1)) if start else POWERSGD_START
     else:
         w = 0
     return int(period.group(1)) if period else 1, w

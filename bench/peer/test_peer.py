@@ -74,6 +74,9 @@ def test_median_over_seeds_and_projections_over_whole_periods(tmp_path, capsys):
     assert table.schedule("streaming-sgd-h32-p4-d1-fp4") == (32, 0)
     assert table.schedule("torch-postlocal-h8-w0") == (8, 0)
     assert table.schedule("torch-powersgd-r4") == (1, train.POWERSGD_START)
+    assert table.schedule("torch-batched-powersgd-r2-s50") == (1, 50)
+    assert train.powersgd_settings("torch-powersgd-r4-s28") == (4, 28)
+    assert train.powersgd_settings("torch-batched-powersgd-r2") == (2, train.POWERSGD_START)
     assert table.schedule("gradcomp:topk") == (1, 0)
     assert table.POSTLOCAL_WARMUP == torch_local.POSTLOCAL_WARMUP
 

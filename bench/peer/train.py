@@ -11,8 +11,9 @@ read from the gradcomp configuration, so both frameworks run one recipe. METHOD:
 - `isolated`: no exchange at all, each rank training its own replica on its own
   batches (4 ranks sharing the cores, as in every run): the communication-free
   step of bench/peer/table.py's lower bound; evaluated on the replicas' average
-- `torch-fp16`, `torch-powersgd-rR`, `torch-batched-powersgd-rR`: torch's hooks
-  (PowerSGD from step 10, as gradcomp's time-to-accuracy runs start it)
+- `torch-fp16`, `torch-powersgd-rR[-sS]`, `torch-batched-powersgd-rR[-sS]`: torch's
+  hooks (PowerSGD of rank R from step S, `start_powerSGD_iter`; without it from
+  step 10, as gradcomp's time-to-accuracy runs start it)
 - `gradcomp:NAME` with `--option key=value`: gradcomp's hook
 - `gradcomp-local:NAME` with `--option key=value` (`period`, `outer`, `fragments`,
   `delay`, `mix`, the compressor's own): no DDP, `gradcomp.torch.LocalUpdates`
@@ -61,6 +62,14 @@ POWERSGD_START = 10
 RECENT_STEPS = 1024
 
 
+def powersgd_settings(method):
+    """(rank, start_powerSGD_iter) of `torch-[batched-]powersgd-rR[-sS]`."""
+    m = re.fullmatch(r"torch-(?:batched-)?powersgd-r(\d+)(?:-s(\d+))?", method)
+    if not m:
+        sys.exit(f"error: {method!r} is not torch-[batched-]powersgd-rR[-sS]")
+    return int(m.group(1)), int(m.group(2)) if m.group(2) else POWERSGD_START
+
+
 def torch_calls(method, shapes, step):
     """The allreduces one worker makes in `step` with DDP's own allreduce or
     torch's hooks, as ("allreduce", bytes), one after another: the tensors
@@ -70,9 +79,9 @@ def torch_calls(method, shapes, step):
     params = sum(math.prod(s) for s in shapes)
     if method == "torch-fp16":
         return [("allreduce", 2 * params)]
-    if method == "none" or step < POWERSGD_START:
+    if method == "none" or step < powersgd_settings(method)[1]:
         return [("allreduce", 4 * params)]
-    rank = int(method.rsplit("-r", 1)[1])
+    rank = powersgd_settings(method)[0]
     dense = p = q = 0
     for s in shapes:
         if len(s) < 2:
@@ -98,9 +107,9 @@ def hook_for(method, options):
     if method == "torch-fp16":
         return None, default_hooks.fp16_compress_hook
     if method.startswith("torch-powersgd-r") or method.startswith("torch-batched-powersgd-r"):
-        rank = int(method.rsplit("-r", 1)[1])
+        rank, start = powersgd_settings(method)
         state = powerSGD_hook.PowerSGDState(process_group=None, matrix_approximation_rank=rank,
-                                            start_powerSGD_iter=POWERSGD_START)
+                                            start_powerSGD_iter=start)
         fn = powerSGD_hook.batched_powerSGD_hook if "batched" in method else powerSGD_hook.powerSGD_hook
         return state, fn
     if method.startswith("gradcomp:"):
