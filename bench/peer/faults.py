@@ -269,7 +269,8 @@ def run(a):
         note(kind="installed", gradcomp_membership_sha1=hashlib.sha1(open(gm.__file__, "rb").read()).hexdigest(),
              mtime=os.path.getmtime(gm.__file__))
         note(kind="run", framework=a.framework, faults=a.faults, round_timeout=timeout, rate=a.rate,
-             steps=a.steps, seed=a.seed, heartbeat_timeout_ms=HEARTBEAT_TIMEOUT_MS, join_timeout_ms=JOIN_TIMEOUT_MS)
+             steps=a.steps, seed=a.seed, heartbeat_timeout_ms=HEARTBEAT_TIMEOUT_MS, join_timeout_ms=JOIN_TIMEOUT_MS,
+             config=os.path.relpath(a.config, ROOT))
         for i in range(1, a.workers + 1):
             if not (a.join_late and i == a.workers):
                 start_worker(i, 1)

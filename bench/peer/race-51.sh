@@ -5,6 +5,8 @@
 #
 #   bench/peer/race-51.sh OUT PHASE...      (root, netsim; bench/peer/install.sh done)
 #   RACE_DRY=1 bench/peer/race-51.sh OUT PHASE...    what a phase would run
+#   RACE_CHECK=1 bench/peer/race-51.sh OUT PHASE...  every run a phase lists is in OUT, or
+#                         struck in OUT/struck.txt ("RUN-NAME: the reason", a line each)
 #
 # PHASES
 #   isolated              the lower bound's communication-free step: `isolated` on every
@@ -43,8 +45,22 @@ cd "$(dirname "$0")/../.."
 out="${1:?usage: bench/peer/race-51.sh OUT PHASE...}"
 shift
 bin="${RACE_BIN:-target/release/gradcomp}"
-m() { # MODEL RATE CAP SEEDS "PEER…"   (RACE_DRY=1: print the runs instead)
+missing=0
+m() { # MODEL RATE CAP SEEDS "PEER…"   (RACE_DRY=1: print the runs; RACE_CHECK=1: check them)
     if [ -n "${RACE_DRY:-}" ]; then echo "$1 $2 cap $3 s, seeds $4:$5"; return; fi
+    if [ -n "${RACE_CHECK:-}" ]; then
+        local seed method name
+        for seed in $4; do
+            for method in $5; do
+                name="peer-$1-${method/:/-}-$2$([ "$seed" = 1 ] || echo "-s$seed")"
+                [ -e "$out/$name" ] || [ -e "$out/$name.evals.jsonl" ] && continue
+                grep -q "^$name:" "$out/struck.txt" 2>/dev/null && continue
+                echo "missing: $name (neither in $out nor struck in $out/struck.txt)"
+                missing=$((missing + 1))
+            done
+        done
+        return
+    fi
     MATRIX_SEEDS="$4" MATRIX_BURN=" " MATRIX_MODELS=$1 MATRIX_RATES=$2 MATRIX_CAP=$3 MATRIX_PEER="$5" \
         bench/peer/matrix.sh "$bin" "$out"
 }
@@ -97,4 +113,9 @@ for phase in "$@"; do
         *) echo "unknown phase $phase" >&2; exit 2 ;;
     esac
 done
-echo "race phases done: $*" >&2
+if [ -n "${RACE_CHECK:-}" ]; then
+    echo "$missing run(s) missing" >&2
+    [ "$missing" = 0 ]
+else
+    echo "race phases done: $*" >&2
+fi

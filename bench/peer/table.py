@@ -42,6 +42,7 @@ Run names: `tta-MODEL-METHOD-RATE[-sN]` (gradcomp's trainer),
 `peer-MODEL-METHOD-RATE[-sN]` (the PyTorch peer; METHOD `gradcomp-…` for
 gradcomp's hooks and LocalUpdates); N is the seed, 1 without the suffix.
 """
+import glob
 import json
 import os
 import re
@@ -411,6 +412,41 @@ def svg(summary):
     return "\n".join(out) + "\n"
 
 
+def faults_section(root):
+    """The column under faults (issue #51, point 5): bench/peer/faults.sh's runs under
+    `root` (directories holding driver.jsonl), each faulted run beside its pair
+    without faults (NAME-faults and NAME-nofaults), read by faults.py's `table_run`. The target: reached, with goodput
+    (the committed steps' share of those computed) ≥ 95%."""
+    dirs = sorted(os.path.dirname(p) for p in glob.glob(os.path.join(root, "*", "driver.jsonl")))
+    if not dirs:
+        return
+    import faults
+    rows = []
+    for d in dirs:
+        info = next(json.loads(line) for line in open(os.path.join(d, "driver.jsonl"))
+                    if json.loads(line)["kind"] == "run")
+        # Runs before the config was recorded ran faults.py's default, the LSTM.
+        model = os.path.basename(info.get("config", "experiments/tta-ptb-lstm-local.toml"))[4:-5]
+        label = model if "config" in info else f"{model} (unrecorded: faults.py's default)"
+        rows.append((label, info.get("seed", 1), faults.table_run(d, Goal(model).value)))
+    print("\n**Under faults** (bench/peer/faults.sh: a worker's host lost at 25% of the run and revived at "
+          "50%, another worker stopped for 60 s at 75%)\n")
+    print("| run | model | framework | seed | faults | seconds to target | ÷ without faults | goodput | target |")
+    print("|---|---|---|---:|---|---:|---:|---:|---|")
+    # faults.sh names a pair NAME-nofaults and NAME-faults (the same seed).
+    base = {os.path.basename(r["dir"]): r for *_, r in rows}
+    for model, seed, r in rows:
+        name = os.path.basename(r["dir"])
+        b = base.get(name.replace("-faults", "-nofaults")) if r["faults"] else None
+        t = r["time_to_target"]
+        ratio = t / b["time_to_target"] if t and b and b["time_to_target"] else None
+        good = r["goodput"]
+        ok = t is not None and good is not None and good >= 0.95
+        print(f"| {name} | {model} | {r['framework']} | {seed} | {'yes' if r['faults'] else 'no'} | "
+              f"{f'{t:.1f}' if t else 'not reached'} | {f'{ratio:.2f}' if ratio else ''} | "
+              f"{f'{good:.1%}' if good is not None else ''} | {('met' if ok else 'missed') if r['faults'] else ''} |")
+
+
 def print_summary(summary):
     """The closing table: per model and link the two bests, their pairs, the lower bound and the verdict."""
     print("\n**Summary: time to target, gradcomp's best path against PyTorch's best, paired per seed, "
@@ -460,6 +496,7 @@ def main():
             if any(r["model"] == model and r["rate"] == rate and r["method"] != "isolated" for r in runs):
                 summary.append((model, rate, bound) + table(runs, model, rate, goal))
     print_summary(summary)
+    faults_section(args[0] if args else "runs/peer")
     if figure:
         with open(figure, "w") as f:
             f.write(svg(summary))

@@ -217,3 +217,24 @@ def test_torchft_fp8_bytes_follow_its_row_layout():
     # A bias of 5: 8 rows of one value, 8 bytes each (more than its 20 bytes in fp32).
     assert torch_local.torchft_fp8_bytes((5,), 4) == 64
     assert torch_local.torchft_fp8_bytes((8, 3, 3, 3), 4) is None  # its kernels take 2-D only
+
+
+def test_the_faults_column_pairs_a_faulted_run_with_its_twin(tmp_path, capsys):
+    def run(name, faulted, seconds, committed):
+        d = tmp_path / name
+        d.mkdir()
+        driver = [{"kind": "run", "framework": "gradcomp", "faults": faulted, "round_timeout": 5.0, "seed": 2,
+                   "config": "experiments/tta-ptb-lstm-local.toml", "t": 0.0}, {"kind": "t0", "at": 0.0}]
+        (d / "driver.jsonl").write_text("".join(json.dumps(r) + "\n" for r in driver))
+        steps = [{"kind": "step", "t": float(i)} for i in range(100)]
+        rounds = [{"kind": "round", "t": 50.0, "committed": True, "healed": False, "computed": committed,
+                   "workers": 4, "seconds": 0.5}, {"kind": "end", "t": 100.0}]
+        (d / "w1.1.jsonl").write_text("".join(json.dumps(r) + "\n" for r in steps + rounds))
+        (d / "evals.jsonl").write_text(json.dumps({"steps": 90, "test_perplexity": 340.0, "seconds": seconds}) + "\n")
+
+    run("gradcomp-nofaults", False, 100.0, 100)
+    run("gradcomp-faults", True, 120.0, 96)
+    table.faults_section(tmp_path)
+    out = capsys.readouterr().out
+    assert "| gradcomp-faults | ptb-lstm-local | gradcomp | 2 | yes | 120.0 | 1.20 | 96.0% | met |" in out
+    assert "| gradcomp-nofaults | ptb-lstm-local | gradcomp | 2 | no | 100.0 |  | 100.0% |  |" in out
