@@ -463,7 +463,7 @@ def print_summary(summary):
     for model, rate, bound, g, t in summary:
         def cell(s):
             if not s:
-                return "none | "
+                return "— (nothing reached or projected) | "
             where = {"gradcomp (burn)": "burn", "DDP + gradcomp hook": "hook",
                      "gradcomp LocalUpdates": "LocalUpdates", "PyTorch": ""}[s["framework"]]
             return f"{s['method']}{f' ({where})' if where else ''} | {fmt_time(s)}"
