@@ -246,7 +246,8 @@ for average_buffers in (True, False):
         bn = torch.cat([model[1].running_mean, model[1].running_var])
         a, b = gathered(w)
         c, d = gathered(bn)
-        seen.append({"params": bool(torch.equal(a, b)), "buffers": bool(torch.equal(c, d))})
+        seen.append({"params": bool(torch.equal(a, b)), "buffers": bool(torch.equal(c, d)),
+                     "bytes": [lu.bytes_sent, lu.bytes_received]})
     out[str(average_buffers)] = seen
 print("RESULT", json.dumps(out))
 '''
@@ -264,6 +265,11 @@ def test_warm_up_steps_keep_replicas_equal_and_rounds_average_the_buffers() -> N
         line = next((l for l in out.splitlines() if l.startswith("RESULT ")), None)
         assert line is not None, out + err
         res = json.loads(line[len("RESULT "):])
+        # The bytes count each warm-up step's gradient allreduce (25 parameters: 100
+        # bytes, sent and received) and, with average_buffers, the buffers' allreduce
+        # at each of the two rounds (6 running statistics: 24 bytes).
+        assert [s["bytes"] for s in res["False"][:2]] == [[100, 100], [200, 200]], res
+        assert [t - f for t, f in zip(res["True"][-1]["bytes"], res["False"][-1]["bytes"])] == [48, 48], res
         for avg, seen in res.items():
             assert [s["params"] for s in seen] == [True, True, True, False, False, False, True], (avg, seen)
         # Each rank's BatchNorm statistics are its own batches'; averaged at

@@ -161,7 +161,8 @@ class LocalUpdates:
         # Warm-up steps: the gradients averaged before the inner step.
         self._warmup = optimizer.register_step_pre_hook(self._warm_up) if strategy["warmup_steps"] > 0 else None
         self.last_round: Optional[Dict[str, Any]] = None
-        # This worker's bytes over the rounds finished so far.
+        # This worker's bytes: the rounds finished so far, and the warm-up's and
+        # the buffers' allreduces.
         self.bytes_sent = 0
         self.bytes_received = 0
         if self._membership is not None:
@@ -194,6 +195,7 @@ class LocalUpdates:
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
         flat = torch.cat([g.detach().reshape(-1) for g in grads])
         dist.all_reduce(flat, group=self.process_group)
+        self._count_allreduce(flat)
         flat /= self.world
         offset = 0
         for p, g in zip(self.params, grads):
@@ -210,6 +212,7 @@ class LocalUpdates:
         with torch.no_grad():
             flat = torch.cat([b.detach().reshape(-1).to(torch.float32) for b in buffers])
             dist.all_reduce(flat, group=self.process_group)
+            self._count_allreduce(flat)
             flat /= self.world
             offset = 0
             for b in buffers:
@@ -241,6 +244,14 @@ class LocalUpdates:
                 self._average_buffers()
         self._write(flat)
         self._count(record)
+
+    def _count_allreduce(self, flat: torch.Tensor) -> None:
+        """An allreduce of M bytes counts M sent and M received, as the
+        core's meter counts one (its 2(N − 1)/N·M on a ring is the network
+        model's business)."""
+        size = flat.numel() * flat.element_size()
+        self.bytes_sent += size
+        self.bytes_received += size
 
     def _count(self, record: Dict[str, Any]) -> None:
         self.bytes_sent += int(record["bytes_sent"])
