@@ -79,13 +79,24 @@ peer_method() {
     esac
 }
 
+# MATRIX_RESUME=1: a run that finished before (OUT/NAME.done, written when it exits 0) is
+# not run again, so a phase cut short (a session's end) resumes where it stopped.
 run_peer() { # MODEL RATE METHOD
     local name="peer-$1-${3/:/-}-$2$suffix"
+    if [ -n "${MATRIX_RESUME:-}" ] && [ -e "$out/$name.done" ]; then
+        echo "== $name (done before, skipped)" >&2
+        return
+    fi
     echo "== $name" >&2
+    rm -f "$out/$name.done"
     # shellcheck disable=SC2046
-    NETSIM_TIMEOUT=$((cap + 900)) scripts/netsim.sh torch 4 "$2" "$py" bench/peer/train.py \
+    if NETSIM_TIMEOUT=$((cap + 900)) scripts/netsim.sh torch 4 "$2" "$py" bench/peer/train.py \
         --config "experiments/tta-$1.toml" --method "$(peer_method "$3")" $(peer_options "$3") --out "$out/$name" \
-        --cap-seconds "$cap" --seed "$seed" > "$out/$name.log" 2>&1 || echo "   FAILED (see $out/$name.log)" >&2
+        --cap-seconds "$cap" --seed "$seed" > "$out/$name.log" 2>&1; then
+        touch "$out/$name.done"
+    else
+        echo "   FAILED (see $out/$name.log)" >&2
+    fi
 }
 
 run_burn() { # MODEL RATE METHOD

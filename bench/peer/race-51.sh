@@ -5,6 +5,7 @@
 #
 #   bench/peer/race-51.sh OUT PHASE...      (root, netsim; bench/peer/install.sh done)
 #   RACE_DRY=1 bench/peer/race-51.sh OUT PHASE...    what a phase would run
+#   (a phase cut short resumes: the runs that finished, OUT/NAME.done, are not run again)
 #   RACE_CHECK=1 bench/peer/race-51.sh OUT PHASE...  every run a phase lists is in OUT, or
 #                         struck in OUT/struck.txt ("RUN-NAME: the reason", a line each)
 #
@@ -61,7 +62,7 @@ m() { # MODEL RATE CAP SEEDS "PEER…"   (RACE_DRY=1: print the runs; RACE_CHECK
         done
         return
     fi
-    MATRIX_SEEDS="$4" MATRIX_BURN=" " MATRIX_MODELS=$1 MATRIX_RATES=$2 MATRIX_CAP=$3 MATRIX_PEER="$5" \
+    MATRIX_RESUME=1 MATRIX_SEEDS="$4" MATRIX_BURN=" " MATRIX_MODELS=$1 MATRIX_RATES=$2 MATRIX_CAP=$3 MATRIX_PEER="$5" \
         bench/peer/matrix.sh "$bin" "$out"
 }
 model_of() {
