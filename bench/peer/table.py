@@ -1,6 +1,7 @@
 """The head-to-head tables from the matrix's run directories (or their evals.jsonl).
 
     python3 bench/peer/table.py runs/peer [--svg FIGURE]   (or docs/bench/peer, docs/bench/race-38)
+    python3 bench/peer/table.py OUT --pick     the tuning's pick per family (bench/peer/race-51.sh)
 
 For each model and link: every method's time to its target (the measured
 wall-clock of training, evaluation excluded, at the first evaluation that meets
@@ -480,8 +481,49 @@ def print_summary(summary):
               f"{show(g_own)} | {verdict(rate, ps, g_lim, g_own)} |")
 
 
+# The tuning's families (bench/peer/race-51.sh): each picks its own point from its grid.
+FAMILIES = (("gradcomp LocalUpdates", "gradcomp-local-"), ("torchft DiLoCo", "torchft-diloco-"),
+            ("torch post-local SGD", "torch-postlocal-"))
+
+
+def pick(methods):
+    """The tuning rule of bench/peer/race-51.sh over one family's summaries: the least time
+    to target; where none reached it, the least projection; among those within 2% of that
+    time, the fewest payload bytes per worker-step. Returns (the pick or None, the ranking)."""
+    reached_ = [s for s in methods if s["reached"]]
+    pool = reached_ or [s for s in methods if s["median"] is not None]
+    ranking = sorted(pool, key=lambda s: s["median"])
+    if not ranking:
+        return None, []
+    best = ranking[0]["median"]
+
+    def per_step(s):
+        row = s["outs"][len(s["outs"]) // 2][4]
+        return row["bytes_sent"] / row["steps"]
+    close = [s for s in ranking if s["median"] <= 1.02 * best]
+    return min(close, key=per_step), ranking
+
+
+def print_picks(runs, rate="100mbit"):
+    """Each family's pick at `rate` per model, with its ranking (`--pick`)."""
+    for model in sorted({r["model"] for r in runs}):
+        goal = Goal(model)
+        methods = cell_methods(runs, model, rate, goal)
+        for family, prefix in FAMILIES:
+            chosen, ranking = pick([s for s in methods if s["method"].startswith(prefix)])
+            if not ranking:
+                continue
+            order = ", ".join(f"{s['method']} {fmt_time(s)}" for s in ranking)
+            print(f"- {model}, {family}: pick **{chosen['method']}**"
+                  f"{'' if chosen['reached'] else ' (projected: nothing reached)'}; ranking: {order}")
+
+
 def main():
     args = sys.argv[1:]
+    if "--pick" in args:
+        args.remove("--pick")
+        print_picks(load(args[0] if args else "runs/peer"))
+        return
     figure = None
     if "--svg" in args:
         i = args.index("--svg")

@@ -238,3 +238,24 @@ def test_the_faults_column_pairs_a_faulted_run_with_its_twin(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "| gradcomp-faults | ptb-lstm-local | gradcomp | 2 | yes | 120.0 | 1.20 | 96.0% | met |" in out
     assert "| gradcomp-nofaults | ptb-lstm-local | gradcomp | 2 | no | 100.0 |  | 100.0% |  |" in out
+
+
+def test_the_tuning_pick_takes_the_least_time_then_the_fewer_bytes_within_two_percent(tmp_path, capsys):
+    m = "ptb-gpt"  # target perplexity 485
+    for method, wall, sent in (("gradcomp-local-sgd-h32-fp4", 100.0, 9000), ("gradcomp-local-h32-fp4", 101.5, 4000),
+                               ("gradcomp-local-sgd-h16-p4-d1-fp4", 90.0, 8000),
+                               ("torchft-diloco-h32", 120.0, 4000)):
+        write_run(tmp_path, f"peer-{m}-{method}-100mbit-s9", [row(280, 480.0, wall, sent=sent)])
+    # 90 s is the least; 100 and 101.5 are not within 2% of it, so the fewer bytes do not count.
+    runs = table.load(tmp_path)
+    methods = table.cell_methods(runs, m, "100mbit", table.Goal(m))
+    chosen, ranking = table.pick([s for s in methods if s["method"].startswith("gradcomp-local-")])
+    assert chosen["method"] == "gradcomp-local-sgd-h16-p4-d1-fp4" and len(ranking) == 3
+    # Within 2% of the least (100 against 101.5), the fewer bytes per worker-step win.
+    chosen, _ = table.pick([s for s in methods if s["method"] in ("gradcomp-local-sgd-h32-fp4",
+                                                                   "gradcomp-local-h32-fp4")])
+    assert chosen["method"] == "gradcomp-local-h32-fp4"
+    table.print_picks(runs)
+    out = capsys.readouterr().out
+    assert "ptb-gpt, torchft DiLoCo: pick **torchft-diloco-h32**" in out
+    assert table.pick([]) == (None, [])
