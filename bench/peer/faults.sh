@@ -3,6 +3,7 @@
 # framework (the same seed without and with faults), then the GPT's heal alone:
 #
 #   bench/peer/faults.sh OUT [PHASE...]     PHASE: gradcomp torchft heal (default: all three)
+#   FAULTS_SEEDS="1 2 3" bench/peer/faults.sh OUT gradcomp torchft   a pair per seed (NAME-sN)
 #
 # bench/peer/faults.py says what a run does; its `table` prints the results.
 set -euo pipefail
@@ -16,9 +17,13 @@ for phase in "$@"; do
     echo "=== $phase $(date -u +%FT%TZ)" >&2
     case $phase in
         gradcomp|torchft)
-            "$py" bench/peer/faults.py run --framework "$phase" --out "$out/$phase-nofaults" --steps "$steps" --limit 900
-            "$py" bench/peer/faults.py run --framework "$phase" --out "$out/$phase-faults" --steps "$steps" --limit 900 \
-                --faults --schedule-from "$out/$phase-nofaults" ;;
+            for seed in ${FAULTS_SEEDS:-1}; do
+                sfx=$([ "$seed" = 1 ] || echo "-s$seed")
+                "$py" bench/peer/faults.py run --framework "$phase" --out "$out/$phase-nofaults$sfx" --steps "$steps" \
+                    --limit 900 --seed "$seed"
+                "$py" bench/peer/faults.py run --framework "$phase" --out "$out/$phase-faults$sfx" --steps "$steps" \
+                    --limit 900 --seed "$seed" --faults --schedule-from "$out/$phase-nofaults$sfx"
+            done ;;
         # The race's GPT (5.75M parameters): one worker trains, a second joins 30 s later and
         # heals from it at 100 Mbit/s: θ_outer, the outer momentum (Nesterov) and the model.
         heal)

@@ -16,6 +16,10 @@
 #                         sessions (docs/RESULTS.md, issue #50). The burn trainer's pass is
 #                         2-3x PyTorch's on this CPU (RESULTS, "Compute apart"), so PyTorch's
 #                         step is the faster of the two frameworks' and the only one run.
+#   faults                the column under faults: bench/peer/faults.sh's pairs (the same seed
+#                         without and with the faults) for gradcomp and torchft, seeds 1-3, the
+#                         LSTM at 100 Mbit/s (faults.py's schedule: a host lost at 25% and
+#                         revived at 50%, another stopped 60 s at 75%), in OUT/faults
 #   tune-MODEL            (MODEL: lstm, gpt, resnet) the grid at 100 Mbit/s on TUNE_SEED
 #   MODEL-RATE            (RATE: 10mbit, 100mbit, 1gbit, none) a cell: the candidates the
 #                         tuning picked (RACE_GRADCOMP, RACE_TORCHFT, RACE_POSTLOCAL: the
@@ -39,8 +43,8 @@
 #   At 100 Mbit/s, seed TUNE_SEED (9: never raced), cap 600 s: the point with the least
 #   time to target; where none of a framework's points reached it, the least projection
 #   (bench/peer/table.py's rule); within 2% of each other, the fewer bytes per worker-step.
-#   The pick races every link of that model. `python3 bench/peer/table.py OUT` on the tuning
-#   records ranks the points.
+#   The pick races every link of that model. `python3 bench/peer/table.py OUT --pick` on the tuning
+#   records ranks the points and names each family's pick.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 out="${1:?usage: bench/peer/race-51.sh OUT PHASE...}"
@@ -99,6 +103,9 @@ for phase in "$@"; do
     echo "=== phase $phase $(date -u +%FT%TZ)" >&2
     case $phase in
         isolated) for k in lstm gpt resnet; do m "$(model_of $k)" none 120 1 isolated; done ;;
+        faults)
+            if [ -n "${RACE_DRY:-}${RACE_CHECK:-}" ]; then echo "faults: bench/peer/faults.sh $out/faults"; continue; fi
+            FAULTS_SEEDS="1 2 3" bench/peer/faults.sh "$out/faults" gradcomp torchft ;;
         tune-*)
             k=${phase#tune-}
             m "$(model_of "$k")" 100mbit 600 "${TUNE_SEED:-9}" \
