@@ -250,17 +250,20 @@ def lower_bound(runs, model, goal):
             "step": free[0], "step_run": free[1]}
 
 
+def time_of(o):
+    """An outcome's seconds: reached, else its projection (None without one)."""
+    return o[0] if o[0] is not None else o[3]
+
+
 def pairs(g, t):
     """[(seed, PyTorch's time ÷ gradcomp's, projected)] over the seeds both sides
     ran, each side's time reached or projected (None where neither)."""
+    by_seed = {r["seed"]: o for r, o in zip(t["runs"], t["outs"])}
     out = []
-    for seed, go in zip(g["seed_list"], g["outs"]):
-        if seed not in t["seed_list"]:
-            continue
-        to = t["outs"][t["seed_list"].index(seed)]
-        gt, tt = go[0] if go[0] is not None else go[3], to[0] if to[0] is not None else to[3]
-        if gt and tt:
-            out.append((seed, tt / gt, go[0] is None or to[0] is None))
+    for r, go in zip(g["runs"], g["outs"]):
+        to = by_seed.get(r["seed"])
+        if to is not None and time_of(go) and time_of(to):
+            out.append((r["seed"], time_of(to) / time_of(go), go[0] is None or to[0] is None))
     return out
 
 
@@ -277,13 +280,13 @@ def summarize(runs, group, goal):
     """One method in one cell over its seeds: the median time (projections stand in
     for capped seeds, marked), its range, and the per-step figures of the median seed."""
     outs = [outcome(runs, r, goal) for r in group]
-    times = [o[0] if o[0] is not None else o[3] for o in outs]
+    times = [time_of(o) for o in outs]
     if any(t is None for t in times):
         times = None
     some_projected = any(o[0] is None for o in outs)
     med = statistics.median(times) if times else None
     return {"method": group[0]["method"], "framework": framework(group[0]), "side": side(group[0]),
-            "seeds": len(group), "seed_list": [r["seed"] for r in group], "median": med,
+            "seeds": len(group), "median": med,
             "range": (min(times), max(times)) if times else None, "projected": some_projected, "outs": outs,
             "runs": group,
             "reached": all(o[0] is not None for o in outs)}

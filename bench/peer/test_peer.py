@@ -113,9 +113,9 @@ def test_the_lower_bound_interpolates_the_fewest_steps_and_takes_the_fastest_iso
 
 def test_ratios_are_paired_per_seed_and_a_verdict_needs_three_reached_pairs(tmp_path):
     m = "ptb-gpt"
-    g = {"seed_list": [1, 2, 3], "outs": [(100.0, 500, 0.2, None, {}), (110.0, 500, 0.22, None, {}),
-                                          (None, 400, 0.2, 120.0, {})]}
-    t = {"seed_list": [1, 3], "outs": [(130.0, 500, 0.26, None, {}), (150.0, 500, 0.3, None, {})]}
+    g = {"runs": [{"seed": 1}, {"seed": 2}, {"seed": 3}],
+         "outs": [(100.0, 500, 0.2, None, {}), (110.0, 500, 0.22, None, {}), (None, 400, 0.2, 120.0, {})]}
+    t = {"runs": [{"seed": 1}, {"seed": 3}], "outs": [(130.0, 500, 0.26, None, {}), (150.0, 500, 0.3, None, {})]}
     assert table.pairs(g, t) == [(1, 1.3, False), (3, 1.25, True)]
     assert table.verdict("100mbit", [(1, 1.6, False), (2, 1.5, False)], 1.0, 1.0) == "no verdict (2 pairs)"
     assert table.verdict("100mbit", [(1, 1.6, False), (2, 1.5, False), (3, 2.0, True)], 1.0, 1.0) == \

@@ -79,9 +79,11 @@ def torch_calls(method, shapes, step):
     params = sum(math.prod(s) for s in shapes)
     if method == "torch-fp16":
         return [("allreduce", 2 * params)]
-    if method == "none" or step < powersgd_settings(method)[1]:
+    if method == "none":
         return [("allreduce", 4 * params)]
-    rank = powersgd_settings(method)[0]
+    rank, start = powersgd_settings(method)
+    if step < start:
+        return [("allreduce", 4 * params)]
     dense = p = q = 0
     for s in shapes:
         if len(s) < 2:
@@ -305,8 +307,7 @@ def main():
     # As gradcomp records them: the wall-clock summed over training steps
     # (evaluation excluded), and the bytes summed over all workers.
     sent = received = 0
-    wall = exposed = pace = 0.0
-    last_check = (0, 0.0)
+    wall = exposed = 0.0
     # The last steps' seconds, for a capped run's projection over whole periods
     # (bench/peer/table.py `pace`): recorded at the cap.
     recent = collections.deque(maxlen=RECENT_STEPS)
@@ -354,8 +355,6 @@ def main():
             flag = torch.tensor([1 if wall >= a.cap_seconds else 0])
             dist.broadcast(flag, 0)
             capped = bool(flag.item())
-            # The seconds per step since the previous check: a capped run's recent pace.
-            pace, last_check = (wall - last_check[1]) / (step + 1 - last_check[0]), (step + 1, wall)
         # Evaluate every `eval_every` steps (at each epoch's end without it), at the end and at the cap.
         due = step + 1 == steps or (every and (step + 1) % every == 0) or \
             (not every and i + 1 == batches.per_epoch) or capped
@@ -374,7 +373,6 @@ def main():
                    "wall_seconds": wall, "predicted_wall_seconds": {}}
             if capped:
                 rec["capped_at_seconds"] = a.cap_seconds
-                rec["recent_seconds_per_step"] = pace
                 rec["step_seconds"] = [round(x, 6) for x in recent]
             if wire_mark is not None:
                 rec["wire_bytes_sent"] = int(totals[2])
