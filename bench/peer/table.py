@@ -427,8 +427,9 @@ def faults_section(root):
     import faults
     rows = []
     for d in dirs:
-        info = next(json.loads(line) for line in open(os.path.join(d, "driver.jsonl"))
-                    if json.loads(line)["kind"] == "run")
+        info = next((r for r in map(json.loads, open(os.path.join(d, "driver.jsonl"))) if r.get("kind") == "run"), None)
+        if info is None:
+            sys.exit(f"error: {d}/driver.jsonl has no \"run\" record (not a bench/peer/faults.py run?)")
         # Runs before the config was recorded ran faults.py's default, the LSTM.
         model = os.path.basename(info.get("config", "experiments/tta-ptb-lstm-local.toml"))[4:-5]
         label = model if "config" in info else f"{model} (unrecorded: faults.py's default)"
