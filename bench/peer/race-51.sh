@@ -43,6 +43,9 @@
 #   At 100 Mbit/s, seed TUNE_SEED (9: never raced), cap 600 s: the point with the least
 #   time to target; where none of a framework's points reached it, the least projection
 #   (bench/peer/table.py's rule); within 2% of each other, the fewer bytes per worker-step.
+#   The times are counted in each run's own communication-free steps (train.py times them
+#   before it trains: `free_step_seconds`), so a phase may span sessions whose machine speed
+#   differs; points recorded without them are ranked in seconds (table.py says which).
 #   The pick races every link of that model. `python3 bench/peer/table.py OUT --pick` on the tuning
 #   records ranks the points and names each family's pick.
 set -euo pipefail

@@ -27,7 +27,13 @@ output. The definitions (issue #51):
   method can beat both factors at once, so no run beats the bound by more than
   the step time's noise; without an `isolated` run of the model there is none.
 - **Own steps**: a run's time ÷ (its own steps × the communication-free step):
-  how much of its time the wire and the exchange's arithmetic add.
+  how much of its time the wire and the exchange's arithmetic add. The step is
+  the run's own where it has one (`free_step_seconds`: train.py times 10 steps of
+  a copy of the model without exchange, all ranks at once, before training),
+  else the bound's.
+- **Tuning** (`--pick`, bench/peer/race-51.sh's rule): time in each run's own
+  free steps (time ÷ `free_step_seconds`), so points run in sessions whose
+  machine speed differs compare; in seconds where a point lacks the field.
 - **Not reached**: a run that ended (its epochs, or the cap of bench/peer/matrix.sh,
   `capped_at_seconds`) short of the target. Its projection: its seconds so far
   plus the steps it still needed (the steps the same method and seed needed on
@@ -269,11 +275,22 @@ def pairs(g, t):
 
 def own_steps(s, free):
     """The median over a method's seeds of its time ÷ (its steps × the
-    communication-free step); None without the step or a reached seed."""
-    if not free:
-        return None
-    xs = [o[0] / (o[1] * free) for o in s["outs"] if o[0] is not None]
+    communication-free step): each run's own (`free_step_seconds`, timed by
+    train.py before it trained, on the machine as it was then), else `free`;
+    None without either or without a reached seed."""
+    xs = [o[0] / (o[1] * (o[4].get("free_step_seconds") or free)) for o in s["outs"]
+          if o[0] is not None and (o[4].get("free_step_seconds") or free)]
     return statistics.median(xs) if xs else None
+
+
+def in_free_steps(outs):
+    """The median over seeds of each time (reached or projected) ÷ its run's own
+    communication-free step (`free_step_seconds`): the time in steps the machine
+    made without exchange when the run ran, so runs of sessions whose machine speed
+    differs compare. None where a seed lacks either."""
+    xs = [time_of(o) / o[4]["free_step_seconds"] if time_of(o) and o[4].get("free_step_seconds") else None
+          for o in outs]
+    return statistics.median(xs) if xs and None not in xs else None
 
 
 def summarize(runs, group, goal):
@@ -288,7 +305,7 @@ def summarize(runs, group, goal):
     return {"method": group[0]["method"], "framework": framework(group[0]), "side": side(group[0]),
             "seeds": len(group), "median": med,
             "range": (min(times), max(times)) if times else None, "projected": some_projected, "outs": outs,
-            "runs": group,
+            "runs": group, "free_steps": in_free_steps(outs),
             "reached": all(o[0] is not None for o in outs)}
 
 
@@ -493,19 +510,24 @@ FAMILIES = (("gradcomp LocalUpdates", "gradcomp-local-"), ("torchft DiLoCo", "to
 def pick(methods):
     """The tuning rule of bench/peer/race-51.sh over one family's summaries: the least time
     to target; where none reached it, the least projection; among those within 2% of that
-    time, the fewest payload bytes per worker-step. Returns (the pick or None, the ranking)."""
+    time, the fewest payload bytes per worker-step. The time is counted in each run's own
+    communication-free steps (`in_free_steps`) where every point has one, so points run in
+    different sessions compare; else in seconds. Returns (the pick or None, the ranking,
+    the key's unit: "free steps" or "s")."""
     reached_ = [s for s in methods if s["reached"]]
     pool = reached_ or [s for s in methods if s["median"] is not None]
-    ranking = sorted(pool, key=lambda s: s["median"])
+    unit = "free steps" if pool and all(s["free_steps"] is not None for s in pool) else "s"
+    key = (lambda s: s["free_steps"]) if unit == "free steps" else (lambda s: s["median"])  # noqa: E731
+    ranking = sorted(pool, key=key)
     if not ranking:
-        return None, []
-    best = ranking[0]["median"]
+        return None, [], unit
+    best = key(ranking[0])
 
     def per_step(s):
         row = s["outs"][len(s["outs"]) // 2][4]
         return row["bytes_sent"] / row["steps"]
-    close = [s for s in ranking if s["median"] <= 1.02 * best]
-    return min(close, key=per_step), ranking
+    close = [s for s in ranking if key(s) <= 1.02 * best]
+    return min(close, key=per_step), ranking, unit
 
 
 def print_picks(runs, rate="100mbit"):
@@ -514,12 +536,16 @@ def print_picks(runs, rate="100mbit"):
         goal = Goal(model)
         methods = cell_methods(runs, model, rate, goal)
         for family, prefix in FAMILIES:
-            chosen, ranking = pick([s for s in methods if s["method"].startswith(prefix)])
+            chosen, ranking, unit = pick([s for s in methods if s["method"].startswith(prefix)])
             if not ranking:
                 continue
-            order = ", ".join(f"{s['method']} {fmt_time(s)}" for s in ranking)
+            order = ", ".join(f"{s['method']} {fmt_time(s)}"
+                              + (f" = {s['free_steps']:.0f} free steps" if unit == "free steps" else "")
+                              for s in ranking)
+            how = "in each run's own free steps" if unit == "free steps" else \
+                "in seconds: a point has no `free_step_seconds`, so points from other sessions may not compare"
             print(f"- {model}, {family}: pick **{chosen['method']}**"
-                  f"{'' if chosen['reached'] else ' (projected: nothing reached)'}; ranking: {order}")
+                  f"{'' if chosen['reached'] else ' (projected: nothing reached)'} (ranked {how}); ranking: {order}")
 
 
 def main():

@@ -249,13 +249,38 @@ def test_the_tuning_pick_takes_the_least_time_then_the_fewer_bytes_within_two_pe
     # 90 s is the least; 100 and 101.5 are not within 2% of it, so the fewer bytes do not count.
     runs = table.load(tmp_path)
     methods = table.cell_methods(runs, m, "100mbit", table.Goal(m))
-    chosen, ranking = table.pick([s for s in methods if s["method"].startswith("gradcomp-local-")])
-    assert chosen["method"] == "gradcomp-local-sgd-h16-p4-d1-fp4" and len(ranking) == 3
+    chosen, ranking, unit = table.pick([s for s in methods if s["method"].startswith("gradcomp-local-")])
+    assert chosen["method"] == "gradcomp-local-sgd-h16-p4-d1-fp4" and len(ranking) == 3 and unit == "s"
     # Within 2% of the least (100 against 101.5), the fewer bytes per worker-step win.
-    chosen, _ = table.pick([s for s in methods if s["method"] in ("gradcomp-local-sgd-h32-fp4",
-                                                                   "gradcomp-local-h32-fp4")])
+    chosen, *_ = table.pick([s for s in methods if s["method"] in ("gradcomp-local-sgd-h32-fp4",
+                                                                    "gradcomp-local-h32-fp4")])
     assert chosen["method"] == "gradcomp-local-h32-fp4"
     table.print_picks(runs)
     out = capsys.readouterr().out
     assert "ptb-gpt, torchft DiLoCo: pick **torchft-diloco-h32**" in out
-    assert table.pick([]) == (None, [])
+    assert table.pick([]) == (None, [], "s")
+
+
+def test_the_pick_counts_each_runs_own_free_steps_across_sessions(tmp_path, capsys):
+    """Two points run in sessions whose machine speed differs: in seconds the one from the
+    fast session wins; in its own free steps (time ÷ `free_step_seconds`) the other does."""
+    m = "ptb-gpt"
+    write_run(tmp_path, f"peer-{m}-gradcomp-local-h32-fp4-100mbit-s9",
+              [row(280, 480.0, 100.0, free_step_seconds=0.25)])  # a fast session: 400 free steps
+    write_run(tmp_path, f"peer-{m}-gradcomp-local-sgd-h32-fp4-100mbit-s9",
+              [row(280, 480.0, 150.0, free_step_seconds=0.5)])  # a slow one: 300 free steps
+    runs = table.load(tmp_path)
+    methods = table.cell_methods(runs, m, "100mbit", table.Goal(m))
+    chosen, ranking, unit = table.pick(methods)
+    assert unit == "free steps" and chosen["method"] == "gradcomp-local-sgd-h32-fp4"
+    assert [s["free_steps"] for s in ranking] == [300.0, 400.0]
+    table.print_picks(runs)
+    assert "= 300 free steps" in capsys.readouterr().out
+    # Own steps read each run's own step before the bound's: 150 ÷ (280 × 0.5).
+    slow = next(s for s in methods if s["method"] == "gradcomp-local-sgd-h32-fp4")
+    assert table.own_steps(slow, 0.1) == pytest.approx(150 / 140)
+    # One point without the field: the ranking falls back to seconds, and says so.
+    write_run(tmp_path, f"peer-{m}-gradcomp-local-h16-fp4-100mbit-s9", [row(280, 480.0, 120.0)])
+    methods = table.cell_methods(table.load(tmp_path), m, "100mbit", table.Goal(m))
+    chosen, _, unit = table.pick(methods)
+    assert unit == "s" and chosen["method"] == "gradcomp-local-h32-fp4"

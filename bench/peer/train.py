@@ -30,7 +30,9 @@ summed over the workers: the payload (`bytes_sent`) measured by gradcomp's hooks
 and LocalUpdates; for DDP's allreduce and torch's hooks computed from the tensors
 each allreduces (`torch_bytes` below), since torch counts none. Beside it, the
 bytes on the wire (`wire_bytes_sent`): the interfaces' own count during the
-training steps (`wire_sent`), evaluations excluded.
+training steps (`wire_sent`), evaluations excluded. And the run's own
+communication-free step (`free_step_seconds`, `free_step`), timed before it
+trains: bench/peer/table.py counts the tuning's times in it.
 
 Models (bench/peer/models.py, layer for layer gradcomp's): `lenet5` and
 `resnet18` on MNIST or Fashion-MNIST (SGD with the config's momentum and weight
@@ -45,6 +47,7 @@ import json
 import math
 import os
 import re
+import statistics
 import sys
 import time
 import tomllib
@@ -60,6 +63,9 @@ import torch_local  # noqa: E402
 
 POWERSGD_START = 10
 RECENT_STEPS = 1024
+# The run's own communication-free step, timed before it trains (`free_step`): steps
+# timed, after the steps that warm the allocator and the kernels up.
+CALIBRATION_STEPS, CALIBRATION_WARMUP = 10, 2
 
 
 def powersgd_settings(method):
@@ -118,6 +124,34 @@ def hook_for(method, options):
         import gradcomp.torch as gt
         return gt.hook(method.split(":", 1)[1], **options)
     sys.exit(f"error: unknown method {method!r}")
+
+
+def free_step(model, make_optimizer, batches, world, steps=CALIBRATION_STEPS):
+    """This run's communication-free step: the mean over the ranks of each rank's
+    median seconds over `steps` training steps of a copy of the model (its own
+    optimizer, the first batch, no exchange), every rank at once as in the run.
+    It is what the run's steps would cost without the exchange on this machine
+    now: bench/peer/table.py ranks the tuning by time ÷ this step, so points run in
+    sessions whose machine speed differs compare (RESULTS, "The race a skeptic
+    accepts"). The model, its buffers and the random stream are left as they were."""
+    import copy
+    rng = torch.get_rng_state()
+    twin = copy.deepcopy(model)
+    opt = make_optimizer(twin.parameters())
+    x, y = batches.get(0)
+    dist.barrier()
+    times = []
+    for _ in range(CALIBRATION_WARMUP + steps):
+        t0 = time.perf_counter()
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(twin(x), y).backward()
+        opt.step()
+        times.append(time.perf_counter() - t0)
+    dist.barrier()
+    torch.set_rng_state(rng)
+    mine = torch.tensor([statistics.median(times[CALIBRATION_WARMUP:])], dtype=torch.float64)
+    dist.all_reduce(mine)
+    return float(mine) / world
 
 
 def averaged(model, world):
@@ -254,6 +288,9 @@ def main():
     p.add_argument("--cap-seconds", type=float, default=0.0,
                    help="stop once training has taken this long (evaluation excluded), evaluating there "
                         "(a record marked capped); 0: no cap")
+    p.add_argument("--no-calibrate", dest="calibrate", action="store_false",
+                   help="skip timing the run's own communication-free step before training "
+                        "(`free_step_seconds` in its records)")
     a = p.parse_args()
     cfg = tomllib.load(open(a.config, "rb"))
     if a.seed is not None:
@@ -264,9 +301,11 @@ def main():
     dist.init_process_group("gloo", rank=rank, world_size=world)
     torch.manual_seed(cfg.get("seed", 1))
     model, task = models.build(cfg)
+    batches = Batches(cfg, task, rank, world)
+    make_optimizer = lambda params: optimizer(cfg["optimizer"], params)  # noqa: E731
+    free = free_step(model, make_optimizer, batches, world) if a.calibrate else None
     local = postlocal = diloco = None
     baseline = torch_local.parse(a.method)
-    make_optimizer = lambda params: optimizer(cfg["optimizer"], params)  # noqa: E731
     if baseline and baseline[0] == "postlocal":
         postlocal = torch_local.PostLocal(model, make_optimizer, baseline[1]["period"], baseline[1]["warmup"])
         ddp, opt = postlocal.ddp, postlocal.optimizer
@@ -296,7 +335,6 @@ def main():
         opt = optimizer(cfg["optimizer"], ddp.parameters())
     t = cfg["train"]
     every, target, target_ppl = t.get("eval_every", 0), t.get("target_accuracy"), t.get("target_perplexity")
-    batches = Batches(cfg, task, rank, world)
     cap_check = max(1, (every or batches.per_epoch) // 5)
     steps = t["epochs"] * batches.per_epoch
     if t.get("max_steps"):
@@ -381,6 +419,8 @@ def main():
                 rec["fp8_bytes_sent"] = diloco.fp8_sent * world
             if local is not None:
                 rec["exposed_round_seconds"] = exposed
+            if free is not None:
+                rec["free_step_seconds"] = round(free, 6)
             evals.write(json.dumps(rec) + "\n")
             evals.flush()
             print(json.dumps({"steps": step + 1, **{k: round(v, 4) for k, v in metric.items()},
