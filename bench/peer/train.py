@@ -404,7 +404,10 @@ def main():
         dist.all_reduce(totals)
         replicas_differ = local is not None or diloco is not None or postlocal is not None or \
             a.method == "isolated"
-        metric = evaluate(averaged(model, world) if replicas_differ else model, cfg, task)
+        evaluated = averaged(model, world) if replicas_differ else model
+        # Only rank 0's metric is recorded and decides (below): the others wait rather
+        # than share the cores with it.
+        metric = evaluate(evaluated, cfg, task) if rank == 0 else {}
         if rank == 0:
             rec = {"epoch": epoch, "steps": step + 1, "train_loss": loss_sum / loss_n, **metric,
                    "bytes_sent": int(totals[0]), "bytes_received": int(totals[1]),
