@@ -28,7 +28,7 @@ output. The definitions (issue #51):
   the step time's noise; without an `isolated` run of the model there is none.
 - **Own steps**: a run's time ÷ (its own steps × the communication-free step):
   how much of its time the wire and the exchange's arithmetic add. The step is
-  the run's own where it has one (`free_step_seconds`: train.py times 10 steps of
+  the run's own where it has one (`free_step_seconds`: train.py times about 8 s of steps of
   a copy of the model without exchange, all ranks at once, before training),
   else the bound's.
 - **Tuning** (`--pick`, bench/peer/race-51.sh's rule): time in each run's own

@@ -63,9 +63,11 @@ import torch_local  # noqa: E402
 
 POWERSGD_START = 10
 RECENT_STEPS = 1024
-# The run's own communication-free step, timed before it trains (`free_step`): steps
-# timed, after the steps that warm the allocator and the kernels up.
-CALIBRATION_STEPS, CALIBRATION_WARMUP = 10, 2
+# The run's own communication-free step, timed before it trains (`free_step`): after
+# the steps that warm the allocator and the kernels up, enough steps for this many
+# seconds (the machine's noise comes in bursts of seconds: 10 LSTM steps, 2 s, read
+# 193 and 217 ms in two runs of one session), and at least CALIBRATION_STEPS.
+CALIBRATION_WARMUP, CALIBRATION_SECONDS, CALIBRATION_STEPS = 2, 8.0, 10
 
 
 def powersgd_settings(method):
@@ -126,10 +128,11 @@ def hook_for(method, options):
     sys.exit(f"error: unknown method {method!r}")
 
 
-def free_step(model, make_optimizer, batches, world, steps=CALIBRATION_STEPS):
+def free_step(model, make_optimizer, batches, world):
     """This run's communication-free step: the mean over the ranks of each rank's
-    median seconds over `steps` training steps of a copy of the model (its own
-    optimizer, the first batch, no exchange), every rank at once as in the run.
+    median seconds per training step of a copy of the model (its own optimizer, the
+    first batch, no exchange), every rank at once as in the run, over about
+    CALIBRATION_SECONDS (rank 0's warm-up steps set the count for all).
     It is what the run's steps would cost without the exchange on this machine
     now: bench/peer/table.py ranks the tuning by time ÷ this step, so points run in
     sessions whose machine speed differs compare (RESULTS, "The race a skeptic
@@ -139,17 +142,23 @@ def free_step(model, make_optimizer, batches, world, steps=CALIBRATION_STEPS):
     twin = copy.deepcopy(model)
     opt = make_optimizer(twin.parameters())
     x, y = batches.get(0)
+
+    def timed(n):
+        times = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(twin(x), y).backward()
+            opt.step()
+            times.append(time.perf_counter() - t0)
+        return times
     dist.barrier()
-    times = []
-    for _ in range(CALIBRATION_WARMUP + steps):
-        t0 = time.perf_counter()
-        opt.zero_grad()
-        torch.nn.functional.cross_entropy(twin(x), y).backward()
-        opt.step()
-        times.append(time.perf_counter() - t0)
+    warm = timed(CALIBRATION_WARMUP)
+    n = torch.tensor([max(CALIBRATION_STEPS, math.ceil(CALIBRATION_SECONDS / max(warm[-1], 1e-3)))])
+    dist.broadcast(n, 0)
+    mine = torch.tensor([statistics.median(timed(int(n)))], dtype=torch.float64)
     dist.barrier()
     torch.set_rng_state(rng)
-    mine = torch.tensor([statistics.median(times[CALIBRATION_WARMUP:])], dtype=torch.float64)
     dist.all_reduce(mine)
     return float(mine) / world
 
