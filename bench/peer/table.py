@@ -21,11 +21,14 @@ output. The definitions (issue #51):
 - **Lower bound**: the fewest steps to the target of any run of the model (any
   method, link or seed; interpolated linearly in the metric between the last
   evaluation short of the target and the first that meets it) × the fastest
-  communication-free step: the `isolated` runs (bench/peer/train.py; 4 ranks
-  on the machine's cores as in every run, no exchange at all), of either
+  communication-free step of the cell: the least `free_step_seconds` of its runs
+  (each run's own, timed before it trained with 4 ranks on the machine's cores
+  as in the race, no exchange at all), so a cell's bound is of the machine as it
+  ran that cell (its speed drifts between sessions); for records without it,
+  the `isolated` runs (bench/peer/train.py: the same, over a whole run), of either
   framework, each run's mean seconds per step after its first evaluation. No
   method can beat both factors at once, so no run beats the bound by more than
-  the step time's noise; without an `isolated` run of the model there is none.
+  the step time's noise; without a step timed there is none.
 - **Own steps**: a run's time ÷ (its own steps × the communication-free step):
   how much of its time the wire and the exchange's arithmetic add. The step is
   the run's own where it has one (`free_step_seconds`: train.py times about 8 s of steps of
@@ -221,11 +224,17 @@ def interpolated_steps(run, goal):
     return None
 
 
-def free_step(runs, model):
-    """(seconds, run name) of the fastest communication-free step of `model`: over
-    its `isolated` runs (either framework, any seed), each run's mean seconds per
-    step after its first evaluation (its first steps hold the start); None
-    without one."""
+def free_step(runs, model, rate=None):
+    """(seconds, run name) of the fastest communication-free step of `model`: where
+    the cell (`model` at `rate`) has runs that timed their own (`free_step_seconds`,
+    train.py, before training), the least of those: they ran on the machine as it
+    was for that cell. Else over its `isolated` runs (either framework, any seed),
+    each run's mean seconds per step after its first evaluation (its first steps
+    hold the start). None without either."""
+    own = [(r["rows"][-1]["free_step_seconds"], r["name"]) for r in runs
+           if r["model"] == model and r["rate"] == rate and r["rows"][-1].get("free_step_seconds")]
+    if own:
+        return min(own)
     best = None
     for r in runs:
         if r["model"] != model or r["method"] != "isolated":
@@ -238,10 +247,11 @@ def free_step(runs, model):
     return best
 
 
-def lower_bound(runs, model, goal):
-    """{seconds, steps, steps_run, step, step_run} of `model`'s lower bound: the
-    fewest interpolated steps to the target of any run × the fastest
-    communication-free step; None without either."""
+def lower_bound(runs, model, goal, rate=None):
+    """{seconds, steps, steps_run, step, step_run} of the lower bound of `model` (at
+    `rate`: its cell's free step, `free_step`): the fewest interpolated steps to the
+    target of any run of the model × the fastest communication-free step; None
+    without either."""
     fewest = None
     for r in runs:
         if r["model"] != model or r["method"] == "isolated":
@@ -249,7 +259,7 @@ def lower_bound(runs, model, goal):
         s = interpolated_steps(r, goal)
         if s is not None and (fewest is None or s < fewest[0]):
             fewest = (s, r["name"])
-    free = free_step(runs, model)
+    free = free_step(runs, model, rate)
     if fewest is None or free is None:
         return None
     return {"seconds": fewest[0] * free[0], "steps": fewest[0], "steps_run": fewest[1],
@@ -475,10 +485,13 @@ def print_summary(summary):
           "and the lower bound** (seconds, median over seeds [range]; * a capped seed's projection counted; "
           "'projected': nothing reached the target)\n")
     for model in dict.fromkeys(m for m, *_ in summary):
-        b = next(b for m, _, b, *_ in summary if m == model)
-        print(f"- {model}: " + (f"lower bound {b['seconds']:.1f} s = {b['steps']:.1f} steps ({b['steps_run']}) × "
-                                f"{1e3 * b['step']:.1f} ms ({b['step_run']})" if b else
-                                "no lower bound (no `isolated` run, or no run reached the target)"))
+        cells = [(rate, b) for m, rate, b, *_ in summary if m == model]
+        if not any(b for _, b in cells):
+            print(f"- {model}: no lower bound (no communication-free step timed, or no run reached the target)")
+        for rate, b in cells:
+            if b:
+                print(f"- {model}, {rate}: lower bound {b['seconds']:.1f} s = {b['steps']:.1f} steps "
+                      f"({b['steps_run']}) × {1e3 * b['step']:.1f} ms ({b['step_run']})")
     print("\n| model | link | gradcomp's best | s | PyTorch's best | s | PyTorch ÷ gradcomp, paired "
           "(median [range], pairs) | gradcomp ÷ bound | PyTorch ÷ bound | gradcomp ÷ own steps | targets |")
     print("|---|---|---|---:|---|---:|---:|---:|---:|---:|---|")
@@ -563,10 +576,9 @@ def main():
     summary = []
     for model in sorted({r["model"] for r in runs}):
         goal = Goal(model)
-        bound = lower_bound(runs, model, goal)
         for rate in RATES:
             if any(r["model"] == model and r["rate"] == rate and r["method"] != "isolated" for r in runs):
-                summary.append((model, rate, bound) + table(runs, model, rate, goal))
+                summary.append((model, rate, lower_bound(runs, model, goal, rate)) + table(runs, model, rate, goal))
     print_summary(summary)
     faults_section(args[0] if args else "runs/peer")
     if figure:

@@ -104,6 +104,17 @@ def test_the_lower_bound_interpolates_the_fewest_steps_and_takes_the_fastest_iso
     accuracy = table.Goal("fashion-resnet18")  # 70%, from below
     assert table.interpolated_steps({"rows": [row(25, 0, 1, test_accuracy=0.6),
                                               row(50, 0, 2, test_accuracy=0.8)]}, accuracy) == pytest.approx(37.5)
+    # A cell whose runs timed their own free step takes the least of those, not the
+    # isolated runs' (another session's machine): 450 steps × 0.1 s.
+    write_run(tmp_path, f"peer-{m}-gradcomp-local-h32-fp4-100mbit", [row(500, 360.0, 80.0, free_step_seconds=0.1)])
+    write_run(tmp_path, f"peer-{m}-torchft-diloco-h32-100mbit", [row(500, 360.0, 80.0, free_step_seconds=0.13)])
+    cell = table.lower_bound(table.load(tmp_path), m, goal, "100mbit")
+    assert cell["step"] == 0.1 and cell["step_run"] == f"peer-{m}-gradcomp-local-h32-fp4-100mbit"
+    assert cell["seconds"] == pytest.approx(45.0)
+    # The unshaped cell has none of its own: the isolated runs' step.
+    assert table.lower_bound(table.load(tmp_path), m, goal, "none")["step"] == pytest.approx(0.12)
+    for name in ("gradcomp-local-h32-fp4", "torchft-diloco-h32"):
+        (tmp_path / f"peer-{m}-{name}-100mbit" / "evals.jsonl").unlink()
     # Without an isolated run there is no bound.
     (tmp_path / f"peer-{m}-isolated-none" / "evals.jsonl").unlink()
     (tmp_path / f"peer-{m}-isolated-none-s2" / "evals.jsonl").unlink()
