@@ -22,9 +22,10 @@
 #                         revived at 50%, another stopped 60 s at 75%), in OUT/faults
 #   tune-MODEL            (MODEL: lstm, gpt, resnet) the grid at 100 Mbit/s on TUNE_SEED
 #   MODEL-RATE            (RATE: 10mbit, 100mbit, 1gbit, none) a cell: the candidates the
-#                         tuning picked (RACE_GRADCOMP, RACE_TORCHFT, RACE_POSTLOCAL: the
-#                         tuning's winners, named as below) with PyTorch's per-step best,
-#                         seeds 1-3
+#                         tuning picked (RACE_GRADCOMP, RACE_TORCHFT, RACE_POSTLOCAL, named as
+#                         below; unset: read from tune-MODEL's records in OUT, which must be
+#                         complete, by `bench/peer/table.py OUT --pick-env`) with PyTorch's
+#                         per-step best, seeds 1-3
 #
 # THE GRID (the same for both frameworks' local updates, 8 points each)
 #   language models  (H, P, tau) in (32, 1, 0), (32, 4, 1), (32, 4, 4), (16, 4, 1)
@@ -116,6 +117,19 @@ for phase in "$@"; do
         *-10mbit|*-100mbit|*-1gbit|*-none)
             k=${phase%-*} rate=${phase##*-}
             cap=600; [ "$rate" = 10mbit ] && cap=300
+            if [ -z "${RACE_GRADCOMP:-}${RACE_TORCHFT:-}${RACE_POSTLOCAL:-}" ]; then
+                # The picks of this model's tuning phase in OUT, once every one of its points
+                # is there (or struck).
+                before=$missing
+                RACE_CHECK=1 RACE_DRY="" m "$(model_of "$k")" 100mbit 600 "${TUNE_SEED:-9}" \
+                    "$(zip "$(grid "$k" gradcomp)" "$(grid "$k" torchft) $(postlocal "$k")")"
+                if [ "$missing" != "$before" ]; then
+                    echo "error: tune-$k is not complete in $out (above); run it first" >&2; exit 2
+                fi
+                picks=$(python3 bench/peer/table.py "$out" --pick-env "$(model_of "$k")")
+                echo "picks of tune-$k: $picks" >&2
+                eval "export $picks"
+            fi
             : "${RACE_GRADCOMP:?the tuning pick for gradcomp}" "${RACE_TORCHFT:?and for torchft}"
             : "${RACE_POSTLOCAL:?and for post-local SGD}"
             fast=""; [[ $rate == 1gbit || $rate == none ]] && fast=none

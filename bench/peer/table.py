@@ -2,6 +2,7 @@
 
     python3 bench/peer/table.py runs/peer [--svg FIGURE]   (or docs/bench/peer, docs/bench/race-38)
     python3 bench/peer/table.py OUT --pick     the tuning's pick per family (bench/peer/race-51.sh)
+    python3 bench/peer/table.py OUT --pick-env MODEL   the picks as race-51.sh's cells read them
 
 For each model and link: every method's time to its target (the measured
 wall-clock of training, evaluation excluded, at the first evaluation that meets
@@ -516,8 +517,10 @@ def print_summary(summary):
 
 
 # The tuning's families (bench/peer/race-51.sh): each picks its own point from its grid.
-FAMILIES = (("gradcomp LocalUpdates", "gradcomp-local-"), ("torchft DiLoCo", "torchft-diloco-"),
-            ("torch post-local SGD", "torch-postlocal-"))
+# Each family's variable of race-51.sh's cells (`--pick-env`).
+FAMILIES = (("gradcomp LocalUpdates", "gradcomp-local-", "RACE_GRADCOMP"),
+            ("torchft DiLoCo", "torchft-diloco-", "RACE_TORCHFT"),
+            ("torch post-local SGD", "torch-postlocal-", "RACE_POSTLOCAL"))
 
 
 def pick(methods):
@@ -548,7 +551,7 @@ def print_picks(runs, rate="100mbit"):
     for model in sorted({r["model"] for r in runs}):
         goal = Goal(model)
         methods = cell_methods(runs, model, rate, goal)
-        for family, prefix in FAMILIES:
+        for family, prefix, _ in FAMILIES:
             chosen, ranking, unit = pick([s for s in methods if s["method"].startswith(prefix)])
             if not ranking:
                 continue
@@ -561,8 +564,26 @@ def print_picks(runs, rate="100mbit"):
                   f"{'' if chosen['reached'] else ' (projected: nothing reached)'} (ranked {how}); ranking: {order}")
 
 
+def pick_env(runs, model, rate="100mbit"):
+    """`RACE_GRADCOMP=… RACE_TORCHFT=… RACE_POSTLOCAL=…`: each family's pick for `model`,
+    for bench/peer/race-51.sh's cells; exits with an error naming the families without one."""
+    methods = cell_methods(runs, model, rate, Goal(model))
+    chosen = {var: pick([s for s in methods if s["method"].startswith(prefix)])[0] for _, prefix, var in FAMILIES}
+    missing = [var for var, c in chosen.items() if c is None]
+    if missing:
+        sys.exit(f"error: no tuning records of {model} at {rate} for {', '.join(missing)} "
+                 f"(run bench/peer/race-51.sh OUT tune-… first)")
+    return " ".join(f"{var}={c['method']}" for var, c in chosen.items())
+
+
 def main():
     args = sys.argv[1:]
+    if "--pick-env" in args:
+        i = args.index("--pick-env")
+        model = args[i + 1]
+        del args[i:i + 2]
+        print(pick_env(load(args[0] if args else "runs/peer"), model))
+        return
     if "--pick" in args:
         args.remove("--pick")
         print_picks(load(args[0] if args else "runs/peer"))

@@ -269,6 +269,13 @@ def test_the_tuning_pick_takes_the_least_time_then_the_fewer_bytes_within_two_pe
     table.print_picks(runs)
     out = capsys.readouterr().out
     assert "ptb-gpt, torchft DiLoCo: pick **torchft-diloco-h32**" in out
+    # The cells read the picks as shell assignments, and refuse a family without one.
+    with pytest.raises(SystemExit, match="RACE_POSTLOCAL"):
+        table.pick_env(runs, m)
+    write_run(tmp_path, f"peer-{m}-torch-postlocal-h32-w30-100mbit-s9", [row(280, 480.0, 200.0)])
+    assert table.pick_env(table.load(tmp_path), m) == \
+        "RACE_GRADCOMP=gradcomp-local-sgd-h16-p4-d1-fp4 RACE_TORCHFT=torchft-diloco-h32 " \
+        "RACE_POSTLOCAL=torch-postlocal-h32-w30"
     assert table.pick([]) == (None, [], "s")
 
 
