@@ -97,6 +97,10 @@ postlocal() { # MODEL
 powersgd() { # MODEL
     case $1 in lstm) echo torch-powersgd-r4-s80 ;; gpt) echo torch-powersgd-r4-s30 ;; resnet) echo torch-powersgd-r2-s30 ;; esac
 }
+# The tuning phase's runs of one model (THE GRID, post-local SGD) through m.
+tune() { # MODEL
+    m "$(model_of "$1")" 100mbit 600 "${TUNE_SEED:-9}" "$(zip "$(grid "$1" gradcomp)" "$(grid "$1" torchft) $(postlocal "$1")")"
+}
 # Interleaves two lists, so drift over the phase hits both frameworks alike.
 zip() { # "A…" "B…"
     local -a a=($1) b=($2); local i n=$(( ${#a[@]} > ${#b[@]} ? ${#a[@]} : ${#b[@]} )) r=""
@@ -111,9 +115,7 @@ for phase in "$@"; do
             if [ -n "${RACE_DRY:-}${RACE_CHECK:-}" ]; then echo "faults: bench/peer/faults.sh $out/faults"; continue; fi
             FAULTS_SEEDS="1 2 3" bench/peer/faults.sh "$out/faults" gradcomp torchft ;;
         tune-*)
-            k=${phase#tune-}
-            m "$(model_of "$k")" 100mbit 600 "${TUNE_SEED:-9}" \
-                "$(zip "$(grid "$k" gradcomp)" "$(grid "$k" torchft) $(postlocal "$k")")" ;;
+            tune "${phase#tune-}" ;;
         *-10mbit|*-100mbit|*-1gbit|*-none)
             k=${phase%-*} rate=${phase##*-}
             cap=600; [ "$rate" = 10mbit ] && cap=300
@@ -121,8 +123,7 @@ for phase in "$@"; do
                 # The picks of this model's tuning phase in OUT, once every one of its points
                 # is there (or struck).
                 before=$missing
-                RACE_CHECK=1 RACE_DRY="" m "$(model_of "$k")" 100mbit 600 "${TUNE_SEED:-9}" \
-                    "$(zip "$(grid "$k" gradcomp)" "$(grid "$k" torchft) $(postlocal "$k")")"
+                RACE_CHECK=1 RACE_DRY="" tune "$k"
                 if [ "$missing" != "$before" ]; then
                     echo "error: tune-$k is not complete in $out (above); run it first" >&2; exit 2
                 fi

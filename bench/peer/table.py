@@ -289,8 +289,8 @@ def own_steps(s, free):
     communication-free step): each run's own (`free_step_seconds`, timed by
     train.py before it trained, on the machine as it was then), else `free`;
     None without either or without a reached seed."""
-    xs = [o[0] / (o[1] * (o[4].get("free_step_seconds") or free)) for o in s["outs"]
-          if o[0] is not None and (o[4].get("free_step_seconds") or free)]
+    xs = [o[0] / (o[1] * step) for o in s["outs"]
+          if o[0] is not None and (step := o[4].get("free_step_seconds") or free)]
     return statistics.median(xs) if xs else None
 
 
@@ -546,13 +546,17 @@ def pick(methods):
     return min(close, key=per_step), ranking, unit
 
 
+def family_picks(runs, model, rate="100mbit"):
+    """[(family, its race-51.sh variable, `pick` of its points)] for `model` at `rate`."""
+    methods = cell_methods(runs, model, rate, Goal(model))
+    return [(family, var, pick([s for s in methods if s["method"].startswith(prefix)]))
+            for family, prefix, var in FAMILIES]
+
+
 def print_picks(runs, rate="100mbit"):
     """Each family's pick at `rate` per model, with its ranking (`--pick`)."""
     for model in sorted({r["model"] for r in runs}):
-        goal = Goal(model)
-        methods = cell_methods(runs, model, rate, goal)
-        for family, prefix, _ in FAMILIES:
-            chosen, ranking, unit = pick([s for s in methods if s["method"].startswith(prefix)])
+        for family, _, (chosen, ranking, unit) in family_picks(runs, model, rate):
             if not ranking:
                 continue
             order = ", ".join(f"{s['method']} {fmt_time(s)}"
@@ -567,8 +571,7 @@ def print_picks(runs, rate="100mbit"):
 def pick_env(runs, model, rate="100mbit"):
     """`RACE_GRADCOMP=… RACE_TORCHFT=… RACE_POSTLOCAL=…`: each family's pick for `model`,
     for bench/peer/race-51.sh's cells; exits with an error naming the families without one."""
-    methods = cell_methods(runs, model, rate, Goal(model))
-    chosen = {var: pick([s for s in methods if s["method"].startswith(prefix)])[0] for _, prefix, var in FAMILIES}
+    chosen = {var: picked[0] for _, var, picked in family_picks(runs, model, rate)}
     missing = [var for var, c in chosen.items() if c is None]
     if missing:
         sys.exit(f"error: no tuning records of {model} at {rate} for {', '.join(missing)} "
@@ -576,23 +579,29 @@ def pick_env(runs, model, rate="100mbit"):
     return " ".join(f"{var}={c['method']}" for var, c in chosen.items())
 
 
+def take(args, flag):
+    """The value after `flag` in `args`, both removed; None without the flag."""
+    if flag not in args:
+        return None
+    i = args.index(flag)
+    if i + 1 == len(args):
+        sys.exit(f"error: {flag} needs a value (bench/peer/table.py OUT [--svg FIGURE | --pick | --pick-env MODEL])")
+    value = args[i + 1]
+    del args[i:i + 2]
+    return value
+
+
 def main():
     args = sys.argv[1:]
-    if "--pick-env" in args:
-        i = args.index("--pick-env")
-        model = args[i + 1]
-        del args[i:i + 2]
+    model = take(args, "--pick-env")
+    if model:
         print(pick_env(load(args[0] if args else "runs/peer"), model))
         return
     if "--pick" in args:
         args.remove("--pick")
         print_picks(load(args[0] if args else "runs/peer"))
         return
-    figure = None
-    if "--svg" in args:
-        i = args.index("--svg")
-        figure = args[i + 1]
-        del args[i:i + 2]
+    figure = take(args, "--svg")
     runs = load(args[0] if args else "runs/peer")
     summary = []
     for model in sorted({r["model"] for r in runs}):

@@ -277,6 +277,11 @@ def test_the_tuning_pick_takes_the_least_time_then_the_fewer_bytes_within_two_pe
         "RACE_GRADCOMP=gradcomp-local-sgd-h16-p4-d1-fp4 RACE_TORCHFT=torchft-diloco-h32 " \
         "RACE_POSTLOCAL=torch-postlocal-h32-w30"
     assert table.pick([]) == (None, [], "s")
+    args = ["OUT", "--pick-env"]
+    with pytest.raises(SystemExit, match="--pick-env needs a value"):
+        table.take(args, "--pick-env")
+    args = ["OUT", "--svg", "f.svg"]
+    assert table.take(args, "--svg") == "f.svg" and args == ["OUT"] and table.take(args, "--svg") is None
 
 
 def test_the_pick_counts_each_runs_own_free_steps_across_sessions(tmp_path, capsys):
