@@ -80,6 +80,8 @@ class Goal:
 
     def __init__(self, model):
         path = os.path.join(HERE, "..", "..", "experiments", f"tta-{model}.toml")
+        if not os.path.isfile(path):
+            sys.exit(f"error: no model {model!r}: experiments/tta-{model}.toml does not exist")
         with open(path, "rb") as f:
             train = tomllib.load(f)["train"]
         self.lower = "target_perplexity" in train
@@ -101,6 +103,8 @@ class Goal:
 
 
 def load(root):
+    if not os.path.isdir(root):
+        sys.exit(f"error: {root} is not a directory of run records (bench/peer/matrix.sh's OUT, or docs/bench/…)")
     runs = []
     for entry in sorted(os.listdir(root)):
         path = os.path.join(root, entry)

@@ -277,6 +277,10 @@ def test_the_tuning_pick_takes_the_least_time_then_the_fewer_bytes_within_two_pe
         "RACE_GRADCOMP=gradcomp-local-sgd-h16-p4-d1-fp4 RACE_TORCHFT=torchft-diloco-h32 " \
         "RACE_POSTLOCAL=torch-postlocal-h32-w30"
     assert table.pick([]) == (None, [], "s")
+    with pytest.raises(SystemExit, match="no model 'nosuch'"):
+        table.pick_env(runs, "nosuch")
+    with pytest.raises(SystemExit, match="not a directory of run records"):
+        table.load(tmp_path / "missing")
     args = ["OUT", "--pick-env"]
     with pytest.raises(SystemExit, match="--pick-env needs a value"):
         table.take(args, "--pick-env")
