@@ -373,7 +373,9 @@ def evaluate(a):
             if r["kind"] == "saved":
                 saved[r["step"]] = r["t"]
         t0 = run_t0(d)
-        with open(os.path.join(d, "evals.jsonl"), "w") as f:
+        # Written aside and renamed when whole: faults.sh takes an evals.jsonl as done.
+        part = os.path.join(d, "evals.jsonl.part")
+        with open(part, "w") as f:
             for step in sorted(saved):
                 flat = torch.load(os.path.join(d, "models", f"step-{step}.pt"))
                 off = 0
@@ -385,6 +387,7 @@ def evaluate(a):
                 r = {"steps": step, "seconds": saved[step] - t0, **metric}
                 f.write(json.dumps(r) + "\n")
                 print(d, json.dumps(r), flush=True)
+        os.replace(part, os.path.join(d, "evals.jsonl"))
 
 
 def run_t0(d):

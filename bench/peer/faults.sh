@@ -4,6 +4,7 @@
 #
 #   bench/peer/faults.sh OUT [PHASE...]     PHASE: gradcomp torchft heal (default: all three)
 #   FAULTS_SEEDS="1 2 3" bench/peer/faults.sh OUT gradcomp torchft   a pair per seed (NAME-sN)
+#   FAULTS_RESUME=1 …                       keeps the runs that ended before (a phase outlasts a session)
 #
 # bench/peer/faults.py says what a run does; its `table` prints the results.
 set -euo pipefail
@@ -13,16 +14,26 @@ shift
 py="${PEER_PYTHON:-$HOME/.cache/gradcomp/py-venv/bin/python}"
 steps="${FAULTS_STEPS:-600}"
 [ $# -gt 0 ] || set -- gradcomp torchft heal
+# One run of a pair, then worker 1's saved models evaluated (off the run's clock). With
+# FAULTS_RESUME=1 a run whose driver recorded its end is kept, and only evaluated if it was not:
+# the race's phase outlasts a session. A run stopped part-way is made again from the start.
+pair() { # FRAMEWORK SEED KIND [faults.py run ARGS...]
+    local dir="$out/$1-$3$([ "$2" = 1 ] || echo "-s$2")"
+    if [ -n "${FAULTS_RESUME:-}" ] && grep -q '"kind": "done"' "$dir/driver.jsonl" 2>/dev/null; then
+        echo "== $dir (done before, kept)" >&2
+    else
+        "$py" bench/peer/faults.py run --framework "$1" --out "$dir" --steps "$steps" --limit 900 --seed "$2" "${@:4}"
+    fi
+    [ -e "$dir/evals.jsonl" ] || "$py" bench/peer/faults.py eval "$dir"
+}
 for phase in "$@"; do
     echo "=== $phase $(date -u +%FT%TZ)" >&2
     case $phase in
         gradcomp|torchft)
             for seed in ${FAULTS_SEEDS:-1}; do
                 sfx=$([ "$seed" = 1 ] || echo "-s$seed")
-                "$py" bench/peer/faults.py run --framework "$phase" --out "$out/$phase-nofaults$sfx" --steps "$steps" \
-                    --limit 900 --seed "$seed"
-                "$py" bench/peer/faults.py run --framework "$phase" --out "$out/$phase-faults$sfx" --steps "$steps" \
-                    --limit 900 --seed "$seed" --faults --schedule-from "$out/$phase-nofaults$sfx"
+                pair "$phase" "$seed" nofaults
+                pair "$phase" "$seed" faults --faults --schedule-from "$out/$phase-nofaults$sfx"
             done ;;
         # The race's GPT (5.75M parameters): one worker trains, a second joins 30 s later and
         # heals from it at 100 Mbit/s: θ_outer, the outer momentum (Nesterov) and the model.

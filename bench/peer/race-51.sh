@@ -19,7 +19,8 @@
 #   faults                the column under faults: bench/peer/faults.sh's pairs (the same seed
 #                         without and with the faults) for gradcomp and torchft, seeds 1-3, the
 #                         LSTM at 100 Mbit/s (faults.py's schedule: a host lost at 25% and
-#                         revived at 50%, another stopped 60 s at 75%), in OUT/faults
+#                         revived at 50%, another stopped 60 s at 75%), in OUT/faults; resumed
+#                         run by run (faults.sh's FAULTS_RESUME), each evaluated when it ends
 #   tune-MODEL            (MODEL: lstm, gpt, resnet) the grid at 100 Mbit/s on TUNE_SEED
 #   MODEL-RATE            (RATE: 10mbit, 100mbit, 1gbit, none) a cell: the candidates the
 #                         tuning picked (RACE_GRADCOMP, RACE_TORCHFT, RACE_POSTLOCAL, named as
@@ -113,7 +114,7 @@ for phase in "$@"; do
         isolated) for k in lstm gpt resnet; do m "$(model_of $k)" none 120 1 isolated; done ;;
         faults)
             if [ -n "${RACE_DRY:-}${RACE_CHECK:-}" ]; then echo "faults: bench/peer/faults.sh $out/faults"; continue; fi
-            FAULTS_SEEDS="1 2 3" bench/peer/faults.sh "$out/faults" gradcomp torchft ;;
+            FAULTS_RESUME=1 FAULTS_SEEDS="1 2 3" bench/peer/faults.sh "$out/faults" gradcomp torchft ;;
         tune-*)
             tune "${phase#tune-}" ;;
         *-10mbit|*-100mbit|*-1gbit|*-none)

@@ -311,3 +311,38 @@ def test_the_pick_counts_each_runs_own_free_steps_across_sessions(tmp_path, caps
     methods = table.cell_methods(table.load(tmp_path), m, "100mbit", table.Goal(m))
     chosen, _, unit = table.pick(methods)
     assert unit == "s" and chosen["method"] == "gradcomp-local-h32-fp4"
+
+
+def test_faults_sh_resumes_run_by_run_and_evaluates_what_was_not(tmp_path):
+    """The race's faults phase outlasts a session: with FAULTS_RESUME a run whose driver
+    recorded its end is kept, one without evaluations is evaluated, and one cut short is made
+    again; without it every run is made again."""
+    import subprocess
+    calls = tmp_path / "calls"
+    fake = tmp_path / "python"
+    # Called as `faults.py run --framework F --out DIR …` or `faults.py eval DIR`.
+    fake.write_text(f'#!/bin/sh\ncase $2 in run) d=$6 ;; *) d=$3 ;; esac\necho "$2 $(basename "$d")" >> {calls}\n')
+    fake.chmod(0o755)
+    out = tmp_path / "out"
+    for name, done, evals in [("gradcomp-nofaults", True, True), ("gradcomp-faults", True, False),
+                              ("gradcomp-nofaults-s2", False, False)]:
+        (out / name).mkdir(parents=True)
+        lines = [{"kind": "t0", "at": 0.0}] + ([{"kind": "done", "rc": {}}] if done else [])
+        (out / name / "driver.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+        if evals:
+            (out / name / "evals.jsonl").write_text("")
+    script = os.path.join(os.path.dirname(__file__), "faults.sh")
+
+    def phase(**env):
+        calls.write_text("")
+        subprocess.run([script, str(out), "gradcomp"], check=True, capture_output=True,
+                       env={**os.environ, "PEER_PYTHON": str(fake), "FAULTS_SEEDS": "1 2", **env})
+        # The fake writes no evals.jsonl, so every run made is evaluated after it.
+        return calls.read_text().splitlines()
+
+    assert phase(FAULTS_RESUME="1") == [
+        "eval gradcomp-faults",
+        "run gradcomp-nofaults-s2", "eval gradcomp-nofaults-s2",
+        "run gradcomp-faults-s2", "eval gradcomp-faults-s2"]
+    assert [c for c in phase() if c.startswith("run")] == [
+        "run gradcomp-nofaults", "run gradcomp-faults", "run gradcomp-nofaults-s2", "run gradcomp-faults-s2"]
