@@ -17,8 +17,8 @@ steps="${FAULTS_STEPS:-600}"
 # One run of a pair, then worker 1's saved models evaluated (off the run's clock). With
 # FAULTS_RESUME=1 a run whose driver recorded its end is kept, and only evaluated if it was not:
 # the race's phase outlasts a session. A run stopped part-way is made again from the start.
-pair() { # FRAMEWORK SEED KIND [faults.py run ARGS...]
-    local dir="$out/$1-$3$([ "$2" = 1 ] || echo "-s$2")"
+pair() { # FRAMEWORK SEED NAME [faults.py run ARGS...]   (the run's directory: OUT/FRAMEWORK-NAME)
+    local dir="$out/$1-$3"
     if [ -n "${FAULTS_RESUME:-}" ] && grep -q '"kind": "done"' "$dir/driver.jsonl" 2>/dev/null; then
         echo "== $dir (done before, kept)" >&2
     else
@@ -32,8 +32,8 @@ for phase in "$@"; do
         gradcomp|torchft)
             for seed in ${FAULTS_SEEDS:-1}; do
                 sfx=$([ "$seed" = 1 ] || echo "-s$seed")
-                pair "$phase" "$seed" nofaults
-                pair "$phase" "$seed" faults --faults --schedule-from "$out/$phase-nofaults$sfx"
+                pair "$phase" "$seed" "nofaults$sfx"
+                pair "$phase" "$seed" "faults$sfx" --faults --schedule-from "$out/$phase-nofaults$sfx"
             done ;;
         # The race's GPT (5.75M parameters): one worker trains, a second joins 30 s later and
         # heals from it at 100 Mbit/s: θ_outer, the outer momentum (Nesterov) and the model.

@@ -290,7 +290,7 @@ def test_a_manager_refuses_what_membership_cannot_run() -> None:
 
 
 FT_ALL_TO_ALL = r'''
-import sys, datetime
+import os, sys, datetime
 from torch.distributed import TCPStore
 from torchft.process_group import ProcessGroupGloo
 from gradcomp._membership import FtComm
@@ -309,7 +309,6 @@ print("received", len(b"".join(got)), flush=True)
 # its pairs, and C++ then aborts ("terminate called without an active
 # exception") though the exchange was correct. The barrier first makes sure
 # no rank leaves while another still has bytes in flight to it.
-import os
 pg.barrier().wait()
 os._exit(0)
 '''
