@@ -79,21 +79,36 @@ peer_method() {
     esac
 }
 
-# MATRIX_RESUME=1: a run that finished before (OUT/NAME.done, written when it exits 0) is
-# not run again, so a phase cut short (a session's end) resumes where it stopped.
+# MATRIX_RESUME=1: a run that finished before (OUT/NAME.done, written when it exits 0) or
+# whose record is in OUT (NAME.evals.jsonl, as committed: copy a records directory into a
+# fresh OUT) is not run again, so a phase cut short (a session's end) resumes where it
+# stopped, on this machine or another. MATRIX_RECORDS=DIR: each run that finishes leaves its
+# record there at once (DIR/NAME.evals.jsonl, DIR/NAME.config.toml), ready to commit.
+# MATRIX_NETSIM: the netsim script (default scripts/netsim.sh; bench/peer/test_peer.py fakes it).
 run_peer() { # MODEL RATE METHOD
     local name="peer-$1-${3/:/-}-$2$suffix"
-    if [ -n "${MATRIX_RESUME:-}" ] && [ -e "$out/$name.done" ]; then
+    if [ -n "${MATRIX_RESUME:-}" ] && { [ -e "$out/$name.done" ] || [ -e "$out/$name.evals.jsonl" ]; }; then
         echo "== $name (done before, skipped)" >&2
+        return
+    fi
+    # MATRIX_UNTIL=EPOCH-SECONDS: a run starts only while its cap fits before then (a session's
+    # end: the rest is skipped, to be resumed).
+    if [ -n "${MATRIX_UNTIL:-}" ] && [ $(($(date +%s) + cap)) -gt "$MATRIX_UNTIL" ]; then
+        echo "== $name (not started: its cap would end past MATRIX_UNTIL)" >&2
         return
     fi
     echo "== $name" >&2
     rm -f "$out/$name.done"
     # shellcheck disable=SC2046
-    if NETSIM_TIMEOUT=$((cap + 900)) scripts/netsim.sh torch 4 "$2" "$py" bench/peer/train.py \
+    if NETSIM_TIMEOUT=$((cap + 900)) "${MATRIX_NETSIM:-scripts/netsim.sh}" torch 4 "$2" "$py" bench/peer/train.py \
         --config "experiments/tta-$1.toml" --method "$(peer_method "$3")" $(peer_options "$3") --out "$out/$name" \
         --cap-seconds "$cap" --seed "$seed" > "$out/$name.log" 2>&1; then
         touch "$out/$name.done"
+        if [ -n "${MATRIX_RECORDS:-}" ]; then
+            mkdir -p "$MATRIX_RECORDS"
+            cp "$out/$name/evals.jsonl" "$MATRIX_RECORDS/$name.evals.jsonl"
+            cp "$out/$name/config.toml" "$MATRIX_RECORDS/$name.config.toml"
+        fi
     else
         echo "   FAILED (see $out/$name.log)" >&2
     fi

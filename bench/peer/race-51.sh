@@ -5,7 +5,11 @@
 #
 #   bench/peer/race-51.sh OUT PHASE...      (root, netsim; bench/peer/install.sh done)
 #   RACE_DRY=1 bench/peer/race-51.sh OUT PHASE...    what a phase would run
-#   (a phase cut short resumes: the runs that finished, OUT/NAME.done, are not run again)
+#   (a phase cut short resumes: the runs that finished, OUT/NAME.done, are not run again;
+#   on a fresh machine, copy the committed records in first, `cp docs/bench/race-51/*.* OUT/`:
+#   a run with OUT/NAME.evals.jsonl is not run again either)
+#   MATRIX_RECORDS=docs/bench/race-51: each run leaves its record there as it finishes
+#   MATRIX_UNTIL=EPOCH-SECONDS: no run starts whose cap would end past then (a session's end)
 #   RACE_CHECK=1 bench/peer/race-51.sh OUT PHASE...  every run a phase lists is in OUT, or
 #                         struck in OUT/struck.txt ("RUN-NAME: the reason", a line each)
 #

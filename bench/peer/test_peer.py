@@ -346,3 +346,40 @@ def test_faults_sh_resumes_run_by_run_and_evaluates_what_was_not(tmp_path):
         "run gradcomp-faults-s2", "eval gradcomp-faults-s2"]
     assert [c for c in phase() if c.startswith("run")] == [
         "run gradcomp-nofaults", "run gradcomp-faults", "run gradcomp-nofaults-s2", "run gradcomp-faults-s2"]
+
+
+def test_matrix_sh_resumes_from_committed_records_and_leaves_new_ones(tmp_path):
+    """A phase outlasts a session and a session's machine: with MATRIX_RESUME a run whose
+    record was copied into a fresh OUT (NAME.evals.jsonl) or that finished there (NAME.done)
+    is not run again, and with MATRIX_RECORDS each run that finishes leaves its record."""
+    import subprocess
+    calls = tmp_path / "calls"
+    fake = tmp_path / "netsim.sh"
+    # Called as `netsim.sh torch 4 RATE PY train.py … --out DIR …`: a run that writes its record.
+    fake.write_text(f'#!/bin/sh\nwhile [ $# -gt 0 ]; do [ "$1" = --out ] && d=$2; shift; done\n'
+                    f'mkdir -p "$d" && echo "{{}}" > "$d/evals.jsonl" && echo "[x]" > "$d/config.toml"\n'
+                    f'basename "$d" >> {calls}\n')
+    fake.chmod(0o755)
+    out, records = tmp_path / "out", tmp_path / "records"
+    out.mkdir()
+    (out / "peer-ptb-gpt-none-100mbit-s2.evals.jsonl").write_text("{}\n")  # a committed record
+    (out / "peer-ptb-gpt-none-100mbit-s3.done").write_text("")  # finished on this machine
+    script = os.path.join(os.path.dirname(__file__), "matrix.sh")
+
+    def phase(seeds, **env):
+        calls.write_text("")
+        subprocess.run([script, "unused-burn-binary", str(out)], check=True, capture_output=True,
+                       env={**os.environ, "MATRIX_NETSIM": str(fake), "MATRIX_RESUME": "1",
+                            "MATRIX_RECORDS": str(records), "MATRIX_SEEDS": seeds, "MATRIX_BURN": " ",
+                            "MATRIX_MODELS": "ptb-gpt", "MATRIX_RATES": "100mbit", "MATRIX_PEER": "none",
+                            "MATRIX_CAP": "600", **env})
+        return calls.read_text().split()
+
+    assert phase("1 2 3") == ["peer-ptb-gpt-none-100mbit"]
+    assert sorted(p.name for p in records.iterdir()) == [
+        "peer-ptb-gpt-none-100mbit.config.toml", "peer-ptb-gpt-none-100mbit.evals.jsonl"]
+    assert (out / "peer-ptb-gpt-none-100mbit.done").exists()
+    # A session's end: a run whose cap would end past MATRIX_UNTIL is not started.
+    import time
+    assert phase("4", MATRIX_UNTIL=str(int(time.time()) + 300)) == []
+    assert phase("4", MATRIX_UNTIL=str(int(time.time()) + 900)) == ["peer-ptb-gpt-none-100mbit-s4"]
