@@ -5,6 +5,7 @@
 #   bench/peer/faults.sh OUT [PHASE...]     PHASE: gradcomp torchft heal (default: all three)
 #   FAULTS_SEEDS="1 2 3" bench/peer/faults.sh OUT gradcomp torchft   a pair per seed (NAME-sN)
 #   FAULTS_RESUME=1 …                       keeps the runs that ended before (a phase outlasts a session)
+#   FAULTS_RECORDS=DIR …                    each run's record (.jsonl files) left in DIR/NAME as it ends
 #
 # bench/peer/faults.py says what a run does; its `table` prints the results.
 set -euo pipefail
@@ -25,6 +26,12 @@ pair() { # FRAMEWORK SEED NAME [faults.py run ARGS...]   (the run's directory: O
         "$py" bench/peer/faults.py run --framework "$1" --out "$dir" --steps "$steps" --limit 900 --seed "$2" "${@:4}"
     fi
     [ -e "$dir/evals.jsonl" ] || "$py" bench/peer/faults.py eval "$dir"
+    # FAULTS_RECORDS=DIR: the run's record (its .jsonl files, not the saved models) in DIR/NAME,
+    # ready to commit; copied back into a fresh OUT, FAULTS_RESUME keeps the run.
+    if [ -n "${FAULTS_RECORDS:-}" ]; then
+        mkdir -p "$FAULTS_RECORDS/$1-$3"
+        cp "$dir"/*.jsonl "$FAULTS_RECORDS/$1-$3/"
+    fi
 }
 for phase in "$@"; do
     echo "=== $phase $(date -u +%FT%TZ)" >&2

@@ -8,7 +8,8 @@
 #   (a phase cut short resumes: the runs that finished, OUT/NAME.done, are not run again;
 #   on a fresh machine, copy the committed records in first, `cp docs/bench/race-51/*.* OUT/`:
 #   a run with OUT/NAME.evals.jsonl is not run again either)
-#   MATRIX_RECORDS=docs/bench/race-51: each run leaves its record there as it finishes
+#   MATRIX_RECORDS=docs/bench/race-51: each run leaves its record there as it finishes (the
+#   faults phase's in its faults/; a fresh OUT takes them back: `cp -r docs/bench/race-51/faults OUT/`)
 #   MATRIX_UNTIL=EPOCH-SECONDS: no run starts whose cap would end past then (a session's end)
 #   RACE_CHECK=1 bench/peer/race-51.sh OUT PHASE...  every run a phase lists is in OUT, or
 #                         struck in OUT/struck.txt ("RUN-NAME: the reason", a line each)
@@ -118,7 +119,8 @@ for phase in "$@"; do
         isolated) for k in lstm gpt resnet; do m "$(model_of $k)" none 120 1 isolated; done ;;
         faults)
             if [ -n "${RACE_DRY:-}${RACE_CHECK:-}" ]; then echo "faults: bench/peer/faults.sh $out/faults"; continue; fi
-            FAULTS_RESUME=1 FAULTS_SEEDS="1 2 3" bench/peer/faults.sh "$out/faults" gradcomp torchft ;;
+            FAULTS_RECORDS="${MATRIX_RECORDS:+$MATRIX_RECORDS/faults}" FAULTS_RESUME=1 FAULTS_SEEDS="1 2 3" \
+                bench/peer/faults.sh "$out/faults" gradcomp torchft ;;
         tune-*)
             tune "${phase#tune-}" ;;
         *-10mbit|*-100mbit|*-1gbit|*-none)

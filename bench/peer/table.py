@@ -450,10 +450,12 @@ def svg(summary):
 
 def faults_section(root):
     """The column under faults (issue #51, point 5): bench/peer/faults.sh's runs under
-    `root` (directories holding driver.jsonl), each faulted run beside its pair
-    without faults (NAME-faults and NAME-nofaults), read by faults.py's `table_run`. The target: reached, with goodput
-    (the committed steps' share of those computed) ≥ 95%."""
-    dirs = sorted(os.path.dirname(p) for p in glob.glob(os.path.join(root, "*", "driver.jsonl")))
+    `root` or `root/faults` (race-51.sh's `faults` phase: directories holding driver.jsonl),
+    each faulted run beside its pair without faults (NAME-faults and NAME-nofaults), read by
+    faults.py's `table_run`. The target: reached, with goodput (the committed steps' share of
+    those computed) ≥ 95%."""
+    dirs = sorted(os.path.dirname(p) for sub in ("*", os.path.join("faults", "*"))
+                  for p in glob.glob(os.path.join(root, sub, "driver.jsonl")))
     if not dirs:
         return
     import faults

@@ -230,10 +230,11 @@ def test_torchft_fp8_bytes_follow_its_row_layout():
     assert torch_local.torchft_fp8_bytes((8, 3, 3, 3), 4) is None  # its kernels take 2-D only
 
 
-def test_the_faults_column_pairs_a_faulted_run_with_its_twin(tmp_path, capsys):
+@pytest.mark.parametrize("under", ["", "faults"])  # faults.sh's OUT, or race-51.sh's OUT/faults
+def test_the_faults_column_pairs_a_faulted_run_with_its_twin(tmp_path, capsys, under):
     def run(name, faulted, seconds, committed):
-        d = tmp_path / name
-        d.mkdir()
+        d = tmp_path / under / name
+        d.mkdir(parents=True)
         driver = [{"kind": "run", "framework": "gradcomp", "faults": faulted, "round_timeout": 5.0, "seed": 2,
                    "config": "experiments/tta-ptb-lstm-local.toml", "t": 0.0}, {"kind": "t0", "at": 0.0}]
         (d / "driver.jsonl").write_text("".join(json.dumps(r) + "\n" for r in driver))
@@ -321,7 +322,8 @@ def test_faults_sh_resumes_run_by_run_and_evaluates_what_was_not(tmp_path):
     calls = tmp_path / "calls"
     fake = tmp_path / "python"
     # Called as `faults.py run --framework F --out DIR …` or `faults.py eval DIR`.
-    fake.write_text(f'#!/bin/sh\ncase $2 in run) d=$6 ;; *) d=$3 ;; esac\necho "$2 $(basename "$d")" >> {calls}\n')
+    fake.write_text(f'#!/bin/sh\ncase $2 in run) d=$6; mkdir -p "$d"; : > "$d/driver.jsonl" ;; *) d=$3 ;; esac\n'
+                    f'echo "$2 $(basename "$d")" >> {calls}\n')
     fake.chmod(0o755)
     out = tmp_path / "out"
     for name, done, evals in [("gradcomp-nofaults", True, True), ("gradcomp-faults", True, False),
@@ -340,10 +342,14 @@ def test_faults_sh_resumes_run_by_run_and_evaluates_what_was_not(tmp_path):
         # The fake writes no evals.jsonl, so every run made is evaluated after it.
         return calls.read_text().splitlines()
 
-    assert phase(FAULTS_RESUME="1") == [
+    records = tmp_path / "records"
+    assert phase(FAULTS_RESUME="1", FAULTS_RECORDS=str(records)) == [
         "eval gradcomp-faults",
         "run gradcomp-nofaults-s2", "eval gradcomp-nofaults-s2",
         "run gradcomp-faults-s2", "eval gradcomp-faults-s2"]
+    # Each run's record (its .jsonl files) is left in FAULTS_RECORDS as it ends.
+    assert (records / "gradcomp-nofaults" / "evals.jsonl").exists()
+    assert (records / "gradcomp-faults" / "driver.jsonl").exists()
     assert [c for c in phase() if c.startswith("run")] == [
         "run gradcomp-nofaults", "run gradcomp-faults", "run gradcomp-nofaults-s2", "run gradcomp-faults-s2"]
 
