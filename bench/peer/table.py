@@ -18,7 +18,8 @@ output. The definitions (issue #51):
 - **Paired ratio**: PyTorch's best ÷ gradcomp's best, seed by seed (the two
   runs of one seed share the model's initialization and the data's order); the
   cell reports the pairs' median and range. A verdict needs three pairs, and no
-  pair may hold a projection.
+  pair may hold a projection or two runs whose own free steps differ by more than
+  10% (the machine's speed moved between them: a cell split over sessions).
 - **Lower bound**: the fewest steps to the target of any run of the model (any
   method, link or seed; interpolated linearly in the metric between the last
   evaluation short of the target and the first that meets it) × the fastest
@@ -37,7 +38,8 @@ output. The definitions (issue #51):
   else the bound's.
 - **Tuning** (`--pick`, bench/peer/race-51.sh's rule): time in each run's own
   free steps (time ÷ `free_step_seconds`), so points run in sessions whose
-  machine speed differs compare; in seconds where a point lacks the field.
+  machine speed differs compare; in seconds where a point lacks the field. The
+  tuning seed's runs (`TUNE_SEED`) are left out of every cell and bound.
 - **Not reached**: a run that ended (its epochs, or the cap of bench/peer/matrix.sh,
   `capped_at_seconds`) short of the target. Its projection: its seconds so far
   plus the steps it still needed (the steps the same method and seed needed on
@@ -276,15 +278,27 @@ def time_of(o):
     return o[0] if o[0] is not None else o[3]
 
 
+# Two runs of a pair whose communication-free steps differ by more than this ran on a
+# machine whose speed had moved between them (a cell split over sessions: the speed drifts
+# by up to 2.4× between sessions, RESULTS); within one session the step's own spread is ±5%.
+DRIFT = 1.10
+
+
 def pairs(g, t):
-    """[(seed, PyTorch's time ÷ gradcomp's, projected)] over the seeds both sides
-    ran, each side's time reached or projected (None where neither)."""
+    """[(seed, PyTorch's time ÷ gradcomp's, marks)] over the seeds both sides ran,
+    each side's time reached or projected (None where neither). The marks: "*" a side
+    was projected, "†" the two runs' own free steps (`free_step_seconds`) differ by
+    more than `DRIFT` (the pair compares machines as much as methods: run that seed's
+    pair again in one session); "" neither. A marked pair carries no verdict."""
     by_seed = {r["seed"]: o for r, o in zip(t["runs"], t["outs"])}
     out = []
     for r, go in zip(g["runs"], g["outs"]):
         to = by_seed.get(r["seed"])
         if to is not None and time_of(go) and time_of(to):
-            out.append((r["seed"], time_of(to) / time_of(go), go[0] is None or to[0] is None))
+            steps = [o[4].get("free_step_seconds") for o in (go, to)]
+            drift = all(steps) and max(steps) / min(steps) > DRIFT
+            marks = ("*" if go[0] is None or to[0] is None else "") + ("†" if drift else "")
+            out.append((r["seed"], time_of(to) / time_of(go), marks))
     return out
 
 
@@ -380,7 +394,7 @@ def table(runs, model, rate, goal):
     g, t = best.get("gradcomp"), best.get("torch")
     if g and t:
         ps = pairs(g, t)
-        each = ", ".join(f"seed {seed}: {r:.2f}{'*' if p else ''}" for seed, r, p in ps)
+        each = ", ".join(f"seed {seed}: {r:.2f}{p}" for seed, r, p in ps)
         print(f"\ngradcomp's best, {g['method']} ({g['framework']}): {g['median']:.1f} s; PyTorch's best, "
               f"{t['method']}: {t['median']:.1f} s; PyTorch ÷ gradcomp paired per seed: {each or 'no common seed'}.")
     # Where a side reached nothing, its best projection stands in (marked in the summary).
@@ -397,12 +411,14 @@ def verdict(rate, ps, g_bound, g_own):
     at 10 (100) Mbit/s gradcomp's best ≥ 3× (1.5×) sooner than PyTorch's, within
     1.3× the lower bound (`g_bound`) and 1.10× its own steps × the
     communication-free step (`g_own`); at 1 Gbit/s and unshaped PyTorch no more
-    than 1.05× sooner. No verdict on fewer than three pairs or on a projection."""
+    than 1.05× sooner. No verdict on fewer than three pairs, on a projection, or on
+    a pair run on a machine whose speed had moved (`pairs`' marks)."""
     if not ps:
         return ""
-    if len(ps) < 3 or any(p for *_, p in ps):
-        return f"no verdict ({len(ps)} pair{'s' if len(ps) != 1 else ''}" + \
-            (", projected)" if any(p for *_, p in ps) else ")")
+    marks = "".join(p for *_, p in ps)
+    if len(ps) < 3 or marks:
+        why = [w for m, w in (("*", "projected"), ("†", "machine drift")) if m in marks]
+        return f"no verdict ({len(ps)} pair{'s' if len(ps) != 1 else ''}" + "".join(f", {w}" for w in why) + ")"
     ratio = statistics.median(r for _, r, _ in ps)
     if rate in ("10mbit", "100mbit"):
         need = 3.0 if rate == "10mbit" else 1.5
@@ -490,6 +506,7 @@ def print_summary(summary):
     """The closing table: per model and link the two bests, their pairs, the lower bound and the verdict."""
     print("\n**Summary: time to target, gradcomp's best path against PyTorch's best, paired per seed, "
           "and the lower bound** (seconds, median over seeds [range]; * a capped seed's projection counted; "
+          f"† a pair whose two runs' free steps differ by more than {DRIFT:.2f}× (run in different sessions); "
           "'projected': nothing reached the target)\n")
     for model in dict.fromkeys(m for m, *_ in summary):
         cells = [(rate, b) for m, rate, b, *_ in summary if m == model]
@@ -511,8 +528,9 @@ def print_summary(summary):
             return f"{s['method']}{f' ({where})' if where else ''} | {fmt_time(s)}"
         ps = pairs(g, t) if g and t else []
         rs = [r for _, r, _ in ps]
+        marks = "".join(sorted(set("".join(p for *_, p in ps))))
         paired = (f"{statistics.median(rs):.2f} [{min(rs):.2f}–{max(rs):.2f}], {len(rs)}"
-                  f"{' *' if any(p for *_, p in ps) else ''}") if rs else ""
+                  f"{' ' + marks if marks else ''}") if rs else ""
         lim = bound["seconds"] if bound else None
         g_lim = g["median"] / lim if g and lim and g["median"] else None
         t_lim = t["median"] / lim if t and lim and t["median"] else None
@@ -521,6 +539,9 @@ def print_summary(summary):
         print(f"| {model} | {rate} | {cell(g)} | {cell(t)} | {paired} | {show(g_lim)} | {show(t_lim)} | "
               f"{show(g_own)} | {verdict(rate, ps, g_lim, g_own)} |")
 
+
+# The seed bench/peer/race-51.sh tunes on (its TUNE_SEED's default), raced in no cell.
+TUNE_SEED = 9
 
 # The tuning's families (bench/peer/race-51.sh): each picks its own point from its grid.
 # Each family's variable of race-51.sh's cells (`--pick-env`).
@@ -609,6 +630,12 @@ def main():
         return
     figure = take(args, "--svg")
     runs = load(args[0] if args else "runs/peer")
+    # The tuning's seed is never raced (race-51.sh's rule): its runs are `--pick`'s, and
+    # neither their times nor their steps enter a cell or its bound.
+    tuning = [r for r in runs if r["seed"] == TUNE_SEED]
+    if tuning:
+        print(f"({len(tuning)} runs on the tuning seed {TUNE_SEED} left out: `--pick` ranks them)\n")
+        runs = [r for r in runs if r["seed"] != TUNE_SEED]
     summary = []
     for model in sorted({r["model"] for r in runs}):
         goal = Goal(model)

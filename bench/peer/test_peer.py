@@ -127,17 +127,28 @@ def test_ratios_are_paired_per_seed_and_a_verdict_needs_three_reached_pairs(tmp_
     g = {"runs": [{"seed": 1}, {"seed": 2}, {"seed": 3}],
          "outs": [(100.0, 500, 0.2, None, {}), (110.0, 500, 0.22, None, {}), (None, 400, 0.2, 120.0, {})]}
     t = {"runs": [{"seed": 1}, {"seed": 3}], "outs": [(130.0, 500, 0.26, None, {}), (150.0, 500, 0.3, None, {})]}
-    assert table.pairs(g, t) == [(1, 1.3, False), (3, 1.25, True)]
-    assert table.verdict("100mbit", [(1, 1.6, False), (2, 1.5, False)], 1.0, 1.0) == "no verdict (2 pairs)"
-    assert table.verdict("100mbit", [(1, 1.6, False), (2, 1.5, False), (3, 2.0, True)], 1.0, 1.0) == \
+    assert table.pairs(g, t) == [(1, 1.3, ""), (3, 1.25, "*")]
+    # A pair whose runs timed free steps more than 10% apart ran on a machine whose speed
+    # had moved (a cell split over sessions): marked, and it carries no verdict.
+    t2 = {"runs": [{"seed": 1}, {"seed": 2}],
+          "outs": [(130.0, 500, 0.26, None, {"free_step_seconds": 0.2}),
+                   (150.0, 500, 0.3, None, {"free_step_seconds": 0.2})]}
+    g2 = {"runs": [{"seed": 1}, {"seed": 2}],
+          "outs": [(100.0, 500, 0.2, None, {"free_step_seconds": 0.21}),
+                   (100.0, 500, 0.2, None, {"free_step_seconds": 0.3})]}
+    assert table.pairs(g2, t2) == [(1, 1.3, ""), (2, 1.5, "†")]
+    assert table.verdict("100mbit", [(1, 1.6, ""), (2, 1.5, "")], 1.0, 1.0) == "no verdict (2 pairs)"
+    assert table.verdict("100mbit", [(1, 1.6, ""), (2, 1.5, ""), (3, 2.0, "*")], 1.0, 1.0) == \
         "no verdict (3 pairs, projected)"
-    three = [(1, 1.6, False), (2, 1.4, False), (3, 1.55, False)]  # median 1.55
+    assert table.verdict("100mbit", [(1, 1.6, "†"), (2, 1.5, ""), (3, 2.0, "*†")], 1.0, 1.0) == \
+        "no verdict (3 pairs, projected, machine drift)"
+    three = [(1, 1.6, ""), (2, 1.4, ""), (3, 1.55, "")]  # median 1.55
     assert table.verdict("100mbit", three, 1.2, 1.05) == "met"
     assert table.verdict("100mbit", three, 1.31, 1.05) == "missed"  # past 1.3× the bound
     assert table.verdict("100mbit", three, 1.2, 1.11) == "missed"  # past 1.10× its own steps
     assert table.verdict("10mbit", three, 1.2, 1.05) == "missed"  # short of 3×
-    assert table.verdict("1gbit", [(1, 0.96, False), (2, 0.9, False), (3, 1.2, False)], None, None) == "met"
-    assert table.verdict("none", [(1, 0.94, False), (2, 0.9, False), (3, 1.2, False)], None, None) == "missed"
+    assert table.verdict("1gbit", [(1, 0.96, ""), (2, 0.9, ""), (3, 1.2, "")], None, None) == "met"
+    assert table.verdict("none", [(1, 0.94, ""), (2, 0.9, ""), (3, 1.2, "")], None, None) == "missed"
     # Own steps: a method's time ÷ (its steps × the communication-free step), median over reached seeds.
     assert table.own_steps(g, 0.19) == pytest.approx(statistics.median([100 / 95, 110 / 95]))
     assert table.own_steps(g, None) is None
@@ -389,3 +400,17 @@ def test_matrix_sh_resumes_from_committed_records_and_leaves_new_ones(tmp_path):
     import time
     assert phase("4", MATRIX_UNTIL=str(int(time.time()) + 300)) == []
     assert phase("4", MATRIX_UNTIL=str(int(time.time()) + 900)) == ["peer-ptb-gpt-none-100mbit-s4"]
+
+
+def test_the_tuning_seed_races_in_no_cell(tmp_path, capsys, monkeypatch):
+    """race-51.sh tunes on seed 9 and races seeds 1-3: the tuning's runs, in the same
+    records, enter neither a cell's table nor its bound."""
+    m = "ptb-gpt"
+    write_run(tmp_path, f"peer-{m}-gradcomp-local-sgd-h32-fp4-100mbit-s9", [row(200, 480.0, 50.0)])
+    write_run(tmp_path, f"peer-{m}-gradcomp-local-h32-fp4-100mbit-s9", [row(100, 480.0, 25.0)])
+    write_run(tmp_path, f"peer-{m}-gradcomp-local-sgd-h32-fp4-100mbit", [row(300, 480.0, 90.0)])
+    monkeypatch.setattr(sys, "argv", ["table.py", str(tmp_path)])
+    table.main()
+    out = capsys.readouterr().out
+    assert "(2 runs on the tuning seed 9 left out" in out
+    assert "gradcomp-local-h32-fp4 " not in out and "| 90.0 |" in out
