@@ -19,7 +19,8 @@ steps="${FAULTS_STEPS:-600}"
 # FAULTS_RESUME=1 a run whose driver recorded its end is kept, and only evaluated if it was not:
 # the race's phase outlasts a session. A run stopped part-way is made again from the start.
 pair() { # FRAMEWORK SEED NAME [faults.py run ARGS...]   (the run's directory: OUT/FRAMEWORK-NAME)
-    local dir="$out/$1-$3"
+    local name="$1-$3"
+    local dir="$out/$name"
     if [ -n "${FAULTS_RESUME:-}" ] && grep -q '"kind": "done"' "$dir/driver.jsonl" 2>/dev/null; then
         echo "== $dir (done before, kept)" >&2
     else
@@ -29,8 +30,8 @@ pair() { # FRAMEWORK SEED NAME [faults.py run ARGS...]   (the run's directory: O
     # FAULTS_RECORDS=DIR: the run's record (its .jsonl files, not the saved models) in DIR/NAME,
     # ready to commit; copied back into a fresh OUT, FAULTS_RESUME keeps the run.
     if [ -n "${FAULTS_RECORDS:-}" ]; then
-        mkdir -p "$FAULTS_RECORDS/$1-$3"
-        cp "$dir"/*.jsonl "$FAULTS_RECORDS/$1-$3/"
+        mkdir -p "$FAULTS_RECORDS/$name"
+        cp "$dir"/*.jsonl "$FAULTS_RECORDS/$name/"
     fi
 }
 for phase in "$@"; do

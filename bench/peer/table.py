@@ -304,6 +304,11 @@ def pairs(g, t):
     return out
 
 
+def marks_of(ps):
+    """The marks `pairs` gave a cell's pairs, each once ("", "*", "†" or "*†")."""
+    return "".join(sorted(set("".join(p for *_, p in ps))))
+
+
 def own_steps(s, free):
     """The median over a method's seeds of its time ÷ (its steps × the
     communication-free step): each run's own (`free_step_seconds`, timed by
@@ -417,7 +422,7 @@ def verdict(rate, ps, g_bound, g_own):
     a pair run on a machine whose speed had moved (`pairs`' marks)."""
     if not ps:
         return ""
-    marks = "".join(p for *_, p in ps)
+    marks = marks_of(ps)
     if len(ps) < 3 or marks:
         why = [w for m, w in (("*", "projected"), ("†", "machine drift")) if m in marks]
         return f"no verdict ({len(ps)} pair{'s' if len(ps) != 1 else ''}" + "".join(f", {w}" for w in why) + ")"
@@ -530,7 +535,7 @@ def print_summary(summary):
             return f"{s['method']}{f' ({where})' if where else ''} | {fmt_time(s)}"
         ps = pairs(g, t) if g and t else []
         rs = [r for _, r, _ in ps]
-        marks = "".join(sorted(set("".join(p for *_, p in ps))))
+        marks = marks_of(ps)
         paired = (f"{statistics.median(rs):.2f} [{min(rs):.2f}–{max(rs):.2f}], {len(rs)}"
                   f"{' ' + marks if marks else ''}") if rs else ""
         lim = bound["seconds"] if bound else None
