@@ -25,6 +25,10 @@ py="${PEER_PYTHON:-$HOME/.cache/gradcomp/py-venv/bin/python}"
 # A run stops once it has trained this long (evaluation excluded), evaluated there and
 # reported as not reached (bench/peer/table.py projects its time to the target).
 cap="${MATRIX_CAP:-900}"
+if [ -n "${MATRIX_UNTIL:-}" ] && ! [[ $MATRIX_UNTIL =~ ^[0-9]+$ ]]; then
+    echo "error: MATRIX_UNTIL must be a time in seconds since the epoch (e.g. \$(date -d 20:30 +%s)), not '$MATRIX_UNTIL'" >&2
+    exit 2
+fi
 mkdir -p "$out"
 out="$(cd "$out" && pwd)"
 burn=(${MATRIX_BURN:-dense topk terngrad powersgd-r2})

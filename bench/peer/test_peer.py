@@ -400,6 +400,9 @@ def test_matrix_sh_resumes_from_committed_records_and_leaves_new_ones(tmp_path):
     import time
     assert phase("4", MATRIX_UNTIL=str(int(time.time()) + 300)) == []
     assert phase("4", MATRIX_UNTIL=str(int(time.time()) + 900)) == ["peer-ptb-gpt-none-100mbit-s4"]
+    with pytest.raises(subprocess.CalledProcessError) as e:  # a clock time, not epoch seconds
+        phase("5", MATRIX_UNTIL="20:30")
+    assert b"MATRIX_UNTIL must be a time in seconds since the epoch" in e.value.stderr
 
 
 def test_the_tuning_seed_races_in_no_cell(tmp_path, capsys, monkeypatch):
