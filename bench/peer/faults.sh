@@ -6,6 +6,8 @@
 #   FAULTS_SEEDS="1 2 3" bench/peer/faults.sh OUT gradcomp torchft   a pair per seed (NAME-sN)
 #   FAULTS_RESUME=1 …                       keeps the runs that ended before (a phase outlasts a session)
 #   FAULTS_RECORDS=DIR …                    each run's record (.jsonl files) left in DIR/NAME as it ends
+#   FAULTS_UNTIL=EPOCH-SECONDS …            no run starts whose limit (with its faulted twin's,
+#                                           for a run without faults) would end past then
 #
 # bench/peer/faults.py says what a run does; its `table` prints the results.
 set -euo pipefail
@@ -14,17 +16,30 @@ out="${1:?usage: bench/peer/faults.sh OUT [PHASE...]}"
 shift
 py="${PEER_PYTHON:-$HOME/.cache/gradcomp/py-venv/bin/python}"
 steps="${FAULTS_STEPS:-600}"
+limit=900
 [ $# -gt 0 ] || set -- gradcomp torchft heal
+if [ -n "${FAULTS_UNTIL:-}" ] && ! [[ $FAULTS_UNTIL =~ ^[0-9]+$ ]]; then
+    echo "error: FAULTS_UNTIL must be a time in seconds since the epoch (e.g. \$(date -d 20:30 +%s)), not '$FAULTS_UNTIL'" >&2
+    exit 2
+fi
 # One run of a pair, then worker 1's saved models evaluated (off the run's clock). With
 # FAULTS_RESUME=1 a run whose driver recorded its end is kept, and only evaluated if it was not:
 # the race's phase outlasts a session. A run stopped part-way is made again from the start.
-pair() { # FRAMEWORK SEED NAME [faults.py run ARGS...]   (the run's directory: OUT/FRAMEWORK-NAME)
+pair() { # FRAMEWORK SEED NAME [faults.py run ARGS...]   (the run's directory: OUT/FRAMEWORK-NAME; 1: not started)
     local name="$1-$3"
     local dir="$out/$name"
     if [ -n "${FAULTS_RESUME:-}" ] && grep -q '"kind": "done"' "$dir/driver.jsonl" 2>/dev/null; then
         echo "== $dir (done before, kept)" >&2
     else
-        "$py" bench/peer/faults.py run --framework "$1" --out "$dir" --steps "$steps" --limit 900 --seed "$2" "${@:4}"
+        # A session's end (FAULTS_UNTIL): a run without faults starts only if its faulted twin
+        # can follow it, so the two run on the same machine, back to back.
+        local need=$limit
+        [[ $3 == nofaults* ]] && need=$((2 * limit))
+        if [ -n "${FAULTS_UNTIL:-}" ] && [ $(($(date +%s) + need)) -gt "$FAULTS_UNTIL" ]; then
+            echo "== $dir (not started: its limit would end past FAULTS_UNTIL)" >&2
+            return 1
+        fi
+        "$py" bench/peer/faults.py run --framework "$1" --out "$dir" --steps "$steps" --limit "$limit" --seed "$2" "${@:4}"
     fi
     [ -e "$dir/evals.jsonl" ] || "$py" bench/peer/faults.py eval "$dir"
     # FAULTS_RECORDS=DIR: the run's record (its .jsonl files, not the saved models) in DIR/NAME,
@@ -40,8 +55,9 @@ for phase in "$@"; do
         gradcomp|torchft)
             for seed in ${FAULTS_SEEDS:-1}; do
                 sfx=$([ "$seed" = 1 ] || echo "-s$seed")
-                pair "$phase" "$seed" "nofaults$sfx"
-                pair "$phase" "$seed" "faults$sfx" --faults --schedule-from "$out/$phase-nofaults$sfx"
+                # The faulted run takes its schedule from its twin: no twin, no faulted run.
+                pair "$phase" "$seed" "nofaults$sfx" || continue
+                pair "$phase" "$seed" "faults$sfx" --faults --schedule-from "$out/$phase-nofaults$sfx" || continue
             done ;;
         # The race's GPT (5.75M parameters): one worker trains, a second joins 30 s later and
         # heals from it at 100 Mbit/s: θ_outer, the outer momentum (Nesterov) and the model.

@@ -119,7 +119,8 @@ for phase in "$@"; do
         isolated) for k in lstm gpt resnet; do m "$(model_of $k)" none 120 1 isolated; done ;;
         faults)
             if [ -n "${RACE_DRY:-}${RACE_CHECK:-}" ]; then echo "faults: bench/peer/faults.sh $out/faults"; continue; fi
-            FAULTS_RECORDS="${MATRIX_RECORDS:+$MATRIX_RECORDS/faults}" FAULTS_RESUME=1 FAULTS_SEEDS="1 2 3" \
+            FAULTS_RECORDS="${MATRIX_RECORDS:+$MATRIX_RECORDS/faults}" FAULTS_UNTIL="${MATRIX_UNTIL:-}" \
+                FAULTS_RESUME=1 FAULTS_SEEDS="1 2 3" \
                 bench/peer/faults.sh "$out/faults" gradcomp torchft ;;
         tune-*)
             tune "${phase#tune-}" ;;

@@ -363,6 +363,17 @@ def test_faults_sh_resumes_run_by_run_and_evaluates_what_was_not(tmp_path):
     assert (records / "gradcomp-faults" / "driver.jsonl").exists()
     assert [c for c in phase() if c.startswith("run")] == [
         "run gradcomp-nofaults", "run gradcomp-faults", "run gradcomp-nofaults-s2", "run gradcomp-faults-s2"]
+    # A session's end: a faulted run starts while its own limit (900 s) fits, one without
+    # faults only while its faulted twin's fits after it, so a pair runs on one machine; a
+    # faulted run whose twin did not run (its schedule's source) is not started either.
+    import time
+    (out / "gradcomp-nofaults" / "driver.jsonl").write_text('{"kind": "done", "rc": {}}\n')
+    assert phase(FAULTS_RESUME="1", FAULTS_UNTIL=str(int(time.time()) + 1200)) == [
+        "run gradcomp-faults", "eval gradcomp-faults"]
+    assert phase(FAULTS_RESUME="1", FAULTS_UNTIL=str(int(time.time()) + 600)) == []
+    with pytest.raises(subprocess.CalledProcessError) as e:
+        phase(FAULTS_UNTIL="20:30")
+    assert b"FAULTS_UNTIL must be a time in seconds since the epoch" in e.value.stderr
 
 
 def test_matrix_sh_resumes_from_committed_records_and_leaves_new_ones(tmp_path):
