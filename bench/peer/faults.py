@@ -214,7 +214,15 @@ def netns(i):
     return f"{PFX}-h{i}"
 
 
+def exit_on_sigterm():
+    """SIGTERM (a `kill`, a session's end) raises SystemExit like Ctrl-C's KeyboardInterrupt,
+    so `run`'s `finally` stops the workers and takes the netsim hosts down: by default
+    Python dies on it at once and leaves both behind."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+
+
 def run(a):
+    exit_on_sigterm()
     out = os.path.abspath(a.out)
     os.makedirs(out, exist_ok=True)
     for f in glob.glob(os.path.join(out, "*.jsonl")) + [os.path.join(out, "stop")]:

@@ -428,3 +428,17 @@ def test_the_tuning_seed_races_in_no_cell(tmp_path, capsys, monkeypatch):
     out = capsys.readouterr().out
     assert "(2 runs on the tuning seed 9 left out" in out
     assert "gradcomp-local-h32-fp4 " not in out and "| 90.0 |" in out
+
+
+def test_a_killed_faults_driver_still_cleans_up(tmp_path):
+    """`faults.py run` takes its netsim hosts down in a `finally`; SIGTERM (a `kill`, a
+    session's end) must reach it, not end Python at once and leave the hosts behind."""
+    import subprocess
+    marker = tmp_path / "cleaned"
+    code = (f"import os, signal, sys, time; sys.path.insert(0, {os.path.dirname(__file__)!r}); import faults\n"
+            "faults.exit_on_sigterm()\n"
+            "try:\n    os.kill(os.getpid(), signal.SIGTERM); time.sleep(30)\n"
+            f"finally:\n    open({str(marker)!r}, 'w').close()\n")
+    r = subprocess.run([sys.executable, "-c", code], timeout=60)
+    assert r.returncode == 128 + 15
+    assert marker.exists()
