@@ -18,10 +18,8 @@ py="${PEER_PYTHON:-$HOME/.cache/gradcomp/py-venv/bin/python}"
 steps="${FAULTS_STEPS:-600}"
 limit=900
 [ $# -gt 0 ] || set -- gradcomp torchft heal
-if [ -n "${FAULTS_UNTIL:-}" ] && ! [[ $FAULTS_UNTIL =~ ^[0-9]+$ ]]; then
-    echo "error: FAULTS_UNTIL must be a time in seconds since the epoch (e.g. \$(date -d 20:30 +%s)), not '$FAULTS_UNTIL'" >&2
-    exit 2
-fi
+. scripts/lib/until.sh
+until_check FAULTS_UNTIL
 # One run of a pair, then worker 1's saved models evaluated (off the run's clock). With
 # FAULTS_RESUME=1 a run whose driver recorded its end is kept, and only evaluated if it was not:
 # the race's phase outlasts a session. A run stopped part-way is made again from the start.
@@ -35,7 +33,7 @@ pair() { # FRAMEWORK SEED NAME [faults.py run ARGS...]   (the run's directory: O
         # can follow it, so the two run on the same machine, back to back.
         local need=$limit
         [[ $3 == nofaults* ]] && need=$((2 * limit))
-        if [ -n "${FAULTS_UNTIL:-}" ] && [ $(($(date +%s) + need)) -gt "$FAULTS_UNTIL" ]; then
+        if ! until_fits FAULTS_UNTIL "$need"; then
             echo "== $dir (not started: its limit would end past FAULTS_UNTIL)" >&2
             return 1
         fi

@@ -25,10 +25,8 @@ py="${PEER_PYTHON:-$HOME/.cache/gradcomp/py-venv/bin/python}"
 # A run stops once it has trained this long (evaluation excluded), evaluated there and
 # reported as not reached (bench/peer/table.py projects its time to the target).
 cap="${MATRIX_CAP:-900}"
-if [ -n "${MATRIX_UNTIL:-}" ] && ! [[ $MATRIX_UNTIL =~ ^[0-9]+$ ]]; then
-    echo "error: MATRIX_UNTIL must be a time in seconds since the epoch (e.g. \$(date -d 20:30 +%s)), not '$MATRIX_UNTIL'" >&2
-    exit 2
-fi
+. scripts/lib/until.sh
+until_check MATRIX_UNTIL
 mkdir -p "$out"
 out="$(cd "$out" && pwd)"
 burn=(${MATRIX_BURN:-dense topk terngrad powersgd-r2})
@@ -97,7 +95,7 @@ run_peer() { # MODEL RATE METHOD
     fi
     # MATRIX_UNTIL=EPOCH-SECONDS: a run starts only while its cap fits before then (a session's
     # end: the rest is skipped, to be resumed).
-    if [ -n "${MATRIX_UNTIL:-}" ] && [ $(($(date +%s) + cap)) -gt "$MATRIX_UNTIL" ]; then
+    if ! until_fits MATRIX_UNTIL "$cap"; then
         echo "== $name (not started: its cap would end past MATRIX_UNTIL)" >&2
         return
     fi
