@@ -16,7 +16,10 @@ its model every `--save-every` steps with the wall-clock (evaluated afterwards b
 off the run's clock and CPUs). Every worker process writes DIR/wI.L.jsonl (L its life):
 each step, each round (torchft's verdict, workers, healed), each heal (bytes, seconds).
 The round timeout of both frameworks is gradcomp.torch.round_timeout's (dense pricing:
-fp4 is not priced, dense bounds it), the lighthouse's heartbeat timeout 1 s, join 5 s.
+fp4 is not priced, dense bounds it) rounded up to whole seconds (torchft's checkpoint
+server fails every heal under about 2% of fractional timeouts: gradcomp.torch.manager
+rounds its own; torchft's Manager takes this one as it is), the lighthouse's heartbeat
+timeout 1 s, join 5 s.
 """
 import argparse
 import datetime
@@ -233,8 +236,8 @@ def run(a):
     import gradcomp.torch as gt
     cfg = tomllib.load(open(a.config, "rb"))
     model, _ = models.build(cfg)
-    timeout = gt.round_timeout(model, link_bps=a.link_bps, workers=a.workers, period=a.period,
-                               compressor="dense", fragments=a.fragments, outer=a.outer)
+    timeout = float(math.ceil(gt.round_timeout(model, link_bps=a.link_bps, workers=a.workers, period=a.period,
+                                               compressor="dense", fragments=a.fragments, outer=a.outer)))
     del model, torch
     lh_host = a.workers + 1
     sh(NETSIM, "up", str(a.workers), a.rate)

@@ -376,6 +376,32 @@ def test_faults_sh_resumes_run_by_run_and_evaluates_what_was_not(tmp_path):
     assert b"FAULTS_UNTIL must be a time in seconds since the epoch" in e.value.stderr
 
 
+def test_faults_sh_starts_no_faulted_run_after_its_twin_failed_and_says_a_run_failed(tmp_path):
+    """A run that fails (a worker ended before its first step) leaves no twin to take a
+    schedule from, or no evaluation to copy: its faulted run is not started, nothing of it
+    reaches FAULTS_RECORDS, the next seed runs, and the script's status is 1."""
+    import subprocess
+    calls = tmp_path / "calls"
+    fake = tmp_path / "python"
+    # Seed 1's run without faults fails; every other call succeeds.
+    fake.write_text(f'#!/bin/sh\ncase $2 in run) d=$6; mkdir -p "$d"; : > "$d/driver.jsonl" ;; *) d=$3 ;; esac\n'
+                    f'echo "$2 $(basename "$d")" >> {calls}\n'
+                    f'[ "$2 $(basename "$d")" != "run gradcomp-nofaults" ]\n')
+    fake.chmod(0o755)
+    records = tmp_path / "records"
+    script = os.path.join(os.path.dirname(__file__), "faults.sh")
+    r = subprocess.run([script, str(tmp_path / "out"), "gradcomp"], capture_output=True,
+                       env={**os.environ, "PEER_PYTHON": str(fake), "FAULTS_SEEDS": "1 2",
+                            "FAULTS_RECORDS": str(records)})
+    assert r.returncode == 1, r.stderr
+    assert calls.read_text().splitlines() == [
+        "run gradcomp-nofaults",
+        "run gradcomp-nofaults-s2", "eval gradcomp-nofaults-s2",
+        "run gradcomp-faults-s2", "eval gradcomp-faults-s2"]
+    assert b"gradcomp-nofaults: the run failed" in r.stderr and b"faults.sh: a run failed" in r.stderr
+    assert not (records / "gradcomp-nofaults").exists()
+
+
 def test_matrix_sh_resumes_from_committed_records_and_leaves_new_ones(tmp_path):
     """A phase outlasts a session and a session's machine: with MATRIX_RESUME a run whose
     record was copied into a fresh OUT (NAME.evals.jsonl) or that finished there (NAME.done)

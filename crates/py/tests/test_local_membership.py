@@ -322,3 +322,26 @@ def test_the_reduce_scatters_all_to_all_runs_on_torchfts_group() -> None:
     outs = run_ranks(FT_ALL_TO_ALL, 3, "3", str(free_port()), timeout=120)
     for r, o in enumerate(outs):
         assert o.code == 0 and "received" in o.out, (r, o.err[-2000:])
+
+
+def test_a_heal_is_served_under_a_round_timeout_torchfts_server_cannot_read_back() -> None:
+    """torchft's checkpoint server asserts its socket reads its timeout back
+    unchanged and answers HTTP 500 when not; 8.221894 s reads back 8.221894001
+    (a faults run's round timeout that failed every heal at step 0). The heal
+    transport `gradcomp.torch.manager` builds serves under it all the same."""
+    import datetime
+    import socket
+    from gradcomp._membership import _heal_transport
+    timeout = datetime.timedelta(seconds=8.221894337999998)
+    probe = socket.socket()
+    probe.settimeout(timeout.total_seconds())
+    assert probe.gettimeout() != timeout.total_seconds(), "the timeout this test needs reads back unchanged"
+    probe.close()
+    transport = _heal_transport("127.0.0.1", timeout)
+    try:
+        sent = {"outer": {"outer.anchor": torch.arange(4.0)}, "inner_steps": 32}
+        transport.send_checkpoint(dst_ranks=[1], step=3, state_dict=sent, timeout=timeout)
+        got = transport.recv_checkpoint(src_rank=0, metadata=transport.metadata(), step=3, timeout=timeout)
+        assert got["inner_steps"] == 32 and torch.equal(got["outer"]["outer.anchor"], torch.arange(4.0)), got
+    finally:
+        transport.shutdown()

@@ -176,7 +176,8 @@ def _heal_transport(host: str, timeout: datetime.timedelta) -> Any:
     """torchft's HTTP checkpoint server (it listens on every interface), for
     heals, advertised at `host`: its own address names
     `socket.gethostname()`, which a peer may not reach (or which resolves to
-    127.0.0.1 there)."""
+    127.0.0.1 there). Its timeout is `timeout` rounded up to whole seconds
+    (`_transport_timeout`)."""
     from torchft.checkpointing.http_transport import HTTPTransport  # type: ignore[import-untyped]
     name = f"[{host}]" if ":" in host else host
 
@@ -185,7 +186,17 @@ def _heal_transport(host: str, timeout: datetime.timedelta) -> Any:
             url = urllib.parse.urlsplit(str(super().address()))
             return url._replace(netloc=f"{name}:{url.port}").geturl()
 
-    return Advertised(timeout=timeout, num_chunks=0)
+    return Advertised(timeout=_transport_timeout(timeout), num_chunks=0)
+
+
+def _transport_timeout(timeout: Union[float, datetime.timedelta]) -> datetime.timedelta:
+    """`timeout` rounded up to whole seconds, for torchft's HTTP checkpoint
+    server (the one a heal reads from). torchft 0.2.0's handler asserts
+    `connection.gettimeout() == timeout` and answers HTTP 500 when it fails;
+    a socket keeps its timeout in nanoseconds, rounded up, so about 2% of
+    fractional values (8.221894 s: 8.221894001) read back different and
+    every heal from that peer fails. Whole seconds read back exactly."""
+    return datetime.timedelta(seconds=math.ceil(_seconds("timeout", timeout).total_seconds()))
 
 
 def round_timeout(model: torch.nn.Module, *, link_bps: float, workers: int, period: int, compressor: str = "dense",
