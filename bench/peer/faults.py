@@ -27,6 +27,7 @@ import glob
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -65,6 +66,22 @@ def tensor_bytes(obj, seen=None):
 
 
 # -- a worker ------------------------------------------------------------------------------
+
+def start_together(out, me, count, timeout=300.0):
+    """Wait until `count` workers of the run's start have their managers up (heartbeating),
+    before any of them asks for its first quorum. Without it the first to start (2 cores,
+    four processes importing torch) formed the first quorum alone with min_replicas, and a
+    fault-free torchft run stayed at 3 workers for good (its heals, 6.5 s, outlast the join
+    timeout; docs/RESULTS.md, the race's faults). A file per worker in OUT/ready (one host)."""
+    ready = os.path.join(out, "ready")
+    os.makedirs(ready, exist_ok=True)
+    open(os.path.join(ready, me), "w").close()
+    deadline = time.time() + timeout
+    while len(os.listdir(ready)) < count:
+        if time.time() > deadline:
+            raise SystemExit(f"{me}: {len(os.listdir(ready))} of --start-with {count} workers ready "
+                             f"after {timeout:.0f} s: see the other workers' logs")
+        time.sleep(0.05)
 
 def worker(a):
     import torch
@@ -107,6 +124,7 @@ def worker(a):
         m = gt.manager(lighthouse=lighthouse, replica_id=a.id, round_timeout=timeout,
                        min_replicas=a.min_replicas, host=a.host)
         wrap_recv(m)
+        start_together(a.out, a.id, a.start_with)
         lu = gt.LocalUpdates(model, opt, period=a.period, outer=a.outer, manager=m, max_workers=a.world,
                              compressor=a.compressor, fragments=a.fragments)
         steps_now = lambda: lu.inner_steps  # noqa: E731
@@ -142,6 +160,7 @@ def worker(a):
                     connect_timeout=datetime.timedelta(seconds=60),
                     heartbeat_interval=datetime.timedelta(seconds=0.1))
         wrap_recv(m)
+        start_together(a.out, a.id, a.start_with)
         sq, sc = m.start_quorum, m.should_commit
 
         def start_quorum(*args, **kw):
@@ -231,6 +250,7 @@ def run(a):
     for f in glob.glob(os.path.join(out, "*.jsonl")) + [os.path.join(out, "stop")]:
         if os.path.exists(f):
             os.remove(f)
+    shutil.rmtree(os.path.join(out, "ready"), ignore_errors=True)
     import torch
     import models
     import gradcomp.torch as gt
@@ -240,6 +260,7 @@ def run(a):
                                                compressor="dense", fragments=a.fragments, outer=a.outer)))
     del model, torch
     lh_host = a.workers + 1
+    starting = a.workers - (1 if a.join_late else 0)  # the workers that start at t = 0
     sh(NETSIM, "up", str(a.workers), a.rate)
     sh(NETSIM, "revive-host", str(lh_host), "none")
     procs, logs = {}, []
@@ -264,7 +285,9 @@ def run(a):
                "--config", a.config, "--seed", str(a.seed), "--steps", str(a.steps), "--out", out,
                "--world", str(a.workers), "--period", str(a.period), "--fragments", str(a.fragments),
                "--compressor", a.compressor, "--outer", a.outer, "--round-timeout", str(timeout),
-               "--min-replicas", str(a.min_replicas), "--save-every", str(a.save_every if i == 1 else 0)]
+               "--min-replicas", str(a.min_replicas), "--save-every", str(a.save_every if i == 1 else 0),
+               # The run's first workers start together; a revived or late one joins as it comes.
+               "--start-with", str(starting if life == 1 and not (a.join_late and i == a.workers) else 0)]
         procs[(i, life)] = subprocess.Popen(cmd, stdout=lf, stderr=subprocess.STDOUT)
         note(kind="worker_started", worker=i, life=life, pid=procs[(i, life)].pid)
 
@@ -526,6 +549,8 @@ def main():
     w.add_argument("--round-timeout", type=float, required=True)
     w.add_argument("--min-replicas", type=int, default=2)
     w.add_argument("--save-every", type=int, default=0)
+    w.add_argument("--start-with", type=int, default=0,
+                   help="wait for this many workers' managers before the first quorum (0: none)")
     for q in (w,):
         pass
     r = sub.add_parser("run")

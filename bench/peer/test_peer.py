@@ -468,3 +468,24 @@ def test_a_killed_faults_driver_still_cleans_up(tmp_path):
     r = subprocess.run([sys.executable, "-c", code], timeout=60)
     assert r.returncode == 128 + 15
     assert marker.exists()
+
+
+def test_a_runs_first_workers_ask_for_their_first_quorum_together(tmp_path):
+    """faults.py's workers wait for the run's first workers (--start-with) before their first
+    quorum, so none forms it alone; a worker missing past the timeout is an error naming it."""
+    import threading
+    import faults
+    done = []
+    others = [threading.Thread(target=lambda me=me: done.append(faults.start_together(str(tmp_path), me, 3)))
+              for me in ("w2", "w3")]
+    for t in others:
+        t.start()
+    others[0].join(0.3)
+    assert done == [], "two of three ready: nobody starts"
+    faults.start_together(str(tmp_path), "w1", 3)
+    for t in others:
+        t.join(5)
+    assert len(done) == 2
+    faults.start_together(str(tmp_path / "alone"), "w4", 0)  # a revived worker waits for nobody
+    with pytest.raises(SystemExit, match="1 of --start-with 2 workers ready after 0 s"):
+        faults.start_together(str(tmp_path / "short"), "w1", 2, timeout=0.2)
