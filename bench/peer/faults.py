@@ -446,7 +446,8 @@ def table_run(d, target=350.0):
     info = next(r for r in driver if r["kind"] == "run")
     recs = records(d)
     end = max((r["t"] for rs in recs.values() for r in rs if r["kind"] == "end"), default=None)
-    res = {"dir": d, "framework": info["framework"], "faults": info["faults"], "round_timeout": info["round_timeout"],
+    res = {"dir": d, "framework": info["framework"], "faults": info["faults"], "seed": info.get("seed", 1),
+           "round_timeout": info["round_timeout"],
            "seconds_total": (end - t0) if end else None}
     evals = [json.loads(line) for line in open(os.path.join(d, "evals.jsonl"))] \
         if os.path.exists(os.path.join(d, "evals.jsonl")) else []
@@ -516,17 +517,18 @@ def table_run(d, target=350.0):
 
 def table(a):
     rows = [table_run(d, a.target) for d in a.dirs]
-    base = {r["framework"]: r for r in rows if not r["faults"]}
-    print("| framework | faults | time to ppl %g (s) | vs no faults | final ppl | goodput | rounds (discarded) | "
+    # A faulted run against its twin: the same framework and seed without faults.
+    base = {(r["framework"], r["seed"]): r for r in rows if not r["faults"]}
+    print("| framework | seed | faults | time to ppl %g (s) | vs no faults | final ppl | goodput | rounds (discarded) | "
           "detect kill / stop (s) | heals: s, MB | round timeout (s) | longest round (s) |" % a.target)
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---:|---|---|---|---|---|---|---|---|---|---|")
     f = lambda v, p=1: "—" if v is None else f"{v:.{p}f}"  # noqa: E731
     for r in rows:
-        b = base.get(r["framework"])
+        b = base.get((r["framework"], r["seed"]))
         ratio = r["time_to_target"] / b["time_to_target"] if b and b["time_to_target"] and r["time_to_target"] else None
         heals = "; ".join(f"{h['worker']} {h['seconds']:.2f} s {h['bytes'] / 1e6:.1f} MB" for h in r["heals"]) or "—"
         det = r["detect"]
-        print(f"| {r['framework']} | {'yes' if r['faults'] else 'no'} | {f(r['time_to_target'])} "
+        print(f"| {r['framework']} | {r['seed']} | {'yes' if r['faults'] else 'no'} | {f(r['time_to_target'])} "
               f"(step {r['steps_to_target']}) | {f(ratio, 2)}× | {f(r['final_perplexity'])} | "
               f"{r['committed']}/{r['computed']} = {100 * r['goodput']:.1f}% | {r['rounds']} ({r['discarded_rounds']}) | "
               f"{f(det.get('kill-host'))} / {f(det.get('sigstop'))} | {heals} | {r['round_timeout']:.1f} | "
