@@ -260,7 +260,8 @@ def run(a):
                                                compressor="dense", fragments=a.fragments, outer=a.outer)))
     del model, torch
     lh_host = a.workers + 1
-    starting = a.workers - (1 if a.join_late else 0)  # the workers that start at t = 0
+    # The workers that start at t = 0 (with --join-late the last one joins later).
+    first = [i for i in range(1, a.workers + 1) if not (a.join_late and i == a.workers)]
     sh(NETSIM, "up", str(a.workers), a.rate)
     sh(NETSIM, "revive-host", str(lh_host), "none")
     procs, logs = {}, []
@@ -272,7 +273,7 @@ def run(a):
         events.flush()
         print(json.dumps(kw), flush=True)
 
-    def start_worker(i, life):
+    def start_worker(i, life, together=0):
         lf = open(os.path.join(out, f"w{i}.{life}.log"), "w")
         logs.append(lf)
         # Its own UTS namespace, its host name its address: torchft's checkpoint server (the
@@ -286,8 +287,8 @@ def run(a):
                "--world", str(a.workers), "--period", str(a.period), "--fragments", str(a.fragments),
                "--compressor", a.compressor, "--outer", a.outer, "--round-timeout", str(timeout),
                "--min-replicas", str(a.min_replicas), "--save-every", str(a.save_every if i == 1 else 0),
-               # The run's first workers start together; a revived or late one joins as it comes.
-               "--start-with", str(starting if life == 1 and not (a.join_late and i == a.workers) else 0)]
+               # The run's first workers start `together`; a revived or late one joins as it comes.
+               "--start-with", str(together)]
         procs[(i, life)] = subprocess.Popen(cmd, stdout=lf, stderr=subprocess.STDOUT)
         note(kind="worker_started", worker=i, life=life, pid=procs[(i, life)].pid)
 
@@ -305,9 +306,8 @@ def run(a):
         note(kind="run", framework=a.framework, faults=a.faults, round_timeout=timeout, rate=a.rate,
              steps=a.steps, seed=a.seed, heartbeat_timeout_ms=HEARTBEAT_TIMEOUT_MS, join_timeout_ms=JOIN_TIMEOUT_MS,
              config=os.path.relpath(a.config, ROOT))
-        for i in range(1, a.workers + 1):
-            if not (a.join_late and i == a.workers):
-                start_worker(i, 1)
+        for i in first:
+            start_worker(i, 1, together=len(first))
         # t = 0: worker 1's first training step.
         w1 = os.path.join(out, "w1.1.jsonl")
         t0 = None

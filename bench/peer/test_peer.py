@@ -325,17 +325,25 @@ def test_the_pick_counts_each_runs_own_free_steps_across_sessions(tmp_path, caps
     assert unit == "s" and chosen["method"] == "gradcomp-local-h32-fp4"
 
 
+def fake_faults_py(tmp_path, fails=""):
+    """A stand-in for faults.sh's Python (PEER_PYTHON), called as `faults.py run --framework F
+    --out DIR …` (it makes DIR/driver.jsonl) or `faults.py eval DIR`: each call appended to the
+    returned file as `run NAME` or `eval NAME`; the call `fails` (e.g. "run NAME") exits 1."""
+    calls = tmp_path / "calls"
+    fake = tmp_path / "python"
+    fake.write_text(f'#!/bin/sh\ncase $2 in run) d=$6; mkdir -p "$d"; : > "$d/driver.jsonl" ;; *) d=$3 ;; esac\n'
+                    f'echo "$2 $(basename "$d")" >> {calls}\n'
+                    f'[ "$2 $(basename "$d")" != "{fails}" ]\n')
+    fake.chmod(0o755)
+    return fake, calls
+
+
 def test_faults_sh_resumes_run_by_run_and_evaluates_what_was_not(tmp_path):
     """The race's faults phase outlasts a session: with FAULTS_RESUME a run whose driver
     recorded its end is kept, one without evaluations is evaluated, and one cut short is made
     again; without it every run is made again."""
     import subprocess
-    calls = tmp_path / "calls"
-    fake = tmp_path / "python"
-    # Called as `faults.py run --framework F --out DIR …` or `faults.py eval DIR`.
-    fake.write_text(f'#!/bin/sh\ncase $2 in run) d=$6; mkdir -p "$d"; : > "$d/driver.jsonl" ;; *) d=$3 ;; esac\n'
-                    f'echo "$2 $(basename "$d")" >> {calls}\n')
-    fake.chmod(0o755)
+    fake, calls = fake_faults_py(tmp_path)
     out = tmp_path / "out"
     for name, done, evals in [("gradcomp-nofaults", True, True), ("gradcomp-faults", True, False),
                               ("gradcomp-nofaults-s2", False, False)]:
@@ -381,13 +389,8 @@ def test_faults_sh_starts_no_faulted_run_after_its_twin_failed_and_says_a_run_fa
     schedule from, or no evaluation to copy: its faulted run is not started, nothing of it
     reaches FAULTS_RECORDS, the next seed runs, and the script's status is 1."""
     import subprocess
-    calls = tmp_path / "calls"
-    fake = tmp_path / "python"
     # Seed 1's run without faults fails; every other call succeeds.
-    fake.write_text(f'#!/bin/sh\ncase $2 in run) d=$6; mkdir -p "$d"; : > "$d/driver.jsonl" ;; *) d=$3 ;; esac\n'
-                    f'echo "$2 $(basename "$d")" >> {calls}\n'
-                    f'[ "$2 $(basename "$d")" != "run gradcomp-nofaults" ]\n')
-    fake.chmod(0o755)
+    fake, calls = fake_faults_py(tmp_path, fails="run gradcomp-nofaults")
     records = tmp_path / "records"
     script = os.path.join(os.path.dirname(__file__), "faults.sh")
     r = subprocess.run([script, str(tmp_path / "out"), "gradcomp"], capture_output=True,

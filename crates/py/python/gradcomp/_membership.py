@@ -189,14 +189,14 @@ def _heal_transport(host: str, timeout: datetime.timedelta) -> Any:
     return Advertised(timeout=_transport_timeout(timeout), num_chunks=0)
 
 
-def _transport_timeout(timeout: Union[float, datetime.timedelta]) -> datetime.timedelta:
+def _transport_timeout(timeout: datetime.timedelta) -> datetime.timedelta:
     """`timeout` rounded up to whole seconds, for torchft's HTTP checkpoint
     server (the one a heal reads from). torchft 0.2.0's handler asserts
     `connection.gettimeout() == timeout` and answers HTTP 500 when it fails;
     a socket keeps its timeout in nanoseconds, rounded up, so about 2% of
     fractional values (8.221894 s: 8.221894001) read back different and
     every heal from that peer fails. Whole seconds read back exactly."""
-    return datetime.timedelta(seconds=math.ceil(_seconds("timeout", timeout).total_seconds()))
+    return datetime.timedelta(seconds=math.ceil(timeout.total_seconds()))
 
 
 def round_timeout(model: torch.nn.Module, *, link_bps: float, workers: int, period: int, compressor: str = "dense",
