@@ -31,9 +31,9 @@
 #   tune-MODEL            (MODEL: lstm, gpt, resnet) the grid at 100 Mbit/s on TUNE_SEED
 #   MODEL-RATE            (RATE: 10mbit, 100mbit, 1gbit, none) a cell: the candidates the
 #                         tuning picked (RACE_GRADCOMP, RACE_TORCHFT, RACE_POSTLOCAL, named as
-#                         below; unset: read from tune-MODEL's records in OUT, which must be
-#                         complete, by `bench/peer/table.py OUT --pick-env`) with PyTorch's
-#                         per-step best, seeds 1-3
+#                         below; unset: read per cell from tune-MODEL's records in OUT, the
+#                         tuning seed's alone, which must be complete, by `bench/peer/table.py
+#                         OUT --pick-env`) with PyTorch's per-step best, seeds 1-3
 #
 # THE GRID (the same for both frameworks' local updates, 8 points each)
 #   language models  (H, P, tau) in (32, 1, 0), (32, 4, 1), (32, 4, 4), (16, 4, 1)
@@ -115,6 +115,9 @@ zip() { # "A…" "B…"
     for ((i = 0; i < n; i++)); do r+=" ${a[i]:-} ${b[i]:-}"; done
     echo $r
 }
+# The picks the caller gave, if any: each cell starts from these, not from the picks an
+# earlier cell of this call read for its own model.
+given=("${RACE_GRADCOMP:-}" "${RACE_TORCHFT:-}" "${RACE_POSTLOCAL:-}")
 for phase in "$@"; do
     echo "=== phase $phase $(date -u +%FT%TZ)" >&2
     case $phase in
@@ -128,6 +131,7 @@ for phase in "$@"; do
             tune "${phase#tune-}" ;;
         *-10mbit|*-100mbit|*-1gbit|*-none)
             k=${phase%-*} rate=${phase##*-}
+            RACE_GRADCOMP=${given[0]} RACE_TORCHFT=${given[1]} RACE_POSTLOCAL=${given[2]}
             cap=600; [ "$rate" = 10mbit ] && cap=300
             if [ -z "${RACE_GRADCOMP:-}${RACE_TORCHFT:-}${RACE_POSTLOCAL:-}" ]; then
                 # The picks of this model's tuning phase in OUT, once every one of its points

@@ -581,8 +581,10 @@ def pick(methods):
 
 
 def family_picks(runs, model, rate="100mbit"):
-    """[(family, its race-51.sh variable, `pick` of its points)] for `model` at `rate`."""
-    methods = cell_methods(runs, model, rate, Goal(model))
+    """[(family, its race-51.sh variable, `pick` of its points)] for `model` at `rate`, from
+    the tuning seed's runs alone: the cells' seeds, raced with the picks, must not move them."""
+    tuning = [r for r in runs if r["seed"] == TUNE_SEED]
+    methods = cell_methods(tuning, model, rate, Goal(model))
     return [(family, var, pick([s for s in methods if s["method"].startswith(prefix)]))
             for family, prefix, var in FAMILIES]
 

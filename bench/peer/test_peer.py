@@ -288,6 +288,10 @@ def test_the_tuning_pick_takes_the_least_time_then_the_fewer_bytes_within_two_pe
     assert table.pick_env(table.load(tmp_path), m) == \
         "RACE_GRADCOMP=gradcomp-local-sgd-h16-p4-d1-fp4 RACE_TORCHFT=torchft-diloco-h32 " \
         "RACE_POSTLOCAL=torch-postlocal-h32-w30"
+    # A cell's seeds, raced with the picks, move no pick (a cell of this model run later
+    # races the same points): a faster torchft point on seed 1 is not ranked.
+    write_run(tmp_path, f"peer-{m}-torchft-diloco-h32-nesterov-100mbit-s1", [row(280, 480.0, 50.0)])
+    assert "RACE_TORCHFT=torchft-diloco-h32 " in table.pick_env(table.load(tmp_path), m)
     assert table.pick([]) == (None, [], "s")
     with pytest.raises(SystemExit, match="no model 'nosuch'"):
         table.pick_env(runs, "nosuch")
@@ -492,3 +496,24 @@ def test_a_runs_first_workers_ask_for_their_first_quorum_together(tmp_path):
     faults.start_together(str(tmp_path / "alone"), "w4", 0)  # a revived worker waits for nobody
     with pytest.raises(SystemExit, match="1 of --start-with 2 workers ready after 0 s"):
         faults.start_together(str(tmp_path / "short"), "w1", 2, timeout=0.2)
+
+
+def test_each_cell_of_one_race_call_races_its_own_models_picks():
+    """race-51.sh reads a cell's picks from its model's tuning records; a later cell of
+    another model in the same call must read its own, not keep the earlier cell's. Read from
+    the committed tuning records, dry (nothing runs)."""
+    import subprocess
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+
+    def dry(*phases, **env):
+        r = subprocess.run(["bash", "bench/peer/race-51.sh", "docs/bench/race-51", *phases], cwd=root,
+                           env={**os.environ, "RACE_DRY": "1", **env}, capture_output=True, text=True, check=True)
+        return [line for line in r.stdout.splitlines() if " cap " in line]
+
+    alone = dry("lstm-1gbit")
+    together = dry("gpt-100mbit", "lstm-1gbit")
+    assert len(together) == 2 and together[1] == alone[0]
+    assert together[0].split(":")[1] != alone[0].split(":")[1], "the two models' picks differ"
+    # Picks the caller gives race every cell of the call.
+    given = {"RACE_GRADCOMP": "g", "RACE_TORCHFT": "t", "RACE_POSTLOCAL": "p"}
+    assert all(line.split(":")[1].startswith("g t p ") for line in dry("gpt-100mbit", "lstm-1gbit", **given))
