@@ -90,15 +90,10 @@ peer_method() {
 run_peer() { # MODEL RATE METHOD
     local name="peer-$1-${3/:/-}-$2$suffix"
     if [ -n "${MATRIX_RESUME:-}" ] && { [ -e "$out/$name.done" ] || [ -e "$out/$name.evals.jsonl" ]; }; then
-        echo "== $name (done before, skipped)" >&2
+        [ -n "${counting:-}" ] || echo "== $name (done before, skipped)" >&2
         return
     fi
-    # MATRIX_UNTIL=EPOCH-SECONDS: a run starts only while its cap fits before then (a session's
-    # end: the rest is skipped, to be resumed).
-    if ! until_fits MATRIX_UNTIL "$cap"; then
-        echo "== $name (not started: its cap would end past MATRIX_UNTIL)" >&2
-        return
-    fi
+    if [ -n "${counting:-}" ]; then pending=$((pending + 1)); return; fi
     echo "== $name" >&2
     rm -f "$out/$name.done"
     # shellcheck disable=SC2046
@@ -117,12 +112,13 @@ run_peer() { # MODEL RATE METHOD
 }
 
 run_burn() { # MODEL RATE METHOD
+    if [ -n "${counting:-}" ]; then pending=$((pending + 1)); return; fi
     TTA_SEED=$seed TTA_SUFFIX=$suffix TTA_CAP=$cap TTA_MODELS="$1" TTA_RATES="$2" TTA_METHODS="$3" \
         TTA_NOPIPE_METHODS="" scripts/time-to-accuracy.sh "$bin" "$out"
 }
 
-for seed in ${MATRIX_SEEDS:-1}; do
-    suffix=$([ "$seed" = 1 ] || echo "-s$seed")
+# One seed's runs, the frameworks interleaved (with counting=1: only counted, into pending).
+seed_runs() {
     for model in ${MATRIX_MODELS:-mnist-lenet}; do
         for rate in ${MATRIX_RATES:-100mbit 1gbit}; do
             n=$(( ${#burn[@]} > ${#peer[@]} ? ${#burn[@]} : ${#peer[@]} ))
@@ -132,5 +128,23 @@ for seed in ${MATRIX_SEEDS:-1}; do
             done
         done
     done
+}
+
+# MATRIX_UNTIL=EPOCH-SECONDS (a session's end): a seed's runs start only if all those still to
+# run fit before then, each at its cap plus MATRIX_RUN_OVERHEAD seconds (start-up and
+# evaluations, off the cap's clock: default 300), and once started they all run. A seed's runs
+# are the pairs a cell's ratios compare, and this machine's speed moves between sessions, so a
+# seed is never split between two; the seeds that do not fit are skipped, to be resumed.
+overhead="${MATRIX_RUN_OVERHEAD:-300}"
+[[ $overhead =~ ^[0-9]+$ ]] || { echo "error: MATRIX_RUN_OVERHEAD must be whole seconds, not '$overhead'" >&2; exit 2; }
+for seed in ${MATRIX_SEEDS:-1}; do
+    suffix=$([ "$seed" = 1 ] || echo "-s$seed")
+    pending=0
+    counting=1 seed_runs
+    if [ "$pending" -gt 0 ] && ! until_fits MATRIX_UNTIL $((pending * (cap + overhead))); then
+        echo "== seed $seed: not started, its $pending run(s) at ${cap}+${overhead} s each would end past MATRIX_UNTIL" >&2
+        continue
+    fi
+    seed_runs
 done
 echo "done: gradcomp report --time-to-accuracy $out/*/" >&2

@@ -10,7 +10,9 @@
 #   a run with OUT/NAME.evals.jsonl is not run again either)
 #   MATRIX_RECORDS=docs/bench/race-51: each run leaves its record there as it finishes (the
 #   faults phase's in its faults/; a fresh OUT takes them back: `cp -r docs/bench/race-51/faults OUT/`)
-#   MATRIX_UNTIL=EPOCH-SECONDS: no run starts whose cap would end past then (a session's end)
+#   MATRIX_UNTIL=EPOCH-SECONDS: a seed's runs start only if all fit before then, each at its cap
+#   plus MATRIX_RUN_OVERHEAD (default 300 s), so no seed's pairs are split between sessions
+#   (bench/peer/matrix.sh; the faults phase: no pair starts past it)
 #   RACE_CHECK=1 bench/peer/race-51.sh OUT PHASE...  every run a phase lists is in OUT, or
 #                         struck in OUT/struck.txt ("RUN-NAME: the reason", a line each)
 #

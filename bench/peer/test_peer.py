@@ -440,10 +440,23 @@ def test_matrix_sh_resumes_from_committed_records_and_leaves_new_ones(tmp_path):
     assert sorted(p.name for p in records.iterdir()) == [
         "peer-ptb-gpt-none-100mbit.config.toml", "peer-ptb-gpt-none-100mbit.evals.jsonl"]
     assert (out / "peer-ptb-gpt-none-100mbit.done").exists()
-    # A session's end: a run whose cap would end past MATRIX_UNTIL is not started.
+    # A session's end: a seed whose runs (cap 600 + overhead 300 s each) would end past
+    # MATRIX_UNTIL is not started; one that fits runs whole.
     import time
     assert phase("4", MATRIX_UNTIL=str(int(time.time()) + 300)) == []
-    assert phase("4", MATRIX_UNTIL=str(int(time.time()) + 900)) == ["peer-ptb-gpt-none-100mbit-s4"]
+    assert phase("4", MATRIX_UNTIL=str(int(time.time()) + 1000)) == ["peer-ptb-gpt-none-100mbit-s4"]
+    # A seed's runs are the cell's pairs: never split between sessions. Two runs to go where
+    # one fits: neither starts (a later seed is not started either); one of the two done: the
+    # other fits and runs.
+    two = {"MATRIX_PEER": "none torch-fp16", "MATRIX_UNTIL": str(int(time.time()) + 1000)}
+    assert phase("5 6", **two) == []
+    (out / "peer-ptb-gpt-none-100mbit-s5.done").write_text("")
+    assert phase("5", **two) == ["peer-ptb-gpt-torch-fp16-100mbit-s5"]
+    assert phase("6", **two, MATRIX_CAP="450", MATRIX_RUN_OVERHEAD="50") == [
+        "peer-ptb-gpt-none-100mbit-s6", "peer-ptb-gpt-torch-fp16-100mbit-s6"]
+    with pytest.raises(subprocess.CalledProcessError) as e:
+        phase("7", MATRIX_RUN_OVERHEAD="5m")
+    assert b"MATRIX_RUN_OVERHEAD must be whole seconds" in e.value.stderr
     with pytest.raises(subprocess.CalledProcessError) as e:  # a clock time, not epoch seconds
         phase("5", MATRIX_UNTIL="20:30")
     assert b"MATRIX_UNTIL must be a time in seconds since the epoch" in e.value.stderr
