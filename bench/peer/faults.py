@@ -553,8 +553,6 @@ def main():
     w.add_argument("--save-every", type=int, default=0)
     w.add_argument("--start-with", type=int, default=0,
                    help="wait for this many workers' managers before the first quorum (0: none)")
-    for q in (w,):
-        pass
     r = sub.add_parser("run")
     r.add_argument("--framework", required=True, choices=["gradcomp", "torchft"])
     r.add_argument("--faults", action="store_true")
