@@ -550,6 +550,13 @@ def print_summary(summary):
 # The seed bench/peer/race-51.sh tunes on (its TUNE_SEED's default), raced in no cell.
 TUNE_SEED = 9
 
+
+def split_tuning(runs):
+    """(the tuning seed's runs, the others): the first are `--pick`'s alone, and neither their
+    times nor their steps enter a cell or its bound (race-51.sh's rule)."""
+    return ([r for r in runs if r["seed"] == TUNE_SEED],
+            [r for r in runs if r["seed"] != TUNE_SEED])
+
 # The tuning's families (bench/peer/race-51.sh): each picks its own point from its grid.
 # Each family's variable of race-51.sh's cells (`--pick-env`).
 FAMILIES = (("gradcomp LocalUpdates", "gradcomp-local-", "RACE_GRADCOMP"),
@@ -583,7 +590,7 @@ def pick(methods):
 def family_picks(runs, model, rate="100mbit"):
     """[(family, its race-51.sh variable, `pick` of its points)] for `model` at `rate`, from
     the tuning seed's runs alone: the cells' seeds, raced with the picks, must not move them."""
-    tuning = [r for r in runs if r["seed"] == TUNE_SEED]
+    tuning, _ = split_tuning(runs)
     methods = cell_methods(tuning, model, rate, Goal(model))
     return [(family, var, pick([s for s in methods if s["method"].startswith(prefix)]))
             for family, prefix, var in FAMILIES]
@@ -639,12 +646,9 @@ def main():
         return
     figure = take(args, "--svg")
     runs = load(args[0] if args else "runs/peer")
-    # The tuning's seed is never raced (race-51.sh's rule): its runs are `--pick`'s, and
-    # neither their times nor their steps enter a cell or its bound.
-    tuning = [r for r in runs if r["seed"] == TUNE_SEED]
+    tuning, runs = split_tuning(runs)
     if tuning:
         print(f"({len(tuning)} runs on the tuning seed {TUNE_SEED} left out: `--pick` ranks them)\n")
-        runs = [r for r in runs if r["seed"] != TUNE_SEED]
     summary = []
     for model in sorted({r["model"] for r in runs}):
         goal = Goal(model)
