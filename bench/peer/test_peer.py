@@ -452,11 +452,10 @@ def test_matrix_sh_resumes_from_committed_records_and_leaves_new_ones(tmp_path):
     assert phase("5 6", **two) == []
     (out / "peer-ptb-gpt-none-100mbit-s5.done").write_text("")
     assert phase("5", **two) == ["peer-ptb-gpt-torch-fp16-100mbit-s5"]
-    # Cap and overhead both count: 2 × (450 + 50) s fits in 1,200 where 2 × (600 + 300) would not.
-    # (A deadline read fresh, with room: `two`'s, set seconds ago, would fit 1,000 s only to the
-    # second, which made this line flaky.)
-    assert phase("6", **{**two, "MATRIX_UNTIL": str(int(time.time()) + 1200)}, MATRIX_CAP="450",
-                 MATRIX_RUN_OVERHEAD="50") == [
+    # Cap and overhead both count: 2 × (450 + 50) s fits in 1,200 where 2 × (600 + 300) would not
+    # (a deadline of its own, with room to spare).
+    assert phase("6", MATRIX_PEER=two["MATRIX_PEER"], MATRIX_UNTIL=str(int(time.time()) + 1200),
+                 MATRIX_CAP="450", MATRIX_RUN_OVERHEAD="50") == [
         "peer-ptb-gpt-none-100mbit-s6", "peer-ptb-gpt-torch-fp16-100mbit-s6"]
     with pytest.raises(subprocess.CalledProcessError) as e:
         phase("7", MATRIX_RUN_OVERHEAD="5m")
