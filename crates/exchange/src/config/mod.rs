@@ -6,12 +6,14 @@
 mod compression;
 mod error;
 mod inert;
+mod phases;
 mod strategy;
 mod validate;
 
 pub use crate::route::Topology;
 pub use compression::{CompressionConfig, Exclusions, Granularity};
 pub use error::ConfigError;
+pub use phases::{PeriodRule, SyncPhase};
 pub use gradcomp_comm::ServerPlacement;
 pub use strategy::{
     Average, ClipNorm, OuterConfig, OuterKind, Overlap, StrategyConfig, StrategyKind, STREAMING_MIX,
@@ -212,6 +214,20 @@ impl DataParallelConfig {
     pub fn with_stats_every(mut self, steps: u64) -> Self {
         self.stats_every = steps;
         self
+    }
+
+    /// The synchronous phase's own configuration (`strategy.sync`, or the
+    /// dense `warmup_steps`): this one with the phase's compressor, memory
+    /// and topology, exchanging every step. `None` without a phase.
+    pub fn sync_phase_config(&self) -> Option<DataParallelConfig> {
+        let phase = self.strategy.sync_phase()?;
+        Some(DataParallelConfig {
+            compressor: phase.compressor().into(),
+            compression: CompressionConfig { memory: phase.memory, ..self.compression.clone() },
+            topology: phase.topology,
+            strategy: StrategyConfig::default(),
+            ..self.clone()
+        })
     }
 
     /// How the compressor's messages combine across workers.

@@ -5,6 +5,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::phases::{PeriodRule, SyncPhase};
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum StrategyKind {
@@ -228,8 +230,14 @@ pub struct StrategyConfig {
     /// Dense synchronous steps before local updates begin (post-local SGD's
     /// `start_localSGD_iter`): the first S steps average their gradients
     /// across workers, θ_outer is recorded after them, and the rounds fall
-    /// every `period` steps from there. 0: local from the first step.
+    /// every `period` steps from there. 0: local from the first step. The
+    /// older key of `sync.steps` with a dense compressor, still read.
     pub warmup_steps: u64,
+    /// The synchronous phase before local updates: its steps and its
+    /// per-step compressor ([`StrategyConfig::sync_phase`] resolves it).
+    pub sync: SyncPhase,
+    /// How the period grows over the run (`fixed`: it does not).
+    pub period_rule: PeriodRule,
     /// Also average the model's buffers (BatchNorm's running statistics) at
     /// every round: the fronts that have them (PyTorch's). Off: each
     /// worker keeps its own, as torchft's DiLoCo does.
@@ -301,6 +309,34 @@ impl StrategyConfig {
         OuterConfig { name: Some(self.outer.name.unwrap_or(default)), ..self.outer }
     }
 
+    /// The synchronous phase before local updates, if the run has one:
+    /// `sync`, or `warmup_steps` dense steps (the older key).
+    pub fn sync_phase(&self) -> Option<SyncPhase> {
+        if self.sync.steps > 0 {
+            Some(self.sync.clone())
+        } else if self.warmup_steps > 0 {
+            Some(SyncPhase { steps: self.warmup_steps, ..SyncPhase::default() })
+        } else {
+            None
+        }
+    }
+
+    /// The steps of the synchronous phase (0: none).
+    pub fn sync_steps(&self) -> u64 {
+        self.sync_phase().map_or(0, |p| p.steps)
+    }
+
+    /// A synchronous phase of `steps` steps through `compressor` first.
+    pub fn with_sync_phase(mut self, phase: SyncPhase) -> Self {
+        self.sync = phase;
+        self
+    }
+
+    pub fn with_period_rule(mut self, rule: PeriodRule) -> Self {
+        self.period_rule = rule;
+        self
+    }
+
     /// α, resolved (see [`StrategyConfig::mix`]).
     pub fn mix(&self) -> f64 {
         self.mix.unwrap_or(if self.delay > 0 { STREAMING_MIX } else { 0.0 })
@@ -329,6 +365,8 @@ impl Default for StrategyConfig {
             mix: None,
             overlap: Overlap::None,
             warmup_steps: 0,
+            sync: SyncPhase::default(),
+            period_rule: PeriodRule::Fixed,
             average_buffers: false,
         }
     }

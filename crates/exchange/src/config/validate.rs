@@ -178,6 +178,8 @@ impl DataParallelConfig {
             "acts on the model rounds of local steps (kind = \"local\" or \"celgc\", average = \"models\")";
         for (key, set) in [
             ("strategy.warmup_steps", st.warmup_steps > 0),
+            ("strategy.sync.steps", st.sync.steps > 0),
+            ("strategy.period_rule", st.period_rule != super::PeriodRule::Fixed),
             ("strategy.average_buffers", st.average_buffers),
             ("strategy.outer.warmup_rounds", outer.warmup_rounds > 0),
             ("strategy.outer.decay_rounds", outer.decay_rounds > 0),
@@ -186,6 +188,7 @@ impl DataParallelConfig {
                 return Err(err(key, model_rounds));
             }
         }
+        self.validate_phases()?;
         match (outer.decay_rounds, outer.rounds) {
             (0, Some(_)) => {
                 Err(err("strategy.outer.rounds", "sets where `decay_rounds` ends; set decay_rounds too"))
@@ -200,6 +203,41 @@ impl DataParallelConfig {
             )),
             _ => Ok(()),
         }
+    }
+
+    /// The plan of phases: the synchronous phase's configuration, checked
+    /// as a run of `kind = "sync"` (its keys named under `strategy.sync`),
+    /// and the period rule.
+    fn validate_phases(&self) -> Result<(), ConfigError> {
+        let st = &self.strategy;
+        if st.warmup_steps > 0 && st.sync.steps > 0 {
+            return Err(err(
+                "strategy.warmup_steps",
+                "is the older key of sync.steps (a dense phase); set one of them",
+            ));
+        }
+        if st.sync.steps == 0 && st.sync != super::SyncPhase::default() {
+            return Err(err("strategy.sync.steps", "is 0: set the phase's steps, or leave [strategy.sync] out"));
+        }
+        if let Some(sync) = self.sync_phase_config() {
+            sync.validate().map_err(|e| {
+                let key = match e.key.as_str() {
+                    "compression.memory" => "strategy.sync.memory".to_string(),
+                    "comm.topology" => "strategy.sync.topology".to_string(),
+                    k => format!("strategy.sync.{k}"),
+                };
+                err(&key, e.problem)
+            })?;
+        }
+        if let super::PeriodRule::Doubling { at } = &st.period_rule {
+            if at.is_empty() || at.windows(2).any(|w| w[0] > w[1]) {
+                return Err(err(
+                    "strategy.period_rule.at",
+                    format!("{at:?}: the steps at which the period doubles, ascending, at least one"),
+                ));
+            }
+        }
+        Ok(())
     }
 
     fn validate_strategy(&self) -> Result<(), ConfigError> {

@@ -32,11 +32,19 @@ use super::base::{ModelAveraging, Strategy, Update};
 use super::outer_machine::OuterRoundMachine;
 use super::outer_rounds::OuterRounds;
 use super::outer_schedule::OuterSchedule;
+use super::sync::Synchronous;
 use crate::config::{Average, ClipNorm, ConfigError, DataParallelConfig, StrategyConfig};
 use crate::error::ExchangeError;
 use crate::layout::GradientLayout;
 use crate::state::{read_renamed, GLOBAL_NORM_KEY};
-use crate::{ExchangeStats, Gradient, StateBuffers, StepInput, Unit};
+use crate::{ExchangeStats, Gradient, GradientExchange, StateBuffers, StepInput, Unit};
+
+/// The buffer that says which phase a checkpoint was taken in: 0 the
+/// synchronous phase (its memories are saved under [`SYNC_PREFIX`]), 1 the
+/// local updates.
+pub const PHASE_KEY: &str = "phase";
+/// The prefix of the synchronous phase's buffers (its compressor's memories).
+pub const SYNC_PREFIX: &str = "sync.";
 
 /// A worker's local-update state.
 pub struct LocalUpdates {
@@ -51,6 +59,9 @@ pub struct LocalUpdates {
     machine: Option<OuterRoundMachine>,
     /// The model before plain averaging, restored if a worker's is refused.
     mean_scratch: Vec<f32>,
+    /// The synchronous phase's exchange while it lasts (`strategy.sync`);
+    /// dropped, memories and all, at the switch to local updates.
+    sync: Option<Synchronous>,
 }
 
 fn norm(x: &[f32]) -> f64 {
@@ -104,6 +115,9 @@ impl LocalUpdates {
             Some(OuterRoundMachine::new(rounds, st.delay > 0 || st.overlap.whole_period()))
         };
         let schedule = OuterSchedule::new(st);
+        let sync = cfg.sync_phase_config().map(|sc| {
+            Synchronous::new(GradientExchange::new(layout, &sc, workers, sc.seed), sc.compression.local_clip)
+        });
         Ok(Self {
             cfg: st.clone(),
             base_lr: cfg.base_lr.unwrap_or(1.0),
@@ -111,7 +125,41 @@ impl LocalUpdates {
             schedule,
             machine,
             mean_scratch: Vec::new(),
+            sync,
         })
+    }
+
+    /// Whether the synchronous phase is over here (its exchange dropped).
+    pub fn in_sync_phase(&self) -> bool {
+        self.sync.is_some()
+    }
+
+    /// Ends the synchronous phase once `step` is past it: its exchange and
+    /// error-feedback memories are dropped (config/phases.rs says why).
+    fn switch_at(&mut self, step: u64) {
+        if !self.schedule.warming(step) {
+            self.sync = None;
+        }
+    }
+
+    /// A step of the synchronous phase: the gradient through the phase's
+    /// per-step compressor, every worker's combined into `out`.
+    fn sync_update(
+        &mut self,
+        input: &StepInput,
+        grad: Gradient<'_>,
+        out: &mut [f32],
+        c: &mut dyn Collective,
+    ) -> Result<Update, ExchangeError> {
+        let sync = self.sync.as_mut().ok_or_else(|| {
+            ExchangeError::Usage(format!(
+                "step {} is in the synchronous phase, whose exchange was dropped at a later step; resume from a checkpoint of that phase",
+                input.step
+            ))
+        })?;
+        let mut u = sync.update(input, grad, out, c)?;
+        u.extra.push(("communicated", 1.0));
+        Ok(u)
     }
 
     /// When the rounds start and merge: a function of the step alone, which
@@ -149,6 +197,10 @@ impl Strategy for LocalUpdates {
         out: &mut [f32],
         c: &mut dyn Collective,
     ) -> Result<Update, ExchangeError> {
+        if self.schedule.warming(input.step) {
+            return self.sync_update(input, grad, out, c);
+        }
+        self.switch_at(input.step);
         #[allow(irrefutable_let_patterns)]
         let Gradient::Host(stages) = grad
         else {
@@ -156,11 +208,8 @@ impl Strategy for LocalUpdates {
         };
         stages.complete()?;
         let grad = stages.grad();
-        // A warm-up step is synchronous data parallel: the gradients averaged.
-        let warming = self.schedule.warming(input.step);
-        let averaged_gradient = self.cfg.average == Average::Gradients || warming;
-        let communicated =
-            warming || (self.cfg.average == Average::Models && self.schedule.starts_any(input.step));
+        let averaged_gradient = self.cfg.average == Average::Gradients;
+        let communicated = self.cfg.average == Average::Models && self.schedule.starts_any(input.step);
         out.copy_from_slice(grad);
         let mut communicate_seconds = 0.0;
         if averaged_gradient || (communicated && self.cfg.clip_norm != ClipNorm::Local) {
@@ -199,26 +248,65 @@ impl Strategy for LocalUpdates {
         if let Some(m) = &mut self.machine {
             m.set_density(rho);
         }
+        if let Some(s) = &mut self.sync {
+            s.set_density(rho);
+        }
     }
 
+    /// The outer rounds' units (the synchronous phase's are its own).
     fn units(&self) -> &[Unit] {
         self.machine.as_ref().map_or(&[], |m| m.units())
     }
 
+    /// With a synchronous phase, [`PHASE_KEY`] says which phase this is,
+    /// and the phase's memories come under [`SYNC_PREFIX`] while it lasts.
     fn state(&self) -> Result<StateBuffers, ExchangeError> {
         let mut s = StateBuffers::new();
         s.insert(GLOBAL_NORM_KEY.into(), vec![self.global_norm.map_or(f32::NAN, |g| g as f32)]);
         if let Some(m) = &self.machine {
             m.state(&mut s)?;
         }
+        if self.schedule.sync_steps() > 0 {
+            s.insert(PHASE_KEY.into(), vec![if self.sync.is_some() { 0.0 } else { 1.0 }]);
+        }
+        if let Some(sync) = &self.sync {
+            for (k, v) in sync.state()? {
+                s.insert(format!("{SYNC_PREFIX}{k}"), v);
+            }
+        }
         Ok(s)
     }
 
+    /// A checkpoint of the local phase drops the synchronous exchange; one
+    /// of the synchronous phase restores its memories. A checkpoint without
+    /// [`PHASE_KEY`] (before phases, whose warm-up was dense and kept no
+    /// memory) leaves the phase to the schedule.
     fn restore(&mut self, s: &StateBuffers) -> Result<(), StateError> {
         let g = read_renamed(s, GLOBAL_NORM_KEY)?;
         self.global_norm = g.first().filter(|g| !g.is_nan()).map(|&g| f64::from(g));
         if let Some(m) = &mut self.machine {
             m.restore(s)?;
+        }
+        match s.get(PHASE_KEY).map(|v| v.as_slice()) {
+            Some([p]) if *p == 1.0 => self.sync = None,
+            Some([p]) if *p == 0.0 => {
+                let sync = self.sync.as_mut().ok_or_else(|| {
+                    StateError::Invalid {
+                        buffer: PHASE_KEY.into(),
+                        problem: "saved in the synchronous phase, which this strategy has passed".into(),
+                    }
+                })?;
+                let own: StateBuffers = s
+                    .iter()
+                    .filter_map(|(k, v)| k.strip_prefix(SYNC_PREFIX).map(|k| (k.to_string(), v.clone())))
+                    .collect();
+                sync.restore(&own)?;
+            }
+            Some(v) => return Err(StateError::Invalid {
+                    buffer: PHASE_KEY.into(),
+                    problem: format!("{v:?} is not a phase (0 or 1)"),
+                }),
+            None => {}
         }
         Ok(())
     }
@@ -250,6 +338,7 @@ impl ModelAveraging for LocalUpdates {
         params: &mut [f32],
         c: &mut dyn Collective,
     ) -> Result<(), ExchangeError> {
+        self.switch_at(step);
         let Some(m) = &mut self.machine else {
             // The mean of the models; a non-finite model is agreed on inside
             // the allreduce (as `OuterRounds::start` does) and refused.

@@ -4,37 +4,82 @@
 
 use std::ops::Range;
 
-use crate::config::StrategyConfig;
+use crate::config::{PeriodRule, StrategyConfig};
 
 /// When each fragment's rounds start and merge: a function of the step
 /// alone, which a front may query without touching the rounds.
+///
+/// The periods follow the run's [`PeriodRule`] as segments of equal
+/// period: segment k begins at the boundary `starts[k]` (the first, the end
+/// of the synchronous phase) and its periods last `periods[k]` steps; a
+/// doubling at step a begins a segment at the first boundary at or after a.
+/// Fragment p of a period of H steps merges (p+1)·H/P steps into it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OuterSchedule {
-    period: u64,
     delay: u64,
     /// S synchronous steps before the rounds: step S records θ_outer.
     warmup: u64,
-    /// o_p per fragment: the step of its first merge.
-    pub(crate) offsets: Vec<u64>,
+    /// The fragments' count P.
+    parts: u64,
+    /// Each segment's first boundary (ascending; the first is `warmup`).
+    starts: Vec<u64>,
+    /// Each segment's period.
+    periods: Vec<u64>,
 }
 
 impl OuterSchedule {
     /// The schedule `st` describes (one fragment ending every H steps when
     /// it has no `fragments`: plain averaging's rounds).
     pub fn new(st: &StrategyConfig) -> Self {
-        let parts = st.fragments.max(1);
-        let offsets = (1..=parts).map(|p| p * st.period / parts).collect();
-        Self { period: st.period, delay: st.delay, warmup: st.warmup_steps, offsets }
+        let warmup = st.sync_steps();
+        let period = st.period.max(1);
+        let (mut starts, mut periods) = (vec![warmup], vec![period]);
+        if let PeriodRule::Doubling { at } = &st.period_rule {
+            for &a in at {
+                let (s, h) = (*starts.last().expect("one segment"), *periods.last().expect("one segment"));
+                let boundary = if a <= s { s } else { s + (a - s).div_ceil(h) * h };
+                if boundary == s {
+                    // A doubling at the segment's own start doubles it.
+                    *periods.last_mut().expect("one segment") = 2 * h;
+                } else {
+                    starts.push(boundary);
+                    periods.push(2 * h);
+                }
+            }
+        }
+        Self { delay: st.delay, warmup, parts: st.fragments.max(1), starts, periods }
+    }
+
+    /// The period in force at `step` (that of the period that ends at or
+    /// after it; the first before the rounds begin).
+    pub fn period_at(&self, step: u64) -> u64 {
+        self.periods[self.segment(step)]
+    }
+
+    /// The segment whose periods hold `step` as a merge: the last that
+    /// begins before it (a segment's first boundary ends the last period of
+    /// the segment before).
+    fn segment(&self, step: u64) -> usize {
+        self.starts.partition_point(|&s| s < step).saturating_sub(1)
+    }
+
+    /// Fragment `p`'s merge within a period of `h` steps.
+    fn offset(&self, p: usize, h: u64) -> u64 {
+        (p as u64 + 1) * h / self.parts
     }
 
     /// Whether fragment `p`'s round's result is merged at `step`: at
-    /// t ≥ o_p with (t − o_p) mod H = 0, if its start τ steps earlier is a
-    /// step (≥ 1; the starting model is recorded at step 0).
-    /// Steps count from the end of the warm-up.
+    /// b + o_p + k·H within a segment beginning at boundary b, if its start
+    /// τ steps earlier is a step after the rounds' first (the starting
+    /// model is recorded at the phase's end).
     pub(crate) fn merges(&self, p: usize, step: u64) -> bool {
-        let Some(step) = step.checked_sub(self.warmup) else { return false };
-        let o = self.offsets[p];
-        step >= o && (step - o).is_multiple_of(self.period) && step > self.delay
+        if step <= self.warmup + self.delay {
+            return false;
+        }
+        let k = self.segment(step);
+        let (b, h) = (self.starts[k], self.periods[k]);
+        let o = self.offset(p, h);
+        step - b >= o && (step - b - o).is_multiple_of(h)
     }
 
     /// Whether fragment `p`'s round starts at `step`: τ steps before its merge.
@@ -44,24 +89,35 @@ impl OuterSchedule {
 
     /// Whether anything happens at `step`: the first round, a start or a merge.
     pub fn due(&self, step: u64) -> bool {
-        step == self.warmup || (0..self.offsets.len()).any(|p| self.starts(p, step) || self.merges(p, step))
+        step == self.warmup || (0..self.parts as usize).any(|p| self.starts(p, step) || self.merges(p, step))
     }
 
     /// Whether `step` starts a round (a collective) on any fragment; the
-    /// first (step 0, or the warm-up's last) records the starting model.
+    /// first (step 0, or the synchronous phase's last) records the starting model.
     pub fn starts_any(&self, step: u64) -> bool {
-        step == self.warmup || (0..self.offsets.len()).any(|p| self.starts(p, step))
+        step == self.warmup || (0..self.parts as usize).any(|p| self.starts(p, step))
     }
 
     /// Whether a round's result is merged at `step` on any fragment.
     pub fn merges_any(&self, step: u64) -> bool {
-        step > self.warmup && (0..self.offsets.len()).any(|p| self.merges(p, step))
+        step > self.warmup && (0..self.parts as usize).any(|p| self.merges(p, step))
     }
 
-    /// Whether the step taken after `step` steps is a warm-up step, whose
-    /// gradient every worker averages (synchronous data parallel).
+    /// The first step at or after `step` at which a round starts.
+    pub fn next_start(&self, step: u64) -> u64 {
+        let horizon = self.period_at(step + self.delay) + self.delay + self.warmup + 1;
+        (step..step + horizon).find(|&t| self.starts_any(t)).unwrap_or(step)
+    }
+
+    /// Whether the step taken after `step` steps is in the synchronous
+    /// phase, whose gradients the workers exchange every step.
     pub fn warming(&self, step: u64) -> bool {
         step < self.warmup
+    }
+
+    /// The steps of the synchronous phase before the rounds.
+    pub fn sync_steps(&self) -> u64 {
+        self.warmup
     }
 }
 

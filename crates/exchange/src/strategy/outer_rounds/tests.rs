@@ -165,9 +165,11 @@ fn only_a_whole_unmixed_merge_leaves_the_replicas_equal() {
     let rounds = |st: StrategyConfig| LocalUpdates::new(&config(st), &layout(), 2).unwrap();
     let diloco = rounds(StrategyConfig::local(4));
     assert!(diloco.agrees_after(4) && !diloco.agrees_after(3));
-    assert_eq!(diloco.schedule().offsets, vec![4]);
+    let merges_of = |r: &LocalUpdates, p: usize| (0..17).filter(|&t| r.schedule().merges(p, t)).collect::<Vec<_>>();
+    assert_eq!(merges_of(&diloco, 0), vec![4, 8, 12, 16]);
     let streaming = rounds(StrategyConfig::local(8).with_streaming(2, 1));
-    assert_eq!(streaming.schedule().offsets, vec![4, 8], "torchft's: fragment p ends at (p+1)·H/P");
+    let torchfts = (merges_of(&streaming, 0), merges_of(&streaming, 1));
+    assert_eq!(torchfts, (vec![4, 12], vec![8, 16]), "torchft's: fragment p ends at (p+1)·H/P");
     let starts: Vec<u64> = (0..20).filter(|&t| streaming.schedule().starts_any(t) && t > 0).collect();
     let merges: Vec<u64> = (0..20).filter(|&t| streaming.schedule().merges_any(t)).collect();
     assert_eq!((starts, merges), (vec![3, 7, 11, 15, 19], vec![4, 8, 12, 16]));
