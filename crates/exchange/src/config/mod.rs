@@ -13,8 +13,8 @@ mod validate;
 pub use crate::route::Topology;
 pub use compression::{CompressionConfig, Exclusions, Granularity};
 pub use error::ConfigError;
-pub use phases::{PeriodRule, SyncPhase};
 pub use gradcomp_comm::ServerPlacement;
+pub use phases::{PeriodRule, SyncPhase};
 pub use strategy::{
     Average, ClipNorm, OuterConfig, OuterKind, Overlap, StrategyConfig, StrategyKind, STREAMING_MIX,
 };

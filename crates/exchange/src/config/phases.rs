@@ -50,7 +50,9 @@ impl SyncPhase {
 
     /// The compressor, `dense` where unset.
     pub fn compressor(&self) -> CompressorConfig {
-        self.compressor.clone().unwrap_or_else(|| CompressorConfig::named("dense").expect("dense is built in"))
+        self.compressor
+            .clone()
+            .unwrap_or_else(|| CompressorConfig::named("dense").expect("dense is built in"))
     }
 }
 

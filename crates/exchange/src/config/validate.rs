@@ -217,7 +217,10 @@ impl DataParallelConfig {
             ));
         }
         if st.sync.steps == 0 && st.sync != super::SyncPhase::default() {
-            return Err(err("strategy.sync.steps", "is 0: set the phase's steps, or leave [strategy.sync] out"));
+            return Err(err(
+                "strategy.sync.steps",
+                "is 0: set the phase's steps, or leave [strategy.sync] out",
+            ));
         }
         if let Some(sync) = self.sync_phase_config() {
             sync.validate().map_err(|e| {

@@ -290,11 +290,9 @@ impl Strategy for LocalUpdates {
         match s.get(PHASE_KEY).map(|v| v.as_slice()) {
             Some([p]) if *p == 1.0 => self.sync = None,
             Some([p]) if *p == 0.0 => {
-                let sync = self.sync.as_mut().ok_or_else(|| {
-                    StateError::Invalid {
-                        buffer: PHASE_KEY.into(),
-                        problem: "saved in the synchronous phase, which this strategy has passed".into(),
-                    }
+                let sync = self.sync.as_mut().ok_or_else(|| StateError::Invalid {
+                    buffer: PHASE_KEY.into(),
+                    problem: "saved in the synchronous phase, which this strategy has passed".into(),
                 })?;
                 let own: StateBuffers = s
                     .iter()
@@ -302,10 +300,12 @@ impl Strategy for LocalUpdates {
                     .collect();
                 sync.restore(&own)?;
             }
-            Some(v) => return Err(StateError::Invalid {
+            Some(v) => {
+                return Err(StateError::Invalid {
                     buffer: PHASE_KEY.into(),
                     problem: format!("{v:?} is not a phase (0 or 1)"),
-                }),
+                })
+            }
             None => {}
         }
         Ok(())

@@ -27,6 +27,8 @@ mod outer_machine;
 mod outer_optimizer;
 mod outer_rounds;
 mod outer_schedule;
+#[cfg(test)]
+mod phase_tests;
 mod sync;
 
 pub use base::{ModelAveraging, Strategy, Update};

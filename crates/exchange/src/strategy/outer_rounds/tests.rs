@@ -165,7 +165,8 @@ fn only_a_whole_unmixed_merge_leaves_the_replicas_equal() {
     let rounds = |st: StrategyConfig| LocalUpdates::new(&config(st), &layout(), 2).unwrap();
     let diloco = rounds(StrategyConfig::local(4));
     assert!(diloco.agrees_after(4) && !diloco.agrees_after(3));
-    let merges_of = |r: &LocalUpdates, p: usize| (0..17).filter(|&t| r.schedule().merges(p, t)).collect::<Vec<_>>();
+    let merges_of =
+        |r: &LocalUpdates, p: usize| (0..17).filter(|&t| r.schedule().merges(p, t)).collect::<Vec<_>>();
     assert_eq!(merges_of(&diloco, 0), vec![4, 8, 12, 16]);
     let streaming = rounds(StrategyConfig::local(8).with_streaming(2, 1));
     let torchfts = (merges_of(&streaming, 0), merges_of(&streaming, 1));
