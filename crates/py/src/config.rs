@@ -326,7 +326,23 @@ pub fn local_config(
     };
     table.insert("kind".into(), "local".into());
     table.insert("compress_delta".into(), (!spec.sends_values_as_they_are()).into());
+    if let Some(Value::Object(sync)) = table.get_mut("sync") {
+        if let Some(c) = sync.get_mut("compressor") {
+            *c = sync_compressor(c)?;
+        }
+    }
     r.config_json(Some(Value::Object(table)), parse_local)
+}
+
+/// The synchronous phase's compressor table (`sync_compressor` and
+/// `sync_options`), checked as `[compressor]` is, its errors named after
+/// the arguments that set it.
+fn sync_compressor(table: &Value) -> PyResult<Value> {
+    let parsed = parse_compressor(table).map_err(|e| {
+        let text = Python::attach(|py| e.value(py).to_string());
+        value_error(text.replacen("gradcomp: compressor", "sync_compressor", 1))
+    })?;
+    serde_json::to_value(parsed).map_err(value_error)
 }
 
 /// `_core.compressor_options(name)`: the compressor's own options with

@@ -16,8 +16,9 @@ use std::sync::{Mutex, MutexGuard};
 
 use gradcomp_comm::Metered;
 use gradcomp_compress::Combine;
+use gradcomp_exchange::grad_stages::CompleteGrad;
 use gradcomp_exchange::strategy::{LocalUpdates, OuterSchedule, Strategy};
-use gradcomp_exchange::{ExchangeError, GradientLayout};
+use gradcomp_exchange::{ExchangeError, Gradient, GradientLayout, StepInput};
 use numpy::{PyArray1, PyReadwriteArray1};
 use pyo3::exceptions::{PyFloatingPointError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
@@ -96,8 +97,9 @@ impl LocalStrategy {
         self.schedule.due(step)
     }
 
-    /// Whether the inner step taken after `step` steps is a warm-up step
-    /// (`strategy.warmup_steps`), whose gradients the workers average.
+    /// Whether the inner step taken after `step` steps is in the
+    /// synchronous phase (`strategy.sync`, or the older `warmup_steps`),
+    /// whose gradients go through [`LocalStrategy::sync_step`].
     fn warming(&self, step: u64) -> bool {
         self.schedule.warming(step)
     }
@@ -155,6 +157,53 @@ impl LocalStrategy {
         d.set_item("bytes_received", bytes.received())?;
         d.set_item("seconds", t.elapsed().as_secs_f64())?;
         d.set_item("finished", step == 0 || self.schedule.merges_any(step))?;
+        Ok(d)
+    }
+
+    /// A step of the synchronous phase (`strategy.sync`): this worker's
+    /// flat gradient `grad` through the phase's per-step compressor and its
+    /// memory, replaced in place by the workers' combined gradient, which
+    /// the inner optimizer then applies at `lr` (the learning rate error
+    /// feedback scales by, where its residual form says so). Returns the
+    /// bytes this worker moved and the seconds it took. The GIL is
+    /// released while it runs.
+    #[pyo3(signature = (step, grad, comm, lr=1.0))]
+    fn sync_step<'py>(
+        &self,
+        py: Python<'py>,
+        step: u64,
+        mut grad: PyReadwriteArray1<'py, f32>,
+        comm: Py<PyAny>,
+        lr: f64,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let out = grad.as_slice_mut().map_err(|e| PyValueError::new_err(format!("grad: {e}")))?;
+        self.check(out)?;
+        if !self.schedule.warming(step) {
+            return Err(PyValueError::new_err(format!(
+                "gradcomp: step {step} is past the synchronous phase ({} steps)",
+                self.schedule.sync_steps()
+            )));
+        }
+        if !(lr.is_finite() && lr > 0.0) {
+            return Err(PyValueError::new_err(format!("gradcomp: lr: {lr} is not a positive learning rate")));
+        }
+        let mut c = Metered::new(TorchCollective::new(comm, self.rank, self.world));
+        let t = std::time::Instant::now();
+        let own = out.to_vec();
+        py.detach(|| -> Result<(), RoundError> {
+            let mut strategy = self.lock_str().map_err(RoundError::Other)?;
+            let input = StepInput { step, lr, loss: None, measure: false };
+            strategy
+                .update(&input, Gradient::Host(&mut CompleteGrad(&own)), out, &mut c)
+                .map_err(RoundError::Exchange)?;
+            Ok(())
+        })
+        .map_err(RoundError::into_py)?;
+        let bytes = c.meter_mut().take_step();
+        let d = PyDict::new(py);
+        d.set_item("bytes_sent", bytes.sent())?;
+        d.set_item("bytes_received", bytes.received())?;
+        d.set_item("seconds", t.elapsed().as_secs_f64())?;
         Ok(d)
     }
 

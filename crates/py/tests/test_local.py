@@ -108,7 +108,14 @@ for kwargs, needle in (({"period": 0}, "period"), ({"period": True}, "period"), 
                        ({"period": 4, "outer_decay_rounds": 2}, "decay_rounds"),
                        ({"period": 4, "outer_decay_rounds": 5, "outer_rounds": 3}, "decay_rounds"),
                        ({"period": 4, "warmup_steps": -1}, "warmup_steps"),
-                       ({"period": 4, "average_buffers": 1}, "average_buffers")):
+                       ({"period": 4, "average_buffers": 1}, "average_buffers"),
+                       ({"period": 4, "sync_steps": 2, "sync_compressor": "nope"}, "sync_compressor"),
+                       ({"period": 4, "sync_steps": 2, "sync_compressor": "topk", "sync_options": {"density": 2.0}},
+                        "sync_compressor.density"),
+                       ({"period": 4, "sync_compressor": "topk"}, "sync_steps"),
+                       ({"period": 4, "sync_steps": 2, "warmup_steps": 2}, "warmup_steps"),
+                       ({"period": 4, "period_doubles_at": [8, 4]}, "period_rule"),
+                       ({"period": 4, "period_doubles_at": 8}, "period_doubles_at")):
     try:
         gt.LocalUpdates(m, o, **kwargs)
         print("accepted", kwargs)
@@ -131,7 +138,7 @@ def test_bad_local_updates_arguments_name_themselves() -> None:
     from conftest import free_port, run_ranks
     out = run_ranks(WORLD_OF_ONE % free_port(), 1, timeout=120)[0]
     lines: List[str] = [l for l in out.out.splitlines() if l.startswith(("refused", "accepted"))]
-    assert len(lines) == 24, out.out + out.err
+    assert len(lines) == 30, out.out + out.err
     for line in lines:
         assert line.startswith("refused True"), line
 
@@ -157,7 +164,7 @@ class Recording:
     def __init__(self, *args, **kwargs):
         self.inner = real(*args, **kwargs)
         self.due, self.wait, self.state, self.load = self.inner.due, self.inner.wait, self.inner.state, self.inner.load
-        self.warming = self.inner.warming
+        self.warming, self.sync_step = self.inner.warming, self.inner.sync_step
     def average(self, step, host, comm):
         before = host.copy()
         r = self.inner.average(step, host, comm)
@@ -189,7 +196,11 @@ json.dump({"config": lu.config, "shapes": [list(p.shape) for p in lu.params], "s
     # Eager outer steps: each round in flight through the whole next period.
     ({"period": 3, "overlap": "eager"}, 5, 2),
     # Two synchronous steps first: the rounds at 2, 5, 8, 11.
-    ({"period": 3, "warmup_steps": 2, "outer_warmup_rounds": 2}, 4, 2)])
+    ({"period": 3, "warmup_steps": 2, "outer_warmup_rounds": 2}, 4, 2),
+    # A phase through top-k with its memory, then H = 2 doubling at the first
+    # boundary at or after step 5: the rounds at 2 (θ_outer recorded), 4, 6, 10.
+    ({"period": 2, "sync_steps": 2, "sync_compressor": "topk", "sync_options": {"density": 0.5},
+      "period_doubles_at": [5]}, 4, 2)])
 def test_the_fronts_rounds_are_the_cores(tmp_path: Any, kwargs: Dict[str, Any], rounds: int, world: int) -> None:
     """`LocalUpdates`' rounds (blocking, and Streaming with its rounds on the
     core's round thread over a gloo group of their own), recorded on gloo
@@ -231,11 +242,12 @@ def gathered(t):
     dist.all_gather(ts, t.contiguous())
     return ts
 out = {}
-for average_buffers in (True, False):
+for label, phase in (("True", {"warmup_steps": 3, "average_buffers": True}), ("False", {"warmup_steps": 3}),
+                     ("topk", {"sync_steps": 3, "sync_compressor": "topk", "sync_options": {"density": 0.5}})):
     torch.manual_seed(rank)
     model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.BatchNorm1d(3), torch.nn.Linear(3, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    lu = gt.LocalUpdates(model, opt, period=4, warmup_steps=3, average_buffers=average_buffers)
+    lu = gt.LocalUpdates(model, opt, period=4, **phase)
     seen = []
     for step in range(7):
         g = torch.Generator().manual_seed(10 * step + rank)
@@ -248,13 +260,14 @@ for average_buffers in (True, False):
         c, d = gathered(bn)
         seen.append({"params": bool(torch.equal(a, b)), "buffers": bool(torch.equal(c, d)),
                      "bytes": [lu.bytes_sent, lu.bytes_received]})
-    out[str(average_buffers)] = seen
+    out[label] = seen
 print("RESULT", json.dumps(out))
 '''
 
 
 def test_warm_up_steps_keep_replicas_equal_and_rounds_average_the_buffers() -> None:
-    """Three synchronous steps (the gradients averaged by the pre-hook):
+    """Three synchronous steps (the gradients exchanged by the pre-hook
+    through the core: averaged, or top-k at half density with its memory):
     the replicas stay equal through them, then step apart; the round at step
     7 makes them equal again, and with `average_buffers` the rounds (at 3
     and 7) make BatchNorm's running statistics equal too (each rank
@@ -276,6 +289,10 @@ def test_warm_up_steps_keep_replicas_equal_and_rounds_average_the_buffers() -> N
         # the rounds (the first records θ_outer after the warm-up, at step 3).
         assert [s["buffers"] for s in res["True"]] == [False, False, True, False, False, False, True], res
         assert not any(s["buffers"] for s in res["False"]), res
+        # Top-k sends about half the values, with their indices, by allgather:
+        # fewer bytes than the dense phase's, and the same on every step of it.
+        topk = [s["bytes"][0] for s in res["topk"][:3]]
+        assert 0 < topk[0] < 100 and topk == [topk[0] * k for k in (1, 2, 3)], res["topk"]
 
 
 def test_what_a_manager_does_not_run_is_refused_naming_it() -> None:
@@ -285,7 +302,7 @@ def test_what_a_manager_does_not_run_is_refused_naming_it() -> None:
     from gradcomp._local import _check_under_manager
     _check_under_manager(8, 1, 2, "none", 0, False)
     for args, needle in (((8, 4, 2, "none", 0, False), "delay"), ((8, 0, 1, "eager", 0, False), "overlap"),
-                         ((8, 0, 1, "delayed", 0, False), "overlap"), ((8, 0, 1, "none", 3, False), "warmup_steps"),
+                         ((8, 0, 1, "delayed", 0, False), "overlap"), ((8, 0, 1, "none", 3, False), "sync_steps"),
                          ((8, 0, 1, "none", 0, True), "average_buffers")):
         with pytest.raises(ValueError, match=needle):
             _check_under_manager(*args)

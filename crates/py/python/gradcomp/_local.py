@@ -16,14 +16,17 @@ rounds are staggered across the period; with `delay` τ a round runs on a
 round thread (the core's) while the next τ inner steps compute, and its result is
 mixed in as α·θ + (1 − α)·θ_outer (`mix` α). With `overlap="eager"` (or
 `"delayed"`) a round runs through the whole next period instead (ALGORITHMS.md
-§2.3). `warmup_steps` synchronous steps (the gradients averaged before
-`optimizer.step()`) may come first, as in torch's post-local SGD. The rounds are the core's
+§2.3). A synchronous phase may come first (`sync_steps`, ALGORITHMS.md §2.4):
+each of its steps exchanges the gradients through `sync_compressor` (dense, as
+torch's post-local SGD; or PowerSGD, fp4, Top-k with their error feedback)
+before `optimizer.step()`, and the period may double at stated steps
+(`period_doubles_at`). The rounds are the core's
 (`gradcomp_exchange`'s local-update strategy and its outer-round machine,
 thread included: the ones the burn trainer runs), over torch.distributed;
 this class only reads and writes the model.
 """
 import weakref
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 import torch
@@ -52,8 +55,29 @@ def _check_under_manager(period: int, delay: int, fragments: int, overlap: str, 
         raise ValueError("gradcomp: average_buffers: the buffers are not averaged under a manager yet; each "
                          "replica keeps its own (as torchft's DiLoCo does)")
     if warmup_steps > 0:
-        raise ValueError("gradcomp: warmup_steps: synchronous warm-up steps are not run under a manager yet; "
-                         "leave them at 0")
+        raise ValueError("gradcomp: sync_steps (or warmup_steps): a synchronous phase is not run under a manager "
+                         "yet; leave it at 0")
+
+
+def _phases(sync_steps: int, sync_compressor: str, sync_options: Optional[Dict[str, Any]],
+            period_doubles_at: Sequence[int]) -> Dict[str, Any]:
+    """The plan of phases' keys of `strategy` (`sync`, `period_rule`), from
+    LocalUpdates' arguments; the core checks them (docs/CONFIG.md)."""
+    plan: Dict[str, Any] = {}
+    if whole("sync_steps", sync_steps) > 0:
+        if not isinstance(sync_compressor, str):
+            raise ValueError(f"gradcomp: sync_compressor: {sync_compressor!r} is not a compressor's name")
+        if sync_options is not None and not isinstance(sync_options, dict):
+            raise ValueError(f"gradcomp: sync_options: {sync_options!r} is not a dict of the compressor's options")
+        plan["sync"] = {"steps": sync_steps, "compressor": {"name": sync_compressor, **(sync_options or {})}}
+    elif sync_compressor != "dense" or sync_options:
+        raise ValueError("gradcomp: sync_compressor: set sync_steps, the synchronous phase's length, too")
+    if isinstance(period_doubles_at, (str, bytes)) or not isinstance(period_doubles_at, (list, tuple)):
+        raise ValueError(f"gradcomp: period_doubles_at: {period_doubles_at!r} is not a list of steps")
+    if period_doubles_at:
+        plan["period_rule"] = {"name": "doubling",
+                               "at": [whole(f"period_doubles_at[{i}]", a) for i, a in enumerate(period_doubles_at)]}
+    return plan
 
 
 class LocalUpdates:
@@ -77,10 +101,14 @@ class LocalUpdates:
       the outer step applies the last round's average (eager: with this
       worker's fresh change standing in for its own part). One fragment, no
       `delay`, no manager.
-    - `warmup_steps` S: the first S inner steps are synchronous data
-      parallel (post-local SGD's warm-up): a pre-hook on `optimizer` averages
-      the gradients across ranks before each of them; the rounds count from
-      step S. No manager.
+    - `sync_steps` S: the first S inner steps are synchronous data parallel
+      (post-local SGD's warm-up): a pre-hook on `optimizer` exchanges the
+      gradients through `sync_compressor` with `sync_options` (default
+      dense: averaged) and its memory, in the core; the rounds count from
+      step S, and the phase's memory is dropped there (the optimizer's state
+      carries on). `warmup_steps` is the older name of a dense phase. No manager.
+    - `period_doubles_at`: steps after which the period doubles (the first
+      period that begins at or after each is twice the one before).
     - `outer_warmup_rounds`, `outer_decay_rounds`, `outer_rounds`: the outer
       step warms up from plain averaging to `outer` over its first rounds and
       decays back over the last `outer_decay_rounds` of `outer_rounds`.
@@ -103,8 +131,10 @@ class LocalUpdates:
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, *, period: int,
                  outer: str = "nesterov", outer_lr: Optional[float] = None, outer_momentum: Optional[float] = None,
                  compressor: str = "dense", fragments: int = 1, delay: int = 0, mix: Optional[float] = None,
-                 overlap: str = "none", warmup_steps: int = 0, outer_warmup_rounds: int = 0,
-                 outer_decay_rounds: int = 0, outer_rounds: Optional[int] = None, average_buffers: bool = False,
+                 overlap: str = "none", warmup_steps: int = 0, sync_steps: int = 0, sync_compressor: str = "dense",
+                 sync_options: Optional[Dict[str, Any]] = None, period_doubles_at: Sequence[int] = (),
+                 outer_warmup_rounds: int = 0, outer_decay_rounds: int = 0, outer_rounds: Optional[int] = None,
+                 average_buffers: bool = False,
                  process_group: Optional[dist.ProcessGroup] = None, manager: Any = None, max_workers: int = 64,
                  **options: Any) -> None:
         period = whole("period", period)
@@ -117,7 +147,8 @@ class LocalUpdates:
         one_of("overlap", overlap, OVERLAP)
         if manager is not None:
             _check_under_manager(period, whole("delay", delay), whole("fragments", fragments), overlap,
-                                 whole("warmup_steps", warmup_steps), flag("average_buffers", average_buffers))
+                                 whole("warmup_steps", warmup_steps) + whole("sync_steps", sync_steps),
+                                 flag("average_buffers", average_buffers))
         settings: Dict[str, Any] = {"name": outer, "warmup_rounds": whole("outer_warmup_rounds", outer_warmup_rounds),
                                     "decay_rounds": whole("outer_decay_rounds", outer_decay_rounds)}
         if outer_rounds is not None:
@@ -132,6 +163,7 @@ class LocalUpdates:
                                     "average_buffers": flag("average_buffers", average_buffers)}
         if mix is not None:
             strategy["mix"] = number("mix", mix)
+        strategy.update(_phases(sync_steps, sync_compressor, sync_options, period_doubles_at))
         self.config = _core.local_config(compressor, strategy, options)
         self.model, self.optimizer, self.period, self.delay = model, optimizer, period, strategy["delay"]
         self.params: List[torch.nn.Parameter] = [p for p in model.parameters() if p.requires_grad]
@@ -158,8 +190,8 @@ class LocalUpdates:
         weakref.finalize(self, self._rust.wait)
         self.inner_steps = 0
         self.average_buffers = average_buffers
-        # Warm-up steps: the gradients averaged before the inner step.
-        self._warmup = optimizer.register_step_pre_hook(self._warm_up) if strategy["warmup_steps"] > 0 else None
+        # The synchronous phase: the gradients exchanged before the inner step.
+        self._warmup = optimizer.register_step_pre_hook(self._warm_up) if self._rust.warming(0) else None
         self.last_round: Optional[Dict[str, Any]] = None
         # This worker's bytes: the rounds finished so far, and the warm-up's and
         # the buffers' allreduces.
@@ -188,19 +220,21 @@ class LocalUpdates:
             self._round()
 
     def _warm_up(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        """Before a warm-up step: the ranks' mean gradient, as DDP's
-        allreduce gives it (a parameter without a gradient counts as zeros)."""
+        """Before a step of the synchronous phase: the ranks' gradients
+        through the phase's compressor in the core (a parameter without a
+        gradient counts as zeros), written back as each one's gradient."""
         if not self._rust.warming(self.inner_steps):
             return
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
-        flat = torch.cat([g.detach().reshape(-1) for g in grads])
-        dist.all_reduce(flat, group=self.process_group)
-        self._count_allreduce(flat)
-        flat /= self.world
+        flat = torch.cat([g.detach().reshape(-1).to("cpu", torch.float32) for g in grads])
+        lr = float(optimizer.param_groups[0].get("lr", 1.0))
+        record = self._rust.sync_step(self.inner_steps, flat.numpy(), self._comm, lr=lr)
+        self.bytes_sent += int(record["bytes_sent"])
+        self.bytes_received += int(record["bytes_received"])
         offset = 0
         for p, g in zip(self.params, grads):
             n = g.numel()
-            p.grad = flat[offset:offset + n].view_as(g).clone()
+            p.grad = flat[offset:offset + n].view_as(g).to(g.device, g.dtype)
             offset += n
 
     def _average_buffers(self) -> None:

@@ -260,8 +260,7 @@ impl<'a, 's, M: Net> Worker<'a, 's, M> {
         if !self.sh.cfg.restarts_from_outer_model() {
             return step;
         }
-        let schedule = gradcomp_dp::strategy::OuterSchedule::new(&self.sh.cfg.strategy);
-        (step..step + self.sh.cfg.strategy.period.max(1)).find(|&t| schedule.starts_any(t)).unwrap_or(step)
+        gradcomp_dp::strategy::OuterSchedule::new(&self.sh.cfg.strategy).next_start(step)
     }
 
     /// Before a checkpoint of a local-update run (`kind = "local"`), the
