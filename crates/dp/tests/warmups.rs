@@ -9,7 +9,7 @@ use burn::optim::SgdConfig;
 use burn::tensor::{Device, Tensor, TensorData};
 use gradcomp_comm::{Collective, InProcessGroup};
 use gradcomp_compress::CompressorConfig;
-use gradcomp_dp::config::StrategyConfig;
+use gradcomp_dp::config::{PeriodRule, StrategyConfig, SyncPhase};
 use gradcomp_dp::{DataParallelConfig, InitDataParallel};
 
 #[derive(Module, Debug)]
@@ -54,7 +54,10 @@ fn read(model: &Net) -> (Vec<f32>, Vec<f32>) {
 /// the round that follows them, with `average_buffers` on or off: local
 /// updates of period 3 after 2 warm-up steps.
 fn run(average_buffers: bool) -> Vec<Vec<(Vec<f32>, Vec<f32>)>> {
-    let st = StrategyConfig { warmup_steps: 2, average_buffers, ..StrategyConfig::local(3) };
+    run_with(StrategyConfig { warmup_steps: 2, average_buffers, ..StrategyConfig::local(3) })
+}
+
+fn run_with(st: StrategyConfig) -> Vec<Vec<(Vec<f32>, Vec<f32>)>> {
     let group = InProcessGroup::new(2).timeout(std::time::Duration::from_secs(20));
     let results = group
         .run(|c| {
@@ -94,4 +97,24 @@ fn warm_up_steps_keep_the_replicas_equal_and_rounds_average_the_buffers() {
         let want = if average_buffers { [false, false, false, false, false, true] } else { [false; 6] };
         assert_eq!(buffers, want, "average_buffers = {average_buffers}");
     }
+}
+
+/// A plan of phases: two synchronous steps through Top-k at half density
+/// with its error feedback (the combined gradient the same on every
+/// worker), then local updates of period 3 doubling at step 4: the round
+/// recorded before step 3 and the next after step 5 (2 + 3), none before
+/// step 11 (5 + 6).
+#[test]
+fn a_compressed_phase_keeps_the_replicas_equal_then_the_period_doubles() {
+    let topk = gradcomp_compress::sparsify::TopKConfig { density: 0.5, ..Default::default() };
+    let st = StrategyConfig::local(3)
+        .with_sync_phase(SyncPhase::new(2, topk.into()))
+        .with_period_rule(PeriodRule::Doubling { at: vec![4] });
+    let w = run_with(st.clone());
+    let params: Vec<bool> = (0..6).map(|k| w[0][k].0 == w[1][k].0).collect();
+    assert_eq!(params, [true, true, false, false, false, true]);
+    assert_ne!(w[0][0].0, w[0][1].0, "the phase's steps move the model");
+    let schedule = gradcomp_dp::strategy::OuterSchedule::new(&st);
+    let due: Vec<u64> = (0..12).filter(|&t| schedule.due(t)).collect();
+    assert_eq!(due, vec![2, 5, 11]);
 }

@@ -66,6 +66,7 @@
 //! channels when pipelining, and on the device the per-unit buffer handles.
 //! None grows with the gradient.
 
+pub mod auto_plan;
 mod bucket;
 pub mod checksum;
 pub mod config;

@@ -14,7 +14,7 @@ pub use crate::route::Topology;
 pub use compression::{CompressionConfig, Exclusions, Granularity};
 pub use error::ConfigError;
 pub use gradcomp_comm::ServerPlacement;
-pub use phases::{PeriodRule, SyncPhase};
+pub use phases::{PeriodRule, PlanChoice, SyncPhase};
 pub use strategy::{
     Average, ClipNorm, OuterConfig, OuterKind, Overlap, StrategyConfig, StrategyKind, STREAMING_MIX,
 };

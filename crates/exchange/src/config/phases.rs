@@ -85,3 +85,18 @@ impl PeriodRule {
         }
     }
 }
+
+/// `strategy.plan`: whether the keys of local updates are the ones given,
+/// or chosen by the performance model before the run (`auto`,
+/// ALGORITHMS.md §2.5: the synchronous phase, H, fragments, τ, the change's
+/// route and the outer optimizer, each decision printed with its reason).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PlanChoice {
+    /// The configuration's own keys.
+    #[default]
+    Given,
+    /// Chosen from the measured step and the link (`crate::auto_plan`);
+    /// resolved to `given` keys before any worker starts.
+    Auto,
+}

@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::phases::{PeriodRule, SyncPhase};
+use super::phases::{PeriodRule, PlanChoice, SyncPhase};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -238,6 +238,9 @@ pub struct StrategyConfig {
     pub sync: SyncPhase,
     /// How the period grows over the run (`fixed`: it does not).
     pub period_rule: PeriodRule,
+    /// `auto`: the keys of local updates chosen by the performance model
+    /// before the run ([`crate::auto_plan`]); `given`: as configured.
+    pub plan: PlanChoice,
     /// Also average the model's buffers (BatchNorm's running statistics) at
     /// every round: the fronts that have them (PyTorch's). Off: each
     /// worker keeps its own, as torchft's DiLoCo does.
@@ -367,6 +370,7 @@ impl Default for StrategyConfig {
             warmup_steps: 0,
             sync: SyncPhase::default(),
             period_rule: PeriodRule::Fixed,
+            plan: PlanChoice::Given,
             average_buffers: false,
         }
     }

@@ -101,6 +101,12 @@ impl LocalUpdates {
         membership: bool,
     ) -> Result<Self, ConfigError> {
         let st = &cfg.strategy;
+        if st.plan == crate::config::PlanChoice::Auto {
+            return Err(ConfigError::new(
+                "strategy.plan",
+                "\"auto\" is chosen before the workers start (gradcomp train, gradcomp model --plan, gradcomp.model.plan); resolve it to its keys first (AutoPlan::apply)",
+            ));
+        }
         let plain = !membership
             && !st.compress_delta
             && st.outer().averages()

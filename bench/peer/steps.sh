@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Steps to the target against DDP's (issue #68): 4 gloo ranks of
+# bench/peer/train.py on loopback (unshaped), one run at a time, each plan of
+# local updates against DDP on the same seed. Steps decide here, not seconds:
+# a run's steps and bytes do not depend on how fast the machine is.
+#
+#   bench/peer/steps.sh OUT MODEL SEED PLAN...     (MODEL: ptb-lstm-local, ptb-gpt, fashion-resnet18)
+#   python3 bench/peer/steps.py OUT                 the table: steps ÷ DDP's, bytes ÷ DDP's
+#
+# A run writes OUT/peer-MODEL-PLAN-none[-sSEED]/ (table.py's names) and, once
+# it ended well, OUT/NAME.done; a run done already is skipped, so the script
+# resumes (a run cut short is run again). The plans (PLAN below):
+#   ddp                 DDP's allreduce (the reference)
+#   powersgd            gradcomp's PowerSGD hook (rank 2, from step 10) every step
+#   local-hH            LocalUpdates, fp4 change, averaging (outer sgd), period H
+#                       (local-h32: the raced plan)
+#   ...-nesterov        the outer step DiLoCo's Nesterov instead of averaging
+#   ...-owW             the outer step warmed up over W rounds (from averaging)
+#   ...-yS              a synchronous phase of S steps first, dense (post-local SGD)
+#   ...-ypS             the same through PowerSGD rank 2 (its error feedback; compressing
+#                       from step 10, as the race's PowerSGD hook, not torch's default 1000)
+#   ...-xA[_B...]       the period doubling at steps A, B, ...
+# PEER_PYTHON: the Python with gradcomp and torch (default ~/.cache/gradcomp/py-venv/bin/python).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+out="${1:?usage: bench/peer/steps.sh OUT MODEL SEED PLAN...}"
+model="${2:?usage: bench/peer/steps.sh OUT MODEL SEED PLAN...}"
+seed="${3:?usage: bench/peer/steps.sh OUT MODEL SEED PLAN...}"
+shift 3
+py="${PEER_PYTHON:-$HOME/.cache/gradcomp/py-venv/bin/python}"
+config="experiments/tta-$model.toml"
+[ -f "$config" ] || { echo "error: no $config" >&2; exit 2; }
+mkdir -p "$out"
+
+# The train.py method and options of PLAN.
+plan_args() {
+    local p=$1 o=""
+    case $p in
+        ddp) echo "--method none --buckets ddp"; return ;;
+        powersgd) echo "--method gradcomp:powersgd --buckets ddp --option matrix_approximation_rank=2 --option start_iter=10"; return ;;
+        local-*) ;;
+        *) echo "error: unknown plan $p" >&2; return 2 ;;
+    esac
+    [[ $p =~ -h([0-9]+) ]] && o+=" --option period=${BASH_REMATCH[1]}"
+    [[ $p == *-nesterov* ]] || o+=" --option outer=sgd"
+    [[ $p =~ -ow([0-9]+) ]] && o+=" --option outer_warmup_rounds=${BASH_REMATCH[1]}"
+    if [[ $p =~ -yp([0-9]+) ]]; then
+        o+=" --option sync_steps=${BASH_REMATCH[1]} --option sync_compressor=powersgd"
+        o+=" --option sync_options={\"matrix_approximation_rank\":2,\"start_iter\":10}"
+    elif [[ $p =~ -y([0-9]+) ]]; then
+        o+=" --option sync_steps=${BASH_REMATCH[1]}"
+    fi
+    [[ $p =~ -x([0-9_]+) ]] && o+=" --option period_doubles_at=[${BASH_REMATCH[1]//_/,}]"
+    echo "--method gradcomp-local:fp4$o"
+}
+
+for plan in "$@"; do
+    name="peer-$model-$plan-none$([ "$seed" = 1 ] || echo "-s$seed")"
+    dir="$out/$name"
+    if [ -f "$out/$name.done" ]; then
+        echo "== $name: done already"
+        continue
+    fi
+    args=$(plan_args "$plan")
+    echo "== $name: $args"
+    port=$((20000 + RANDOM % 20000))
+    pids=()
+    for r in 0 1 2 3; do
+        # shellcheck disable=SC2086
+        RANK=$r WORLD_SIZE=4 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port OMP_NUM_THREADS=1 \
+            "$py" bench/peer/train.py --config "$config" --seed "$seed" --no-calibrate --out "$dir" $args \
+            >"$out/$name.rank$r.log" 2>&1 &
+        pids+=($!)
+    done
+    status=0
+    for p in "${pids[@]}"; do wait "$p" || status=1; done
+    if [ $status -ne 0 ]; then
+        echo "error: $name failed; its logs: $out/$name.rank*.log" >&2
+        rm -rf "$dir.failed"; mv "$dir" "$dir.failed" 2>/dev/null || true
+        continue
+    fi
+    touch "$out/$name.done"
+    tail -1 "$dir/evals.jsonl"
+done

@@ -1,0 +1,458 @@
+//! `plan = "auto"` (ALGORITHMS.md §2.5): the plan of phases a run of local
+//! updates takes, chosen by one rule from the run's measured
+//! communication-free step, its link, N, the model's tensors and its length.
+//! Every price is the performance model's ([`crate::predict`]: the bytes the
+//! codecs produce, on the routes of the route table, through the α–β
+//! formulas), and every decision comes with its reason in one line.
+//!
+//! The rule's constants are below, stated once for every model and link;
+//! docs/ALGORITHMS.md §2.5 says where each comes from.
+
+use gradcomp_comm::NetworkModel;
+use gradcomp_compress::CompressorConfig;
+
+use crate::config::{OuterConfig, PeriodRule, StrategyConfig, SyncPhase, Topology};
+use crate::predict::{
+    local_step_seconds, measure, outer_seconds_per_value, powersgd_rank, step_seconds, LocalSetup,
+    MethodCost, Workload,
+};
+
+/// The share of the run's steps taken synchronously before local updates.
+pub const SYNC_FRACTION: f64 = 0.25;
+/// The shortest period: local updates never meet more often than this.
+pub const MIN_PERIOD: u64 = 16;
+/// The longest overlap τ a fragment's round may take, in inner steps.
+pub const MAX_DELAY: u64 = 2;
+/// A round hides when the inner steps wait for it at most this share of a
+/// step, averaged over the period.
+pub const HIDDEN_SHARE: f64 = 0.01;
+/// The link's share the rounds may take over a period (the rest is slack
+/// for the step's own noise and for rounds that queue).
+pub const LINK_SHARE: f64 = 0.5;
+/// The synchronous phase stays dense while the wire adds at most this
+/// share to its step: the exact average costs no steps.
+pub const DENSE_SHARE: f64 = 0.1;
+/// Fewer outer rounds than this take plain averaging (DiLoCo's Nesterov
+/// at lr 0.7, μ 0.9 was tuned for hundreds of rounds at H = 500).
+pub const FEW_ROUNDS: u64 = 100;
+/// The most fragments a plan cuts the model into.
+pub const MAX_FRAGMENTS: u64 = 16;
+
+/// PowerSGD as the synchronous phase runs it: rank 2, compressing from
+/// step 10 (torch's default start of 1000 would leave a phase of fewer
+/// steps dense throughout), its error feedback on.
+pub fn sync_powersgd() -> CompressorConfig {
+    gradcomp_compress::lowrank::PowerSgdConfig::new(2).with_start_iter(10).into()
+}
+
+/// What the rule decides from.
+#[derive(Clone, Debug)]
+pub struct PlanInputs {
+    /// The measured communication-free step of one worker, in seconds.
+    pub step_seconds: f64,
+    /// The link between workers (α, β).
+    pub link: NetworkModel,
+    /// N.
+    pub workers: usize,
+    /// The model's trainable tensors' shapes, in order.
+    pub shapes: Vec<Vec<usize>>,
+    /// The run's inner steps.
+    pub total_steps: u64,
+}
+
+/// The methods a plan is priced with, measured on the model's shapes.
+pub struct PlanCosts {
+    pub dense: MethodCost,
+    pub powersgd: MethodCost,
+    pub fp4_gather: MethodCost,
+    pub fp4_scatter: MethodCost,
+    /// Seconds of the outer step per parameter.
+    pub outer_per_value: f64,
+}
+
+impl PlanCosts {
+    /// Measured here, on this CPU, on `shapes` (the codecs' bytes and speed).
+    pub fn measure(shapes: &[Vec<usize>]) -> Self {
+        let fp4 = || CompressorConfig::named("fp4").expect("fp4 is built in");
+        let len: usize = shapes.iter().map(|s| s.iter().product::<usize>()).sum();
+        PlanCosts {
+            dense: measure("dense", CompressorConfig::dense(), Topology::Allreduce, shapes),
+            powersgd: measure("powersgd r=2", powersgd_rank(2), Topology::Allreduce, shapes),
+            fp4_gather: measure("fp4 (allgather)", fp4(), Topology::Allgather, shapes),
+            fp4_scatter: measure("fp4 (reduce-scatter)", fp4(), Topology::ReduceScatter, shapes),
+            outer_per_value: outer_seconds_per_value(len.min(1 << 20)),
+        }
+    }
+}
+
+/// One decision: the key it sets, its value, and why.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Decision {
+    pub key: &'static str,
+    pub value: String,
+    pub reason: String,
+}
+
+impl std::fmt::Display for Decision {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} = {}: {}", self.key, self.value, self.reason)
+    }
+}
+
+/// The plan the rule chose.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AutoPlan {
+    /// Local updates with their synchronous phase, period, fragments, τ and
+    /// outer optimizer.
+    pub strategy: StrategyConfig,
+    /// The change's compressor (`compress_delta` on).
+    pub compressor: CompressorConfig,
+    /// The change's route.
+    pub topology: Topology,
+    /// Each decision with its reason, in the order taken.
+    pub decisions: Vec<Decision>,
+    /// The predicted seconds per inner step of the local phase.
+    pub local_step_seconds: f64,
+}
+
+impl AutoPlan {
+    /// `cfg` with the plan's keys in place of its own (`strategy.plan`
+    /// becomes `given`): the change's compressor and route, and the
+    /// strategy's phase, period, fragments, τ and outer optimizer; the
+    /// strategy's other keys (`average_buffers`, the outer optimizer's
+    /// warm-up) stay the configuration's.
+    pub fn apply(&self, cfg: &mut crate::DataParallelConfig) {
+        let st = &mut cfg.strategy;
+        let outer = OuterConfig {
+            name: self.strategy.outer.name,
+            lr: self.strategy.outer.lr,
+            momentum: self.strategy.outer.momentum,
+            ..st.outer
+        };
+        *st = StrategyConfig { outer, average_buffers: st.average_buffers, ..self.strategy.clone() };
+        cfg.compressor = self.compressor.clone().into();
+        cfg.topology = Some(self.topology);
+    }
+
+    /// The plan as `--set KEY=VALUE` overrides of a gradcomp TOML
+    /// configuration: the run frozen, to repeat or race it.
+    pub fn overrides(&self) -> Vec<String> {
+        let st = &self.strategy;
+        let outer = st.outer();
+        let mut o = vec![
+            "strategy.plan=\"given\"".to_string(),
+            "strategy.kind=\"local\"".to_string(),
+            format!("strategy.period={}", st.period),
+            format!("strategy.fragments={}", st.fragments),
+            format!("strategy.delay={}", st.delay),
+            "strategy.compress_delta=true".to_string(),
+            format!("strategy.outer.name=\"{}\"", outer.kind_name()),
+            format!("compressor.name=\"{}\"", self.compressor.name()),
+            format!("comm.topology=\"{}\"", self.topology.name()),
+        ];
+        if let Some(phase) = st.sync_phase() {
+            o.push(format!("strategy.sync.steps={}", phase.steps));
+            let table = serde_json::to_value(phase.compressor()).expect("compressors serialize");
+            o.push(format!("strategy.sync.compressor={}", toml_inline(&table)));
+        }
+        o
+    }
+}
+
+/// A JSON value as a TOML inline value (objects as inline tables, unset
+/// options left out).
+fn toml_inline(v: &serde_json::Value) -> String {
+    let Some(m) = v.as_object() else { return v.to_string() };
+    let items: Vec<String> =
+        m.iter().filter(|(_, v)| !v.is_null()).map(|(k, v)| format!("{k} = {}", toml_inline(v))).collect();
+    format!("{{ {} }}", items.join(", "))
+}
+
+fn ms(s: f64) -> String {
+    format!("{:.1} ms", s * 1e3)
+}
+
+/// The rule (ALGORITHMS.md §2.5), on `costs` measured for `inputs.shapes`.
+pub fn choose(inputs: &PlanInputs, costs: &PlanCosts) -> AutoPlan {
+    let t = inputs.step_seconds;
+    let n = inputs.workers;
+    let work = Workload::new(t, inputs.shapes.clone());
+    let mut decisions = Vec::new();
+    let mut decide = |key, value: String, reason: String| decisions.push(Decision { key, value, reason });
+
+    // The change: fp4 on the route that moves it sooner.
+    let round = |m: &MethodCost, setup: &LocalSetup| {
+        local_step_seconds(&work, m, n, &inputs.link, setup, costs.outer_per_value)
+    };
+    let whole = LocalSetup { period: 1, fragments: 1, delay: 0, overlap: false };
+    let (gather, scatter) = (round(&costs.fp4_gather, &whole), round(&costs.fp4_scatter, &whole));
+    let (change, topology) = if scatter.round_seconds < gather.round_seconds {
+        (&costs.fp4_scatter, Topology::ReduceScatter)
+    } else {
+        (&costs.fp4_gather, Topology::Allgather)
+    };
+    decide(
+        "comm.topology",
+        format!("\"{}\"", topology.name()),
+        format!(
+            "an fp4 change of the whole model takes {} by allgather, {} by reduce-scatter among {n}",
+            ms(gather.round_seconds),
+            ms(scatter.round_seconds)
+        ),
+    );
+
+    // Fragments and τ: the fewest that hide a round (each fragment's round
+    // within τ inner steps), τ = 0 first (a blocking round that costs
+    // nothing), then τ = 1, 2 with 1, 2, 4, ... fragments.
+    let tensors = inputs.shapes.len() as u64;
+    let mut candidates = vec![(0, 1)];
+    for delay in 1..=MAX_DELAY {
+        let mut p = 1;
+        while p <= MAX_FRAGMENTS.min(tensors) {
+            candidates.push((delay, p));
+            p *= 2;
+        }
+    }
+    let exposed = |delay: u64, p: u64| {
+        let setup = LocalSetup { period: MIN_PERIOD, fragments: p as usize, delay, overlap: delay > 0 };
+        round(change, &setup)
+    };
+    let hides =
+        |delay: u64, p: u64| exposed(delay, p).exposed_seconds <= HIDDEN_SHARE * t * MIN_PERIOD as f64;
+    let hidden = candidates.iter().copied().find(|&(d, p)| hides(d, p));
+    let (delay, fragments) = hidden.unwrap_or(*candidates.last().expect("a candidate"));
+    let price = exposed(delay, fragments);
+    let why = match hidden {
+        Some(_) if delay == 0 => format!(
+            "a blocking round of the whole model takes {}, at most {:.0}% of a {}-step period of {} steps",
+            ms(price.round_seconds),
+            HIDDEN_SHARE * 100.0,
+            MIN_PERIOD,
+            ms(t)
+        ),
+        Some(_) => format!(
+            "each of {fragments} fragments' rounds ({} of {} a period) hides behind {delay} inner step(s) of {}",
+            ms(price.round_seconds / fragments as f64),
+            ms(price.round_seconds),
+            ms(t)
+        ),
+        None => format!(
+            "no plan of at most {MAX_FRAGMENTS} fragments and τ ≤ {MAX_DELAY} hides its rounds: {} exposed a period",
+            ms(price.exposed_seconds)
+        ),
+    };
+    decide("strategy.fragments, strategy.delay", format!("{fragments}, {delay}"), why);
+
+    // H: at least MIN_PERIOD, room for every fragment's overlap, and the
+    // rounds within LINK_SHARE of the link's time over a period.
+    let by_link = (price.round_seconds / (LINK_SHARE * t)).ceil() as u64;
+    let period = MIN_PERIOD.max((fragments * delay + 1).next_power_of_two()).max(by_link.next_power_of_two());
+    decide(
+        "strategy.period",
+        period.to_string(),
+        format!(
+            "{MIN_PERIOD} at least; the rounds' {} a period within {:.0}% of {period} steps of {}",
+            ms(price.round_seconds),
+            LINK_SHARE * 100.0,
+            ms(t)
+        ),
+    );
+
+    // The synchronous phase: its share of the run, through the per-step
+    // method of the least predicted step (dense while the wire adds little).
+    let sync_steps = (SYNC_FRACTION * inputs.total_steps as f64).round() as u64;
+    let dense_step = step_seconds(&work, &costs.dense, n, &inputs.link);
+    let psgd_step = step_seconds(&work, &costs.powersgd, n, &inputs.link);
+    let (sync_compressor, sync_why) = if dense_step <= (1.0 + DENSE_SHARE) * t || dense_step <= psgd_step {
+        (
+            CompressorConfig::dense(),
+            format!(
+                "dense: its step {} within {:.0}% of {} (PowerSGD r=2: {})",
+                ms(dense_step),
+                DENSE_SHARE * 100.0,
+                ms(t),
+                ms(psgd_step)
+            ),
+        )
+    } else {
+        (
+            sync_powersgd(),
+            format!(
+                "powersgd r=2: its step {} against dense's {} (free: {})",
+                ms(psgd_step),
+                ms(dense_step),
+                ms(t)
+            ),
+        )
+    };
+    decide(
+        "strategy.sync",
+        format!("{sync_steps} steps, {}", sync_compressor.name()),
+        format!(
+            "{:.0}% of the run's {} steps synchronous; {sync_why}",
+            SYNC_FRACTION * 100.0,
+            inputs.total_steps
+        ),
+    );
+
+    // The outer optimizer: averaging for few rounds.
+    let rounds = inputs.total_steps.saturating_sub(sync_steps) / period;
+    let outer = if rounds < FEW_ROUNDS { OuterConfig::sgd(1.0, 0.0) } else { OuterConfig::nesterov() };
+    decide(
+        "strategy.outer",
+        outer.kind_name().to_string(),
+        if rounds < FEW_ROUNDS {
+            format!("{rounds} outer rounds, fewer than {FEW_ROUNDS}: plain averaging")
+        } else {
+            format!("{rounds} outer rounds, {FEW_ROUNDS} or more: DiLoCo's Nesterov (lr 0.7, μ 0.9)")
+        },
+    );
+
+    let mut strategy = StrategyConfig::local(period)
+        .with_streaming(fragments, delay)
+        .with_compress_delta(true)
+        .with_outer(outer)
+        .with_period_rule(PeriodRule::Fixed);
+    if sync_steps > 0 {
+        strategy = strategy.with_sync_phase(SyncPhase::new(sync_steps, sync_compressor));
+    }
+    let local =
+        round(change, &LocalSetup { period, fragments: fragments as usize, delay, overlap: delay > 0 });
+    AutoPlan {
+        strategy,
+        compressor: change.compressor.clone(),
+        topology,
+        decisions,
+        local_step_seconds: local.step_seconds,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The 2-layer LSTM of experiments/tta-ptb-lstm-local.toml (4.65M
+    /// values in 11 tensors).
+    fn lstm() -> Vec<Vec<usize>> {
+        let mut s = vec![vec![10_000, 200]];
+        for _ in 0..2 {
+            s.extend([vec![800, 200], vec![800, 200], vec![800], vec![800]]);
+        }
+        s.extend([vec![10_000, 200], vec![10_000]]);
+        s
+    }
+
+    /// The costs with the codecs' seconds left out, so the decisions follow
+    /// from the bytes and the link alone, the same on every machine.
+    fn wire_only(shapes: &[Vec<usize>]) -> PlanCosts {
+        let mut c = PlanCosts::measure(shapes);
+        for m in [&mut c.dense, &mut c.powersgd, &mut c.fp4_gather, &mut c.fp4_scatter] {
+            m.compress_seconds = 0.0;
+            m.decode_seconds = 0.0;
+            for u in &mut m.units {
+                u.compress_seconds = 0.0;
+                u.decode_seconds = 0.0;
+            }
+        }
+        c.outer_per_value = 0.0;
+        c
+    }
+
+    fn plan(bps: f64, step: f64, total: u64, costs: &PlanCosts) -> AutoPlan {
+        let inputs = PlanInputs {
+            step_seconds: step,
+            link: NetworkModel::from_bits_per_second(bps, 1e-4),
+            workers: 4,
+            shapes: lstm(),
+            total_steps: total,
+        };
+        choose(&inputs, costs)
+    }
+
+    /// On a fast link the rounds cost nothing: a dense phase, blocking
+    /// rounds every MIN_PERIOD steps, averaging for a short run; at 100
+    /// Mbit/s PowerSGD's phase, and the fp4 change on the route that moves
+    /// it sooner (the reduce-scatter among 4: 0.35 s against the
+    /// allgather's 0.70 s), in two fragments each hidden behind a step; at
+    /// 10 Mbit/s more fragments, τ up to MAX_DELAY, and a longer period.
+    #[test]
+    fn the_plan_follows_the_link() {
+        let costs = wire_only(&lstm());
+        let fast = plan(1e10, 0.3, 800, &costs);
+        let st = &fast.strategy;
+        assert_eq!(
+            (st.period, st.fragments, st.delay, st.sync_steps()),
+            (MIN_PERIOD, 1, 0, 200),
+            "{fast:#?}"
+        );
+        assert_eq!(st.sync_phase().unwrap().compressor().name(), "dense");
+        assert!(st.outer().averages() && st.compress_delta);
+        assert_eq!(fast.compressor.name(), "fp4");
+
+        let mid = plan(1e8, 0.3, 800, &costs);
+        let st = &mid.strategy;
+        assert_eq!(st.sync_phase().unwrap().compressor().name(), "powersgd", "{mid:#?}");
+        assert_eq!(mid.topology, Topology::ReduceScatter, "{mid:#?}");
+        assert_eq!((st.period, st.fragments, st.delay), (MIN_PERIOD, 2, 1), "{mid:#?}");
+        assert!(mid.local_step_seconds < 0.3 * (1.0 + HIDDEN_SHARE), "{mid:#?}");
+
+        let slow = plan(1e7, 0.3, 800, &costs);
+        let st = &slow.strategy;
+        assert!(st.fragments > 1 && st.delay >= 1 && st.period > MIN_PERIOD, "{slow:#?}");
+        let cfg = crate::DataParallelConfig::new(slow.compressor.clone())
+            .with_topology(slow.topology)
+            .with_strategy(st.clone());
+        cfg.validate().unwrap();
+    }
+
+    /// The plan applied to a configuration validates and keeps the keys it
+    /// does not choose; its overrides name every key it chose.
+    #[test]
+    fn the_plan_applies_and_freezes_to_overrides() {
+        let costs = wire_only(&lstm());
+        let mid = plan(1e8, 0.3, 800, &costs);
+        let mut cfg =
+            crate::DataParallelConfig::new(CompressorConfig::dense()).with_strategy(StrategyConfig {
+                plan: crate::config::PlanChoice::Auto,
+                average_buffers: true,
+                ..StrategyConfig::local(4)
+            });
+        mid.apply(&mut cfg);
+        cfg.validate().unwrap();
+        assert_eq!(cfg.strategy.plan, crate::config::PlanChoice::Given);
+        assert!(cfg.strategy.average_buffers, "kept");
+        assert_eq!((cfg.compressor_name().as_str(), cfg.topology()), ("fp4", Topology::ReduceScatter));
+        assert_eq!(cfg.strategy.sync_steps(), 200);
+        let o = mid.overrides().join(" ");
+        for key in
+            ["strategy.period=16", "strategy.fragments=2", "strategy.delay=1", "strategy.sync.steps=200"]
+        {
+            assert!(o.contains(key), "{key} in {o}");
+        }
+        assert!(o.contains("strategy.sync.compressor={ name = \"powersgd\""), "{o}");
+    }
+
+    /// Every decision is one line naming its key and its reason; a long
+    /// run's many rounds take DiLoCo's Nesterov.
+    #[test]
+    fn each_decision_says_why_and_many_rounds_take_nesterov() {
+        let costs = wire_only(&lstm());
+        let long = plan(1e9, 0.3, 100_000, &costs);
+        assert_eq!(long.strategy.outer().kind_name(), "nesterov");
+        let keys: Vec<&str> = long.decisions.iter().map(|d| d.key).collect();
+        assert_eq!(
+            keys,
+            [
+                "comm.topology",
+                "strategy.fragments, strategy.delay",
+                "strategy.period",
+                "strategy.sync",
+                "strategy.outer"
+            ]
+        );
+        for d in &long.decisions {
+            let line = d.to_string();
+            assert!(!line.contains('\n') && line.len() > d.key.len() + 10, "{line}");
+        }
+    }
+}
