@@ -163,8 +163,10 @@ impl AutoPlan {
 /// options left out).
 fn toml_inline(v: &serde_json::Value) -> String {
     let Some(m) = v.as_object() else { return v.to_string() };
-    let items: Vec<String> =
-        m.iter().filter(|(_, v)| !v.is_null()).map(|(k, v)| format!("{k} = {}", toml_inline(v))).collect();
+    // `name` first, as a configuration's tables put it.
+    let mut entries: Vec<_> = m.iter().filter(|(_, v)| !v.is_null()).collect();
+    entries.sort_by_key(|(k, _)| *k != "name");
+    let items: Vec<String> = entries.iter().map(|(k, v)| format!("{k} = {}", toml_inline(v))).collect();
     format!("{{ {} }}", items.join(", "))
 }
 
