@@ -4,6 +4,7 @@ mod bench;
 mod data;
 mod launch;
 mod model;
+mod plan;
 mod project;
 mod report;
 mod train;

@@ -72,6 +72,14 @@ pub struct Args {
     peer_algorithm: String,
     #[arg(long)]
     json: bool,
+    /// Choose the plan of local updates (`strategy.plan = "auto"`, ALGORITHMS.md
+    /// §2.5) from this machine's measured step with the configured workers:
+    /// each decision with its reason, then the `--set` keys that freeze it.
+    #[arg(long)]
+    plan: bool,
+    /// With --plan: the link in Gbit/s (default: the first of `network.links_bps`).
+    #[arg(long, value_name = "GBPS", requires = "plan")]
+    link_gbps: Option<f64>,
 }
 
 /// The measured profile of one step on one worker.
@@ -137,6 +145,9 @@ pub fn run(a: &Args) -> Result<()> {
     let cfg = TrainConfig::load(&a.config, &ov).map_err(|e| crate::user_error::UserError(e.to_string()))?;
     if let Some(ms) = a.peer_compute_ms {
         return peer(&cfg, ms, a);
+    }
+    if a.plan {
+        return crate::plan::print(&cfg, a.link_gbps.map(|g| g * 1e9));
     }
     let p = profile(&cfg, a.steps)?;
     let total: usize = p.work.units.iter().sum();

@@ -206,12 +206,26 @@ impl Observer for Printer {
     }
 }
 
+/// The configuration, its `strategy.plan = "auto"` resolved: chosen now
+/// (each decision printed), or on a resume the plan the run chose.
+fn load_with_plan(a: &TrainArgs) -> Result<TrainConfig> {
+    let mut cfg = a.load_config()?;
+    if a.resume {
+        crate::plan::frozen(&mut cfg)?;
+    } else {
+        for line in crate::plan::resolve(&mut cfg)? {
+            eprintln!("{line}");
+        }
+    }
+    Ok(cfg)
+}
+
 pub fn run(a: &TrainArgs) -> Result<()> {
     // Signals first: one that arrives while the data loads still stops the
     // run cleanly, with its exit code.
     let stop = Arc::new(AtomicBool::new(false));
     let signal = stop_on_signals(&stop)?;
-    let cfg = a.load_config()?;
+    let cfg = load_with_plan(a)?;
     let progress_file = match &a.progress_file {
         // Not truncated: under MPI every rank opens it, and only rank 0 writes.
         Some(path) => Some(

@@ -174,142 +174,160 @@ fn ms(s: f64) -> String {
     format!("{:.1} ms", s * 1e3)
 }
 
-/// The rule (ALGORITHMS.md §2.5), on `costs` measured for `inputs.shapes`.
-pub fn choose(inputs: &PlanInputs, costs: &PlanCosts) -> AutoPlan {
-    let t = inputs.step_seconds;
-    let n = inputs.workers;
-    let work = Workload::new(t, inputs.shapes.clone());
-    let mut decisions = Vec::new();
-    let mut decide = |key, value: String, reason: String| decisions.push(Decision { key, value, reason });
+/// The rule's prices: the inputs' step, workers and link, the measured methods.
+struct Pricer<'a> {
+    inputs: &'a PlanInputs,
+    costs: &'a PlanCosts,
+    work: Workload,
+}
 
-    // The change: fp4 on the route that moves it sooner.
-    let round = |m: &MethodCost, setup: &LocalSetup| {
-        local_step_seconds(&work, m, n, &inputs.link, setup, costs.outer_per_value)
-    };
-    let whole = LocalSetup { period: 1, fragments: 1, delay: 0, overlap: false };
-    let (gather, scatter) = (round(&costs.fp4_gather, &whole), round(&costs.fp4_scatter, &whole));
-    let (change, topology) = if scatter.round_seconds < gather.round_seconds {
-        (&costs.fp4_scatter, Topology::ReduceScatter)
-    } else {
-        (&costs.fp4_gather, Topology::Allgather)
-    };
-    decide(
-        "comm.topology",
-        format!("\"{}\"", topology.name()),
-        format!(
-            "an fp4 change of the whole model takes {} by allgather, {} by reduce-scatter among {n}",
-            ms(gather.round_seconds),
-            ms(scatter.round_seconds)
-        ),
-    );
-
-    // Fragments and τ: the fewest that hide a round (each fragment's round
-    // within τ inner steps), τ = 0 first (a blocking round that costs
-    // nothing), then τ = 1, 2 with 1, 2, 4, ... fragments.
-    let tensors = inputs.shapes.len() as u64;
-    let mut candidates = vec![(0, 1)];
-    for delay in 1..=MAX_DELAY {
-        let mut p = 1;
-        while p <= MAX_FRAGMENTS.min(tensors) {
-            candidates.push((delay, p));
-            p *= 2;
-        }
+impl Pricer<'_> {
+    /// Local updates whose rounds carry the change through `m`.
+    fn local(&self, m: &MethodCost, period: u64, fragments: u64, delay: u64) -> crate::predict::LocalPrice {
+        let setup = LocalSetup { period, fragments: fragments as usize, delay, overlap: delay > 0 };
+        let (n, net) = (self.inputs.workers, &self.inputs.link);
+        local_step_seconds(&self.work, m, n, net, &setup, self.costs.outer_per_value)
     }
-    let exposed = |delay: u64, p: u64| {
-        let setup = LocalSetup { period: MIN_PERIOD, fragments: p as usize, delay, overlap: delay > 0 };
-        round(change, &setup)
-    };
-    let hides =
-        |delay: u64, p: u64| exposed(delay, p).exposed_seconds <= HIDDEN_SHARE * t * MIN_PERIOD as f64;
-    let hidden = candidates.iter().copied().find(|&(d, p)| hides(d, p));
-    let (delay, fragments) = hidden.unwrap_or(*candidates.last().expect("a candidate"));
-    let price = exposed(delay, fragments);
-    let why = match hidden {
-        Some(_) if delay == 0 => format!(
-            "a blocking round of the whole model takes {}, at most {:.0}% of a {}-step period of {} steps",
-            ms(price.round_seconds),
-            HIDDEN_SHARE * 100.0,
-            MIN_PERIOD,
-            ms(t)
-        ),
-        Some(_) => format!(
-            "each of {fragments} fragments' rounds ({} of {} a period) hides behind {delay} inner step(s) of {}",
-            ms(price.round_seconds / fragments as f64),
-            ms(price.round_seconds),
-            ms(t)
-        ),
-        None => format!(
-            "no plan of at most {MAX_FRAGMENTS} fragments and τ ≤ {MAX_DELAY} hides its rounds: {} exposed a period",
-            ms(price.exposed_seconds)
-        ),
-    };
-    decide("strategy.fragments, strategy.delay", format!("{fragments}, {delay}"), why);
 
-    // H: at least MIN_PERIOD, room for every fragment's overlap, and the
-    // rounds within LINK_SHARE of the link's time over a period.
-    let by_link = (price.round_seconds / (LINK_SHARE * t)).ceil() as u64;
-    let period = MIN_PERIOD.max((fragments * delay + 1).next_power_of_two()).max(by_link.next_power_of_two());
-    decide(
-        "strategy.period",
-        period.to_string(),
-        format!(
-            "{MIN_PERIOD} at least; the rounds' {} a period within {:.0}% of {period} steps of {}",
-            ms(price.round_seconds),
-            LINK_SHARE * 100.0,
-            ms(t)
-        ),
-    );
+    /// The change: fp4, on the route that moves the whole model sooner.
+    fn route(&self) -> (&MethodCost, Topology, Decision) {
+        let gather = self.local(&self.costs.fp4_gather, 1, 1, 0).round_seconds;
+        let scatter = self.local(&self.costs.fp4_scatter, 1, 1, 0).round_seconds;
+        let (m, topology) = if scatter < gather {
+            (&self.costs.fp4_scatter, Topology::ReduceScatter)
+        } else {
+            (&self.costs.fp4_gather, Topology::Allgather)
+        };
+        let reason = format!(
+            "an fp4 change of the whole model takes {} by allgather, {} by reduce-scatter among {}",
+            ms(gather),
+            ms(scatter),
+            self.inputs.workers
+        );
+        (m, topology, Decision { key: "comm.topology", value: format!("\"{}\"", topology.name()), reason })
+    }
 
-    // The synchronous phase: its share of the run, through the per-step
-    // method of the least predicted step (dense while the wire adds little).
-    let sync_steps = (SYNC_FRACTION * inputs.total_steps as f64).round() as u64;
-    let dense_step = step_seconds(&work, &costs.dense, n, &inputs.link);
-    let psgd_step = step_seconds(&work, &costs.powersgd, n, &inputs.link);
-    let (sync_compressor, sync_why) = if dense_step <= (1.0 + DENSE_SHARE) * t || dense_step <= psgd_step {
-        (
-            CompressorConfig::dense(),
-            format!(
-                "dense: its step {} within {:.0}% of {} (PowerSGD r=2: {})",
-                ms(dense_step),
-                DENSE_SHARE * 100.0,
-                ms(t),
-                ms(psgd_step)
-            ),
-        )
-    } else {
-        (
-            sync_powersgd(),
-            format!(
-                "powersgd r=2: its step {} against dense's {} (free: {})",
-                ms(psgd_step),
-                ms(dense_step),
+    /// Fragments and τ: the fewest that hide the rounds (each fragment's
+    /// round within τ inner steps), τ = 0 first (a blocking round that costs
+    /// nothing), then τ = 1, 2 with 1, 2, 4, ... fragments; the last
+    /// candidate where none hides. Returns (fragments, τ, the rounds'
+    /// seconds a period).
+    fn overlap(&self, change: &MethodCost) -> (u64, u64, f64, Decision) {
+        let t = self.inputs.step_seconds;
+        let tensors = self.inputs.shapes.len() as u64;
+        let mut candidates = vec![(0, 1)];
+        for delay in 1..=MAX_DELAY {
+            candidates.extend(
+                (0..).map(|k| 1u64 << k).take_while(|&p| p <= MAX_FRAGMENTS.min(tensors)).map(|p| (delay, p)),
+            );
+        }
+        let hides = |&(d, p): &(u64, u64)| {
+            self.local(change, MIN_PERIOD, p, d).exposed_seconds <= HIDDEN_SHARE * t * MIN_PERIOD as f64
+        };
+        let hidden = candidates.iter().copied().find(hides);
+        let (delay, fragments) = hidden.unwrap_or(*candidates.last().expect("a candidate"));
+        let price = self.local(change, MIN_PERIOD, fragments, delay);
+        let reason = match hidden {
+            Some(_) if delay == 0 => format!(
+                "a blocking round of the whole model takes {}, at most {:.0}% of a {MIN_PERIOD}-step period of {}",
+                ms(price.round_seconds),
+                HIDDEN_SHARE * 100.0,
                 ms(t)
             ),
+            Some(_) => format!(
+                "each of {fragments} fragments' rounds ({} of {} a period) hides behind {delay} inner step(s) of {}",
+                ms(price.round_seconds / fragments as f64),
+                ms(price.round_seconds),
+                ms(t)
+            ),
+            None => format!(
+                "no plan of at most {MAX_FRAGMENTS} fragments and τ ≤ {MAX_DELAY} hides its rounds: {} exposed a period",
+                ms(price.exposed_seconds)
+            ),
+        };
+        let value = format!("{fragments}, {delay}");
+        (
+            fragments,
+            delay,
+            price.round_seconds,
+            Decision { key: "strategy.fragments, strategy.delay", value, reason },
         )
-    };
-    decide(
-        "strategy.sync",
-        format!("{sync_steps} steps, {}", sync_compressor.name()),
-        format!(
-            "{:.0}% of the run's {} steps synchronous; {sync_why}",
-            SYNC_FRACTION * 100.0,
-            inputs.total_steps
-        ),
-    );
+    }
 
-    // The outer optimizer: averaging for few rounds.
-    let rounds = inputs.total_steps.saturating_sub(sync_steps) / period;
-    let outer = if rounds < FEW_ROUNDS { OuterConfig::sgd(1.0, 0.0) } else { OuterConfig::nesterov() };
-    decide(
-        "strategy.outer",
-        outer.kind_name().to_string(),
-        if rounds < FEW_ROUNDS {
-            format!("{rounds} outer rounds, fewer than {FEW_ROUNDS}: plain averaging")
+    /// H: at least MIN_PERIOD, room for every fragment's overlap, and the
+    /// rounds within LINK_SHARE of the link's time over a period.
+    fn period(&self, fragments: u64, delay: u64, round_seconds: f64) -> (u64, Decision) {
+        let t = self.inputs.step_seconds;
+        let by_link = (round_seconds / (LINK_SHARE * t)).ceil() as u64;
+        let period =
+            MIN_PERIOD.max((fragments * delay + 1).next_power_of_two()).max(by_link.next_power_of_two());
+        let reason = format!(
+            "{MIN_PERIOD} at least; the rounds' {} a period within {:.0}% of {period} steps of {}",
+            ms(round_seconds),
+            LINK_SHARE * 100.0,
+            ms(t)
+        );
+        (period, Decision { key: "strategy.period", value: period.to_string(), reason })
+    }
+
+    /// The synchronous phase: SYNC_FRACTION of the run, dense while the
+    /// wire adds at most DENSE_SHARE to its step (or PowerSGD is no
+    /// faster), else PowerSGD rank 2.
+    fn sync(&self) -> (u64, CompressorConfig, Decision) {
+        let (t, n, net) = (self.inputs.step_seconds, self.inputs.workers, &self.inputs.link);
+        let steps = (SYNC_FRACTION * self.inputs.total_steps as f64).round() as u64;
+        let dense = step_seconds(&self.work, &self.costs.dense, n, net);
+        let psgd = step_seconds(&self.work, &self.costs.powersgd, n, net);
+        let (c, why) = if dense <= (1.0 + DENSE_SHARE) * t || dense <= psgd {
+            let share = DENSE_SHARE * 100.0;
+            let why = format!(
+                "dense: its step {} within {share:.0}% of {} (PowerSGD r=2: {})",
+                ms(dense),
+                ms(t),
+                ms(psgd)
+            );
+            (CompressorConfig::dense(), why)
         } else {
-            format!("{rounds} outer rounds, {FEW_ROUNDS} or more: DiLoCo's Nesterov (lr 0.7, μ 0.9)")
-        },
-    );
+            let why = format!(
+                "powersgd r=2: its step {} against dense's {} (free: {})",
+                ms(psgd),
+                ms(dense),
+                ms(t)
+            );
+            (sync_powersgd(), why)
+        };
+        let reason = format!(
+            "{:.0}% of the run's {} steps synchronous; {why}",
+            SYNC_FRACTION * 100.0,
+            self.inputs.total_steps
+        );
+        let value = format!("{steps} steps, {}", c.name());
+        (steps, c, Decision { key: "strategy.sync", value, reason })
+    }
+}
 
+/// The outer optimizer: plain averaging for fewer than FEW_ROUNDS rounds.
+fn outer_for(rounds: u64) -> (OuterConfig, Decision) {
+    let (outer, reason) = if rounds < FEW_ROUNDS {
+        (
+            OuterConfig::sgd(1.0, 0.0),
+            format!("{rounds} outer rounds, fewer than {FEW_ROUNDS}: plain averaging"),
+        )
+    } else {
+        let why = format!("{rounds} outer rounds, {FEW_ROUNDS} or more: DiLoCo's Nesterov (lr 0.7, μ 0.9)");
+        (OuterConfig::nesterov(), why)
+    };
+    (outer, Decision { key: "strategy.outer", value: outer.kind_name().to_string(), reason })
+}
+
+/// The rule (ALGORITHMS.md §2.5), on `costs` measured for `inputs.shapes`.
+pub fn choose(inputs: &PlanInputs, costs: &PlanCosts) -> AutoPlan {
+    let pricer = Pricer { inputs, costs, work: Workload::new(inputs.step_seconds, inputs.shapes.clone()) };
+    let (change, topology, d_route) = pricer.route();
+    let (fragments, delay, round_seconds, d_overlap) = pricer.overlap(change);
+    let (period, d_period) = pricer.period(fragments, delay, round_seconds);
+    let (sync_steps, sync_compressor, d_sync) = pricer.sync();
+    let (outer, d_outer) = outer_for(inputs.total_steps.saturating_sub(sync_steps) / period);
     let mut strategy = StrategyConfig::local(period)
         .with_streaming(fragments, delay)
         .with_compress_delta(true)
@@ -318,14 +336,12 @@ pub fn choose(inputs: &PlanInputs, costs: &PlanCosts) -> AutoPlan {
     if sync_steps > 0 {
         strategy = strategy.with_sync_phase(SyncPhase::new(sync_steps, sync_compressor));
     }
-    let local =
-        round(change, &LocalSetup { period, fragments: fragments as usize, delay, overlap: delay > 0 });
     AutoPlan {
         strategy,
         compressor: change.compressor.clone(),
         topology,
-        decisions,
-        local_step_seconds: local.step_seconds,
+        decisions: vec![d_route, d_overlap, d_period, d_sync, d_outer],
+        local_step_seconds: pricer.local(change, period, fragments, delay).step_seconds,
     }
 }
 

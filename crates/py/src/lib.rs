@@ -36,6 +36,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(replay::replay, m)?)?;
     m.add_function(wrap_pyfunction!(replay::replay_local, m)?)?;
     m.add_function(wrap_pyfunction!(predict::predict, m)?)?;
+    m.add_function(wrap_pyfunction!(predict::plan, m)?)?;
     m.add_function(wrap_pyfunction!(check_config, m)?)?;
     m.add_function(wrap_pyfunction!(config::hook_config, m)?)?;
     m.add_function(wrap_pyfunction!(config::compressor_options, m)?)?;

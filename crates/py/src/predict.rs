@@ -97,3 +97,87 @@ pub fn predict<'py>(
         })
         .collect()
 }
+
+/// `plan = "auto"` (ALGORITHMS.md §2.5): the plan of local updates the
+/// core's rule chooses for a model of `shapes` whose communication-free step
+/// takes `step_seconds`, among `workers` workers on a link of `link_bps`
+/// bits per second (latency `alpha`), over a run of `total_steps` inner
+/// steps. Returns `{"lines": [...], "local_updates": {...}}`: each decision
+/// with its reason, and `LocalUpdates`' keyword arguments that run it.
+#[pyfunction]
+#[pyo3(signature = (shapes, step_seconds, workers, link_bps, total_steps, alpha=1e-4))]
+pub fn plan<'py>(
+    py: Python<'py>,
+    shapes: Vec<Vec<usize>>,
+    step_seconds: f64,
+    workers: usize,
+    link_bps: f64,
+    total_steps: u64,
+    alpha: f64,
+) -> PyResult<Bound<'py, PyDict>> {
+    use gradcomp_exchange::auto_plan::{choose, PlanCosts, PlanInputs};
+    let bad =
+        |key: &str, what: &str| Err(PyValueError::new_err(format!("gradcomp.model.plan: {key}: {what}")));
+    if shapes.is_empty() || shapes.iter().any(|s| s.iter().product::<usize>() == 0) {
+        return bad("shapes", "needs at least one tensor, none of them empty");
+    }
+    if !(step_seconds.is_finite() && step_seconds > 0.0) {
+        return bad("step_seconds", "must be a measured step in seconds, > 0");
+    }
+    if workers < 2 {
+        return bad("workers", "must be at least 2: a plan of local updates needs peers");
+    }
+    if !(link_bps.is_finite() && link_bps > 0.0) {
+        return bad("link_gbps", "must be a positive speed");
+    }
+    if total_steps == 0 {
+        return bad("total_steps", "must be at least 1");
+    }
+    if !(alpha.is_finite() && alpha >= 0.0) {
+        return bad("alpha", "must be a latency in seconds, ≥ 0");
+    }
+    let inputs = PlanInputs {
+        step_seconds,
+        link: NetworkModel::from_bits_per_second(link_bps, alpha),
+        workers,
+        shapes,
+        total_steps,
+    };
+    let chosen = py.detach(|| choose(&inputs, &PlanCosts::measure(&inputs.shapes)));
+    let st = &chosen.strategy;
+    let kwargs = PyDict::new(py);
+    kwargs.set_item("period", st.period)?;
+    kwargs.set_item("fragments", st.fragments)?;
+    kwargs.set_item("delay", st.delay)?;
+    kwargs.set_item("outer", st.outer().kind_name())?;
+    kwargs.set_item("compressor", chosen.compressor.name())?;
+    kwargs.set_item("topology", chosen.topology.name())?;
+    if let Some(phase) = st.sync_phase() {
+        let c = phase.compressor();
+        kwargs.set_item("sync_steps", phase.steps)?;
+        kwargs.set_item("sync_compressor", c.name())?;
+        let options = PyDict::new(py);
+        if let Ok(serde_json::Value::Object(m)) = serde_json::to_value(&c) {
+            for (k, v) in m.iter().filter(|(k, _)| *k != "name") {
+                // PowerSGD's rank by torch's name: `rank` is the worker's in Python.
+                let k = if k == "rank" { "matrix_approximation_rank" } else { k.as_str() };
+                if let Some(x) = v.as_f64().filter(|_| v.is_number()) {
+                    if v.is_u64() {
+                        options.set_item(k, v.as_u64())?
+                    } else {
+                        options.set_item(k, x)?
+                    }
+                } else if let Some(b) = v.as_bool() {
+                    options.set_item(k, b)?;
+                }
+            }
+        }
+        kwargs.set_item("sync_options", options)?;
+    }
+    let lines: Vec<String> = chosen.decisions.iter().map(ToString::to_string).collect();
+    let d = PyDict::new(py);
+    d.set_item("lines", lines)?;
+    d.set_item("local_updates", kwargs)?;
+    d.set_item("local_step_seconds", chosen.local_step_seconds)?;
+    Ok(d)
+}

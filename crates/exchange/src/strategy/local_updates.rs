@@ -563,40 +563,4 @@ mod tests {
             assert!(plain.contains("keeps no θ_outer"), "{plain}");
         }
     }
-
-    /// Warm-up steps are synchronous data parallel: each averages the
-    /// workers' gradients; the first local step sends nothing, and the model
-    /// rounds start from the warm-up's end (θ_outer recorded there).
-    #[test]
-    fn warm_up_steps_average_the_gradients_and_local_steps_after_them_do_not() {
-        use crate::grad_stages::CompleteGrad;
-        let st = StrategyConfig { warmup_steps: 2, ..StrategyConfig::local(3) };
-        let results = InProcessGroup::new(2)
-            .run(|mut c| {
-                let rank = c.rank() as f32;
-                let mut s = strategy(&st, 2, 2);
-                let mut outs = Vec::new();
-                for step in 0..4u64 {
-                    let grad = [rank + 1.0, -rank];
-                    let mut out = [0.0f32; 2];
-                    let input = StepInput { step, lr: 0.1, loss: None, measure: false };
-                    let u =
-                        s.update(&input, Gradient::Host(&mut CompleteGrad(&grad)), &mut out, &mut c).unwrap();
-                    let sent = u.extra.iter().find(|(k, _)| *k == "communicated").unwrap().1;
-                    outs.push((out, sent));
-                }
-                let due: Vec<u64> = (0..9).filter(|&t| s.due(t)).collect();
-                (outs, due)
-            })
-            .unwrap();
-        for (r, res) in results.into_iter().enumerate() {
-            let (outs, due) = res.unwrap();
-            assert_eq!(outs[0], ([1.5, -0.5], 1.0), "warm-up step 1: the mean gradient");
-            assert_eq!(outs[1], ([1.5, -0.5], 1.0), "warm-up step 2");
-            // Step 3 comes after the model is recorded (the round at step S).
-            assert_eq!(outs[2].0, [r as f32 + 1.0, -(r as f32)], "the first local step is the worker's own");
-            assert_eq!(outs[3], ([r as f32 + 1.0, -(r as f32)], 0.0), "and sends nothing");
-            assert_eq!(due, vec![2, 5, 8], "θ_outer recorded after the warm-up, rounds every H from there");
-        }
-    }
 }

@@ -4,7 +4,8 @@
 - `gradcomp.compressor(name, shape, **options)`: one tensor's compressor, to and
   from gradcomp's wire bytes, for any transport.
 - `gradcomp.model(...)`: the network model: which compressor pays off, and the
-  predicted step time.
+  predicted step time; `gradcomp.plan(...)`: the plan of local updates it
+  chooses (`plan = "auto"`).
 
 Every algorithm runs in Rust (the crates gradcomp-compress and gradcomp-exchange);
 this package is bindings.
@@ -15,12 +16,12 @@ import numpy as np
 
 from . import _core
 from ._config import whole as _whole
-from ._model import model
+from ._model import model, plan
 
 
 __version__ = _core.__version__
 
-__all__ = ["Compressor", "compressor", "model", "__version__"]
+__all__ = ["Compressor", "compressor", "model", "plan", "__version__"]
 
 
 class Compressor:

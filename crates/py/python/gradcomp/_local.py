@@ -80,6 +80,47 @@ def _phases(sync_steps: int, sync_compressor: str, sync_options: Optional[Dict[s
     return plan
 
 
+def _outer(name: str, lr: Optional[float], momentum: Optional[float], warmup_rounds: int, decay_rounds: int,
+           rounds: Optional[int]) -> Dict[str, Any]:
+    """`strategy.outer` from LocalUpdates' `outer*` arguments (unset: the optimizer's defaults)."""
+    settings: Dict[str, Any] = {"name": name, "warmup_rounds": whole("outer_warmup_rounds", warmup_rounds),
+                                "decay_rounds": whole("outer_decay_rounds", decay_rounds)}
+    if rounds is not None:
+        settings["rounds"] = whole("outer_rounds", rounds)
+    if lr is not None:
+        settings["lr"] = lr
+    if momentum is not None:
+        settings["momentum"] = momentum
+    return settings
+
+
+def _auto(plan: str, model: torch.nn.Module, group: Optional[dist.ProcessGroup], manager: Any,
+          step_seconds: Optional[float], link_gbps: Optional[float], total_steps: Optional[int]) -> Dict[str, Any]:
+    """`plan="auto"`: rank 0 asks the core's rule (`gradcomp.plan`; its codec
+    timings are this machine's) and hands its choice to every rank, so that
+    all run one plan; rank 0 prints each decision."""
+    from ._model import plan as choose
+    if plan != "auto":
+        raise ValueError(f"gradcomp: plan: {plan!r} is not \"auto\" (leave it out to give the keys yourself)")
+    if manager is not None:
+        raise ValueError("gradcomp: plan: \"auto\" under a manager is not run yet; freeze a plan "
+                         "(gradcomp.plan(...)[\"local_updates\"]) and pass its keys")
+    for name, value in (("step_seconds", step_seconds), ("link_gbps", link_gbps), ("total_steps", total_steps)):
+        if value is None:
+            raise ValueError(f"gradcomp: {name}: plan=\"auto\" needs it (step_seconds: your measured step "
+                             "without exchange; link_gbps: the link; total_steps: the run's inner steps)")
+    box: List[Any] = [None]
+    if dist.get_rank(group) == 0:
+        shapes = [list(p.shape) or [1] for p in model.parameters() if p.requires_grad]
+        box[0] = choose(shapes, float(step_seconds), dist.get_world_size(group),  # type: ignore[arg-type]
+                        float(link_gbps), whole("total_steps", total_steps))  # type: ignore[arg-type]
+        for line in box[0]["lines"]:
+            print(f"gradcomp: plan: {line}", flush=True)
+    src = dist.get_global_rank(group, 0) if group is not None else 0
+    dist.broadcast_object_list(box, src=src, group=group)
+    return dict(box[0])
+
+
 class LocalUpdates:
     """Outer rounds every `period` inner steps of `optimizer` on `model`.
 
@@ -116,6 +157,12 @@ class LocalUpdates:
       (BatchNorm's running statistics) at every round; off, each rank keeps
       its own (torchft's DiLoCo does; torch's post-local SGD under DDP
       broadcasts rank 0's at every forward).
+    - `plan="auto"` with `step_seconds` (your measured step without
+      exchange), `link_gbps` and `total_steps`: the period, fragments,
+      delay, outer optimizer, the change's compressor and route and the
+      synchronous phase chosen by the core's rule (`gradcomp.plan`,
+      ALGORITHMS.md §2.5) on rank 0 for every rank, its decisions printed
+      and kept in `plan_lines`; those arguments are then the plan's.
     - `process_group`: a gloo or NCCL group (None: the default group); over
       NCCL the payloads cross as CUDA tensors, the arithmetic stays on the host.
     - `manager`: a torchft `Manager` (`gradcomp.torch.manager(...)`): the
@@ -128,7 +175,7 @@ class LocalUpdates:
     flight before tearing down the process group.
     """
 
-    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, *, period: int,
+    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, *, period: Optional[int] = None,
                  outer: str = "nesterov", outer_lr: Optional[float] = None, outer_momentum: Optional[float] = None,
                  compressor: str = "dense", fragments: int = 1, delay: int = 0, mix: Optional[float] = None,
                  overlap: str = "none", warmup_steps: int = 0, sync_steps: int = 0, sync_compressor: str = "dense",
@@ -136,7 +183,18 @@ class LocalUpdates:
                  outer_warmup_rounds: int = 0, outer_decay_rounds: int = 0, outer_rounds: Optional[int] = None,
                  average_buffers: bool = False,
                  process_group: Optional[dist.ProcessGroup] = None, manager: Any = None, max_workers: int = 64,
-                 **options: Any) -> None:
+                 plan: Optional[str] = None, step_seconds: Optional[float] = None, link_gbps: Optional[float] = None,
+                 total_steps: Optional[int] = None, **options: Any) -> None:
+        self.plan_lines: List[str] = []
+        if plan is not None:
+            chosen = _auto(plan, model, process_group, manager, step_seconds, link_gbps, total_steps)
+            self.plan_lines, kw = chosen["lines"], chosen["local_updates"]
+            period, outer, compressor, fragments, delay, sync_steps, sync_compressor, sync_options = (
+                kw["period"], kw["outer"], kw["compressor"], kw["fragments"], kw["delay"], kw.get("sync_steps", 0),
+                kw.get("sync_compressor", "dense"), kw.get("sync_options"))
+            options = {**options, "topology": kw["topology"]}
+        if period is None:
+            raise ValueError("gradcomp: period: the inner steps per round, or plan=\"auto\" to choose it")
         period = whole("period", period)
         if period == 0:
             raise ValueError("gradcomp: period: 0 inner steps per round; at least 1")
@@ -149,14 +207,7 @@ class LocalUpdates:
             _check_under_manager(period, whole("delay", delay), whole("fragments", fragments), overlap,
                                  whole("warmup_steps", warmup_steps) + whole("sync_steps", sync_steps),
                                  flag("average_buffers", average_buffers))
-        settings: Dict[str, Any] = {"name": outer, "warmup_rounds": whole("outer_warmup_rounds", outer_warmup_rounds),
-                                    "decay_rounds": whole("outer_decay_rounds", outer_decay_rounds)}
-        if outer_rounds is not None:
-            settings["rounds"] = whole("outer_rounds", outer_rounds)
-        if outer_lr is not None:
-            settings["lr"] = outer_lr
-        if outer_momentum is not None:
-            settings["momentum"] = outer_momentum
+        settings = _outer(outer, outer_lr, outer_momentum, outer_warmup_rounds, outer_decay_rounds, outer_rounds)
         strategy: Dict[str, Any] = {"period": period, "outer": settings, "fragments": whole("fragments", fragments),
                                     "delay": whole("delay", delay), "overlap": overlap,
                                     "warmup_steps": whole("warmup_steps", warmup_steps),
@@ -197,6 +248,11 @@ class LocalUpdates:
         # the buffers' allreduces.
         self.bytes_sent = 0
         self.bytes_received = 0
+        self._start()
+
+    def _start(self) -> None:
+        """Every replica starts from one model: a live peer's under a
+        manager, else rank 0's; the first round records it as θ_outer."""
         if self._membership is not None:
             # Every replica starts from a live peer's model (torchft heals
             # it at its first quorum); a replica that joins mid-run takes
@@ -205,10 +261,11 @@ class LocalUpdates:
             return
         # Every replica starts from rank 0's model (as DDP's constructor
         # does); the first round records it as the shared model.
-        src = dist.get_global_rank(process_group, 0) if process_group is not None else 0
+        group = self.process_group
+        src = dist.get_global_rank(group, 0) if group is not None else 0
         with torch.no_grad():
             for p in self.params:
-                dist.broadcast(p.data, src=src, group=process_group)
+                dist.broadcast(p.data, src=src, group=group)
         if self._rust.due(0):  # after a warm-up, the first round comes at its end
             self._round()
 

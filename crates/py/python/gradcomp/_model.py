@@ -62,3 +62,22 @@ def _shapes_of(shapes: Any) -> List[List[int]]:
     if parameters is not None:
         shapes = [p.shape for p in parameters() if p.requires_grad]
     return [[int(d) for d in s] or [1] for s in shapes]
+
+
+def plan(shapes: Union["torch.nn.Module", Sequence[Sequence[int]]], step_seconds: float, workers: int,
+         link_gbps: float, total_steps: int, *, alpha: float = 1e-4) -> Dict[str, Any]:
+    """`plan = "auto"` (ALGORITHMS.md §2.5): the plan of local updates the
+    core's rule chooses for a model of `shapes` (or a torch module) whose
+    communication-free step, measured, takes `step_seconds`, among `workers`
+    on a link of `link_gbps` Gbit/s, over `total_steps` inner steps.
+
+    Returns `{"lines", "local_updates", "local_step_seconds"}`: each decision
+    with its reason (one line each), `LocalUpdates`' keyword arguments that
+    run the plan (`LocalUpdates(model, opt, **p["local_updates"])`), and the
+    predicted inner step. `LocalUpdates(..., plan="auto")` calls this on rank
+    0 and hands its choice to every rank.
+    """
+    dims = _shapes_of(shapes)
+    return _core.plan(dims, number("step_seconds", step_seconds), whole("workers", workers),
+                      number("link_gbps", link_gbps) * 1e9, whole("total_steps", total_steps),
+                      alpha=number("alpha", alpha))

@@ -28,8 +28,8 @@ pub use data::{Augment, DataConfig, Dataset, ImageFiles, ImageLayout, Normalize,
 pub use elastic::{ElasticConfig, ElasticLr, LostState};
 pub use gradcomp_compress::memory::MemoryKind;
 pub use gradcomp_dp::config::{
-    Average, ClipNorm, CompressionConfig, ConfigError, Exclusions, Granularity, ServerPlacement,
-    StrategyConfig, StrategyKind, Topology,
+    Average, ClipNorm, CompressionConfig, ConfigError, Exclusions, Granularity, OuterConfig, PeriodRule,
+    PlanChoice, ServerPlacement, StrategyConfig, StrategyKind, SyncPhase, Topology,
 };
 pub use gradcomp_dp::OnNonFinite;
 pub use model::{GptConfig, LstmLmConfig, ModelConfig, ModelName};
