@@ -504,3 +504,37 @@ fn bench_compute_times_the_forward_and_backward_pass() {
     );
     assert!(f > 0.0 && b > 0.0 && s >= f.max(b), "{v}");
 }
+
+/// `strategy.plan = "auto"`: `gradcomp model --plan` prints each decision
+/// and the `--set` keys that freeze it; `gradcomp train` chooses the plan
+/// (printing it), trains with it and writes it into config.toml as given
+/// keys; a resume reads that frozen plan instead of choosing again.
+#[test]
+fn plan_auto_is_chosen_printed_frozen_and_resumed() {
+    let cfg = experiments("quick-synthetic.toml");
+    let (code, out, err) = gradcomp(&["model", "--config", &cfg, "--plan", "--link-gbps", "0.1"]);
+    assert_eq!(code, 0, "{err}");
+    for key in ["comm.topology =", "strategy.period =", "strategy.sync =", "strategy.outer =", "frozen: --set"] {
+        assert!(out.contains(key), "{key} in {out}");
+    }
+    let dir = scratch("plan-auto");
+    let run_dir = format!("run_dir=\"{}\"", dir.display());
+    let train = |extra: &[&str]| {
+        let mut args = vec!["train", "--quiet", "--config", &cfg, "--set", &run_dir];
+        args.extend(["--set", "strategy.plan=\"auto\"", "--set", "network.links_bps=[1e8]"]);
+        args.extend(extra);
+        gradcomp(&args)
+    };
+    let (code, _, err) = train(&["--set", "train.epochs=1"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("plan = \"auto\": step") && err.contains("strategy.sync ="), "{err}");
+    let saved: toml::Value = toml::from_str(&std::fs::read_to_string(dir.join("config.toml")).unwrap()).unwrap();
+    let st = &saved["strategy"];
+    assert_eq!((st["plan"].as_str(), st["kind"].as_str()), (Some("given"), Some("local")), "{st}");
+    assert_eq!(saved["compressor"]["name"].as_str(), Some("fp4"), "{saved}");
+    assert!(st["sync"]["steps"].as_integer().unwrap() > 0, "{st}");
+    let (code, _, err) = train(&["--set", "train.epochs=2", "--resume", "--allow-change"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(!err.contains("plan = \"auto\": step"), "a resume takes the frozen plan: {err}");
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -115,7 +115,9 @@ for kwargs, needle in (({"period": 0}, "period"), ({"period": True}, "period"), 
                        ({"period": 4, "sync_compressor": "topk"}, "sync_steps"),
                        ({"period": 4, "sync_steps": 2, "warmup_steps": 2}, "warmup_steps"),
                        ({"period": 4, "period_doubles_at": [8, 4]}, "period_rule"),
-                       ({"period": 4, "period_doubles_at": 8}, "period_doubles_at")):
+                       ({"period": 4, "period_doubles_at": 8}, "period_doubles_at"),
+                       ({}, "period"), ({"plan": "auto", "link_gbps": 1.0, "total_steps": 8}, "step_seconds"),
+                       ({"plan": "manual", "step_seconds": 0.1, "link_gbps": 1.0, "total_steps": 8}, "plan")):
     try:
         gt.LocalUpdates(m, o, **kwargs)
         print("accepted", kwargs)
@@ -138,7 +140,7 @@ def test_bad_local_updates_arguments_name_themselves() -> None:
     from conftest import free_port, run_ranks
     out = run_ranks(WORLD_OF_ONE % free_port(), 1, timeout=120)[0]
     lines: List[str] = [l for l in out.out.splitlines() if l.startswith(("refused", "accepted"))]
-    assert len(lines) == 30, out.out + out.err
+    assert len(lines) == 33, out.out + out.err
     for line in lines:
         assert line.startswith("refused True"), line
 
@@ -308,3 +310,42 @@ def test_what_a_manager_does_not_run_is_refused_naming_it() -> None:
                          ((8, 0, 1, "none", 0, True), "average_buffers")):
         with pytest.raises(ValueError, match=needle):
             _check_under_manager(*args)
+
+
+AUTO = r'''
+import sys, json, torch, torch.distributed as dist
+import gradcomp.torch as gt
+rank = int(sys.argv[1])
+dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d", rank=rank, world_size=2)
+torch.manual_seed(rank)
+model = torch.nn.Sequential(torch.nn.Linear(6, 4), torch.nn.Tanh(), torch.nn.Linear(4, 1))
+opt = torch.optim.AdamW(model.parameters(), lr=0.05)
+lu = gt.LocalUpdates(model, opt, plan="auto", step_seconds=0.01, link_gbps=0.1, total_steps=40)
+losses = []
+for step in range(40):
+    g = torch.Generator().manual_seed(100 * step + rank)
+    x = torch.randn(16, 6, generator=g)
+    loss = torch.nn.functional.mse_loss(model(x), x.sum(1, keepdim=True))
+    loss.backward(); opt.step(); opt.zero_grad(); lu.step(); losses.append(loss.item())
+lu.close()
+print("RESULT", json.dumps({"config": lu.config, "lines": lu.plan_lines, "losses": losses}))
+'''
+
+
+def test_plan_auto_is_chosen_once_for_every_rank_and_trains() -> None:
+    """`LocalUpdates(plan="auto")`: rank 0 chooses (printing each decision),
+    every rank runs its choice (the same configuration), and the loss falls."""
+    import json
+    from conftest import free_port, run_ranks
+    outs = run_ranks(AUTO % free_port(), 2)
+    res = []
+    for out, err, code in outs:
+        line = next((l for l in out.splitlines() if l.startswith("RESULT ")), None)
+        assert code == 0 and line is not None, out + err
+        res.append(json.loads(line[len("RESULT "):]))
+    assert res[0]["config"] == res[1]["config"] and res[0]["lines"] == res[1]["lines"], res
+    assert len(res[0]["lines"]) == 5 and "gradcomp: plan:" in outs[0].out, outs[0].out
+    config = json.loads(res[0]["config"])
+    assert config["strategy"]["kind"] == "local" and config["strategy"]["sync"]["steps"] == 10, config
+    losses = res[0]["losses"]
+    assert sum(losses[-5:]) < 0.5 * sum(losses[:5]), losses

@@ -82,3 +82,22 @@ def test_local_updates_are_priced_per_inner_step() -> None:
     assert dense["local_bytes_per_period"] == dense["bytes_per_worker"]
     assert 0.05 <= dense["local_step_seconds"] < sync_dense["step_seconds"]
     assert "local_step_seconds" not in sync_dense
+
+
+def test_the_plan_says_why_and_gives_local_updates_arguments() -> None:
+    """`gradcomp.plan`: one line per decision, and LocalUpdates' keyword
+    arguments; a slow link takes a longer period or more fragments than a
+    fast one, and bad arguments are named."""
+    fast = gradcomp.plan(SHAPES, step_seconds=0.05, workers=4, link_gbps=100, total_steps=800)
+    slow = gradcomp.plan(SHAPES, step_seconds=0.05, workers=4, link_gbps=0.01, total_steps=800)
+    assert len(fast["lines"]) == 5 and all("\n" not in line for line in fast["lines"]), fast
+    kw = fast["local_updates"]
+    assert {"period", "fragments", "delay", "outer", "compressor", "topology"} <= set(kw), kw
+    assert kw["compressor"] == "fp4" and kw["sync_steps"] == 200, kw
+    s = slow["local_updates"]
+    assert (s["period"], s["fragments"], s["delay"]) > (kw["period"], kw["fragments"], kw["delay"]), (s, kw)
+    for args, needle in (({"step_seconds": 0.0}, "step_seconds"), ({"workers": 1}, "workers"),
+                         ({"total_steps": 0}, "total_steps"), ({"link_gbps": -1.0}, "link_gbps")):
+        call = {"step_seconds": 0.05, "workers": 4, "link_gbps": 1.0, "total_steps": 100, **args}
+        with pytest.raises(ValueError, match=needle):
+            gradcomp.plan(SHAPES, **call)
