@@ -1,5 +1,5 @@
 """The network model from Python: gradcomp-exchange's predict on a model's shapes."""
-from typing import Any
+from typing import Any, Dict
 import pytest
 import torch
 
@@ -98,6 +98,6 @@ def test_the_plan_says_why_and_gives_local_updates_arguments() -> None:
     assert (s["period"], s["fragments"], s["delay"]) > (kw["period"], kw["fragments"], kw["delay"]), (s, kw)
     for args, needle in (({"step_seconds": 0.0}, "step_seconds"), ({"workers": 1}, "workers"),
                          ({"total_steps": 0}, "total_steps"), ({"link_gbps": -1.0}, "link_gbps")):
-        call = {"step_seconds": 0.05, "workers": 4, "link_gbps": 1.0, "total_steps": 100, **args}
+        call: Dict[str, Any] = {"step_seconds": 0.05, "workers": 4, "link_gbps": 1.0, "total_steps": 100, **args}
         with pytest.raises(ValueError, match=needle):
             gradcomp.plan(SHAPES, **call)
