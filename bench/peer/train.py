@@ -18,7 +18,9 @@ read from the gradcomp configuration, so both frameworks run one recipe. METHOD:
 - `gradcomp-local:NAME` with `--option key=value` (`period`, `outer`, `fragments`,
   `delay`, `mix`, the compressor's own): no DDP, `gradcomp.torch.LocalUpdates`
   around the config's optimizer, the change sent through compressor NAME;
-  evaluated on the replicas' average, as gradcomp's trainer evaluates local steps
+  evaluated on the replicas' average, as gradcomp's trainer evaluates local steps.
+  With `--option plan=auto --option link_gbps=G` the plan is the core's rule's
+  (`LocalUpdates(plan="auto")`) from this run's own free step and length
 - `torch-postlocal-hH[-wW]`, `torchft-diloco-hH[-pP][-dD][-nesterov]`: PyTorch's
   own local updates, torch's post-local SGD and torchft's DiLoCo
   (bench/peer/torch_local.py); evaluated on the replicas' average too
@@ -283,6 +285,13 @@ def option(text):
         return key, value
 
 
+def run_steps(cfg, batches):
+    """The run's steps: its epochs' batches, at most `train.max_steps`."""
+    t = cfg["train"]
+    steps = t["epochs"] * batches.per_epoch
+    return min(steps, t["max_steps"]) if t.get("max_steps") else steps
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", required=True)
@@ -332,7 +341,16 @@ def main():
         ddp = model
         opt = optimizer(cfg["optimizer"], model.parameters())
         options = dict(a.option)
-        local = gt.LocalUpdates(model, opt, compressor=a.method.split(":", 1)[1], **options)
+        if options.get("plan") == "auto":
+            # The plan's inputs: this run's own communication-free step (timed above)
+            # and length; the link is the option's (`link_gbps`).
+            if free is None:
+                sys.exit("error: plan=auto needs the run's communication-free step: leave out --no-calibrate")
+            options.setdefault("step_seconds", free)
+            options.setdefault("total_steps", run_steps(cfg, batches))
+            local = gt.LocalUpdates(model, opt, **options)
+        else:
+            local = gt.LocalUpdates(model, opt, compressor=a.method.split(":", 1)[1], **options)
     else:
         cap = {"one": 1e4, "ddp": 25}.get(a.buckets)
         ddp = DDP(model, bucket_cap_mb=cap if cap is not None else float(a.buckets))
@@ -345,9 +363,7 @@ def main():
     t = cfg["train"]
     every, target, target_ppl = t.get("eval_every", 0), t.get("target_accuracy"), t.get("target_perplexity")
     cap_check = max(1, (every or batches.per_epoch) // 5)
-    steps = t["epochs"] * batches.per_epoch
-    if t.get("max_steps"):
-        steps = min(steps, t["max_steps"])
+    steps = run_steps(cfg, batches)
     if rank == 0:
         write_run_dir(a, cfg_text=open(a.config).read())
         evals = open(os.path.join(a.out, "evals.jsonl"), "w")

@@ -17,8 +17,9 @@ use crate::predict::{
     MethodCost, Workload,
 };
 
-/// The share of the run's steps taken synchronously before local updates.
-pub const SYNC_FRACTION: f64 = 0.25;
+/// The share of the run's steps taken synchronously before local updates:
+/// none, since on the tuning seed a phase cost steps (ALGORITHMS.md §2.5).
+pub const SYNC_FRACTION: f64 = 0.0;
 /// The shortest period: local updates never meet more often than this.
 pub const MIN_PERIOD: u64 = 16;
 /// The longest overlap τ a fragment's round may take, in inner steps.
@@ -296,12 +297,16 @@ impl Pricer<'_> {
             );
             (sync_powersgd(), why)
         };
-        let reason = format!(
-            "{:.0}% of the run's {} steps synchronous; {why}",
-            SYNC_FRACTION * 100.0,
-            self.inputs.total_steps
-        );
-        let value = format!("{steps} steps, {}", c.name());
+        let (value, reason) = if steps == 0 {
+            let reason = format!(
+                "none: a synchronous phase cost steps on the tuning seed (ALGORITHMS.md §2.5); one would go {why}"
+            );
+            ("none".to_string(), reason)
+        } else {
+            let share = SYNC_FRACTION * 100.0;
+            let total = self.inputs.total_steps;
+            (format!("{steps} steps, {}", c.name()), format!("{share:.0}% of the run's {total} steps; {why}"))
+        };
         (steps, c, Decision { key: "strategy.sync", value, reason })
     }
 }
@@ -387,9 +392,10 @@ mod tests {
         choose(&inputs, costs)
     }
 
-    /// On a fast link the rounds cost nothing: a dense phase, blocking
-    /// rounds every MIN_PERIOD steps, averaging for a short run; at 100
-    /// Mbit/s PowerSGD's phase, and the fp4 change on the route that moves
+    /// On a fast link the rounds cost nothing: blocking rounds every
+    /// MIN_PERIOD steps, averaging for a short run, no synchronous phase
+    /// (one would be dense); at 100 Mbit/s (a phase would be PowerSGD's) the
+    /// fp4 change on the route that moves
     /// it sooner (the reduce-scatter among 4: 0.35 s against the
     /// allgather's 0.70 s), in two fragments each hidden behind a step; at
     /// 10 Mbit/s more fragments, τ up to MAX_DELAY, and a longer period.
@@ -398,18 +404,16 @@ mod tests {
         let costs = wire_only(&lstm());
         let fast = plan(1e10, 0.3, 800, &costs);
         let st = &fast.strategy;
-        assert_eq!(
-            (st.period, st.fragments, st.delay, st.sync_steps()),
-            (MIN_PERIOD, 1, 0, 200),
-            "{fast:#?}"
-        );
-        assert_eq!(st.sync_phase().unwrap().compressor().name(), "dense");
+        assert_eq!((st.period, st.fragments, st.delay, st.sync_steps()), (MIN_PERIOD, 1, 0, 0), "{fast:#?}");
+        let sync =
+            |p: &AutoPlan| p.decisions.iter().find(|d| d.key == "strategy.sync").unwrap().reason.clone();
+        assert!(sync(&fast).contains("one would go dense"), "{fast:#?}");
         assert!(st.outer().averages() && st.compress_delta);
         assert_eq!(fast.compressor.name(), "fp4");
 
         let mid = plan(1e8, 0.3, 800, &costs);
         let st = &mid.strategy;
-        assert_eq!(st.sync_phase().unwrap().compressor().name(), "powersgd", "{mid:#?}");
+        assert!(sync(&mid).contains("one would go powersgd r=2"), "{mid:#?}");
         assert_eq!(mid.topology, Topology::ReduceScatter, "{mid:#?}");
         assert_eq!((st.period, st.fragments, st.delay), (MIN_PERIOD, 2, 1), "{mid:#?}");
         assert!(mid.local_step_seconds < 0.3 * (1.0 + HIDDEN_SHARE), "{mid:#?}");
@@ -440,13 +444,20 @@ mod tests {
         assert_eq!(cfg.strategy.plan, crate::config::PlanChoice::Given);
         assert!(cfg.strategy.average_buffers, "kept");
         assert_eq!((cfg.compressor_name().as_str(), cfg.topology()), ("fp4", Topology::ReduceScatter));
-        assert_eq!(cfg.strategy.sync_steps(), 200);
+        assert_eq!(cfg.strategy.sync_steps(), 0);
         let o = mid.overrides().join(" ");
         for key in
-            ["strategy.period=16", "strategy.fragments=2", "strategy.delay=1", "strategy.sync.steps=200"]
+            ["strategy.period=16", "strategy.fragments=2", "strategy.delay=1", "compressor.name=\"fp4\""]
         {
             assert!(o.contains(key), "{key} in {o}");
         }
+        // A plan with a synchronous phase freezes its compressor's table.
+        let phased = AutoPlan {
+            strategy: mid.strategy.clone().with_sync_phase(SyncPhase::new(200, sync_powersgd())),
+            ..mid.clone()
+        };
+        let o = phased.overrides().join(" ");
+        assert!(o.contains("strategy.sync.steps=200"), "{o}");
         assert!(o.contains("strategy.sync.compressor={ name = \"powersgd\""), "{o}");
     }
 

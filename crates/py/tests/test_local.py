@@ -346,6 +346,7 @@ def test_plan_auto_is_chosen_once_for_every_rank_and_trains() -> None:
     assert res[0]["config"] == res[1]["config"] and res[0]["lines"] == res[1]["lines"], res
     assert len(res[0]["lines"]) == 5 and "gradcomp: plan:" in outs[0].out, outs[0].out
     config = json.loads(res[0]["config"])
-    assert config["strategy"]["kind"] == "local" and config["strategy"]["sync"]["steps"] == 10, config
+    assert config["strategy"]["kind"] == "local" and config["strategy"]["period"] >= 16, config
+    assert config["compressor"]["name"] == "fp4" and config["strategy"]["compress_delta"], config
     losses = res[0]["losses"]
     assert sum(losses[-5:]) < 0.5 * sum(losses[:5]), losses
