@@ -12,10 +12,13 @@
 # resumes (a run cut short is run again). The plans (PLAN below):
 #   ddp                 DDP's allreduce (the reference)
 #   powersgd            gradcomp's PowerSGD hook (rank 2, from step 10) every step
+#   auto-gG             LocalUpdates(plan="auto") for a link of G Gbit/s, from the run's
+#                       own free step (timed before it trains) and length
 #   local-hH            LocalUpdates, fp4 change, averaging (outer sgd), period H
 #                       (local-h32: the raced plan)
 #   ...-nesterov        the outer step DiLoCo's Nesterov instead of averaging
 #   ...-owW             the outer step warmed up over W rounds (from averaging)
+#   ...-olrX            the outer learning rate X/10 (sgd: lr > 1 extrapolates the average)
 #   ...-yS              a synchronous phase of S steps first, dense (post-local SGD)
 #   ...-ypS             the same through PowerSGD rank 2 (its error feedback; compressing
 #                       from step 10, as the race's PowerSGD hook, not torch's default 1000)
@@ -37,6 +40,7 @@ plan_args() {
     local p=$1 o=""
     case $p in
         ddp) echo "--method none --buckets ddp"; return ;;
+        auto-g*) echo "--method gradcomp-local:auto --option plan=auto --option link_gbps=${p#auto-g}"; return ;;
         powersgd) echo "--method gradcomp:powersgd --buckets ddp --option matrix_approximation_rank=2 --option start_iter=10"; return ;;
         local-*) ;;
         *) echo "error: unknown plan $p" >&2; return 2 ;;
@@ -44,6 +48,7 @@ plan_args() {
     [[ $p =~ -h([0-9]+) ]] && o+=" --option period=${BASH_REMATCH[1]}"
     [[ $p == *-nesterov* ]] || o+=" --option outer=sgd"
     [[ $p =~ -ow([0-9]+) ]] && o+=" --option outer_warmup_rounds=${BASH_REMATCH[1]}"
+    [[ $p =~ -olr([0-9]+) ]] && o+=" --option outer_lr=$(awk "BEGIN{print ${BASH_REMATCH[1]}/10}")"
     if [[ $p =~ -yp([0-9]+) ]]; then
         o+=" --option sync_steps=${BASH_REMATCH[1]} --option sync_compressor=powersgd"
         o+=" --option sync_options={\"matrix_approximation_rank\":2,\"start_iter\":10}"
@@ -62,13 +67,16 @@ for plan in "$@"; do
         continue
     fi
     args=$(plan_args "$plan")
+    # The communication-free step is timed where a plan needs it (auto), else skipped.
+    calibrate=--no-calibrate
+    [[ $plan == auto-* ]] && calibrate=
     echo "== $name: $args"
     port=$((20000 + RANDOM % 20000))
     pids=()
     for r in 0 1 2 3; do
         # shellcheck disable=SC2086
         RANK=$r WORLD_SIZE=4 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port OMP_NUM_THREADS=1 \
-            "$py" bench/peer/train.py --config "$config" --seed "$seed" --no-calibrate --out "$dir" $args \
+            "$py" bench/peer/train.py --config "$config" --seed "$seed" --out "$dir" $calibrate $args \
             >"$out/$name.rank$r.log" 2>&1 &
         pids+=($!)
     done

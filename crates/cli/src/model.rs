@@ -18,7 +18,7 @@ use gradcomp_comm::{NetworkModel, ServerPlacement};
 use gradcomp_compress::CompressorConfig;
 use gradcomp_dp::predict::{
     decode_seconds, local_step_seconds, measure, methods, outer_seconds_per_value, rounds_seconds,
-    step_seconds, wire_seconds, LocalSetup, MethodCost, Workload,
+    step_seconds, wire_seconds, LocalSetup, MethodCost, Workload, PAYS_OFF,
 };
 use gradcomp_train::config::Topology;
 use gradcomp_train::config::TrainConfig;
@@ -523,7 +523,8 @@ fn dry_run(cfg: &TrainConfig, p: &Profile, a: &Args) -> Result<()> {
     for &b in &cfg.network.links_bps {
         let net = NetworkModel::from_bits_per_second(b, a.alpha);
         let (td, tm) = (step_seconds(&p.work, &dense, n, &net), step_seconds(&p.work, &mine, n, &net));
-        let verdict = if tm < td { "pays off" } else { "does not pay off" };
+        let verdict =
+            if td / tm >= PAYS_OFF { "pays off" } else { "does not pay off (under the model's 10% margin)" };
         println!(
             "  {:>12}: dense {:8.2} ms/step, {} {:8.2} ms/step -> {:.2}x: compression {verdict}",
             link_name(b),

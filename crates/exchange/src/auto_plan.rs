@@ -33,9 +33,11 @@ pub const LINK_SHARE: f64 = 0.5;
 /// The synchronous phase stays dense while the wire adds at most this
 /// share to its step: the exact average costs no steps.
 pub const DENSE_SHARE: f64 = 0.1;
-/// Fewer outer rounds than this take plain averaging (DiLoCo's Nesterov
-/// at lr 0.7, μ 0.9 was tuned for hundreds of rounds at H = 500).
-pub const FEW_ROUNDS: u64 = 100;
+/// The outer optimizer's warm-up, in rounds: DiLoCo's Nesterov (lr 0.7,
+/// μ 0.9) reached from plain averaging over this many rounds (Pier's
+/// warm-up). On the tuning seed Nesterov without it diverged and with it
+/// needed fewer steps than averaging (ALGORITHMS.md §2.5).
+pub const OUTER_WARMUP_ROUNDS: u64 = 8;
 /// The most fragments a plan cuts the model into.
 pub const MAX_FRAGMENTS: u64 = 16;
 
@@ -119,18 +121,11 @@ pub struct AutoPlan {
 impl AutoPlan {
     /// `cfg` with the plan's keys in place of its own (`strategy.plan`
     /// becomes `given`): the change's compressor and route, and the
-    /// strategy's phase, period, fragments, τ and outer optimizer; the
-    /// strategy's other keys (`average_buffers`, the outer optimizer's
-    /// warm-up) stay the configuration's.
+    /// strategy's phase, period, fragments, τ and outer optimizer (its
+    /// warm-up included); `average_buffers` stays the configuration's.
     pub fn apply(&self, cfg: &mut crate::DataParallelConfig) {
         let st = &mut cfg.strategy;
-        let outer = OuterConfig {
-            name: self.strategy.outer.name,
-            lr: self.strategy.outer.lr,
-            momentum: self.strategy.outer.momentum,
-            ..st.outer
-        };
-        *st = StrategyConfig { outer, average_buffers: st.average_buffers, ..self.strategy.clone() };
+        *st = StrategyConfig { average_buffers: st.average_buffers, ..self.strategy.clone() };
         cfg.compressor = self.compressor.clone().into();
         cfg.topology = Some(self.topology);
     }
@@ -148,6 +143,7 @@ impl AutoPlan {
             format!("strategy.delay={}", st.delay),
             "strategy.compress_delta=true".to_string(),
             format!("strategy.outer.name=\"{}\"", outer.kind_name()),
+            format!("strategy.outer.warmup_rounds={}", outer.warmup_rounds),
             format!("compressor.name=\"{}\"", self.compressor.name()),
             format!("comm.topology=\"{}\"", self.topology.name()),
         ];
@@ -311,18 +307,15 @@ impl Pricer<'_> {
     }
 }
 
-/// The outer optimizer: plain averaging for fewer than FEW_ROUNDS rounds.
+/// The outer optimizer: DiLoCo's Nesterov, warmed up from averaging over
+/// OUTER_WARMUP_ROUNDS rounds (all of them in a shorter run).
 fn outer_for(rounds: u64) -> (OuterConfig, Decision) {
-    let (outer, reason) = if rounds < FEW_ROUNDS {
-        (
-            OuterConfig::sgd(1.0, 0.0),
-            format!("{rounds} outer rounds, fewer than {FEW_ROUNDS}: plain averaging"),
-        )
-    } else {
-        let why = format!("{rounds} outer rounds, {FEW_ROUNDS} or more: DiLoCo's Nesterov (lr 0.7, μ 0.9)");
-        (OuterConfig::nesterov(), why)
-    };
-    (outer, Decision { key: "strategy.outer", value: outer.kind_name().to_string(), reason })
+    let warmup = OUTER_WARMUP_ROUNDS.min(rounds.max(1));
+    let outer = OuterConfig { warmup_rounds: warmup, ..OuterConfig::nesterov() };
+    let reason = format!(
+        "DiLoCo's Nesterov (lr 0.7, μ 0.9), warmed up from averaging over {warmup} of the run's {rounds} outer rounds"
+    );
+    (outer, Decision { key: "strategy.outer", value: format!("nesterov, warmup_rounds = {warmup}"), reason })
 }
 
 /// The rule (ALGORITHMS.md §2.5), on `costs` measured for `inputs.shapes`.
@@ -393,7 +386,7 @@ mod tests {
     }
 
     /// On a fast link the rounds cost nothing: blocking rounds every
-    /// MIN_PERIOD steps, averaging for a short run, no synchronous phase
+    /// MIN_PERIOD steps, Nesterov warmed up, no synchronous phase
     /// (one would be dense); at 100 Mbit/s (a phase would be PowerSGD's) the
     /// fp4 change on the route that moves
     /// it sooner (the reduce-scatter among 4: 0.35 s against the
@@ -408,7 +401,9 @@ mod tests {
         let sync =
             |p: &AutoPlan| p.decisions.iter().find(|d| d.key == "strategy.sync").unwrap().reason.clone();
         assert!(sync(&fast).contains("one would go dense"), "{fast:#?}");
-        assert!(st.outer().averages() && st.compress_delta);
+        let outer = st.outer();
+        assert_eq!((outer.kind_name(), outer.warmup_rounds), ("nesterov", OUTER_WARMUP_ROUNDS), "{fast:#?}");
+        assert!(st.compress_delta);
         assert_eq!(fast.compressor.name(), "fp4");
 
         let mid = plan(1e8, 0.3, 800, &costs);
@@ -461,13 +456,14 @@ mod tests {
         assert!(o.contains("strategy.sync.compressor={ name = \"powersgd\""), "{o}");
     }
 
-    /// Every decision is one line naming its key and its reason; a long
-    /// run's many rounds take DiLoCo's Nesterov.
+    /// Every decision is one line naming its key and its reason; a run of
+    /// fewer rounds than the outer warm-up warms up over all of them.
     #[test]
-    fn each_decision_says_why_and_many_rounds_take_nesterov() {
+    fn each_decision_says_why_and_a_short_run_warms_up_over_its_rounds() {
         let costs = wire_only(&lstm());
+        let short = plan(1e9, 0.3, 64, &costs);
+        assert_eq!(short.strategy.outer().warmup_rounds, 64 / MIN_PERIOD, "{short:#?}");
         let long = plan(1e9, 0.3, 100_000, &costs);
-        assert_eq!(long.strategy.outer().kind_name(), "nesterov");
         let keys: Vec<&str> = long.decisions.iter().map(|d| d.key).collect();
         assert_eq!(
             keys,

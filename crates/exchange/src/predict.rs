@@ -20,6 +20,12 @@ use gradcomp_compress::{Combine, CompressionUnit, CompressorConfig, Message, Rng
 use crate::config::Topology;
 use crate::route::{MessageSize, Route};
 
+/// The least predicted speedup over dense at which a method "pays off":
+/// closer than 10%, the α–β model's own error (latency, contention, the
+/// host's other work) is as large as the gain. `gradcomp model --dry-run`
+/// and `gradcomp.model` answer with this one rule.
+pub const PAYS_OFF: f64 = 1.1;
+
 /// What a step computes and the tensors it exchanges.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Workload {

@@ -37,6 +37,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(replay::replay_local, m)?)?;
     m.add_function(wrap_pyfunction!(predict::predict, m)?)?;
     m.add_function(wrap_pyfunction!(predict::plan, m)?)?;
+    m.add("PAYS_OFF_MARGIN", gradcomp_exchange::predict::PAYS_OFF)?;
     m.add_function(wrap_pyfunction!(check_config, m)?)?;
     m.add_function(wrap_pyfunction!(config::hook_config, m)?)?;
     m.add_function(wrap_pyfunction!(config::compressor_options, m)?)?;

@@ -5,6 +5,7 @@ import numpy as np
 import numpy.typing as npt
 
 __version__: str
+PAYS_OFF_MARGIN: float
 
 F32 = npt.NDArray[np.float32]
 

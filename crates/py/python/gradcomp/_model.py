@@ -14,8 +14,9 @@ if TYPE_CHECKING:  # torch is optional: the bytes API and the model need only nu
     import torch
 
 # Below a 10% predicted gain the model's own error (latency, contention,
-# the host's other work) is as large as the gain.
-PAYS_OFF_MARGIN = 1.1
+# the host's other work) is as large as the gain: the core's rule
+# (`predict::PAYS_OFF`), which `gradcomp model --dry-run` applies too.
+PAYS_OFF_MARGIN: float = _core.PAYS_OFF_MARGIN
 DOES_NOT_KNOW = ("accuracy: a compressed step may learn less, so a faster step pays off only if the run "
                  "does not need correspondingly more steps (measure time to accuracy)")
 
