@@ -186,22 +186,37 @@ impl Pricer<'_> {
         local_step_seconds(&self.work, m, n, net, &setup, self.costs.outer_per_value)
     }
 
-    /// The change: fp4, on the route that moves the whole model sooner.
-    fn route(&self) -> (&MethodCost, Topology, Decision) {
-        let gather = self.local(&self.costs.fp4_gather, 1, 1, 0).round_seconds;
-        let scatter = self.local(&self.costs.fp4_scatter, 1, 1, 0).round_seconds;
-        let (m, topology) = if scatter < gather {
-            (&self.costs.fp4_scatter, Topology::ReduceScatter)
+    /// The change: fp4 by allgather (every worker's message decoded as it
+    /// was sent, quantized once), unless its rounds do not hide, or need a
+    /// longer period, where the reduce-scatter's (fewer bytes at N, but the
+    /// owners' averages quantized a second time) do better. Returns the
+    /// route's method and topology, fragments, τ, H and the decisions.
+    fn route(&self) -> (&MethodCost, Topology, u64, u64, u64, [Decision; 3]) {
+        let (gather, scatter) = (&self.costs.fp4_gather, &self.costs.fp4_scatter);
+        let g = self.overlap(gather);
+        let s = self.overlap(scatter);
+        let (gp, sp) = (self.period(g.0, g.1, g.2).0, self.period(s.0, s.1, s.2).0);
+        let scatter_better = (!g.3 && s.3) || (g.3 == s.3 && sp < gp);
+        let (m, topology, (fragments, delay, round, _, d_overlap)) = if scatter_better {
+            (scatter, Topology::ReduceScatter, s)
         } else {
-            (&self.costs.fp4_gather, Topology::Allgather)
+            (gather, Topology::Allgather, g)
         };
+        let (period, d_period) = self.period(fragments, delay, round);
+        let whole = |m| self.local(m, 1, 1, 0).round_seconds;
         let reason = format!(
-            "an fp4 change of the whole model takes {} by allgather, {} by reduce-scatter among {}",
-            ms(gather),
-            ms(scatter),
-            self.inputs.workers
+            "an fp4 change of the whole model takes {} by allgather, {} by reduce-scatter among {}; {}",
+            ms(whole(gather)),
+            ms(whole(scatter)),
+            self.inputs.workers,
+            if scatter_better {
+                "the reduce-scatter's rounds hide, or fit a shorter period, where the allgather's do not"
+            } else {
+                "the allgather's rounds hide at their period (the reduce-scatter quantizes the owners' averages again)"
+            }
         );
-        (m, topology, Decision { key: "comm.topology", value: format!("\"{}\"", topology.name()), reason })
+        let d_route = Decision { key: "comm.topology", value: format!("\"{}\"", topology.name()), reason };
+        (m, topology, fragments, delay, period, [d_route, d_overlap, d_period])
     }
 
     /// Fragments and τ: the fewest that hide the rounds (each fragment's
@@ -209,7 +224,7 @@ impl Pricer<'_> {
     /// nothing), then τ = 1, 2 with 1, 2, 4, ... fragments; the last
     /// candidate where none hides. Returns (fragments, τ, the rounds'
     /// seconds a period).
-    fn overlap(&self, change: &MethodCost) -> (u64, u64, f64, Decision) {
+    fn overlap(&self, change: &MethodCost) -> (u64, u64, f64, bool, Decision) {
         let t = self.inputs.step_seconds;
         let tensors = self.inputs.shapes.len() as u64;
         let mut candidates = vec![(0, 1)];
@@ -243,12 +258,8 @@ impl Pricer<'_> {
             ),
         };
         let value = format!("{fragments}, {delay}");
-        (
-            fragments,
-            delay,
-            price.round_seconds,
-            Decision { key: "strategy.fragments, strategy.delay", value, reason },
-        )
+        let d = Decision { key: "strategy.fragments, strategy.delay", value, reason };
+        (fragments, delay, price.round_seconds, hidden.is_some(), d)
     }
 
     /// H: at least MIN_PERIOD, room for every fragment's overlap, and the
@@ -295,7 +306,7 @@ impl Pricer<'_> {
         };
         let (value, reason) = if steps == 0 {
             let reason = format!(
-                "none: a synchronous phase cost steps on the tuning seed (ALGORITHMS.md §2.5); one would go {why}"
+                "a synchronous phase cost steps on the tuning seed (ALGORITHMS.md §2.5); one would go {why}"
             );
             ("none".to_string(), reason)
         } else {
@@ -321,9 +332,7 @@ fn outer_for(rounds: u64) -> (OuterConfig, Decision) {
 /// The rule (ALGORITHMS.md §2.5), on `costs` measured for `inputs.shapes`.
 pub fn choose(inputs: &PlanInputs, costs: &PlanCosts) -> AutoPlan {
     let pricer = Pricer { inputs, costs, work: Workload::new(inputs.step_seconds, inputs.shapes.clone()) };
-    let (change, topology, d_route) = pricer.route();
-    let (fragments, delay, round_seconds, d_overlap) = pricer.overlap(change);
-    let (period, d_period) = pricer.period(fragments, delay, round_seconds);
+    let (change, topology, fragments, delay, period, [d_route, d_overlap, d_period]) = pricer.route();
     let (sync_steps, sync_compressor, d_sync) = pricer.sync();
     let (outer, d_outer) = outer_for(inputs.total_steps.saturating_sub(sync_steps) / period);
     let mut strategy = StrategyConfig::local(period)
@@ -388,9 +397,8 @@ mod tests {
     /// On a fast link the rounds cost nothing: blocking rounds every
     /// MIN_PERIOD steps, Nesterov warmed up, no synchronous phase
     /// (one would be dense); at 100 Mbit/s (a phase would be PowerSGD's) the
-    /// fp4 change on the route that moves
-    /// it sooner (the reduce-scatter among 4: 0.35 s against the
-    /// allgather's 0.70 s), in two fragments each hidden behind a step; at
+    /// fp4 change by allgather (0.70 s a round, the reduce-scatter's 0.35 s)
+    /// in four fragments, each hidden behind a step; at
     /// 10 Mbit/s more fragments, τ up to MAX_DELAY, and a longer period.
     #[test]
     fn the_plan_follows_the_link() {
@@ -409,8 +417,8 @@ mod tests {
         let mid = plan(1e8, 0.3, 800, &costs);
         let st = &mid.strategy;
         assert!(sync(&mid).contains("one would go powersgd r=2"), "{mid:#?}");
-        assert_eq!(mid.topology, Topology::ReduceScatter, "{mid:#?}");
-        assert_eq!((st.period, st.fragments, st.delay), (MIN_PERIOD, 2, 1), "{mid:#?}");
+        assert_eq!(mid.topology, Topology::Allgather, "{mid:#?}");
+        assert_eq!((st.period, st.fragments, st.delay), (MIN_PERIOD, 4, 1), "{mid:#?}");
         assert!(mid.local_step_seconds < 0.3 * (1.0 + HIDDEN_SHARE), "{mid:#?}");
 
         let slow = plan(1e7, 0.3, 800, &costs);
@@ -438,12 +446,15 @@ mod tests {
         cfg.validate().unwrap();
         assert_eq!(cfg.strategy.plan, crate::config::PlanChoice::Given);
         assert!(cfg.strategy.average_buffers, "kept");
-        assert_eq!((cfg.compressor_name().as_str(), cfg.topology()), ("fp4", Topology::ReduceScatter));
+        assert_eq!((cfg.compressor_name().as_str(), cfg.topology()), ("fp4", Topology::Allgather));
         assert_eq!(cfg.strategy.sync_steps(), 0);
         let o = mid.overrides().join(" ");
-        for key in
-            ["strategy.period=16", "strategy.fragments=2", "strategy.delay=1", "compressor.name=\"fp4\""]
-        {
+        for key in [
+            "strategy.period=16",
+            "strategy.fragments=4",
+            "strategy.delay=1",
+            "strategy.outer.warmup_rounds=8",
+        ] {
             assert!(o.contains(key), "{key} in {o}");
         }
         // A plan with a synchronous phase freezes its compressor's table.
