@@ -11,6 +11,7 @@ same seed, their median over the seeds with the range. The issue's target:
 median steps ≤ 1.15 × DDP's with at most 1/10 of DDP's bytes.
 """
 import collections
+import os
 import statistics
 import sys
 
@@ -34,6 +35,16 @@ def at_target(run, goal):
     return steps, b["bytes_sent"] + f * (after["bytes_sent"] - b["bytes_sent"])
 
 
+def own_model(run):
+    """table.py's names read `peer-ptb-gpt-local-h16-…` as the model `ptb-gpt-local`; a
+    model without a config of its own (`ptb-lstm-local` has one) is the shorter one, and
+    `local-` begins the plan."""
+    path = os.path.join(table.HERE, "..", "..", "experiments", f"tta-{run['model']}.toml")
+    if run["model"].endswith("-local") and not os.path.isfile(path):
+        return {**run, "model": run["model"][:-len("-local")], "method": "local-" + run["method"]}
+    return run
+
+
 def rows_of(runs):
     """{model: {plan: {seed: (steps, bytes) or None}}}."""
     got = collections.defaultdict(lambda: collections.defaultdict(dict))
@@ -42,16 +53,16 @@ def rows_of(runs):
     return got
 
 
-def spread(values):
+def spread(values, digits=2):
     if not values:
         return "—"
-    return f"{statistics.median(values):.2f} [{min(values):.2f}–{max(values):.2f}]"
+    return f"{statistics.median(values):.{digits}f} [{min(values):.{digits}f}–{max(values):.{digits}f}]"
 
 
 def main():
     if len(sys.argv) < 2:
         sys.exit(__doc__)
-    runs = [r for root in sys.argv[1:] for r in table.load(root)]
+    runs = [own_model(r) for root in sys.argv[1:] for r in table.load(root)]
     for model, plans in sorted(rows_of(runs).items()):
         goal = table.Goal(model)
         ddp = plans.get("ddp", {})
@@ -62,7 +73,7 @@ def main():
             each = ", ".join(f"s{s}: {v[0]:.0f}" if v else f"s{s}: not met" for s, v in sorted(seeds.items()))
             steps = [v[0] / ddp[s][0] for s, v in seeds.items() if v and ddp.get(s)]
             sent = [v[1] / ddp[s][1] for s, v in seeds.items() if v and ddp.get(s)]
-            print(f"| {plan} | {len(seeds)} | {each} | {spread(steps)} | {spread(sent)} |")
+            print(f"| {plan} | {len(seeds)} | {each} | {spread(steps)} | {spread(sent, 3)} |")
         print()
 
 

@@ -150,6 +150,7 @@ pub fn plan<'py>(
     kwargs.set_item("fragments", st.fragments)?;
     kwargs.set_item("delay", st.delay)?;
     kwargs.set_item("outer", st.outer().kind_name())?;
+    kwargs.set_item("outer_warmup_rounds", st.outer.warmup_rounds)?;
     kwargs.set_item("compressor", chosen.compressor.name())?;
     kwargs.set_item("topology", chosen.topology.name())?;
     if let Some(phase) = st.sync_phase() {

@@ -348,5 +348,7 @@ def test_plan_auto_is_chosen_once_for_every_rank_and_trains() -> None:
     config = json.loads(res[0]["config"])
     assert config["strategy"]["kind"] == "local" and config["strategy"]["period"] >= 16, config
     assert config["compressor"]["name"] == "fp4" and config["strategy"]["compress_delta"], config
+    # The plan's outer optimizer whole: Nesterov with its warm-up (over the run's 2 rounds).
+    assert config["strategy"]["outer"]["warmup_rounds"] == 2, config
     losses = res[0]["losses"]
     assert sum(losses[-5:]) < 0.5 * sum(losses[:5]), losses

@@ -192,6 +192,7 @@ class LocalUpdates:
             period, outer, compressor, fragments, delay, sync_steps, sync_compressor, sync_options = (
                 kw["period"], kw["outer"], kw["compressor"], kw["fragments"], kw["delay"], kw.get("sync_steps", 0),
                 kw.get("sync_compressor", "dense"), kw.get("sync_options"))
+            outer_warmup_rounds = kw["outer_warmup_rounds"]
             options = {**options, "topology": kw["topology"]}
         if period is None:
             raise ValueError("gradcomp: period: the inner steps per round, or plan=\"auto\" to choose it")
