@@ -23,6 +23,8 @@
 #   ...-ypS             the same through PowerSGD rank 2 (its error feedback; compressing
 #                       from step 10, as the race's PowerSGD hook, not torch's default 1000)
 #   ...-xA[_B...]       the period doubling at steps A, B, ...
+#   ...-dD              each round overlapping D inner steps (Streaming's τ; its mix α = 0.5)
+#   ...-rs              the change by the reduce-scatter instead of the allgather
 # PEER_PYTHON: the Python with gradcomp and torch (default ~/.cache/gradcomp/py-venv/bin/python).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -56,6 +58,8 @@ plan_args() {
         o+=" --option sync_steps=${BASH_REMATCH[1]}"
     fi
     [[ $p =~ -x([0-9_]+) ]] && o+=" --option period_doubles_at=[${BASH_REMATCH[1]//_/,}]"
+    [[ $p =~ -d([0-9]+) ]] && o+=" --option delay=${BASH_REMATCH[1]}"
+    [[ $p =~ -rs(-|$) ]] && o+=" --option topology=reduce-scatter"
     echo "--method gradcomp-local:fp4$o"
 }
 

@@ -27,12 +27,6 @@ pub const MAX_DELAY: u64 = 2;
 /// A round hides when the inner steps wait for it at most this share of a
 /// step, averaged over the period.
 pub const HIDDEN_SHARE: f64 = 0.01;
-/// A blocking round (τ = 0, one fragment) is kept while the inner steps
-/// wait for it at most this share of a step, averaged over the period: an
-/// overlap costs steps, a blocking round only its seconds. On the tuning
-/// seed one inner step of overlap (with Streaming's mix α = 0.5) needed
-/// 26% more steps than blocking rounds (636 against 506; ALGORITHMS.md §2.5).
-pub const BLOCKING_SHARE: f64 = 0.25;
 /// The link's share the rounds may take over a period (the rest is slack
 /// for the step's own noise and for rounds that queue).
 pub const LINK_SHARE: f64 = 0.5;
@@ -192,34 +186,23 @@ impl Pricer<'_> {
         local_step_seconds(&self.work, m, n, net, &setup, self.costs.outer_per_value)
     }
 
-    /// The change: fp4 by allgather (every worker's message decoded as it
-    /// was sent, quantized once), unless its rounds do not hide, or need a
-    /// longer period, where the reduce-scatter's (fewer bytes at N, but the
-    /// owners' averages quantized a second time) do better. Returns the
-    /// route's method and topology, fragments, τ, H and the decisions.
+    /// The change: fp4, on the route whose round of the whole model is
+    /// sooner (the reduce-scatter moves fewer bytes at N; on the tuning
+    /// seed it cost no steps against the allgather). Returns the route's
+    /// method and topology, fragments, τ, H and the decisions.
     fn route(&self) -> (&MethodCost, Topology, u64, u64, u64, [Decision; 3]) {
         let (gather, scatter) = (&self.costs.fp4_gather, &self.costs.fp4_scatter);
-        let g = self.overlap(gather);
-        let s = self.overlap(scatter);
-        let (gp, sp) = (self.period(g.0, g.1, g.2).0, self.period(s.0, s.1, s.2).0);
-        let scatter_better = (!g.3 && s.3) || (g.3 == s.3 && sp < gp);
-        let (m, topology, (fragments, delay, round, _, d_overlap)) = if scatter_better {
-            (scatter, Topology::ReduceScatter, s)
-        } else {
-            (gather, Topology::Allgather, g)
-        };
-        let (period, d_period) = self.period(fragments, delay, round);
         let whole = |m| self.local(m, 1, 1, 0).round_seconds;
+        let (g, s) = (whole(gather), whole(scatter));
+        let (m, topology) =
+            if s < g { (scatter, Topology::ReduceScatter) } else { (gather, Topology::Allgather) };
+        let (fragments, delay, round, _, d_overlap) = self.overlap(m);
+        let (period, d_period) = self.period(fragments, delay, round);
         let reason = format!(
-            "an fp4 change of the whole model takes {} by allgather, {} by reduce-scatter among {}; {}",
-            ms(whole(gather)),
-            ms(whole(scatter)),
-            self.inputs.workers,
-            if scatter_better {
-                "the reduce-scatter's rounds hide, or fit a shorter period, where the allgather's do not"
-            } else {
-                "the allgather's rounds hide at their period (the reduce-scatter quantizes the owners' averages again)"
-            }
+            "an fp4 change of the whole model takes {} by allgather, {} by reduce-scatter among {}",
+            ms(g),
+            ms(s),
+            self.inputs.workers
         );
         let d_route = Decision { key: "comm.topology", value: format!("\"{}\"", topology.name()), reason };
         (m, topology, fragments, delay, period, [d_route, d_overlap, d_period])
@@ -240,18 +223,17 @@ impl Pricer<'_> {
             );
         }
         let hides = |&(d, p): &(u64, u64)| {
-            let share = if d == 0 { BLOCKING_SHARE } else { HIDDEN_SHARE };
-            self.local(change, MIN_PERIOD, p, d).exposed_seconds <= share * t * MIN_PERIOD as f64
+            self.local(change, MIN_PERIOD, p, d).exposed_seconds <= HIDDEN_SHARE * t * MIN_PERIOD as f64
         };
         let hidden = candidates.iter().copied().find(hides);
         let (delay, fragments) = hidden.unwrap_or(*candidates.last().expect("a candidate"));
         let price = self.local(change, MIN_PERIOD, fragments, delay);
         let reason = match hidden {
             Some(_) if delay == 0 => format!(
-                "a blocking round of the whole model every {MIN_PERIOD} steps ({}) waits {} a step, within {:.0}% of the {} step (an overlap costs steps)",
+                "a blocking round of the whole model every {MIN_PERIOD} steps ({}) waits {} a step, within {:.0}% of the {} step",
                 ms(price.round_seconds),
                 ms(price.exposed_seconds / MIN_PERIOD as f64),
-                BLOCKING_SHARE * 100.0,
+                HIDDEN_SHARE * 100.0,
                 ms(t)
             ),
             Some(_) => format!(
@@ -406,7 +388,7 @@ mod tests {
     /// MIN_PERIOD steps, Nesterov warmed up, no synchronous phase
     /// (one would be dense); at 100 Mbit/s (a phase would be PowerSGD's) the
     /// fp4 change by allgather (0.70 s a round, the reduce-scatter's 0.35 s)
-    /// in blocking rounds (44 ms a step, within BLOCKING_SHARE); at
+    /// in four fragments, each hidden behind a step; at
     /// 10 Mbit/s more fragments, τ up to MAX_DELAY, and a longer period.
     #[test]
     fn the_plan_follows_the_link() {
@@ -425,9 +407,9 @@ mod tests {
         let mid = plan(1e8, 0.3, 800, &costs);
         let st = &mid.strategy;
         assert!(sync(&mid).contains("one would go powersgd r=2"), "{mid:#?}");
-        assert_eq!(mid.topology, Topology::Allgather, "{mid:#?}");
-        assert_eq!((st.period, st.fragments, st.delay), (MIN_PERIOD, 1, 0), "{mid:#?}");
-        assert!(mid.local_step_seconds < 0.3 * (1.0 + BLOCKING_SHARE), "{mid:#?}");
+        assert_eq!(mid.topology, Topology::ReduceScatter, "{mid:#?}");
+        assert_eq!((st.period, st.fragments, st.delay), (MIN_PERIOD, 2, 1), "{mid:#?}");
+        assert!(mid.local_step_seconds < 0.3 * (1.0 + HIDDEN_SHARE), "{mid:#?}");
 
         let slow = plan(1e7, 0.3, 800, &costs);
         let st = &slow.strategy;
@@ -454,13 +436,13 @@ mod tests {
         cfg.validate().unwrap();
         assert_eq!(cfg.strategy.plan, crate::config::PlanChoice::Given);
         assert!(cfg.strategy.average_buffers, "kept");
-        assert_eq!((cfg.compressor_name().as_str(), cfg.topology()), ("fp4", Topology::Allgather));
+        assert_eq!((cfg.compressor_name().as_str(), cfg.topology()), ("fp4", Topology::ReduceScatter));
         assert_eq!(cfg.strategy.sync_steps(), 0);
         let o = mid.overrides().join(" ");
         for key in [
             "strategy.period=16",
-            "strategy.fragments=1",
-            "strategy.delay=0",
+            "strategy.fragments=2",
+            "strategy.delay=1",
             "strategy.outer.warmup_rounds=8",
         ] {
             assert!(o.contains(key), "{key} in {o}");
