@@ -101,22 +101,11 @@ fn workers_header(md: &mut String, first: &str) {
 
 fn profile(cfg: &TrainConfig, steps: u64) -> Result<Profile> {
     let dir = std::env::temp_dir().join(format!("gradcomp-model-{}", std::process::id()));
-    let mut p = cfg.clone();
-    p.run_dir = Some(dir.clone());
+    let mut p = crate::plan::measuring_run(cfg, &dir, steps.max(6));
     p.workers = 1;
-    p.backend = gradcomp_train::config::Backend::InProcess;
     p.compressor = CompressorConfig::dense();
     p.comm.topology = Some(gradcomp_train::config::Topology::Allreduce);
     p.strategy = Default::default();
-    p.train.max_steps = steps.max(6);
-    p.train.epochs = 1;
-    p.train.eval = false;
-    p.train.eval_every = 0;
-    p.train.target_accuracy = None;
-    p.train.target_perplexity = None;
-    p.train.checksum_every = 0;
-    p.train.stats_every = 0;
-    p.train.checkpoint_every_epochs = 0;
     trainer::train(&p, RunOptions::default(), Box::new(Silent)).context("measuring the compute profile")?;
     let steps: Vec<StepRecord> = read_jsonl(&dir.join("steps.jsonl"))?;
     let compute: Vec<f64> = steps.iter().skip(3).filter_map(|s| s.compute_seconds.first().copied()).collect();

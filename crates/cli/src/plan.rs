@@ -27,6 +27,26 @@ impl Observer for Length {
     }
 }
 
+/// `cfg` as a run that only measures: `steps` steps in process into `dir`,
+/// one epoch at most, no evaluation, target, checksum, statistics or
+/// checkpoint. The caller sets what it measures (workers, exchange).
+pub fn measuring_run(cfg: &TrainConfig, dir: &std::path::Path, steps: u64) -> TrainConfig {
+    let mut p = cfg.clone();
+    p.run_dir = Some(dir.to_path_buf());
+    p.backend = Backend::InProcess;
+    p.train.max_steps = steps;
+    p.train.epochs = 1;
+    p.train.eval = false;
+    p.train.eval_every = 0;
+    p.train.target_accuracy = None;
+    p.train.target_perplexity = None;
+    p.train.checksum_every = 0;
+    p.train.stats_every = 0;
+    p.train.checkpoint_every_epochs = 0;
+    p.train.checkpoint_every_steps = 0;
+    p
+}
+
 /// What the rule decides from, measured: `cfg`'s N workers stepping in
 /// this process with no exchange (local updates whose first round would
 /// come after the profile), the median step of rank 0 after the first two,
@@ -37,9 +57,7 @@ pub fn measure_inputs(cfg: &TrainConfig, link_bps: Option<f64>) -> Result<PlanIn
         bail!("strategy.plan = \"auto\" prices a link: set network.links_bps (its first is the run's link)");
     };
     let dir = std::env::temp_dir().join(format!("gradcomp-plan-{}", std::process::id()));
-    let mut p = cfg.clone();
-    p.run_dir = Some(dir.clone());
-    p.backend = Backend::InProcess;
+    let mut p = measuring_run(cfg, &dir, PROFILE_STEPS);
     // The change through fp4 (its rounds' units are the model's tensors, which
     // the manifest lists); the first round comes after the profile's steps.
     p.compressor = CompressorConfig::named("fp4").expect("fp4 is built in");
@@ -47,16 +65,6 @@ pub fn measure_inputs(cfg: &TrainConfig, link_bps: Option<f64>) -> Result<PlanIn
     p.strategy = StrategyConfig::local(PROFILE_STEPS + 1)
         .with_outer(OuterConfig::sgd(1.0, 0.0))
         .with_compress_delta(true);
-    p.train.max_steps = PROFILE_STEPS;
-    p.train.epochs = 1;
-    p.train.eval = false;
-    p.train.eval_every = 0;
-    p.train.target_accuracy = None;
-    p.train.target_perplexity = None;
-    p.train.checksum_every = 0;
-    p.train.stats_every = 0;
-    p.train.checkpoint_every_epochs = 0;
-    p.train.checkpoint_every_steps = 0;
     let per_epoch = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
     trainer::train(&p, RunOptions::default(), Box::new(Length(per_epoch.clone())))
         .context("measuring the communication-free step for plan = \"auto\"")?;

@@ -188,24 +188,20 @@ impl Pricer<'_> {
 
     /// The change: fp4, on the route whose round of the whole model is
     /// sooner (the reduce-scatter moves fewer bytes at N; on the tuning
-    /// seed it cost no steps against the allgather). Returns the route's
-    /// method and topology, fragments, τ, H and the decisions.
-    fn route(&self) -> (&MethodCost, Topology, u64, u64, u64, [Decision; 3]) {
+    /// seed it cost no steps against the allgather).
+    fn route(&self) -> (&MethodCost, Topology, Decision) {
         let (gather, scatter) = (&self.costs.fp4_gather, &self.costs.fp4_scatter);
         let whole = |m| self.local(m, 1, 1, 0).round_seconds;
         let (g, s) = (whole(gather), whole(scatter));
         let (m, topology) =
             if s < g { (scatter, Topology::ReduceScatter) } else { (gather, Topology::Allgather) };
-        let (fragments, delay, round, _, d_overlap) = self.overlap(m);
-        let (period, d_period) = self.period(fragments, delay, round);
         let reason = format!(
             "an fp4 change of the whole model takes {} by allgather, {} by reduce-scatter among {}",
             ms(g),
             ms(s),
             self.inputs.workers
         );
-        let d_route = Decision { key: "comm.topology", value: format!("\"{}\"", topology.name()), reason };
-        (m, topology, fragments, delay, period, [d_route, d_overlap, d_period])
+        (m, topology, Decision { key: "comm.topology", value: format!("\"{}\"", topology.name()), reason })
     }
 
     /// Fragments and τ: the fewest that hide the rounds (each fragment's
@@ -213,7 +209,7 @@ impl Pricer<'_> {
     /// nothing), then τ = 1, 2 with 1, 2, 4, ... fragments; the last
     /// candidate where none hides. Returns (fragments, τ, the rounds'
     /// seconds a period).
-    fn overlap(&self, change: &MethodCost) -> (u64, u64, f64, bool, Decision) {
+    fn overlap(&self, change: &MethodCost) -> (u64, u64, f64, Decision) {
         let t = self.inputs.step_seconds;
         let tensors = self.inputs.shapes.len() as u64;
         let mut candidates = vec![(0, 1)];
@@ -249,7 +245,7 @@ impl Pricer<'_> {
         };
         let value = format!("{fragments}, {delay}");
         let d = Decision { key: "strategy.fragments, strategy.delay", value, reason };
-        (fragments, delay, price.round_seconds, hidden.is_some(), d)
+        (fragments, delay, price.round_seconds, d)
     }
 
     /// H: at least MIN_PERIOD, room for every fragment's overlap, and the
@@ -322,7 +318,9 @@ fn outer_for(rounds: u64) -> (OuterConfig, Decision) {
 /// The rule (ALGORITHMS.md §2.5), on `costs` measured for `inputs.shapes`.
 pub fn choose(inputs: &PlanInputs, costs: &PlanCosts) -> AutoPlan {
     let pricer = Pricer { inputs, costs, work: Workload::new(inputs.step_seconds, inputs.shapes.clone()) };
-    let (change, topology, fragments, delay, period, [d_route, d_overlap, d_period]) = pricer.route();
+    let (change, topology, d_route) = pricer.route();
+    let (fragments, delay, round_seconds, d_overlap) = pricer.overlap(change);
+    let (period, d_period) = pricer.period(fragments, delay, round_seconds);
     let (sync_steps, sync_compressor, d_sync) = pricer.sync();
     let (outer, d_outer) = outer_for(inputs.total_steps.saturating_sub(sync_steps) / period);
     let mut strategy = StrategyConfig::local(period)

@@ -152,10 +152,7 @@ impl LocalStrategy {
             })
             .map_err(RoundError::into_py)?;
         bytes.add(&c.meter_mut().take_step());
-        let d = PyDict::new(py);
-        d.set_item("bytes_sent", bytes.sent())?;
-        d.set_item("bytes_received", bytes.received())?;
-        d.set_item("seconds", t.elapsed().as_secs_f64())?;
+        let d = record(py, &bytes, t)?;
         d.set_item("finished", step == 0 || self.schedule.merges_any(step))?;
         Ok(d)
     }
@@ -199,12 +196,7 @@ impl LocalStrategy {
             Ok(())
         })
         .map_err(RoundError::into_py)?;
-        let bytes = c.meter_mut().take_step();
-        let d = PyDict::new(py);
-        d.set_item("bytes_sent", bytes.sent())?;
-        d.set_item("bytes_received", bytes.received())?;
-        d.set_item("seconds", t.elapsed().as_secs_f64())?;
-        Ok(d)
+        record(py, &c.meter_mut().take_step(), t)
     }
 
     /// Whether a round starts at inner step `step` (its exchange and outer step).
@@ -272,6 +264,20 @@ impl Drop for LocalStrategy {
             })
         });
     }
+}
+
+/// What a call moved and took, as Python reads it: this worker's
+/// `bytes_sent`, `bytes_received`, and the `seconds` since `start`.
+fn record<'py>(
+    py: Python<'py>,
+    bytes: &gradcomp_comm::StepBytes,
+    start: std::time::Instant,
+) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("bytes_sent", bytes.sent())?;
+    d.set_item("bytes_received", bytes.received())?;
+    d.set_item("seconds", start.elapsed().as_secs_f64())?;
+    Ok(d)
 }
 
 /// Why a round failed, before Python sees it.

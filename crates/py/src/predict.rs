@@ -9,6 +9,22 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
+/// What every entry point of the model checks (`entry` names it in the
+/// error): tensors that are there, a positive link speed, a latency ≥ 0.
+fn check_model(entry: &str, shapes: &[Vec<usize>], link_bps: f64, alpha: f64) -> PyResult<()> {
+    let bad = |key: &str, what: &str| Err(PyValueError::new_err(format!("{entry}: {key}: {what}")));
+    if shapes.is_empty() || shapes.iter().any(|s| s.iter().product::<usize>() == 0) {
+        return bad("shapes", "needs at least one tensor, none of them empty");
+    }
+    if !(link_bps.is_finite() && link_bps > 0.0) {
+        return bad("link_gbps", "must be a positive speed");
+    }
+    if !(alpha.is_finite() && alpha >= 0.0) {
+        return bad("alpha", "must be a latency in seconds, ≥ 0");
+    }
+    Ok(())
+}
+
 /// Every method's predicted step for a model of `shapes` whose step
 /// computes for `compute_seconds`, among `workers` workers on a link of
 /// `link_bps` bits per second with per-message latency `alpha` seconds;
@@ -34,24 +50,16 @@ pub fn predict<'py>(
     fragments: usize,
     delay: u64,
 ) -> PyResult<Vec<Bound<'py, PyDict>>> {
+    check_model("gradcomp.model", &shapes, link_bps, alpha)?;
     let bad = |key: &str, what: &str| Err(PyValueError::new_err(format!("gradcomp.model: {key}: {what}")));
-    if shapes.is_empty() || shapes.iter().any(|s| s.iter().product::<usize>() == 0) {
-        return bad("shapes", "needs at least one tensor, none of them empty");
-    }
     if !(compute_seconds.is_finite() && compute_seconds >= 0.0) {
         return bad("compute_seconds", "must be a time in seconds, ≥ 0");
     }
     if workers == 0 {
         return bad("workers", "must be at least 1");
     }
-    if !(link_bps.is_finite() && link_bps > 0.0) {
-        return bad("link_gbps", "must be a positive speed");
-    }
     if !(density > 0.0 && density <= 1.0) {
         return bad("density", "must be in (0, 1]");
-    }
-    if !(alpha.is_finite() && alpha >= 0.0) {
-        return bad("alpha", "must be a latency in seconds, ≥ 0");
     }
     if period == Some(0) {
         return bad("period", "must be at least 1 inner step");
@@ -116,25 +124,16 @@ pub fn plan<'py>(
     alpha: f64,
 ) -> PyResult<Bound<'py, PyDict>> {
     use gradcomp_exchange::auto_plan::{choose, PlanCosts, PlanInputs};
-    let bad =
-        |key: &str, what: &str| Err(PyValueError::new_err(format!("gradcomp.model.plan: {key}: {what}")));
-    if shapes.is_empty() || shapes.iter().any(|s| s.iter().product::<usize>() == 0) {
-        return bad("shapes", "needs at least one tensor, none of them empty");
-    }
+    check_model("gradcomp.plan", &shapes, link_bps, alpha)?;
+    let bad = |key: &str, what: &str| Err(PyValueError::new_err(format!("gradcomp.plan: {key}: {what}")));
     if !(step_seconds.is_finite() && step_seconds > 0.0) {
         return bad("step_seconds", "must be a measured step in seconds, > 0");
     }
     if workers < 2 {
         return bad("workers", "must be at least 2: a plan of local updates needs peers");
     }
-    if !(link_bps.is_finite() && link_bps > 0.0) {
-        return bad("link_gbps", "must be a positive speed");
-    }
     if total_steps == 0 {
         return bad("total_steps", "must be at least 1");
-    }
-    if !(alpha.is_finite() && alpha >= 0.0) {
-        return bad("alpha", "must be a latency in seconds, ≥ 0");
     }
     let inputs = PlanInputs {
         step_seconds,

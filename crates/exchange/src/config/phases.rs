@@ -76,16 +76,6 @@ pub enum PeriodRule {
     },
 }
 
-impl PeriodRule {
-    /// The rule's name as the configuration spells it.
-    pub fn name(&self) -> &'static str {
-        match self {
-            PeriodRule::Fixed => "fixed",
-            PeriodRule::Doubling { .. } => "doubling",
-        }
-    }
-}
-
 /// `strategy.plan`: whether the keys of local updates are the ones given,
 /// or chosen by the performance model before the run (`auto`,
 /// ALGORITHMS.md §2.5: the synchronous phase, H, fragments, τ, the change's

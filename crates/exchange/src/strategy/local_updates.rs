@@ -104,7 +104,7 @@ impl LocalUpdates {
         if st.plan == crate::config::PlanChoice::Auto {
             return Err(ConfigError::new(
                 "strategy.plan",
-                "\"auto\" is chosen before the workers start (gradcomp train, gradcomp model --plan, gradcomp.model.plan); resolve it to its keys first (AutoPlan::apply)",
+                "\"auto\" is chosen before the workers start (gradcomp train, gradcomp model --plan, gradcomp.plan); resolve it to its keys first (AutoPlan::apply)",
             ));
         }
         let plain = !membership
@@ -133,11 +133,6 @@ impl LocalUpdates {
             mean_scratch: Vec::new(),
             sync,
         })
-    }
-
-    /// Whether the synchronous phase is over here (its exchange dropped).
-    pub fn in_sync_phase(&self) -> bool {
-        self.sync.is_some()
     }
 
     /// Ends the synchronous phase once `step` is past it: its exchange and
