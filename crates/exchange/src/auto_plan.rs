@@ -122,10 +122,14 @@ impl AutoPlan {
     /// `cfg` with the plan's keys in place of its own (`strategy.plan`
     /// becomes `given`): the change's compressor and route, and the
     /// strategy's phase, period, fragments, τ and outer optimizer (its
-    /// warm-up included); `average_buffers` stays the configuration's.
+    /// warm-up included); `average_buffers` and `inner_state_every` stay the configuration's.
     pub fn apply(&self, cfg: &mut crate::DataParallelConfig) {
         let st = &mut cfg.strategy;
-        *st = StrategyConfig { average_buffers: st.average_buffers, ..self.strategy.clone() };
+        *st = StrategyConfig {
+            average_buffers: st.average_buffers,
+            inner_state_every: st.inner_state_every,
+            ..self.strategy.clone()
+        };
         cfg.compressor = self.compressor.clone().into();
         cfg.topology = Some(self.topology);
     }

@@ -304,13 +304,16 @@ pub fn hook_config(name: &Bound<'_, PyAny>, options: Option<&Bound<'_, PyDict>>)
 /// (`{"name", "lr", "momentum"}`) and Streaming's `fragments`, `delay` and
 /// `mix` (a key left out takes its default); the model change is sent
 /// through compressor `name` with `options` (dense: averaged as it is; any
-/// other: with its error feedback, `compress_delta`).
+/// other: with its error feedback, `compress_delta`). `lrs`, the inner
+/// learning rate at steps 0, 1, … of the run (`LocalUpdates(lr_at=…)`),
+/// resolves a QSR period rule's periods.
 #[pyfunction]
-#[pyo3(signature = (name, strategy, options=None))]
+#[pyo3(signature = (name, strategy, options=None, lrs=None))]
 pub fn local_config(
     name: &Bound<'_, PyAny>,
     strategy: &Bound<'_, PyDict>,
     options: Option<&Bound<'_, PyDict>>,
+    lrs: Option<Vec<f64>>,
 ) -> PyResult<String> {
     let r = Routed::new(name, options)?;
     r.refuse(&SET_BY_THE_HOOK)?;
@@ -331,7 +334,24 @@ pub fn local_config(
             *c = sync_compressor(c)?;
         }
     }
+    if let Some(lrs) = lrs {
+        resolve_period_rule(&mut table, &lrs)?;
+    }
     r.config_json(Some(Value::Object(table)), parse_local)
+}
+
+/// QSR's periods, from the learning rates `lrs` of the run's steps (the
+/// core's rule, `PeriodRule::resolve`; past the last step, its rate).
+fn resolve_period_rule(table: &mut Map<String, Value>, lrs: &[f64]) -> PyResult<()> {
+    if lrs.is_empty() || lrs.iter().any(|v| !v.is_finite() || *v < 0.0) {
+        return Err(value_error("lr_at: the learning rate at each of total_steps steps, finite and ≥ 0"));
+    }
+    let st: gradcomp_exchange::config::StrategyConfig =
+        serde_json::from_value(Value::Object(table.clone())).map_err(value_error)?;
+    let lr = |t: u64| lrs[(t as usize).min(lrs.len() - 1)];
+    let rule = st.period_rule.resolve(st.period, st.sync_steps(), lrs.len() as u64, &lr);
+    table.insert("period_rule".into(), serde_json::to_value(rule).map_err(value_error)?);
+    Ok(())
 }
 
 /// The synchronous phase's compressor table (`sync_compressor` and

@@ -199,6 +199,29 @@ impl LocalStrategy {
         record(py, &c.meter_mut().take_step(), t)
     }
 
+    /// Whether the inner optimizer's state is averaged after the round at
+    /// inner step `step` (`inner_state_every`).
+    fn averages_inner_state(&self, step: u64) -> PyResult<bool> {
+        Ok(self.lock_str().map_err(PyRuntimeError::new_err)?.averages_inner_state(step))
+    }
+
+    /// The ranks' mean of `state` (a flat buffer: the inner optimizer's
+    /// moments, or the model's floating-point buffers), in place, over
+    /// `comm`; returns what it moved and took, as [`LocalStrategy::sync_step`].
+    fn average_state<'py>(
+        &self,
+        py: Python<'py>,
+        mut state: PyReadwriteArray1<'py, f32>,
+        comm: Py<PyAny>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let buf = state.as_slice_mut().map_err(|e| PyValueError::new_err(format!("state: {e}")))?;
+        let mut c = Metered::new(TorchCollective::new(comm, self.rank, self.world));
+        let t = std::time::Instant::now();
+        py.detach(|| LocalUpdates::average_state(buf, &mut c))
+            .map_err(|e| RoundError::Exchange(e).into_py())?;
+        record(py, &c.meter_mut().take_step(), t)
+    }
+
     /// Whether a round starts at inner step `step` (its exchange and outer step).
     fn starts(&self, step: u64) -> bool {
         self.schedule.starts_any(step)

@@ -89,7 +89,7 @@ def test_local_updates_learn_agree_and_resume_bit_exactly() -> None:
 
 
 WORLD_OF_ONE = r'''
-import torch, torch.distributed as dist
+import json, torch, torch.distributed as dist
 import gradcomp.torch as gt
 dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d", rank=0, world_size=1)
 m = torch.nn.Linear(2, 1); o = torch.optim.SGD(m.parameters(), lr=0.1)
@@ -116,6 +116,14 @@ for kwargs, needle in (({"period": 0}, "period"), ({"period": True}, "period"), 
                        ({"period": 4, "sync_steps": 2, "warmup_steps": 2}, "warmup_steps"),
                        ({"period": 4, "period_doubles_at": [8, 4]}, "period_rule"),
                        ({"period": 4, "period_doubles_at": 8}, "period_doubles_at"),
+                       ({"period": 4, "period_qsr_alpha": 0.1}, "lr_at"),
+                       ({"period": 4, "period_qsr_alpha": 0.1, "lr_at": lambda t: 0.1}, "total_steps"),
+                       ({"period": 4, "period_qsr_alpha": -1.0, "lr_at": lambda t: 0.1, "total_steps": 8},
+                        "period_rule.alpha"),
+                       ({"period": 4, "lr_at": lambda t: 0.1, "total_steps": 8}, "period_qsr_alpha"),
+                       ({"period": 4, "period_qsr_alpha": 0.1, "lr_at": lambda t: float("nan"), "total_steps": 8},
+                        "lr_at"),
+                       ({"period": 4, "inner_state_every": -1}, "inner_state_every"),
                        ({}, "period"), ({"plan": "auto", "link_gbps": 1.0, "total_steps": 8}, "step_seconds"),
                        ({"plan": "manual", "step_seconds": 0.1, "link_gbps": 1.0, "total_steps": 8}, "plan")):
     try:
@@ -123,6 +131,10 @@ for kwargs, needle in (({"period": 0}, "period"), ({"period": True}, "period"), 
         print("accepted", kwargs)
     except ValueError as e:
         print("refused", needle in str(e), needle, e)
+# QSR: H = max(2, (0.2/lr)²): 4 while lr is 0.1, 16 from step 20 (lr 0.05), the last cut at the run's end.
+q = gt.LocalUpdates(m, o, period=2, period_qsr_alpha=0.2, lr_at=lambda t: 0.1 if t < 20 else 0.05, total_steps=60)
+print("qsr", json.dumps(json.loads(q.config)["strategy"]["period_rule"]["periods"]),
+      [t for t in range(1, 60) if q._rust.merges(t)])
 lu = gt.LocalUpdates(m, o, period=4)
 with torch.no_grad():
     m.weight[0, 0] = float("nan")
@@ -140,9 +152,11 @@ def test_bad_local_updates_arguments_name_themselves() -> None:
     from conftest import free_port, run_ranks
     out = run_ranks(WORLD_OF_ONE % free_port(), 1, timeout=120)[0]
     lines: List[str] = [l for l in out.out.splitlines() if l.startswith(("refused", "accepted"))]
-    assert len(lines) == 33, out.out + out.err
+    assert len(lines) == 39, out.out + out.err
     for line in lines:
         assert line.startswith("refused True"), line
+    qsr = next(l for l in out.out.splitlines() if l.startswith("qsr "))
+    assert qsr == "qsr [[0, 4], [20, 16], [52, 9]] [4, 8, 12, 16, 20, 36, 52]", qsr
 
 
 def test_local_updates_is_exported() -> None:
@@ -167,6 +181,7 @@ class Recording:
         self.inner = real(*args, **kwargs)
         self.due, self.wait, self.state, self.load = self.inner.due, self.inner.wait, self.inner.state, self.inner.load
         self.warming, self.sync_step = self.inner.warming, self.inner.sync_step
+        self.averages_inner_state, self.average_state = self.inner.averages_inner_state, self.inner.average_state
     def average(self, step, host, comm):
         before = host.copy()
         r = self.inner.average(step, host, comm)
@@ -245,7 +260,8 @@ def gathered(t):
     return ts
 out = {}
 for label, phase in (("True", {"warmup_steps": 3, "average_buffers": True}), ("False", {"warmup_steps": 3}),
-                     ("topk", {"sync_steps": 3, "sync_compressor": "topk", "sync_options": {"density": 0.5}})):
+                     ("topk", {"sync_steps": 3, "sync_compressor": "topk", "sync_options": {"density": 0.5}}),
+                     ("inner", {"warmup_steps": 3, "inner_state_every": 1})):
     torch.manual_seed(rank)
     model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.BatchNorm1d(3), torch.nn.Linear(3, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
@@ -260,8 +276,9 @@ for label, phase in (("True", {"warmup_steps": 3, "average_buffers": True}), ("F
         bn = torch.cat([model[1].running_mean, model[1].running_var])
         a, b = gathered(w)
         c, d = gathered(bn)
+        e, f = gathered(torch.cat([opt.state[p]["momentum_buffer"].reshape(-1) for p in model.parameters()]))
         seen.append({"params": bool(torch.equal(a, b)), "buffers": bool(torch.equal(c, d)),
-                     "bytes": [lu.bytes_sent, lu.bytes_received]})
+                     "moments": bool(torch.equal(e, f)), "bytes": [lu.bytes_sent, lu.bytes_received]})
     out[label] = seen
 print("RESULT", json.dumps(out))
 '''
@@ -285,6 +302,12 @@ def test_warm_up_steps_keep_replicas_equal_and_rounds_average_the_buffers() -> N
         # at each of the two rounds (6 running statistics: 24 bytes).
         assert [s["bytes"] for s in res["False"][:2]] == [[100, 100], [200, 200]], res
         assert [t - f for t, f in zip(res["True"][-1]["bytes"], res["False"][-1]["bytes"])] == [48, 48], res
+        # `inner_state_every=1`: SGD's momentum (25 values, 100 bytes) averaged at the
+        # end of the first period (step 7), not at the round that records θ_outer (3);
+        # the synchronous phase's averaged gradients keep it equal before.
+        assert [s["moments"] for s in res["inner"]] == [True, True, True, False, False, False, True], res
+        assert [s["moments"] for s in res["False"]] == [True, True, True, False, False, False, False], res
+        assert [t - f for t, f in zip(res["inner"][-1]["bytes"], res["False"][-1]["bytes"])] == [100, 100], res
         for avg, seen in res.items():
             assert [s["params"] for s in seen] == [True, True, True, False, False, False, True], (avg, seen)
         # Each rank's BatchNorm statistics are its own batches'; averaged at
@@ -301,13 +324,15 @@ def test_warm_up_steps_keep_replicas_equal_and_rounds_average_the_buffers() -> N
 
 def test_what_a_manager_does_not_run_is_refused_naming_it() -> None:
     """Under a manager (torchft's quorum each round) the overlap of a whole
-    period, the warm-up steps and the buffers' averaging are refused, each
-    naming its argument; what it runs passes."""
+    period, the warm-up steps and the buffers' and inner state's averaging
+    are refused, each naming its argument; what it runs passes."""
     from gradcomp._local import _check_under_manager
-    _check_under_manager(8, 1, 2, "none", 0, False)
-    for args, needle in (((8, 4, 2, "none", 0, False), "delay"), ((8, 0, 1, "eager", 0, False), "overlap"),
-                         ((8, 0, 1, "delayed", 0, False), "overlap"), ((8, 0, 1, "none", 3, False), "sync_steps"),
-                         ((8, 0, 1, "none", 0, True), "average_buffers")):
+    _check_under_manager(8, 1, 2, "none", 0, False, 0)
+    for args, needle in (((8, 4, 2, "none", 0, False, 0), "delay"), ((8, 0, 1, "eager", 0, False, 0), "overlap"),
+                         ((8, 0, 1, "delayed", 0, False, 0), "overlap"),
+                         ((8, 0, 1, "none", 3, False, 0), "sync_steps"),
+                         ((8, 0, 1, "none", 0, True, 0), "average_buffers"),
+                         ((8, 0, 1, "none", 0, False, 2), "inner_state_every")):
         with pytest.raises(ValueError, match=needle):
             _check_under_manager(*args)
 

@@ -1,6 +1,7 @@
 //! Learning-rate schedules, as a function of the global step.
 
-use crate::config::{ScheduleConfig, ScheduleKind};
+use crate::config::{ScheduleConfig, ScheduleKind, TrainConfig};
+use crate::data::{Loader, TrainData};
 
 /// lr at a step, given the steps per epoch and the total number of steps.
 #[derive(Clone, Debug, PartialEq)]
@@ -35,6 +36,23 @@ impl LrSchedule {
             decayed
         }
     }
+}
+
+/// Resolves a QSR period rule (`strategy.period_rule = { name = "qsr" }`)
+/// from this run's `[schedule]` before the workers start, so the periods
+/// land in the run's `config.toml` and a resume reads them back. The
+/// plateau factor (`train.lr_plateau`), decided as the run goes, is not
+/// part of it.
+pub fn resolve_period_rule(cfg: &mut TrainConfig, data: &TrainData) {
+    if cfg.strategy.period_rule.resolved() {
+        return;
+    }
+    let steps_per_epoch = Loader::new(data, cfg, 0).batches_per_epoch() as u64;
+    let planned = steps_per_epoch * u64::from(cfg.train.epochs.max(1));
+    let total = if cfg.train.max_steps > 0 { cfg.train.max_steps.min(planned) } else { planned };
+    let lr = LrSchedule::new(cfg.optimizer.lr, &cfg.schedule, steps_per_epoch, total);
+    let st = &cfg.strategy;
+    cfg.strategy.period_rule = st.period_rule.resolve(st.period, st.sync_steps(), total, &|t| lr.lr(t));
 }
 
 #[cfg(test)]

@@ -114,9 +114,8 @@ impl DataParallel {
             return Ok(model);
         }
         let rank = self.rank();
-        self.c.allreduce_sum_f32(&mut buffers).map_err(|source| DataParallelError::Comm { rank, source })?;
-        let n = self.world_size() as f32;
-        buffers.iter_mut().for_each(|b| *b /= n);
+        gradcomp_exchange::strategy::LocalUpdates::average_state(&mut buffers, &mut self.c)
+            .map_err(|e| DataParallelError::from_exchange(rank, e))?;
         self.pending.add(&self.c.meter_mut().take_step());
         Ok(params::write_buffers(model, &buffers))
     }

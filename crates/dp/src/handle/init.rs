@@ -32,6 +32,15 @@ impl InitDataParallel for DataParallelConfig {
         model: M,
     ) -> Result<(DataParallel, M), DataParallelError> {
         self.validate()?;
+        if self.strategy.inner_state_every > 0 {
+            // The handle never holds the burn optimizer, whose state is its record.
+            return Err(gradcomp_exchange::config::ConfigError::new(
+                "strategy.inner_state_every",
+                "the burn front does not average its optimizer's state yet; the PyTorch front does \
+                 (LocalUpdates(inner_state_every=k))",
+            )
+            .into());
+        }
         let mut c: Box<dyn Collective> = Box::new(collective);
         let rank = c.rank();
         let comm = |source| DataParallelError::Comm { rank, source };

@@ -74,6 +74,63 @@ pub enum PeriodRule {
         /// The steps after which H doubles, ascending.
         at: Vec<u64>,
     },
+    /// Quadratic synchronisation (QSR, Gu et al. 2023, arXiv 2310.14423):
+    /// the period that begins at boundary b is H_b = max(H, ⌈(α/η_b)²⌉),
+    /// η_b the inner learning rate at step b, so the period grows as the
+    /// learning rate decays. η is the front's learning-rate schedule, which
+    /// the core does not hold: [`PeriodRule::resolve`] turns the rule into
+    /// its `periods` before the workers start (the trainer from its
+    /// `[schedule]`, `LocalUpdates(lr_at=…)` from its function), so every
+    /// copy of the schedule, and a resume, read the same periods.
+    Qsr {
+        /// α, the growth coefficient (QSR's; its paper's values lie
+        /// between 0.01 and 0.25 for SGD and AdamW).
+        alpha: f64,
+        /// The resolved segments, `[first boundary, period]` each,
+        /// ascending, the first at the synchronous phase's end; empty until
+        /// resolved.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        periods: Vec<[u64; 2]>,
+    },
+}
+
+impl PeriodRule {
+    /// QSR's rule (`alpha`), unresolved.
+    pub fn qsr(alpha: f64) -> Self {
+        Self::Qsr { alpha, periods: Vec::new() }
+    }
+
+    /// The rule with QSR's periods worked out for a run whose rounds begin
+    /// at step `first` with base period `h` and end by step `horizon`, the
+    /// inner learning rate at a step being `lr(step)`; other rules as they
+    /// are. Consecutive equal periods make one segment; a learning rate of
+    /// 0 (a schedule's end) gives a period that outlasts the run.
+    pub fn resolve(&self, h: u64, first: u64, horizon: u64, lr: &dyn Fn(u64) -> f64) -> Self {
+        let Self::Qsr { alpha, .. } = self else { return self.clone() };
+        let h = h.max(1);
+        let mut periods: Vec<[u64; 2]> = Vec::new();
+        let mut b = first;
+        loop {
+            let eta = lr(b);
+            let grown = if eta > 0.0 { (alpha / eta).powi(2).ceil() } else { f64::INFINITY };
+            // `as` saturates; a period past the horizon is cut to end one step after it.
+            let period = h.max(grown as u64).min(horizon.saturating_sub(b).max(h) + 1);
+            if periods.last().is_none_or(|&[_, p]| p != period) {
+                periods.push([b, period]);
+            }
+            b = b.saturating_add(period);
+            if b >= horizon {
+                break;
+            }
+        }
+        Self::Qsr { alpha: *alpha, periods }
+    }
+
+    /// Whether the rule's periods are known without a learning-rate
+    /// schedule (all but an unresolved QSR).
+    pub fn resolved(&self) -> bool {
+        !matches!(self, Self::Qsr { periods, .. } if periods.is_empty())
+    }
 }
 
 /// `strategy.plan`: whether the keys of local updates are the ones given,

@@ -245,6 +245,11 @@ pub struct StrategyConfig {
     /// every round: the fronts that have them (PyTorch's). Off: each
     /// worker keeps its own, as torchft's DiLoCo does.
     pub average_buffers: bool,
+    /// Average the inner optimizer's state (Adam's moments, SGD's momentum)
+    /// across the workers at the end of every k-th period, after its round
+    /// (DES-LOC, arXiv 2505.22549): the fronts that can read their
+    /// optimizer's state (PyTorch's). 0: each worker keeps its own.
+    pub inner_state_every: u64,
 }
 
 impl StrategyConfig {
@@ -372,6 +377,7 @@ impl Default for StrategyConfig {
             period_rule: PeriodRule::Fixed,
             plan: PlanChoice::Given,
             average_buffers: false,
+            inner_state_every: 0,
         }
     }
 }

@@ -181,6 +181,7 @@ impl DataParallelConfig {
             ("strategy.sync.steps", st.sync.steps > 0),
             ("strategy.period_rule", st.period_rule != super::PeriodRule::Fixed),
             ("strategy.average_buffers", st.average_buffers),
+            ("strategy.inner_state_every", st.inner_state_every > 0),
             ("strategy.outer.warmup_rounds", outer.warmup_rounds > 0),
             ("strategy.outer.decay_rounds", outer.decay_rounds > 0),
         ] {
@@ -231,6 +232,30 @@ impl DataParallelConfig {
                 };
                 err(&key, e.problem)
             })?;
+        }
+        if let super::PeriodRule::Qsr { alpha, periods } = &st.period_rule {
+            if !(alpha.is_finite() && *alpha > 0.0) {
+                return Err(err("strategy.period_rule.alpha", format!("{alpha}: QSR's α must be positive")));
+            }
+            let first = periods.first().map(|&[b, _]| b);
+            // Each segment begins at a boundary of the one before: a whole number of its periods on.
+            let ascending = periods
+                .windows(2)
+                .all(|w| w[1][0] > w[0][0] && w[0][1] > 0 && (w[1][0] - w[0][0]).is_multiple_of(w[0][1]));
+            if first.is_some_and(|b| b != st.sync_steps())
+                || !ascending
+                || periods.iter().any(|&[_, h]| h == 0)
+            {
+                return Err(err(
+                    "strategy.period_rule.periods",
+                    format!(
+                        "{periods:?}: [boundary, period] segments, the first at step {} (the rounds' start), \
+                         each a whole number of the last's periods on, periods ≥ 1; leave it out and let the \
+                         trainer or LocalUpdates(lr_at=…) resolve it",
+                        st.sync_steps()
+                    ),
+                ));
+            }
         }
         if let super::PeriodRule::Doubling { at } = &st.period_rule {
             if at.is_empty() || at.windows(2).any(|w| w[0] > w[1]) {

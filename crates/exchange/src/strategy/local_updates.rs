@@ -107,6 +107,13 @@ impl LocalUpdates {
                 "\"auto\" is chosen before the workers start (gradcomp train, gradcomp model --plan, gradcomp.plan); resolve it to its keys first (AutoPlan::apply)",
             ));
         }
+        if !st.period_rule.resolved() {
+            return Err(ConfigError::new(
+                "strategy.period_rule",
+                "QSR's periods follow the inner learning rate, which the core does not hold: resolve them first \
+                 (PeriodRule::resolve; the trainer and LocalUpdates(lr_at=…) do)",
+            ));
+        }
         let plain = !membership
             && !st.compress_delta
             && st.outer().averages()
@@ -167,6 +174,26 @@ impl LocalUpdates {
     /// a front may ask without touching the rounds.
     pub fn schedule(&self) -> &OuterSchedule {
         &self.schedule
+    }
+
+    /// Whether the inner optimizer's state is averaged after the round at
+    /// `step` (`strategy.inner_state_every` = k: at the end of every k-th
+    /// period; [`LocalUpdates::average_state`] does it).
+    pub fn averages_inner_state(&self, step: u64) -> bool {
+        let k = self.cfg.inner_state_every;
+        k > 0 && self.schedule.period_ended(step).is_some_and(|n| n.is_multiple_of(k))
+    }
+
+    /// The workers' mean of `state`, in place: the inner optimizer's state
+    /// at [`LocalUpdates::averages_inner_state`]'s steps, or the model's
+    /// buffers (BatchNorm's statistics) at a round. One allreduce on `c`,
+    /// whose meter counts its bytes; every worker calls it with a buffer of
+    /// the same length.
+    pub fn average_state(state: &mut [f32], c: &mut dyn Collective) -> Result<(), ExchangeError> {
+        c.allreduce_sum_f32(state)?;
+        let n = c.world_size() as f32;
+        state.iter_mut().for_each(|v| *v /= n);
+        Ok(())
     }
 
     /// The norm the clipping uses: the local one, or the last round's average.

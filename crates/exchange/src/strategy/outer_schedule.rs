@@ -34,6 +34,17 @@ impl OuterSchedule {
         let warmup = st.sync_steps();
         let period = st.period.max(1);
         let (mut starts, mut periods) = (vec![warmup], vec![period]);
+        if let PeriodRule::Qsr { periods: segments, .. } = &st.period_rule {
+            // Resolved before the workers start (PeriodRule::resolve); the
+            // first segment begins where the rounds do (validated).
+            if let Some(&[_, h0]) = segments.first() {
+                periods[0] = h0;
+            }
+            for &[b, h] in segments.iter().skip(1) {
+                starts.push(b);
+                periods.push(h);
+            }
+        }
         if let PeriodRule::Doubling { at } = &st.period_rule {
             for &a in at {
                 let (s, h) = (*starts.last().expect("one segment"), *periods.last().expect("one segment"));
@@ -101,6 +112,22 @@ impl OuterSchedule {
     /// Whether a round's result is merged at `step` on any fragment.
     pub fn merges_any(&self, step: u64) -> bool {
         step > self.warmup && (0..self.parts as usize).any(|p| self.merges(p, step))
+    }
+
+    /// Which period ends at `step` (1 for the first after the synchronous
+    /// phase), if one does: where the last fragment's round merges with no
+    /// delay, the whole model's last.
+    pub fn period_ended(&self, step: u64) -> Option<u64> {
+        if step <= self.warmup {
+            return None;
+        }
+        let k = self.segment(step);
+        let (b, h) = (self.starts[k], self.periods[k]);
+        if !(step - b).is_multiple_of(h) {
+            return None;
+        }
+        let before: u64 = (0..k).map(|j| (self.starts[j + 1] - self.starts[j]) / self.periods[j]).sum();
+        Some(before + (step - b) / h)
     }
 
     /// The first step at or after `step` at which a round starts.

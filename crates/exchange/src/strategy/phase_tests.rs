@@ -159,6 +159,79 @@ fn a_doubling_period_begins_at_the_first_boundary_after_its_step() {
     assert_eq!((streaming.next_start(8), streaming.next_start(24)), (11, 31));
 }
 
+/// QSR's rule: the period beginning at boundary b is max(H, ⌈(α/η_b)²⌉),
+/// worked out from the learning rate before the run, the fragments' merges
+/// scaled with it; unresolved, local updates refuse to build.
+#[test]
+fn a_qsr_period_grows_as_the_learning_rate_falls() {
+    // η 0.1 to step 20, 0.05 to step 40, then 0.025; α = 0.2, H = 2:
+    // (0.2/0.1)² = 4, (0.2/0.05)² = 16, (0.2/0.025)² = 64.
+    let lr = |t: u64| {
+        if t < 20 {
+            0.1
+        } else if t < 40 {
+            0.05
+        } else {
+            0.025
+        }
+    };
+    let st = StrategyConfig::local(2).with_sync_phase(SyncPhase { steps: 2, ..SyncPhase::default() });
+    let rule = PeriodRule::qsr(0.2).resolve(2, 2, 200, &lr);
+    // Boundaries 2, 6, …, 18 (η 0.1: 4), 22 (η 0.05: 16), 38, 54 (η 0.025: 64), 118, 182 (cut past the run).
+    let PeriodRule::Qsr { periods, .. } = &rule else { panic!("{rule:?}") };
+    assert_eq!(periods, &vec![[2, 4], [22, 16], [54, 64], [182, 19]]);
+    let s = OuterSchedule::new(&st.clone().with_period_rule(rule.clone()));
+    let merges: Vec<u64> = (0..200).filter(|&t| s.merges_any(t)).collect();
+    assert_eq!(merges, vec![6, 10, 14, 18, 22, 38, 54, 118, 182]);
+    assert_eq!((s.period_at(20), s.period_at(40), s.period_at(100)), (4, 16, 64));
+    // A constant rate under α/√H keeps H; the same rule resolves the same periods.
+    let flat = PeriodRule::qsr(0.2).resolve(8, 0, 100, &|_| 0.1);
+    assert_eq!(flat, PeriodRule::Qsr { alpha: 0.2, periods: vec![[0, 8]] });
+    assert_eq!(PeriodRule::qsr(0.2).resolve(2, 2, 200, &lr), rule);
+    let valid = |st: StrategyConfig| config_with(st).validate().map_err(|e| e.key);
+    valid(st.clone().with_period_rule(rule)).unwrap();
+    for (bad, key) in [
+        (PeriodRule::Qsr { alpha: -1.0, periods: vec![] }, "strategy.period_rule.alpha"),
+        (PeriodRule::Qsr { alpha: 0.2, periods: vec![[0, 4]] }, "strategy.period_rule.periods"),
+        (PeriodRule::Qsr { alpha: 0.2, periods: vec![[2, 4], [8, 8]] }, "strategy.period_rule.periods"),
+    ] {
+        assert_eq!(valid(st.clone().with_period_rule(bad)).unwrap_err(), key);
+    }
+    let unresolved = config_with(st.with_period_rule(PeriodRule::qsr(0.2)));
+    let e = LocalUpdates::new(&unresolved, &layout(), 2).err().expect("refused");
+    assert!(e.key == "strategy.period_rule" && e.problem.contains("resolve"), "{e}");
+}
+
+/// The inner optimizer's state is averaged at the end of every k-th
+/// period, counted from the rounds' start, as the period grows; the mean
+/// is the workers'.
+#[test]
+fn the_inner_state_is_averaged_at_every_kth_period_end() {
+    let st = StrategyConfig { inner_state_every: 2, ..StrategyConfig::local(4) }
+        .with_sync_phase(SyncPhase { steps: 2, ..SyncPhase::default() })
+        .with_period_rule(PeriodRule::Doubling { at: vec![6] });
+    let s = LocalUpdates::new(&config_with(st), &layout(), 2).unwrap();
+    // Period ends 6 (1st), 14 (2nd, H = 8 from 6), 22, 30 (4th).
+    let ends: Vec<u64> = (0..32).filter_map(|t| s.schedule().period_ended(t).map(|n| t * 10 + n)).collect();
+    assert_eq!(ends, vec![61, 142, 223, 304]);
+    let due: Vec<u64> = (0..32).filter(|&t| s.averages_inner_state(t)).collect();
+    assert_eq!(due, vec![14, 30]);
+    let means = InProcessGroup::new(2)
+        .run(|mut c| {
+            let mut state = vec![c.rank() as f32, 4.0 * c.rank() as f32];
+            LocalUpdates::average_state(&mut state, &mut c).unwrap();
+            state
+        })
+        .unwrap();
+    assert!(means.iter().all(|m| m.as_ref().is_ok_and(|m| m == &vec![0.5, 2.0])), "{means:?}");
+    let burn_off = StrategyConfig { inner_state_every: 1, ..StrategyConfig::default() };
+    assert_eq!(config_with(burn_off).validate().unwrap_err().key, "strategy.inner_state_every");
+}
+
+fn config_with(st: StrategyConfig) -> DataParallelConfig {
+    DataParallelConfig::new(CompressorConfig::named("dense").unwrap()).with_strategy(st)
+}
+
 /// The synchronous phase's keys are checked as a synchronous run's, named
 /// under `strategy.sync`; the older `warmup_steps` is its dense case.
 #[test]

@@ -26,7 +26,7 @@ thread included: the ones the burn trainer runs), over torch.distributed;
 this class only reads and writes the model.
 """
 import weakref
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 import torch
@@ -40,7 +40,7 @@ from ._membership import Membership
 
 
 def _check_under_manager(period: int, delay: int, fragments: int, overlap: str, warmup_steps: int,
-                         average_buffers: bool) -> None:
+                         average_buffers: bool, inner_state_every: int) -> None:
     """ValueError naming an argument that membership (torchft's quorum each
     round) does not run."""
     if delay * max(1, fragments) >= period:
@@ -54,13 +54,16 @@ def _check_under_manager(period: int, delay: int, fragments: int, overlap: str, 
     if average_buffers:
         raise ValueError("gradcomp: average_buffers: the buffers are not averaged under a manager yet; each "
                          "replica keeps its own (as torchft's DiLoCo does)")
+    if inner_state_every > 0:
+        raise ValueError("gradcomp: inner_state_every: the optimizer's state is not averaged under a manager yet; "
+                         "leave it at 0")
     if warmup_steps > 0:
         raise ValueError("gradcomp: sync_steps (or warmup_steps): a synchronous phase is not run under a manager "
                          "yet; leave it at 0")
 
 
 def _phases(sync_steps: int, sync_compressor: str, sync_options: Optional[Dict[str, Any]],
-            period_doubles_at: Sequence[int]) -> Dict[str, Any]:
+            period_doubles_at: Sequence[int], period_qsr_alpha: Optional[float]) -> Dict[str, Any]:
     """The plan of phases' keys of `strategy` (`sync`, `period_rule`), from
     LocalUpdates' arguments; the core checks them (docs/CONFIG.md)."""
     plan: Dict[str, Any] = {}
@@ -77,7 +80,27 @@ def _phases(sync_steps: int, sync_compressor: str, sync_options: Optional[Dict[s
     if period_doubles_at:
         plan["period_rule"] = {"name": "doubling",
                                "at": [whole(f"period_doubles_at[{i}]", a) for i, a in enumerate(period_doubles_at)]}
+    if period_qsr_alpha is not None:
+        if period_doubles_at:
+            raise ValueError("gradcomp: period_qsr_alpha: one period rule at a time; leave period_doubles_at out")
+        plan["period_rule"] = {"name": "qsr", "alpha": number("period_qsr_alpha", period_qsr_alpha)}
     return plan
+
+
+def _learning_rates(lr_at: Optional[Callable[[int], float]], qsr: bool,
+                    total_steps: Optional[int]) -> Optional[List[float]]:
+    """QSR's learning rates: `lr_at(step)` at each of the run's steps (the
+    core resolves the periods from them)."""
+    if lr_at is None and not qsr:
+        return None
+    if not qsr:
+        raise ValueError("gradcomp: lr_at: it sets QSR's periods; set period_qsr_alpha too")
+    if lr_at is None or not callable(lr_at):
+        raise ValueError(f"gradcomp: lr_at: {lr_at!r} is not a function of the step (period_qsr_alpha needs the "
+                         "inner learning rate at each step, e.g. your scheduler's closed form)")
+    if total_steps is None:
+        raise ValueError("gradcomp: total_steps: period_qsr_alpha needs the run's inner steps")
+    return [number(f"lr_at({t})", lr_at(t)) for t in range(whole_positive("total_steps", total_steps))]
 
 
 def _outer(name: str, lr: Optional[float], momentum: Optional[float], warmup_rounds: int, decay_rounds: int,
@@ -150,6 +173,11 @@ class LocalUpdates:
       carries on). `warmup_steps` is the older name of a dense phase. No manager.
     - `period_doubles_at`: steps after which the period doubles (the first
       period that begins at or after each is twice the one before).
+    - `period_qsr_alpha` α with `lr_at` and `total_steps`: QSR's rule, the
+      period beginning at step b is max(period, ⌈(α/lr_at(b))²⌉), so it grows
+      as your learning rate decays (`lr_at`: the inner learning rate at a
+      step, e.g. your scheduler's closed form; the periods are worked out
+      once, for `total_steps` steps, and land in `config`).
     - `outer_warmup_rounds`, `outer_decay_rounds`, `outer_rounds`: the outer
       step warms up from plain averaging to `outer` over its first rounds and
       decays back over the last `outer_decay_rounds` of `outer_rounds`.
@@ -157,6 +185,10 @@ class LocalUpdates:
       (BatchNorm's running statistics) at every round; off, each rank keeps
       its own (torchft's DiLoCo does; torch's post-local SGD under DDP
       broadcasts rank 0's at every forward).
+    - `inner_state_every` k: also average `optimizer`'s per-parameter state
+      (Adam's moments, SGD's momentum) at the end of every k-th period
+      (DES-LOC, arXiv 2505.22549); its bytes are counted. 0: each rank keeps
+      its own. No manager.
     - `plan="auto"` with `step_seconds` (your measured step without
       exchange), `link_gbps` and `total_steps`: the period, fragments,
       delay, outer optimizer, the change's compressor and route and the
@@ -180,8 +212,9 @@ class LocalUpdates:
                  compressor: str = "dense", fragments: int = 1, delay: int = 0, mix: Optional[float] = None,
                  overlap: str = "none", warmup_steps: int = 0, sync_steps: int = 0, sync_compressor: str = "dense",
                  sync_options: Optional[Dict[str, Any]] = None, period_doubles_at: Sequence[int] = (),
+                 period_qsr_alpha: Optional[float] = None, lr_at: Optional[Callable[[int], float]] = None,
                  outer_warmup_rounds: int = 0, outer_decay_rounds: int = 0, outer_rounds: Optional[int] = None,
-                 average_buffers: bool = False,
+                 average_buffers: bool = False, inner_state_every: int = 0,
                  process_group: Optional[dist.ProcessGroup] = None, manager: Any = None, max_workers: int = 64,
                  plan: Optional[str] = None, step_seconds: Optional[float] = None, link_gbps: Optional[float] = None,
                  total_steps: Optional[int] = None, **options: Any) -> None:
@@ -207,16 +240,18 @@ class LocalUpdates:
         if manager is not None:
             _check_under_manager(period, whole("delay", delay), whole("fragments", fragments), overlap,
                                  whole("warmup_steps", warmup_steps) + whole("sync_steps", sync_steps),
-                                 flag("average_buffers", average_buffers))
+                                 flag("average_buffers", average_buffers), whole("inner_state_every", inner_state_every))
         settings = _outer(outer, outer_lr, outer_momentum, outer_warmup_rounds, outer_decay_rounds, outer_rounds)
         strategy: Dict[str, Any] = {"period": period, "outer": settings, "fragments": whole("fragments", fragments),
                                     "delay": whole("delay", delay), "overlap": overlap,
                                     "warmup_steps": whole("warmup_steps", warmup_steps),
-                                    "average_buffers": flag("average_buffers", average_buffers)}
+                                    "average_buffers": flag("average_buffers", average_buffers),
+                                    "inner_state_every": whole("inner_state_every", inner_state_every)}
         if mix is not None:
             strategy["mix"] = number("mix", mix)
-        strategy.update(_phases(sync_steps, sync_compressor, sync_options, period_doubles_at))
-        self.config = _core.local_config(compressor, strategy, options)
+        strategy.update(_phases(sync_steps, sync_compressor, sync_options, period_doubles_at, period_qsr_alpha))
+        lrs = _learning_rates(lr_at, period_qsr_alpha is not None, total_steps)
+        self.config = _core.local_config(compressor, strategy, options, lrs)
         self.model, self.optimizer, self.period, self.delay = model, optimizer, period, strategy["delay"]
         self.params: List[torch.nn.Parameter] = [p for p in model.parameters() if p.requires_grad]
         self.process_group = process_group
@@ -295,22 +330,31 @@ class LocalUpdates:
             p.grad = flat[offset:offset + n].view_as(g).to(g.device, g.dtype)
             offset += n
 
-    def _average_buffers(self) -> None:
-        """The ranks' mean of the model's floating-point buffers (BatchNorm's
-        running statistics), at a round."""
-        buffers = [b for b in self.model.buffers() if b.is_floating_point()]
-        if not buffers:
+    def _average_tensors(self, tensors: List[torch.Tensor]) -> None:
+        """The ranks' mean of `tensors`, in place, through the core (one
+        allreduce, its bytes counted there): the model's floating-point
+        buffers (BatchNorm's running statistics) at a round, or the inner
+        optimizer's state (`inner_state_every`)."""
+        if not tensors:
             return
         with torch.no_grad():
-            flat = torch.cat([b.detach().reshape(-1).to(torch.float32) for b in buffers])
-            dist.all_reduce(flat, group=self.process_group)
-            self._count_allreduce(flat)
-            flat /= self.world
+            flat = torch.cat([t.detach().reshape(-1).to("cpu", torch.float32) for t in tensors])
+            record = self._rust.average_state(flat.numpy(), self._comm)
+            self.bytes_sent += int(record["bytes_sent"])
+            self.bytes_received += int(record["bytes_received"])
             offset = 0
-            for b in buffers:
-                n = b.numel()
-                b.copy_(flat[offset:offset + n].view_as(b))
+            for t in tensors:
+                n = t.numel()
+                t.copy_(flat[offset:offset + n].view_as(t))
                 offset += n
+
+    def _inner_state(self) -> List[torch.Tensor]:
+        """The inner optimizer's per-parameter state tensors (Adam's moments,
+        SGD's momentum buffer: those shaped as their parameter), in the
+        parameters' order and by key, the same on every rank."""
+        state = self.optimizer.state
+        return [v for p in self.params for _, v in sorted(state.get(p, {}).items())
+                if isinstance(v, torch.Tensor) and v.is_floating_point() and v.shape == p.shape]
 
     def _flat(self) -> torch.Tensor:
         return torch.cat([p.detach().reshape(-1).to("cpu", torch.float32) for p in self.params])
@@ -333,17 +377,11 @@ class LocalUpdates:
         with self._liveness.watch(self.inner_steps):
             record = self._rust.average(self.inner_steps, flat.numpy(), self._comm)
             if self.average_buffers:
-                self._average_buffers()
+                self._average_tensors([b for b in self.model.buffers() if b.is_floating_point()])
+            if self._rust.averages_inner_state(self.inner_steps):
+                self._average_tensors(self._inner_state())
         self._write(flat)
         self._count(record)
-
-    def _count_allreduce(self, flat: torch.Tensor) -> None:
-        """An allreduce of M bytes counts M sent and M received, as the
-        core's meter counts one (its 2(N − 1)/N·M on a ring is the network
-        model's business)."""
-        size = flat.numel() * flat.element_size()
-        self.bytes_sent += size
-        self.bytes_received += size
 
     def _count(self, record: Dict[str, Any]) -> None:
         self.bytes_sent += int(record["bytes_sent"])

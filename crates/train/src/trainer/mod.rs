@@ -98,6 +98,7 @@ pub fn train_with<M: Net>(
     let run_dir = cfg.run_dir();
     prepare_run_dir(&run_dir, &opts)?;
     let (mut cfg, mut opts, mut observer) = (cfg.clone(), opts, observer);
+    crate::schedule::resolve_period_rule(&mut cfg, data);
     loop {
         let shared = Shared {
             cfg: &cfg,

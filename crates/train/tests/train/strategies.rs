@@ -169,3 +169,26 @@ fn celgc_averages_at_epoch_ends_when_asked() {
         assert_eq!(rest.final_params, full.final_params, "stopped at {stop_at}");
     }
 }
+
+/// QSR's period rule, resolved from the run's `[schedule]` before the
+/// workers start (lr 0.05 in epoch 0, 0.025 in epoch 1 of 25 steps, α = 0.2:
+/// H = 16, then a period cut at the run's end) and written to the run's
+/// `config.toml`; the rounds fall at its boundaries.
+#[test]
+fn a_qsr_period_follows_the_schedule() {
+    let (_, d) =
+        run("[strategy]\nkind = \"local\"\nperiod = 4\nperiod_rule = { name = \"qsr\", alpha = 0.2 }\n\
+                      [schedule]\nkind = \"step\"\nstep_epochs = 1\ngamma = 0.5");
+    let saved = std::fs::read_to_string(d.path().join("config.toml")).unwrap();
+    let saved = TrainConfig::from_toml(&saved, &[]).unwrap();
+    let want = gradcomp_dp::config::PeriodRule::Qsr { alpha: 0.2, periods: vec![[0, 16], [32, 19]] };
+    assert_eq!(saved.strategy.period_rule, want);
+    let steps = std::fs::read_to_string(d.path().join("steps.jsonl")).unwrap();
+    let rounds: Vec<u64> = steps
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|v| v.to_string().contains("\"communicated\":1.0"))
+        .map(|v| v["step"].as_u64().unwrap())
+        .collect();
+    assert_eq!(rounds, vec![0, 16, 32]);
+}
