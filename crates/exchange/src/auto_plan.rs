@@ -41,6 +41,45 @@ pub const OUTER_WARMUP_ROUNDS: u64 = 8;
 /// The most fragments a plan cuts the model into.
 pub const MAX_FRAGMENTS: u64 = 16;
 
+/// The sizes (bytes per rank) a probe round times: one bound by latency,
+/// three by bandwidth (the α–β fit needs three at least).
+pub const PROBE_BYTES: [u64; 4] = [4 << 10, 256 << 10, 1 << 20, 4 << 20];
+/// The timed allreduces of each size, after one untimed (the median kept).
+pub const PROBE_REPEATS: usize = 3;
+
+/// The link measured by a probe round, where none is given: allreduces of
+/// [`PROBE_BYTES`] over `c`, each size's median of [`PROBE_REPEATS`],
+/// averaged over the workers (so each gets the same model), fitted by the
+/// α–β model the plan prices with (`NetworkModel::fit`, ring allreduce).
+/// A link faster than the workers' own allreduce path cannot show: the
+/// probe measures the path the rounds take, copies and all.
+/// Every worker calls it; it moves about 3·(PROBE_REPEATS + 1) · 5.3 MB per
+/// worker.
+pub fn probe_link(c: &mut dyn gradcomp_comm::Collective) -> Result<NetworkModel, crate::ExchangeError> {
+    let n = c.world_size();
+    let mut medians = Vec::with_capacity(PROBE_BYTES.len());
+    for &bytes in &PROBE_BYTES {
+        let mut buf = vec![0.0f32; bytes as usize / 4];
+        let mut times = Vec::with_capacity(PROBE_REPEATS);
+        for k in 0..=PROBE_REPEATS {
+            let t = std::time::Instant::now();
+            c.allreduce_sum_f32(&mut buf)?;
+            if k > 0 {
+                times.push(t.elapsed().as_secs_f64());
+            }
+        }
+        medians.push(crate::predict::median(times) as f32);
+    }
+    c.allreduce_sum_f32(&mut medians)?;
+    let samples: Vec<(u64, f64)> =
+        PROBE_BYTES.iter().zip(&medians).map(|(&b, &t)| (b, f64::from(t) / n as f64)).collect();
+    // α and B only (no rendezvous term): the plan's link is (α, B).
+    let ab = NetworkModel { eager_limit: u64::MAX, ..NetworkModel::from_bits_per_second(1e9, 0.0) };
+    ab.fit(n, &samples).map_err(|e| {
+        crate::ExchangeError::Usage(format!("the link probe: {e}; give the link's speed instead"))
+    })
+}
+
 /// PowerSGD as the synchronous phase runs it: rank 2, compressing from
 /// step 10 (torch's default start of 1000 would leave a phase of fewer
 /// steps dense throughout), its error feedback on.
@@ -344,9 +383,69 @@ pub fn choose(inputs: &PlanInputs, costs: &PlanCosts) -> AutoPlan {
     }
 }
 
+/// How far the measured step may move from the one a plan was chosen for
+/// before the plan is decided again (a quarter: within it, the rule's
+/// choices move by less than a factor two of H, its coarsest step).
+pub const DRIFT_MARGIN: f64 = 0.25;
+
+/// Whether a step measured at `measured` seconds moved from the plan's
+/// `planned` by more than [`DRIFT_MARGIN`].
+pub fn drifted(planned: f64, measured: f64) -> bool {
+    (measured / planned - 1.0).abs() > DRIFT_MARGIN
+}
+
+/// The period the rule gives a running plan for the inputs measured now:
+/// its route, fragments and τ kept (changing them would cut a round in
+/// flight), H decided again by [`choose`]'s rule
+/// ([`crate::strategy::LocalUpdates::set_period_from`] applies it).
+pub fn replan_period(
+    inputs: &PlanInputs,
+    costs: &PlanCosts,
+    running: &StrategyConfig,
+    topology: Topology,
+) -> Decision {
+    let pricer = Pricer { inputs, costs, work: Workload::new(inputs.step_seconds, inputs.shapes.clone()) };
+    let change = if topology == Topology::ReduceScatter { &costs.fp4_scatter } else { &costs.fp4_gather };
+    let (p, d) = (running.fragments.max(1), running.delay);
+    let round_seconds = pricer.local(change, MIN_PERIOD, p, d).round_seconds;
+    let (_, decision) = pricer.period(p, d, round_seconds);
+    decision
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Decided again for a step twice as fast, the period doubles where
+    /// the link bounds it; within the margin nothing is decided.
+    #[test]
+    fn a_drifted_step_decides_the_period_again() {
+        assert!(!drifted(0.2, 0.24) && drifted(0.2, 0.26) && drifted(0.2, 0.14));
+        let inputs = |t: f64| PlanInputs {
+            step_seconds: t,
+            link: NetworkModel::from_bits_per_second(1e8, 1e-4),
+            workers: 4,
+            shapes: lstm(),
+            total_steps: 800,
+        };
+        let costs = PlanCosts::measure(&lstm());
+        let plan = choose(&inputs(0.2), &costs);
+        let again = replan_period(&inputs(0.2), &costs, &plan.strategy, plan.topology);
+        assert_eq!(again.value, plan.strategy.period.to_string(), "the same inputs, the same period");
+        let faster = replan_period(&inputs(0.01), &costs, &plan.strategy, plan.topology);
+        assert!(faster.value.parse::<u64>().unwrap() > plan.strategy.period, "{faster:?}");
+    }
+
+    /// A probe round over the workers gives every one the same link, with
+    /// a bandwidth and a latency in range (in process: memory's speed).
+    #[test]
+    fn a_probe_round_measures_one_link_for_every_worker() {
+        let links = gradcomp_comm::InProcessGroup::new(2).run(|mut c| probe_link(&mut c).unwrap()).unwrap();
+        let links: Vec<NetworkModel> = links.into_iter().map(|l| l.unwrap()).collect();
+        assert_eq!(links[0], links[1]);
+        assert!(links[0].bandwidth.is_finite() && links[0].bandwidth > 0.0, "{:?}", links[0]);
+        assert!(links[0].alpha.is_finite() && links[0].alpha >= 0.0, "{:?}", links[0]);
+    }
 
     /// The 2-layer LSTM of experiments/tta-ptb-lstm-local.toml (4.65M
     /// values in 11 tensors).

@@ -227,6 +227,11 @@ impl LocalStrategy {
         self.schedule.starts_any(step)
     }
 
+    /// Which period ends at inner step `step` (1 for the first), if one does.
+    fn period_ended(&self, step: u64) -> Option<u64> {
+        self.schedule.period_ended(step)
+    }
+
     /// Whether a round's result is merged at inner step `step`.
     fn merges(&self, step: u64) -> bool {
         self.schedule.merges_any(step)
@@ -261,13 +266,41 @@ impl LocalStrategy {
 
     /// Restores [`LocalStrategy::state`] (buffers saved under the names
     /// they had before the fifth round are read too: docs/MIGRATING.md).
-    fn load(&self, py: Python<'_>, state: BTreeMap<String, Vec<f32>>) -> PyResult<()> {
+    fn load(&mut self, py: Python<'_>, state: BTreeMap<String, Vec<f32>>) -> PyResult<()> {
         let state = state.into_iter().collect();
-        py.detach(|| -> Result<Result<(), String>, String> {
-            Ok(self.lock_str()?.restore(&state).map_err(|e| format!("gradcomp: {e}")))
-        })
-        .map_err(PyRuntimeError::new_err)?
-        .map_err(PyValueError::new_err)
+        let this = &*self;
+        let schedule = py
+            .detach(|| -> Result<Result<OuterSchedule, String>, String> {
+                let mut strategy = this.lock_str()?;
+                Ok(strategy
+                    .restore(&state)
+                    .map(|()| strategy.schedule().clone())
+                    .map_err(|e| format!("gradcomp: {e}")))
+            })
+            .map_err(PyRuntimeError::new_err)?
+            .map_err(PyValueError::new_err)?;
+        // A checkpoint may carry periods set while its run went.
+        self.schedule = schedule;
+        Ok(())
+    }
+
+    /// Periods of `period` inner steps from inner step `boundary` on (a
+    /// period's end): `plan="auto"` deciding again. Every rank calls it at
+    /// the same boundary with the same period; ValueError where a round
+    /// would be in flight across it.
+    fn set_period_from(&mut self, py: Python<'_>, boundary: u64, period: u64) -> PyResult<()> {
+        let this = &*self;
+        let schedule = py
+            .detach(|| -> Result<OuterSchedule, String> {
+                let mut strategy = this.lock_str()?;
+                strategy
+                    .set_period_from(boundary, period)
+                    .map_err(|e| format!("gradcomp: {}", message(&e)))?;
+                Ok(strategy.schedule().clone())
+            })
+            .map_err(PyValueError::new_err)?;
+        self.schedule = schedule;
+        Ok(())
     }
 }
 

@@ -181,3 +181,63 @@ pub fn plan<'py>(
     d.set_item("local_step_seconds", chosen.local_step_seconds)?;
     Ok(d)
 }
+
+/// `_core.probe_link(comm, rank, world)`: the link between the ranks of
+/// `comm` measured by a probe round (`auto_plan::probe_link`: allreduces of
+/// 4 KiB to 4 MiB, fitted by the α–β model), as `(link_bps, alpha)`, the
+/// same on every rank. Every rank calls it.
+#[pyfunction]
+pub fn probe_link(py: Python<'_>, comm: Py<PyAny>, rank: usize, world: usize) -> PyResult<(f64, f64)> {
+    let mut c = crate::collective::TorchCollective::new(comm, rank, world);
+    let model = py
+        .detach(|| gradcomp_exchange::auto_plan::probe_link(&mut c))
+        .map_err(|e| PyValueError::new_err(format!("gradcomp: {e}")))?;
+    Ok((model.bandwidth * 8.0, model.alpha))
+}
+
+/// `_core.replan_period(config, shapes, step_seconds, workers, link_bps,
+/// total_steps, alpha)`: the period the plan's rule gives the running plan
+/// `config` (`LocalUpdates.config`; its route, fragments and τ kept) for a
+/// step measured at `step_seconds`, as `(period, line)`: the line says why.
+#[pyfunction]
+#[pyo3(signature = (config, shapes, step_seconds, workers, link_bps, total_steps, alpha=1e-4))]
+#[allow(clippy::too_many_arguments)]
+pub fn replan_period(
+    py: Python<'_>,
+    config: &str,
+    shapes: Vec<Vec<usize>>,
+    step_seconds: f64,
+    workers: usize,
+    link_bps: f64,
+    total_steps: u64,
+    alpha: f64,
+) -> PyResult<(u64, String)> {
+    use gradcomp_exchange::auto_plan::{replan_period, PlanCosts, PlanInputs};
+    check_model("gradcomp.replan_period", &shapes, link_bps, alpha)?;
+    if !(step_seconds.is_finite() && step_seconds > 0.0) {
+        return Err(PyValueError::new_err(
+            "gradcomp.replan_period: step_seconds: must be a measured step, > 0",
+        ));
+    }
+    let cfg = crate::config::parse_local(config)?;
+    let topology = cfg.topology.unwrap_or(gradcomp_exchange::Topology::Allgather);
+    let inputs = PlanInputs {
+        step_seconds,
+        link: NetworkModel::from_bits_per_second(link_bps, alpha),
+        workers,
+        shapes,
+        total_steps,
+    };
+    let d =
+        py.detach(|| replan_period(&inputs, &PlanCosts::measure(&inputs.shapes), &cfg.strategy, topology));
+    let period =
+        d.value.parse().map_err(|_| PyValueError::new_err(format!("gradcomp: not a period: {d}")))?;
+    Ok((period, d.to_string()))
+}
+
+/// `_core.drifted(planned, measured)`: whether a measured step moved from
+/// the plan's by more than the rule's margin (`auto_plan::DRIFT_MARGIN`).
+#[pyfunction]
+pub fn drifted(planned: f64, measured: f64) -> bool {
+    gradcomp_exchange::auto_plan::drifted(planned, measured)
+}

@@ -353,7 +353,22 @@ for step in range(40):
     loss = torch.nn.functional.mse_loss(model(x), x.sum(1, keepdim=True))
     loss.backward(); opt.step(); opt.zero_grad(); lu.step(); losses.append(loss.item())
 lu.close()
-print("RESULT", json.dumps({"config": lu.config, "lines": lu.plan_lines, "losses": losses}))
+# No link given: a probe round over the group measures it, the same on every rank.
+probed = gt.LocalUpdates(model, opt, plan="auto", step_seconds=0.01, total_steps=40)
+# A plan chosen for a step of 1 s on a link of 10 Mbit/s (a round of this
+# 1M-value model's fp4 change takes most of a second there), whose steps take
+# milliseconds: decided again at the end of the second period, on every rank.
+big = torch.nn.Linear(1024, 1024)
+big_opt = torch.optim.SGD(big.parameters(), lr=0.01)
+drift = gt.LocalUpdates(big, big_opt, plan="auto", step_seconds=1.0, link_gbps=0.01, total_steps=640)
+first, xb = drift.period, torch.randn(8, 1024)
+for step in range(2 * first + 1):
+    big(xb).square().mean().backward(); big_opt.step(); big_opt.zero_grad(); drift.step()
+drift.close()
+print("RESULT", json.dumps({"config": lu.config, "lines": lu.plan_lines, "losses": losses,
+                            "probed": [probed.config, probed.plan_lines],
+                            "drift": [first, drift.period, drift.plan_lines[5:],
+                                      [t for t in range(1, 200) if drift._rust.merges(t)]]}))
 '''
 
 
@@ -368,8 +383,10 @@ def test_plan_auto_is_chosen_once_for_every_rank_and_trains() -> None:
         line = next((l for l in out.splitlines() if l.startswith("RESULT ")), None)
         assert code == 0 and line is not None, out + err
         res.append(json.loads(line[len("RESULT "):]))
-    assert res[0]["config"] == res[1]["config"] and res[0]["lines"] == res[1]["lines"], res
-    assert len(res[0]["lines"]) == 5 and "gradcomp: plan:" in outs[0].out, outs[0].out
+    # The decisions are every rank's; rank 0 also logs each time it decides again
+    # (here the measured step, a fraction of the 10 ms given, is a drift).
+    assert res[0]["config"] == res[1]["config"] and res[0]["lines"][:5] == res[1]["lines"], res
+    assert len(res[1]["lines"]) == 5 and "gradcomp: plan:" in outs[0].out, outs[0].out
     config = json.loads(res[0]["config"])
     assert config["strategy"]["kind"] == "local" and config["strategy"]["period"] >= 16, config
     assert config["compressor"]["name"] == "fp4" and config["strategy"]["compress_delta"], config
@@ -377,3 +394,9 @@ def test_plan_auto_is_chosen_once_for_every_rank_and_trains() -> None:
     assert config["strategy"]["outer"]["warmup_rounds"] == 2, config
     losses = res[0]["losses"]
     assert sum(losses[-5:]) < 0.5 * sum(losses[:5]), losses
+    assert res[0]["probed"][0] == res[1]["probed"][0] and res[0]["probed"][1][:6] == res[1]["probed"][1], res
+    first, period, lines, merges = res[0]["drift"]
+    assert first == 16 and period > first and res[1]["drift"][1] == period, res[0]["drift"]
+    assert len(lines) == 1 and lines[0].startswith("at inner step 32 the step measured"), lines
+    assert merges == res[1]["drift"][3] and merges[:3] == [16, 32, 32 + period], merges
+    assert res[0]["probed"][1][0].startswith("link: probed by allreduces"), res[0]["probed"]

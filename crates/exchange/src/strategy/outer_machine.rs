@@ -30,6 +30,7 @@ use gradcomp_comm::{Collective, Metered, StepBytes};
 use gradcomp_compress::StateError;
 
 use super::outer_rounds::OuterRounds;
+use super::outer_schedule::OuterSchedule;
 use crate::error::ExchangeError;
 use crate::{StateBuffers, Unit};
 
@@ -228,6 +229,12 @@ impl OuterRoundMachine {
     /// a round in flight landed first.
     pub fn set_contributors(&mut self, contributors: usize) -> Result<(), ExchangeError> {
         desk_in(&mut self.slot)?.rounds.set_contributors(contributors);
+        Ok(())
+    }
+
+    /// Replaces the rounds' schedule, a round in flight landed first.
+    pub fn set_schedule(&mut self, schedule: OuterSchedule) -> Result<(), ExchangeError> {
+        desk_in(&mut self.slot)?.rounds.set_schedule(schedule);
         Ok(())
     }
 

@@ -25,6 +25,9 @@ pub struct OuterSchedule {
     starts: Vec<u64>,
     /// Each segment's period.
     periods: Vec<u64>,
+    /// The periods set while the run went ([`OuterSchedule::set_period_from`]),
+    /// `[boundary, period]` in order: a checkpoint's, replayed on resume.
+    decided: Vec<[u64; 2]>,
 }
 
 impl OuterSchedule {
@@ -58,7 +61,7 @@ impl OuterSchedule {
                 }
             }
         }
-        Self { delay: st.delay, warmup, parts: st.fragments.max(1), starts, periods }
+        Self { delay: st.delay, warmup, parts: st.fragments.max(1), starts, periods, decided: Vec::new() }
     }
 
     /// The period in force at `step` (that of the period that ends at or
@@ -112,6 +115,43 @@ impl OuterSchedule {
     /// Whether a round's result is merged at `step` on any fragment.
     pub fn merges_any(&self, step: u64) -> bool {
         step > self.warmup && (0..self.parts as usize).any(|p| self.merges(p, step))
+    }
+
+    /// Periods of `h` from boundary `b` on, in place of whatever the rule
+    /// gave after it (a plan decided again while the run goes,
+    /// `auto_plan::replan_period`). `b` must end a period (or begin the
+    /// rounds) at or after the last change, and every fragment's round must
+    /// start after it under both periods (τ·P < H), so no round is in
+    /// flight across the change; the error says which is not so.
+    pub fn set_period_from(&mut self, b: u64, h: u64) -> Result<(), String> {
+        let ends = b == self.warmup || self.period_ended(b).is_some();
+        if !ends || self.decided.last().is_some_and(|&[d, _]| b < d) {
+            return Err(format!("step {b} is not a period's end at or after the last change"));
+        }
+        let old = self.period_at(b + 1);
+        if self.delay * self.parts >= old.min(h) || h < self.parts {
+            return Err(format!(
+                "a period of {h} from step {b}: each of {} fragments' rounds, {} step(s) early, would be in flight across it",
+                self.parts, self.delay
+            ));
+        }
+        // Segments from b on give way to one of period h.
+        let keep = self.starts.partition_point(|&s| s < b);
+        self.starts.truncate(keep.max(1));
+        self.periods.truncate(keep.max(1));
+        if keep == 0 {
+            self.periods[0] = h;
+        } else {
+            self.starts.push(b);
+            self.periods.push(h);
+        }
+        self.decided.push([b, h]);
+        Ok(())
+    }
+
+    /// The periods set while the run went, `[boundary, period]` in order.
+    pub fn decided(&self) -> &[[u64; 2]] {
+        &self.decided
     }
 
     /// Which period ends at `step` (1 for the first after the synchronous

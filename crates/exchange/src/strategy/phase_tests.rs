@@ -228,6 +228,33 @@ fn the_inner_state_is_averaged_at_every_kth_period_end() {
     assert_eq!(config_with(burn_off).validate().unwrap_err().key, "strategy.inner_state_every");
 }
 
+/// A period set while the run goes (plan = "auto" deciding again): the
+/// rounds follow it from its boundary, a checkpoint carries it, and a
+/// change that would cut a round in flight is refused.
+#[test]
+fn a_period_decided_again_takes_over_at_its_boundary_and_resumes() {
+    let merges = |s: &LocalUpdates| (1..45).filter(|&t| s.schedule().merges_any(t)).collect::<Vec<_>>();
+    let cfg = config_with(StrategyConfig::local(4));
+    let mut s = LocalUpdates::new(&cfg, &layout(), 2).unwrap();
+    s.set_period_from(8, 16).unwrap();
+    assert_eq!(merges(&s), vec![4, 8, 24, 40]);
+    assert!(s.set_period_from(12, 4).is_err(), "12 ends no period now");
+    let saved = s.state().unwrap();
+    assert_eq!(saved[super::local_updates::DECIDED_KEY], vec![8.0, 16.0]);
+    let mut resumed = LocalUpdates::new(&cfg, &layout(), 2).unwrap();
+    resumed.restore(&saved).unwrap();
+    assert_eq!(merges(&resumed), merges(&s));
+    let mut bad = saved.clone();
+    bad.insert(super::local_updates::DECIDED_KEY.into(), vec![6.0, 16.0]);
+    assert!(LocalUpdates::new(&cfg, &layout(), 2).unwrap().restore(&bad).is_err());
+    // Two fragments, τ = 1: a period of 2 would start fragment 0's round at the boundary itself.
+    let streaming = config_with(StrategyConfig::local(4).with_streaming(2, 1));
+    let mut st = LocalUpdates::new(&streaming, &layout(), 2).unwrap();
+    assert!(st.set_period_from(8, 2).is_err());
+    st.set_period_from(8, 8).unwrap();
+    assert_eq!(merges(&st), vec![2, 4, 6, 8, 12, 16, 20, 24, 28, 32, 36, 40, 44]);
+}
+
 fn config_with(st: StrategyConfig) -> DataParallelConfig {
     DataParallelConfig::new(CompressorConfig::named("dense").unwrap()).with_strategy(st)
 }

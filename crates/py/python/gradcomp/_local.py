@@ -25,6 +25,7 @@ before `optimizer.step()`, and the period may double at stated steps
 thread included: the ones the burn trainer runs), over torch.distributed;
 this class only reads and writes the model.
 """
+import time
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
@@ -128,17 +129,29 @@ def _auto(plan: str, model: torch.nn.Module, group: Optional[dist.ProcessGroup],
     if manager is not None:
         raise ValueError("gradcomp: plan: \"auto\" under a manager is not run yet; freeze a plan "
                          "(gradcomp.plan(...)[\"local_updates\"]) and pass its keys")
-    for name, value in (("step_seconds", step_seconds), ("link_gbps", link_gbps), ("total_steps", total_steps)):
+    for name, value in (("step_seconds", step_seconds), ("total_steps", total_steps)):
         if value is None:
             raise ValueError(f"gradcomp: {name}: plan=\"auto\" needs it (step_seconds: your measured step "
-                             "without exchange; link_gbps: the link; total_steps: the run's inner steps)")
+                             "without exchange; total_steps: the run's inner steps)")
+    rank, world = dist.get_rank(group), dist.get_world_size(group)
+    alpha, probed = 1e-4, None
+    if link_gbps is None:
+        # A probe round over the group (the core's: allreduces fitted by the α–β model).
+        on = next((p.device for p in model.parameters()), torch.device("cpu"))
+        bps, alpha = _core.probe_link(Comm(group, device=payload_device(group, on)), rank, world)
+        link_gbps, probed = bps / 1e9, (bps, alpha)
     box: List[Any] = [None]
-    if dist.get_rank(group) == 0:
+    if rank == 0:
         shapes = [list(p.shape) or [1] for p in model.parameters() if p.requires_grad]
-        box[0] = choose(shapes, float(step_seconds), dist.get_world_size(group),  # type: ignore[arg-type]
-                        float(link_gbps), whole("total_steps", total_steps))  # type: ignore[arg-type]
+        box[0] = choose(shapes, float(step_seconds), world, float(link_gbps),  # type: ignore[arg-type]
+                        whole("total_steps", total_steps), alpha=alpha)
+        if probed is not None:
+            box[0]["lines"].insert(0, f"link: probed by allreduces of 4 KiB to 4 MiB over the group: "
+                                      f"{probed[0] / 1e9:.3g} Gbit/s, α {probed[1] * 1e3:.3g} ms")
         for line in box[0]["lines"]:
             print(f"gradcomp: plan: {line}", flush=True)
+        box[0]["inputs"] = {"step_seconds": float(step_seconds), "link_bps": float(link_gbps) * 1e9,  # type: ignore[arg-type]
+                            "alpha": alpha, "total_steps": whole("total_steps", total_steps)}
     src = dist.get_global_rank(group, 0) if group is not None else 0
     dist.broadcast_object_list(box, src=src, group=group)
     return dict(box[0])
@@ -190,11 +203,17 @@ class LocalUpdates:
       (DES-LOC, arXiv 2505.22549); its bytes are counted. 0: each rank keeps
       its own. No manager.
     - `plan="auto"` with `step_seconds` (your measured step without
-      exchange), `link_gbps` and `total_steps`: the period, fragments,
+      exchange), `link_gbps` (left out: measured by a probe round of
+      allreduces over the group) and `total_steps`: the period, fragments,
       delay, outer optimizer, the change's compressor and route and the
       synchronous phase chosen by the core's rule (`gradcomp.plan`,
       ALGORITHMS.md §2.5) on rank 0 for every rank, its decisions printed
-      and kept in `plan_lines`; those arguments are then the plan's.
+      and kept in `plan_lines`; those arguments are then the plan's. At
+      each period's end from the second, where the inner step measured
+      since the last decision moved from the plan's by more than the core's
+      margin (a quarter), rank 0 decides the period again (route, fragments
+      and τ kept) and every rank takes it from that boundary; rank 0 prints
+      the decision and adds it to its `plan_lines`.
     - `process_group`: a gloo or NCCL group (None: the default group); over
       NCCL the payloads cross as CUDA tensors, the arithmetic stays on the host.
     - `manager`: a torchft `Manager` (`gradcomp.torch.manager(...)`): the
@@ -219,9 +238,11 @@ class LocalUpdates:
                  plan: Optional[str] = None, step_seconds: Optional[float] = None, link_gbps: Optional[float] = None,
                  total_steps: Optional[int] = None, **options: Any) -> None:
         self.plan_lines: List[str] = []
+        # plan="auto": the inputs the plan was chosen for, to decide its period again on drift.
+        self._replan: Optional[Dict[str, Any]] = None
         if plan is not None:
             chosen = _auto(plan, model, process_group, manager, step_seconds, link_gbps, total_steps)
-            self.plan_lines, kw = chosen["lines"], chosen["local_updates"]
+            self.plan_lines, kw, self._replan = chosen["lines"], chosen["local_updates"], chosen["inputs"]
             period, outer, compressor, fragments, delay, sync_steps, sync_compressor, sync_options = (
                 kw["period"], kw["outer"], kw["compressor"], kw["fragments"], kw["delay"], kw.get("sync_steps", 0),
                 kw.get("sync_compressor", "dense"), kw.get("sync_options"))
@@ -276,6 +297,8 @@ class LocalUpdates:
         # thread's collectives).
         weakref.finalize(self, self._rust.wait)
         self.inner_steps = 0
+        self._step_end: Optional[float] = None
+        self._step_times: List[float] = []
         self.average_buffers = average_buffers
         # The synchronous phase: the gradients exchanged before the inner step.
         self._warmup = optimizer.register_step_pre_hook(self._warm_up) if self._rust.warming(0) else None
@@ -308,9 +331,42 @@ class LocalUpdates:
     def step(self) -> None:
         """Counts one inner step (call it after `optimizer.step()`); runs,
         starts or finishes the outer rounds due at it."""
+        now = time.perf_counter()
+        if self._replan is not None and self._step_end is not None:
+            self._step_times.append(now - self._step_end)
         self.inner_steps += 1
         if self._rust.due(self.inner_steps):
             self._round()
+        self._step_end = time.perf_counter()
+
+    def _decide_again(self) -> None:
+        """`plan="auto"` at a period's end: where the inner step measured
+        over the periods since the last decision (their median, the rounds'
+        own waits left out) moved from the plan's by more than the core's
+        margin, rank 0 asks the rule for the period again (its route,
+        fragments and τ kept) and every rank takes it from this boundary."""
+        assert self._replan is not None
+        times, self._step_times = self._step_times, []
+        group = self.process_group
+        on = self.params[0].device if self.params else torch.device("cpu")
+        box = torch.zeros(1, dtype=torch.int64, device=payload_device(group, on))
+        if self.rank == 0 and len(times) >= 4:
+            measured, inputs = float(np.median(times)), self._replan
+            if _core.drifted(inputs["step_seconds"], measured):
+                shapes = [list(p.shape) or [1] for p in self.params]
+                period, why = _core.replan_period(self.config, shapes, measured, self.world, inputs["link_bps"],
+                                                  inputs["total_steps"], alpha=inputs["alpha"])
+                line = (f"at inner step {self.inner_steps} the step measured {measured * 1e3:.1f} ms against the "
+                        f"plan's {inputs['step_seconds'] * 1e3:.1f} ms: {why}")
+                print(f"gradcomp: plan: {line}", flush=True)
+                self.plan_lines.append(line)
+                inputs["step_seconds"] = measured
+                if period != self.period:
+                    box[0] = period
+        dist.broadcast(box, src=dist.get_global_rank(group, 0) if group is not None else 0, group=group)
+        if int(box[0]) > 0:
+            self._rust.set_period_from(self.inner_steps, int(box[0]))
+            self.period = int(box[0])
 
     def _warm_up(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         """Before a step of the synchronous phase: the ranks' gradients
@@ -380,6 +436,8 @@ class LocalUpdates:
                 self._average_tensors([b for b in self.model.buffers() if b.is_floating_point()])
             if self._rust.averages_inner_state(self.inner_steps):
                 self._average_tensors(self._inner_state())
+            if self._replan is not None and self._rust.period_ended(self.inner_steps) not in (None, 1):
+                self._decide_again()
         self._write(flat)
         self._count(record)
 

@@ -154,6 +154,11 @@ impl OuterRounds {
         &self.schedule
     }
 
+    /// Replaces the schedule (a period decided again while the run goes).
+    pub(crate) fn set_schedule(&mut self, schedule: OuterSchedule) {
+        self.schedule = schedule;
+    }
+
     /// Whether a merge takes the whole model with nothing mixed in, after
     /// which every worker holds θ_outer.
     pub fn merges_whole(&self) -> bool {
