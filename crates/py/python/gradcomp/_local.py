@@ -157,6 +157,15 @@ def _auto(plan: str, model: torch.nn.Module, group: Optional[dist.ProcessGroup],
     return dict(box[0])
 
 
+def _period(period: Optional[int]) -> int:
+    """`period`, checked: the inner steps per round, at least 1."""
+    if period is None:
+        raise ValueError("gradcomp: period: the inner steps per round, or plan=\"auto\" to choose it")
+    if whole("period", period) == 0:
+        raise ValueError("gradcomp: period: 0 inner steps per round; at least 1")
+    return int(period)
+
+
 class LocalUpdates:
     """Outer rounds every `period` inner steps of `optimizer` on `model`.
 
@@ -248,11 +257,7 @@ class LocalUpdates:
                 kw.get("sync_compressor", "dense"), kw.get("sync_options"))
             outer_warmup_rounds = kw["outer_warmup_rounds"]
             options = {**options, "topology": kw["topology"]}
-        if period is None:
-            raise ValueError("gradcomp: period: the inner steps per round, or plan=\"auto\" to choose it")
-        period = whole("period", period)
-        if period == 0:
-            raise ValueError("gradcomp: period: 0 inner steps per round; at least 1")
+        period = _period(period)
         one_of("outer", outer, OUTER)
         check_group(process_group)
         if manager is not None and process_group is not None:
