@@ -60,6 +60,10 @@ peer_options() {
             [[ $m =~ -rs(-|$) ]] && o+=" --option topology=reduce-scatter"
             [[ $m == *-topk ]] && o+=" --option density=0.01"
             echo "$o" ;;
+        # plan = "auto" (issue #68): the core's rule from the run's own free step and the link
+        # its probe round measures (gradcomp-auto), or a link given in Gbit/s (gradcomp-auto-gG).
+        gradcomp-auto) echo "--option plan=auto" ;;
+        gradcomp-auto-g*) echo "--option plan=auto --option link_gbps=${1#gradcomp-auto-g}" ;;
         # PyTorch's own local updates (bench/peer/torch_local.py): the name says it all.
         torch-postlocal-*|torchft-diloco-*) echo "" ;;
         *) echo "--buckets ddp" ;;
@@ -70,6 +74,7 @@ peer_options() {
 # through the compressor its name ends with.
 peer_method() {
     case $1 in
+        gradcomp-auto*) echo "gradcomp-local:auto" ;;
         gradcomp-local-*)
             local last=${1##*-}
             if [[ $last =~ ^[hpdw][0-9]+$ || $last =~ ^(sgd|local|eager|delayed|bn|rs)$ ]]; then
