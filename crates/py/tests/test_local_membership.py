@@ -47,6 +47,21 @@ m = gt.manager(lighthouse=lighthouse, replica_id=f"w{rank}{fault}", round_timeou
 assert m._checkpoint_transport.metadata().startswith("http://127.0.0.1:"), m._checkpoint_transport.metadata()
 # Plain averaging (outer SGD at lr 1): on this quadratic the loss falls
 # steadily, where DiLoCo's outer Nesterov overshoots and oscillates.
+if fault in ("returning-reset", "returning-truncated"):
+    # The returning worker's first heal fails with its donor alive: the transfer
+    # reset, or a state cut short; the next quorum's heal goes through.
+    transport = m._checkpoint_transport
+    fetch, first = transport.recv_checkpoint, [True]
+    def failing(*a, **k):
+        state = fetch(*a, **k)
+        if first:
+            first.clear()
+            if fault == "returning-reset":
+                raise ConnectionResetError("the heal's transfer was reset (injected)")
+            shared = state["user"]["gradcomp"]["outer"]
+            shared["outer.anchor"] = shared["outer.anchor"][:3]
+        return state
+    transport.recv_checkpoint = failing
 lu = gt.LocalUpdates(model, opt, period=4, manager=m, max_workers=4, outer="sgd", fragments=fragments, delay=delay)
 if fault == "stop" and rank == 2:
     comm = lu._membership.comm
@@ -107,9 +122,9 @@ def stopped(pid: int) -> bool:
         return f.read().rsplit(")", 1)[1].split()[0] == "T"
 
 
-def run(fault: str, streaming: Tuple[int, int] = (1, 0)) -> List[Dict[str, Any]]:
+def run(fault: str, streaming: Tuple[int, int] = (1, 0), returning: str = "returning") -> List[Dict[str, Any]]:
     """Three workers under a lighthouse with `fault`; each finished worker's
-    result (the returning process's last, for a kill)."""
+    result (the returning process's last, for a kill, run with `returning`)."""
     from torchft._torchft import LighthouseServer  # type: ignore[import-untyped]
     lighthouse = LighthouseServer(bind="[::]:0", min_replicas=2, join_timeout_ms=3000,
                                   heartbeat_timeout_ms=int(HEARTBEAT_TIMEOUT * 1000))
@@ -117,7 +132,7 @@ def run(fault: str, streaming: Tuple[int, int] = (1, 0)) -> List[Dict[str, Any]]
     try:
         if fault == "kill":
             assert procs[2].wait(timeout=120) == 3, procs[2].communicate()
-            procs.append(start(2, lighthouse.address(), "returning", streaming))
+            procs.append(start(2, lighthouse.address(), returning, streaming))
             del procs[2]
         if fault == "stop":
             deadline = time.monotonic() + 120
@@ -169,6 +184,24 @@ def test_a_killed_worker_costs_no_round_and_its_return_heals_from_a_live_peer() 
     assert returned[0]["healed"] and returned[0]["step"] > 12 and returned[0]["committed"], returned[0]
     assert returned[0]["heal_bytes"] > 0, returned[0]
     assert not any(e["healed"] for e in returned[1:])
+
+
+@pytest.mark.parametrize("returning", ["returning-reset", "returning-truncated"])
+def test_a_failed_heal_sits_one_round_out_and_heals_at_the_next(returning: str) -> None:
+    """A returning worker whose heal fails with its donor alive (the transfer
+    reset; a state cut short) sits that round out with a zero change: its
+    peers commit it without it, nobody raises, and the next quorum heals it."""
+    survivors = run("kill", returning=returning)
+    anchor = survivors[0]["anchor"]
+    for res in survivors:
+        check_finished(res, anchor)
+        assert all(e["committed"] for e in res["events"] if not e["error"] or "heal failed" not in e["error"])
+    for res in survivors[:2]:
+        assert all(e["committed"] for e in res["events"]), "the others lose no round to the failed heal"
+    returned = survivors[2]["events"]
+    assert not returned[0]["committed"] and "heal failed" in returned[0]["error"], returned[0]
+    assert returned[1]["healed"] and returned[1]["committed"], returned[1]
+    assert all(e["committed"] for e in returned[1:]), returned
 
 
 @pytest.mark.parametrize("streaming", STREAMING)

@@ -72,20 +72,23 @@ class FtComm:
             t.copy_(wide.to(t.dtype))
         del t
 
-    def count(self, value: int, digest: int = 0) -> Tuple[int, bool]:
-        """The sum of every participant's `value`, and whether every
-        participant's `digest` (< 2^78) is the same, in one allreduce: the sums
-        of its three 26-bit pieces and of their squares, which are equal
-        everywhere iff world · Σh² = (Σh)² (Cauchy–Schwarz; exact in int64 up
-        to 2^11 participants)."""
-        pieces = [(digest >> (26 * i)) & ((1 << 26) - 1) for i in range(3)]
-        t = torch.tensor([value, *pieces, *(h * h for h in pieces)], dtype=torch.int64)
+    def count(self, value: int, digest: int = 0, step: Optional[int] = None) -> "Count":
+        """In one allreduce: the sum of every participant's `value`; of the
+        participants in sync (those that pass their inner `step`: not a
+        replica whose heal failed) how many there are, their step, and
+        whether their `digest`s (< 2^78) are all the same: the sums of its
+        three 26-bit pieces and of their squares, which are equal everywhere
+        iff k · Σh² = (Σh)² (Cauchy–Schwarz; exact in int64 up to 2^11
+        participants)."""
+        inside = int(step is not None)
+        pieces = [inside * ((digest >> (26 * i)) & ((1 << 26) - 1)) for i in range(3)]
+        t = torch.tensor([value, inside, inside * (step or 0), *pieces, *(h * h for h in pieces)], dtype=torch.int64)
         opts = AllreduceOptions()
         opts.reduceOp = ReduceOp.SUM
         self._wait(self.pg.allreduce([t], opts))
-        total, *sums = t.tolist()
-        same = all(self.world * sums[3 + i] == sums[i] ** 2 for i in range(3))
-        return total, same
+        total, k, steps, *sums = t.tolist()
+        same = all(k * sums[3 + i] == sums[i] ** 2 for i in range(3))
+        return Count(total, k, steps // k if k else 0, same)
 
     def all_gather(self, data: bytes) -> List[bytes]:
         size = torch.tensor([len(data)], dtype=torch.int64)
@@ -127,7 +130,7 @@ class FtComm:
         return buf.numpy().tobytes()
 
     def barrier(self) -> None:
-        self.count(0)
+        self.count(0, step=0)
 
     def duplicate(self) -> "FtComm":
         """The round thread's channel: this group itself. Between a round's
@@ -249,6 +252,8 @@ class Membership:
         self.comm = FtComm(manager._pg)
         self.healed = False
         self.heal_bytes = 0
+        # Why this replica's heal at the last quorum failed (a state that did not load).
+        self.heal_error: Optional[BaseException] = None
         self.pending: Optional[_Round] = None
         # What the rounds did, for the caller: committed, discarded, healed.
         self.events: List[Dict[str, Any]] = []
@@ -265,6 +270,21 @@ class Membership:
         return {"outer": state, "model": model, "inner_steps": o.inner_steps}
 
     def _load(self, state: Dict[str, Any]) -> None:
+        """A healer's state into this replica (torchft calls it inside the
+        quorum). A state that does not load (truncated, corrupt, another
+        model's) fails the heal, as a failed transfer does: this replica
+        keeps its own state, sits out the round and heals at the next."""
+        o = self.outer
+        before = (o._rust.state(), o._flat(), o.inner_steps)
+        try:
+            self._take(state)
+        except Exception as e:  # noqa: BLE001 - any bad state is a failed heal, named in the round's event
+            o._rust.load(before[0])
+            o._write(before[1])
+            o.inner_steps = before[2]
+            self.heal_error = RuntimeError(f"the heal's state did not load ({type(e).__name__}: {e})")
+
+    def _take(self, state: Dict[str, Any]) -> None:
         o = self.outer
         mine = o._rust.state()  # this worker's own memories: zero for a newcomer
         own = {k: np.zeros_like(np.asarray(v, dtype=np.float32)) for k, v in mine.items() if k.startswith(_OWN)}
@@ -292,26 +312,55 @@ class Membership:
     def _start(self) -> None:
         m, o = self.manager, self.outer
         began = time.monotonic()
+        self.heal_error = None
+        steps = m.state_dict()  # torchft's own step, which a heal moves before `_load` runs
         m.start_quorum()  # may heal: `_load` sets the step, the model and the outer state
+        if self.heal_error is not None:
+            m.load_state_dict(steps)  # still behind, so the next quorum heals this replica again
         step, healed, self.healed = o.inner_steps, self.healed, False
         rank, world = m.participating_rank(), m.num_participants()
+        # A heal that failed (its transfer, torchft's error; or its state, `_load`'s) leaves
+        # this replica behind: it sits out the round, and the next quorum heals it again.
+        failed = self.heal_error or (None if healed else m.errored())
         self.pending = _Round(step, healed, began, rank, world, o._rust.state(), time.monotonic() - began)
         flat = o._flat()
         try:
             if rank is None:
                 raise RuntimeError("this replica is not among the quorum's participants")
             self.comm.rank, self.comm.world = rank, world
-            contributors, same = self.comm.count(0 if healed else 1, _digest(self.pending.snapshot))
-            if not same:
+            count = self.comm.count(0 if healed or failed else 1, _digest(self.pending.snapshot),
+                                    step=None if failed else step)
+            if not count.same:
                 raise Diverged(f"gradcomp: step {step}: the replicas' shared state (θ_outer, the outer momentum) "
                                "differs after the quorum, which heals every replica behind: their rounds cannot "
                                "go on; restart them from one replica's checkpoint")
-            record = o._rust.average(step, flat.numpy(), self.comm, rank, world, contributors)
+            if failed is not None:
+                self._sit_out(count, flat, failed)
+                return
+            record = o._rust.average(step, flat.numpy(), self.comm, rank, world, count.total)
         except (FloatingPointError, RuntimeError) as e:
             self._commit(e)
             return
         if o.delay == 0 or step == 0:  # done in place: start and merge
             self._commit(None, record, flat)
+
+    def _sit_out(self, count: "Count", flat: torch.Tensor, failed: BaseException) -> None:
+        """The round of a replica whose heal failed: it runs the round's
+        collectives at its peers' step with a zero change (its model set to
+        its own θ_outer, which its peers' average does not count), so they
+        commit without it, and keeps nothing of it. Its step stays behind
+        theirs, so the next quorum heals it again."""
+        o, r = self.outer, self.pending
+        assert r is not None
+        anchor = np.asarray(r.snapshot.get("outer.anchor", np.zeros(0)), dtype=np.float32)
+        if anchor.size == 0:  # no θ_outer yet: the first call records the model as it
+            o._rust.average(0, flat.numpy(), self.comm, r.rank, r.world)
+        else:
+            flat = torch.from_numpy(anchor.copy())
+        o._rust.average(count.step, flat.numpy(), self.comm, r.rank, r.world, count.total)
+        o._rust.wait()
+        self._commit(RuntimeError(f"this replica's heal failed ({failed}); it sat the round out and heals at "
+                                  "the next quorum"))
 
     def _commit(self, error: Optional[BaseException], record: Optional[Dict[str, Any]] = None,
                 flat: Optional[torch.Tensor] = None) -> None:
@@ -356,6 +405,14 @@ class Membership:
                             "error": None if error is None else str(error),
                             "seconds": time.monotonic() - r.began, "quorum_seconds": r.quorum_seconds,
                             "heal_bytes": self.heal_bytes if r.healed else 0})
+
+
+class Count(NamedTuple):
+    """`FtComm.count`'s answer."""
+    total: int
+    in_sync: int
+    step: int
+    same: bool
 
 
 class Diverged(RuntimeError):
