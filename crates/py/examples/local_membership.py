@@ -10,7 +10,10 @@ on without it, and a new worker 2 started 2 s later heals from a live peer
 and takes part again. Each worker prints its rounds: the step, how many
 workers took part, whether it healed into the round and whether the round
 was committed. One worker alone: `python local_membership.py worker RANK
-LIGHTHOUSE` (e.g. on three machines, with `--host` their own addresses).
+LIGHTHOUSE [HOST]` (e.g. on three machines, each with its own address as
+HOST, the one its peers reach it at; default 127.0.0.1), the lighthouse
+started once with torchft's own CLI, `torchft_lighthouse --min_replicas 2
+--join_timeout_ms 3000` (docs/PYTHON.md says how to keep it running).
 """
 import json
 import os

@@ -485,7 +485,18 @@ class LocalUpdates:
                 "state": {k: torch.from_numpy(np.array(v)) for k, v in self._rust.state().items()}}
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
-        """Restores `state_dict()`; refuses another configuration, rank or world size."""
+        """Restores `state_dict()`; refuses another configuration, rank or
+        world size, and any state under a manager: there a replica's outer
+        state and step are its peers' (torchft heals it to the current round
+        when `LocalUpdates` is made), and rolling them back behind torchft's
+        back would make the replicas diverge at the next round. Load your
+        model's and optimizer's own checkpoint before making `LocalUpdates`
+        instead: the heal then sets the model to θ_outer, and the optimizer
+        state is yours."""
+        if self._membership is not None:
+            raise ValueError("gradcomp: load_state_dict: under a manager a replica's outer state comes from its "
+                             "peers (torchft healed this one when LocalUpdates was made); restore the model and "
+                             "optimizer before making LocalUpdates and leave this state out (docs/PYTHON.md)")
         if state["config"] != self.config:
             raise ValueError("gradcomp: this state was saved with another configuration:\n"
                              f"  saved: {state['config']}\n  now:   {self.config}")

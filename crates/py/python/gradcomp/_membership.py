@@ -142,7 +142,7 @@ class FtComm:
 def manager(*, lighthouse: str, replica_id: str, round_timeout: Union[float, datetime.timedelta],
             min_replicas: int = 1, host: Optional[str] = None,
             quorum_timeout: Union[float, datetime.timedelta] = 600.0,
-            heartbeat: Union[float, datetime.timedelta] = 0.1) -> Any:
+            heartbeat: Union[float, datetime.timedelta] = 0.1, quorum_retries: int = 0) -> Any:
     """A torchft `Manager` for `LocalUpdates(..., manager=...)`: this process
     a replica group of one, a reconfigurable gloo group whose collectives
     time out after `round_timeout` (take it from `round_timeout(...)`: the
@@ -150,7 +150,11 @@ def manager(*, lighthouse: str, replica_id: str, round_timeout: Union[float, dat
     lighthouse at `lighthouse` (`http://host:port`) with at least
     `min_replicas` replicas, `heartbeat` seconds between heartbeats. `host`:
     the address peers reach this process at, for its store and its heals
-    (default: its host name)."""
+    (default: its host name). `quorum_retries`: torchft's retries of a
+    quorum's call to its lighthouse, all within `quorum_timeout`
+    (`TORCHFT_QUORUM_RETRIES` overrides it); a quorum that still fails
+    raises `TimeoutError` on the worker (docs/RELIABILITY.md: a lost
+    lighthouse)."""
     try:
         from torchft.manager import Manager  # type: ignore[import-untyped]
         from torchft.process_group import ProcessGroupGloo  # type: ignore[import-untyped]
@@ -170,7 +174,8 @@ def manager(*, lighthouse: str, replica_id: str, round_timeout: Union[float, dat
                 lighthouse_addr=lighthouse, hostname=host, timeout=timeout,
                 checkpoint_transport=_heal_transport(host, timeout),
                 quorum_timeout=_seconds("quorum_timeout", quorum_timeout),
-                heartbeat_interval=_seconds("heartbeat", heartbeat), init_sync=True)
+                heartbeat_interval=_seconds("heartbeat", heartbeat), init_sync=True,
+                quorum_retries=_count("quorum_retries", quorum_retries))
     m._gradcomp_store = store  # the replica group's store lives as long as its manager
     return m
 
@@ -231,6 +236,12 @@ def round_timeout(model: torch.nn.Module, *, link_bps: float, workers: int, peri
     values = sum(p.numel() for p in trained)
     heal_seconds = (2 if outer == "nesterov" else 1) * 4 * values * 8 / float(link_bps)
     return max(floor, factor * (round_seconds + heal_seconds))
+
+
+def _count(name: str, value: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"gradcomp: {name}: {value!r} is not a whole number ≥ 0")
+    return value
 
 
 def _seconds(name: str, value: Union[float, datetime.timedelta]) -> datetime.timedelta:
@@ -315,6 +326,9 @@ class Membership:
         self.heal_error = None
         steps = m.state_dict()  # torchft's own step, which a heal moves before `_load` runs
         m.start_quorum()  # may heal: `_load` sets the step, the model and the outer state
+        if getattr(m._pg, "_pg", True) is None:  # the quorum's group did not form here (torchft's error)
+            self._no_group(began)
+            return
         if self.heal_error is not None:
             m.load_state_dict(steps)  # still behind, so the next quorum heals this replica again
         step, healed, self.healed = o.inner_steps, self.healed, False
@@ -343,6 +357,17 @@ class Membership:
             return
         if o.delay == 0 or step == 0:  # done in place: start and merge
             self._commit(None, record, flat)
+
+    def _no_group(self, began: float) -> None:
+        """A round whose group did not form on this replica (torchft's store
+        timed out configuring it): nothing is exchanged or applied, its peers'
+        collectives fail within the round timeout and they discard the round
+        too, and the next round's quorum forms a new group. Before, the
+        round's first collective raised an AssertionError and the worker died."""
+        self.events.append({"step": self.outer.inner_steps, "workers": 0, "healed": False, "committed": False,
+                            "error": f"no group: the round's group did not form ({self.manager.errored()})",
+                            "seconds": time.monotonic() - began, "quorum_seconds": time.monotonic() - began,
+                            "heal_bytes": 0})
 
     def _sit_out(self, count: "Count", flat: torch.Tensor, failed: BaseException) -> None:
         """The round of a replica whose heal failed: it runs the round's
