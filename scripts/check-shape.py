@@ -79,6 +79,10 @@
   match `StrategyKind::Synchronous`); a phrase with a space matches as a
   prefix of words (`agreement round` matches "agreement rounds").
 
+- The README (`check_readme`): README.md at most MAX_README lines: the
+  front door, its results a table and a few lines (the rest in
+  docs/RESULTS.md).
+
 Prints every problem on one line, saying what to fix, and exits 1 if there
 is any (a last line counts files and problems). `--report` prints the same
 and exits 0.
@@ -90,6 +94,7 @@ import sys
 
 MAX_FILE = 600
 MAX_FN = 80
+MAX_README = 140
 MAX_PATH_ROWS = 15
 MAX_FORMS = 6
 LIBRARY_CRATES = None  # every crate
@@ -912,6 +917,13 @@ def check_retired(problems, root=ROOT, arch=None):
                     problems.append(f"{rel}:{k + 1}: `{name}` is retired: write what docs/ARCHITECTURE.md's glossary says replaces it")
 
 
+def check_readme(problems, root=ROOT):
+    """README.md at most MAX_README lines."""
+    lines = len(read(root, "README.md").splitlines())
+    if lines > MAX_README:
+        problems.append(f"README.md: {lines} lines (limit {MAX_README}): move detail to docs/ (results to RESULTS.md)")
+
+
 def check_all(root=ROOT):
     """(problems, files read) of every check."""
     problems = []
@@ -921,6 +933,7 @@ def check_all(root=ROOT):
     check_named_paths(problems, root, arch)
     check_path(problems, root, arch)
     check_retired(problems, root, arch)
+    check_readme(problems, root)
     return problems, seen
 
 

@@ -299,3 +299,15 @@ def test_rust_functions_in_src_bin_over_80_lines_are_reported(tmp_path):
 
 if __name__ == "__main__":
     raise SystemExit(pytest.main(["-q", __file__]))
+
+
+def test_a_readme_over_its_limit_is_reported(tmp_path):
+    write(str(tmp_path), {"README.md": "line\n" * (cs.MAX_README + 1)})
+    problems = []
+    cs.check_readme(problems, str(tmp_path))
+    assert problems == [f"README.md: {cs.MAX_README + 1} lines (limit {cs.MAX_README}): move detail to docs/ "
+                        "(results to RESULTS.md)"]
+    write(str(tmp_path), {"README.md": "line\n" * cs.MAX_README})
+    problems = []
+    cs.check_readme(problems, str(tmp_path))
+    assert problems == []
