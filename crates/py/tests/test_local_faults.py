@@ -109,15 +109,20 @@ open(os.path.join(pids, str(rank)), "w").write(str(os.getpid()))
 torch.manual_seed(0)
 model = torch.nn.Linear(4, 2)
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
-# H 4; blocking: a round at 4, 8; overlapped (P 2, τ 1): fragment 0 starts at 5 and merges at 6.
-lu = gt.LocalUpdates(model, opt, period=4, fragments=2 if delay else 1, delay=delay)
+# H 4; blocking: a round at 4, 8; overlapped (P 2, τ 1): fragment 0 starts at 5 and merges at 6;
+# delay -1: a synchronous phase of 6 steps first, whose exchange (the optimizer's pre-hook) loses it at 3.
+phase = delay < 0
+lu = gt.LocalUpdates(model, opt, period=4, fragments=2 if delay > 0 else 1, delay=max(delay, 0),
+                     sync_steps=6 if phase else 0)
 for step in range(1, 13):
-    if rank == 2 and step == (4 if delay == 0 else 5):
+    if rank == 2 and step == {0: 4, 1: 5, -1: 3}[delay]:
         if fault == "exit":
             os._exit(3)                           # a dead process: its sockets close
         os.kill(os.getpid(), signal.SIGSTOP)      # a frozen VM: never answers again
     t = time.monotonic()
     try:
+        if phase:
+            model(torch.ones(1, 4)).sum().backward(); opt.step(); opt.zero_grad()
         lu.step()
     except Exception as e:
         print("RESULT", json.dumps({"raised": type(e).__name__, "runtime": isinstance(e, RuntimeError),
@@ -131,13 +136,14 @@ print("RESULT", json.dumps({"raised": None}), flush=True)
 '''
 
 
-@pytest.mark.parametrize("delay", [0, 1])
+@pytest.mark.parametrize("delay", [0, 1, -1])
 @pytest.mark.parametrize("fault", ["exit", "stop"])
 def test_a_lost_peer_is_named_on_every_surviving_rank(fault: str, delay: int, tmp_path: Any) -> None:
-    """Rank 2 dies (`os._exit`) or stops (SIGSTOP) before a round: ranks 0
-    and 1 raise a `RuntimeError` naming rank 2 and how it was known (its
-    heartbeat in the store stopped), from the transport's error, within the
-    user's 5 s timeout (+ 5 s for the heartbeat check and a loaded machine)."""
+    """Rank 2 dies (`os._exit`) or stops (SIGSTOP) before a round (delay -1:
+    inside the synchronous phase, before its step's exchange): ranks 0 and 1
+    raise a `RuntimeError` naming rank 2 and how it was known (its heartbeat
+    in the store stopped), from the transport's error, within the user's 5 s
+    timeout (+ 5 s for the heartbeat check and a loaded machine)."""
     from conftest import free_port, run_ranks
     ran = run_ranks(LOST % free_port(), 3, fault, str(delay), str(tmp_path), timeout=120)
     for rank in (0, 1):
@@ -146,11 +152,12 @@ def test_a_lost_peer_is_named_on_every_surviving_rank(fault: str, delay: int, tm
         res = json.loads(line[len("RESULT "):])
         assert res["raised"] == "PeerLost" and res["runtime"], (rank, res)
         assert res["ranks"] == [2] and res["known_by"] == "heartbeat", (rank, res)
-        assert res["message"].startswith("gradcomp: the outer round at inner step "), (rank, res)
+        what = "the synchronous phase's exchange" if delay < 0 else "the outer round"
+        assert res["message"].startswith(f"gradcomp: {what} at inner step "), (rank, res)
         assert "rank 2 stopped answering: its heartbeat stopped" in res["message"], (rank, res)
         assert "torch.distributed" in res["cause"], (rank, res)   # raised from the transport's error
         assert res["waited"] < 5.0 + 5.0, (rank, res)
-        assert res["at"] == 4 if delay == 0 else res["at"] in (5, 6), (rank, res)
+        assert res["at"] in {0: (4,), 1: (5, 6), -1: (3,)}[delay], (rank, res)
         assert ran[rank].code == 0, (rank, ran[rank].err)
 
 

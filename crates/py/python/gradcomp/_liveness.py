@@ -133,16 +133,17 @@ class Liveness:
         self._thread.start()
 
     @contextmanager
-    def watch(self, step: int) -> Iterator[None]:
-        """Runs the block (a round's call into the core); a transport
-        failure in it becomes `PeerLost`, raised from it."""
+    def watch(self, step: int, what: str = "the outer round") -> Iterator[None]:
+        """Runs the block (a round's call into the core, or `what` else: a
+        synchronous step's exchange); a transport failure in it becomes
+        `PeerLost`, raised from it."""
         self._start()
         try:
             yield
         except RuntimeError as e:
             if "torch.distributed" not in str(e):  # not the transport's (the core's own errors)
                 raise
-            raise self.diagnose(step, e) from e
+            raise self.diagnose(step, e, what) from e
 
     @contextmanager
     def closing(self, step: int) -> Iterator[None]:
@@ -153,11 +154,11 @@ class Liveness:
         finally:
             self.close()
 
-    def diagnose(self, step: int, error: BaseException) -> PeerLost:
-        """Why the round at inner step `step` failed with the transport's `error`."""
+    def diagnose(self, step: int, error: BaseException, what: str = "the outer round") -> PeerLost:
+        """Why `what` (the round) at inner step `step` failed with the transport's `error`."""
         found = _GLOO_PEER.search(str(error))
         address = f"{found.group(1)}:{found.group(2)}" if found else None
-        head = f"gradcomp: the outer round at inner step {step} lost a peer: "
+        head = f"gradcomp: {what} at inner step {step} lost a peer: "
         gloo = (f"gloo's error names the peer at {address}, the one this rank waited on" if address
                 else "gloo's error names no peer")
         if self.store is None:

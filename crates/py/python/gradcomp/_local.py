@@ -382,7 +382,8 @@ class LocalUpdates:
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
         flat = torch.cat([g.detach().reshape(-1).to("cpu", torch.float32) for g in grads])
         lr = float(optimizer.param_groups[0].get("lr", 1.0))
-        record = self._rust.sync_step(self.inner_steps, flat.numpy(), self._comm, lr=lr)
+        with self._liveness.watch(self.inner_steps, "the synchronous phase's exchange"):
+            record = self._rust.sync_step(self.inner_steps, flat.numpy(), self._comm, lr=lr)
         self.bytes_sent += int(record["bytes_sent"])
         self.bytes_received += int(record["bytes_received"])
         offset = 0
