@@ -12,6 +12,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import predict  # noqa: E402
+import sitting  # noqa: E402
 import table  # noqa: E402
 import torch_local  # noqa: E402
 import train  # noqa: E402
@@ -533,3 +534,25 @@ def test_each_cell_of_one_race_call_races_its_own_models_picks():
     # Picks the caller gives race every cell of the call.
     given = {"RACE_GRADCOMP": "g", "RACE_TORCHFT": "t", "RACE_POSTLOCAL": "p"}
     assert all(line.split(":")[1].startswith("g t p ") for line in dry("gpt-100mbit", "lstm-1gbit", **given))
+
+
+def test_the_sittings_bound_is_each_seeds_fewest_steps_ddps_included_times_its_free_step(tmp_path, capsys,
+                                                                                          monkeypatch):
+    m, out, ddp = "ptb-lstm-local", tmp_path / "sitting", tmp_path / "steps"
+    out.mkdir()
+    ddp.mkdir()
+    # The free step: the isolated run's mean after its first evaluation, 0.1 s.
+    write_run(out, f"peer-{m}-isolated-none", [row(50, 900.0, 5.0), row(150, 800.0, 15.0)])
+    # Seed 1: auto crosses 350 at 450 steps (its evaluation at 500: 60 s); DDP's unshaped
+    # run of seed 1 at 400 (the seed's fewest): bound 40 s, auto 1.5×.
+    write_run(out, f"peer-{m}-gradcomp-auto-100mbit", [row(400, 400.0, 48.0, sent=4000),
+                                                       row(500, 300.0, 60.0, sent=500_000_000)])
+    write_run(out, f"peer-{m}-torchft-diloco-h32-p4-d4-100mbit", [row(500, 360.0, 90.0)])  # not met
+    write_run(ddp, f"peer-{m}-ddp-none", [row(400, 340.0, 10.0)])
+    write_run(ddp, f"peer-{m}-ddp-none-s2", [row(100, 340.0, 10.0)])  # another seed's: not seed 1's bound
+    monkeypatch.setattr(sys, "argv", ["sitting.py", str(out), str(ddp)])
+    sitting.main()
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("free step 0.1000 s") and "s1: 40.0 s" in lines[0], lines
+    assert "| gradcomp-auto | 1 | 60.0 | 450 | 1.00 MB | 1.50 |" in lines, lines
+    assert "| torchft-diloco-h32-p4-d4 | 1 | not met in 90 | — | — | — |" in lines, lines
