@@ -468,8 +468,12 @@ def table_run(d, target=350.0):
                     committed += r["computed"]
                 if not r["committed"]:
                     discarded += 1
+    # Against full capacity (issue #69): every worker of the run computing the run's steps; a
+    # stalled or lost worker's steps that were never computed count as lost here, not above.
+    workers = len({name.split(".")[0] for name in recs})
+    capacity = workers * info["steps"] if info.get("steps") else None
     res.update(computed=computed, committed=committed, goodput=committed / computed if computed else None,
-               rounds=rounds, discarded_rounds=discarded)
+               capacity=committed / capacity if capacity else None, rounds=rounds, discarded_rounds=discarded)
     faults = [r for r in driver if r["kind"] == "fault"]
     res["faults_at"] = {f["fault"]: round(f["t"] - t0, 1) for f in faults}
     # Detection: a fault to the end of the survivors' first committed round without the
@@ -519,7 +523,8 @@ def table(a):
     rows = [table_run(d, a.target) for d in a.dirs]
     # A faulted run against its twin: the same framework and seed without faults.
     base = {(r["framework"], r["seed"]): r for r in rows if not r["faults"]}
-    print("| framework | seed | faults | time to ppl %g (s) | vs no faults | final ppl | goodput | rounds (discarded) | "
+    print("| framework | seed | faults | time to ppl %g (s) | vs no faults | final ppl | goodput (of capacity) | "
+          "rounds (discarded) | "
           "detect kill / stop (s) | heals: s, MB | round timeout (s) | longest round (s) |" % a.target)
     print("|---|---:|---|---|---|---|---|---|---|---|---|---|")
     f = lambda v, p=1: "—" if v is None else f"{v:.{p}f}"  # noqa: E731
@@ -530,7 +535,8 @@ def table(a):
         det = r["detect"]
         print(f"| {r['framework']} | {r['seed']} | {'yes' if r['faults'] else 'no'} | {f(r['time_to_target'])} "
               f"(step {r['steps_to_target']}) | {f(ratio, 2)}× | {f(r['final_perplexity'])} | "
-              f"{r['committed']}/{r['computed']} = {100 * r['goodput']:.1f}% | {r['rounds']} ({r['discarded_rounds']}) | "
+              f"{r['committed']}/{r['computed']} = {100 * r['goodput']:.1f}% ({f(r['capacity'] and 100 * r['capacity'])}%) | "
+              f"{r['rounds']} ({r['discarded_rounds']}) | "
               f"{f(det.get('kill-host'))} / {f(det.get('sigstop'))} | {heals} | {r['round_timeout']:.1f} | "
               f"{f(r['longest_round'])} |")
     if a.json:

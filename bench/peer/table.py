@@ -476,7 +476,8 @@ def faults_section(root):
     `root` or `root/faults` (race-51.sh's `faults` phase: directories holding driver.jsonl),
     each faulted run beside its pair without faults (NAME-faults and NAME-nofaults), read by
     faults.py's `table_run`. The target: reached, with goodput (the committed steps' share of
-    those computed) ≥ 95%."""
+    those computed) ≥ 95%; beside it their share of full capacity (every worker computing the
+    run's steps: issue #69)."""
     dirs = sorted(os.path.dirname(p) for sub in ("*", os.path.join("faults", "*"))
                   for p in glob.glob(os.path.join(root, sub, "driver.jsonl")))
     if not dirs:
@@ -493,8 +494,9 @@ def faults_section(root):
         rows.append((label, info.get("seed", 1), faults.table_run(d, Goal(model).value)))
     print("\n**Under faults** (bench/peer/faults.sh: a worker's host lost at 25% of the run and revived at "
           "50%, another worker stopped for 60 s at 75%)\n")
-    print("| run | model | framework | seed | faults | seconds to target | ÷ without faults | goodput | target |")
-    print("|---|---|---|---:|---|---:|---:|---:|---|")
+    print("| run | model | framework | seed | faults | seconds to target | ÷ without faults | goodput | "
+          "of capacity | target |")
+    print("|---|---|---|---:|---|---:|---:|---:|---:|---|")
     # faults.sh names a pair NAME-nofaults and NAME-faults (the same seed).
     base = {os.path.basename(r["dir"]): r for *_, r in rows}
     for model, seed, r in rows:
@@ -506,7 +508,9 @@ def faults_section(root):
         ok = t is not None and good is not None and good >= 0.95
         print(f"| {name} | {model} | {r['framework']} | {seed} | {'yes' if r['faults'] else 'no'} | "
               f"{f'{t:.1f}' if t else 'not reached'} | {f'{ratio:.2f}' if ratio else ''} | "
-              f"{f'{good:.1%}' if good is not None else ''} | {('met' if ok else 'missed') if r['faults'] else ''} |")
+              f"{f'{good:.1%}' if good is not None else ''} | "
+              f"{f'{cap:.1%}' if (cap := r.get('capacity')) is not None else ''} | "
+              f"{('met' if ok else 'missed') if r['faults'] else ''} |")
 
 
 def print_summary(summary):
