@@ -45,6 +45,7 @@ WORKER = r'''
 import sys, os, json, signal, time, torch
 import gradcomp.torch as gt
 rank, lighthouse, fault, fragments, delay = int(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+compressor = sys.argv[6]   # the change: dense, or fp4 with its error feedback
 torch.manual_seed(100 + rank)            # different starts: the first quorum heals them to one
 model = torch.nn.Linear(8, 4)
 opt = torch.optim.SGD(model.parameters(), lr=0.05)
@@ -71,7 +72,8 @@ if fault in ("returning-reset", "returning-truncated"):
             shared["outer.anchor"] = shared["outer.anchor"][:3]
         return state
     transport.recv_checkpoint = failing
-lu = gt.LocalUpdates(model, opt, period=4, manager=m, max_workers=4, outer="sgd", fragments=fragments, delay=delay)
+lu = gt.LocalUpdates(model, opt, period=4, manager=m, max_workers=4, outer="sgd", fragments=fragments, delay=delay,
+                     compressor=compressor)
 if fault == "stop" and rank == 2:
     comm = lu._membership.comm
     plain = comm.all_reduce
@@ -114,9 +116,11 @@ m.shutdown(wait=False)
 ''' % {"round_timeout": ROUND_TIMEOUT, "steps": STEPS}
 
 
-def start(rank: int, lighthouse: str, fault: str, streaming: Tuple[int, int]) -> "subprocess.Popen[str]":
+def start(rank: int, lighthouse: str, fault: str, streaming: Tuple[int, int],
+          compressor: str = "dense") -> "subprocess.Popen[str]":
     env = dict(os.environ, RUST_LOG="warn", OMP_NUM_THREADS="1", GRADCOMP_TEST_MARK=MARK)
-    return subprocess.Popen([sys.executable, "-c", WORKER, str(rank), lighthouse, fault, *map(str, streaming)],
+    return subprocess.Popen([sys.executable, "-c", WORKER, str(rank), lighthouse, fault, *map(str, streaming),
+                             compressor],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
@@ -133,17 +137,18 @@ def stopped(pid: int) -> bool:
         return f.read().rsplit(")", 1)[1].split()[0] == "T"
 
 
-def run(fault: str, streaming: Tuple[int, int] = (1, 0), returning: str = "returning") -> List[Dict[str, Any]]:
+def run(fault: str, streaming: Tuple[int, int] = (1, 0), returning: str = "returning",
+        compressor: str = "dense") -> List[Dict[str, Any]]:
     """Three workers under a lighthouse with `fault`; each finished worker's
     result (the returning process's last, for a kill, run with `returning`)."""
     from torchft._torchft import LighthouseServer  # type: ignore[import-untyped]
     lighthouse = LighthouseServer(bind="[::]:0", min_replicas=2, join_timeout_ms=3000,
                                   heartbeat_timeout_ms=int(HEARTBEAT_TIMEOUT * 1000))
-    procs = [start(r, lighthouse.address(), fault, streaming) for r in range(3)]
+    procs = [start(r, lighthouse.address(), fault, streaming, compressor) for r in range(3)]
     try:
         if fault == "kill":
             assert procs[2].wait(timeout=120) == 3, procs[2].communicate()
-            procs.append(start(2, lighthouse.address(), returning, streaming))
+            procs.append(start(2, lighthouse.address(), returning, streaming, compressor))
             del procs[2]
         if fault == "stop":
             deadline = time.monotonic() + 120
@@ -219,8 +224,9 @@ def after(res: Dict[str, Any], step: int) -> List[Dict[str, Any]]:
     return [e for e in res["events"] if e["step"] > step]
 
 
-def test_a_killed_worker_costs_no_round_and_its_return_heals_from_a_live_peer() -> None:
-    survivors = run("kill")
+@pytest.mark.parametrize("compressor", ["dense", "fp4"])  # fp4: the change with its error feedback
+def test_a_killed_worker_costs_no_round_and_its_return_heals_from_a_live_peer(compressor: str) -> None:
+    survivors = run("kill", compressor=compressor)
     anchor = survivors[0]["anchor"]
     for res in survivors:
         check_finished(res, anchor)
