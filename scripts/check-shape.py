@@ -68,7 +68,8 @@
   of docs/ARCHITECTURE.md's "### Retired identifiers" table (its first
   column, backquoted) appears in the Rust sources and examples (crates/,
   examples/), the Python package, tests and drivers (crates/py, bench/,
-  scripts/ but this script), README.md and docs/*.md, except in
+  scripts/ but this script), README.md and docs/ (its .md files and its
+  text records, docs/bench/**.txt), except in
   docs/MIGRATING.md (what replaces each), docs/RESULTS.md (the record of
   past work, in the names of its time), the Glossary section itself, a
   line that declares a serde alias or rename (`serde(alias`, old files
@@ -856,7 +857,7 @@ def check_python(problems, root=ROOT):
 
 
 RETIRED_SCAN = (("crates", (".rs", ".py", ".pyi")), ("examples", (".rs",)), ("bench", (".py", ".sh")),
-                ("scripts", (".py", ".sh")), ("docs", (".md",)))
+                ("scripts", (".py", ".sh")), ("docs", (".md", ".txt")))
 RETIRED_EXEMPT = {"docs/MIGRATING.md", "docs/RESULTS.md", "scripts/check-shape.py", "scripts/test_check_shape.py"}
 
 

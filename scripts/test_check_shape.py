@@ -311,3 +311,15 @@ def test_a_readme_over_its_limit_is_reported(tmp_path):
     problems = []
     cs.check_readme(problems, str(tmp_path))
     assert problems == []
+
+
+def test_a_retired_name_in_a_text_record_under_docs_is_reported(tmp_path):
+    arch = ("# doc\n\n## Glossary\n\n### Retired identifiers\n\n| old | new | kept only in |\n|---|---|---|\n"
+            "| `agreement round` | `exchange round` | |\n\n## Layout\n")
+    write(str(tmp_path), {"README.md": "", "docs/ARCHITECTURE.md": arch,
+                          "docs/bench/train.txt": "sync = read-out + agreement round 0.1\n",
+                          "docs/bench/ok.txt": "sync = read-out + agreement 0.1\n"})
+    problems = []
+    cs.check_retired(problems, str(tmp_path))
+    assert problems == ["docs/bench/train.txt:1: `agreement round` is retired: write what docs/ARCHITECTURE.md's "
+                        "glossary says replaces it"]
