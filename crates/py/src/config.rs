@@ -375,6 +375,13 @@ pub fn compressor_options(name: &str) -> PyResult<String> {
     serde_json::to_string(&cfg).map_err(value_error)
 }
 
+/// `_core.outer_optimizers()`: every outer optimizer's name
+/// (`strategy.outer.name`), registered once in the core.
+#[pyfunction]
+pub fn outer_optimizers() -> Vec<&'static str> {
+    gradcomp_exchange::config::OuterKind::ALL.iter().map(|k| k.name()).collect()
+}
+
 /// `_core.methods()`: every built-in compressor's name.
 #[pyfunction]
 pub fn methods() -> Vec<&'static str> {

@@ -45,6 +45,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(config::hook_config, m)?)?;
     m.add_function(wrap_pyfunction!(config::compressor_options, m)?)?;
     m.add_function(wrap_pyfunction!(config::methods, m)?)?;
+    m.add_function(wrap_pyfunction!(config::outer_optimizers, m)?)?;
     m.add_function(wrap_pyfunction!(first_compressed_step, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

@@ -368,7 +368,7 @@ drift.close()
 print("RESULT", json.dumps({"config": lu.config, "lines": lu.plan_lines, "losses": losses,
                             "probed": [probed.config, probed.plan_lines],
                             "drift": [first, drift.period, drift.plan_lines[5:],
-                                      [t for t in range(1, 200) if drift._rust.merges(t)]]}))
+                                      [t for t in range(1, 34 + drift.period) if drift._rust.merges(t)]]}))
 '''
 
 

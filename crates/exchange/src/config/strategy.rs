@@ -68,6 +68,20 @@ pub enum OuterKind {
     Nesterov,
 }
 
+impl OuterKind {
+    /// Every outer optimizer, in `strategy.outer.name`'s spelling: the one
+    /// list both fronts read (`_core.outer_optimizers()`).
+    pub const ALL: [OuterKind; 2] = [OuterKind::Sgd, OuterKind::Nesterov];
+
+    /// Its `strategy.outer.name`.
+    pub fn name(self) -> &'static str {
+        match self {
+            OuterKind::Sgd => "sgd",
+            OuterKind::Nesterov => "nesterov",
+        }
+    }
+}
+
 /// `[strategy.outer]`: the outer optimizer and its settings.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -124,10 +138,7 @@ impl OuterConfig {
 
     /// The optimizer's name as the configuration spells it.
     pub fn kind_name(&self) -> &'static str {
-        match self.kind() {
-            OuterKind::Sgd => "sgd",
-            OuterKind::Nesterov => "nesterov",
-        }
+        self.kind().name()
     }
 
     /// Whether the outer step is plain model averaging (`sgd`, lr 1, no momentum).

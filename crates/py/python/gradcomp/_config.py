@@ -9,8 +9,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
-# The outer optimizers of local updates (`strategy.outer.name`).
-OUTER = ("sgd", "nesterov")
+from . import _core
+
+# The outer optimizers of local updates (`strategy.outer.name`), as the core registers them.
+OUTER = tuple(_core.outer_optimizers())
 # How a round overlaps the next inner phase (`strategy.overlap`).
 OVERLAP = ("none", "eager", "delayed")
 
