@@ -30,7 +30,7 @@ pub mod replay;
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<hook::Hook>()?;
-    m.add_class::<local::LocalStrategy>()?;
+    m.add_class::<local::PyLocalUpdates>()?;
     m.add_function(wrap_pyfunction!(config::local_config, m)?)?;
     m.add_class::<compressor::PyCompressor>()?;
     m.add_function(wrap_pyfunction!(replay::replay, m)?)?;

@@ -1,4 +1,4 @@
-//! [`LocalStrategy`]: the outer rounds of local updates for PyTorch
+//! [`PyLocalUpdates`]: the outer rounds of local updates for PyTorch
 //! (`gradcomp.torch.LocalUpdates`): the core's local-update strategy
 //! (DiLoCo's outer Nesterov by default, Streaming fragments and delay) on a
 //! flat float32 copy of the model, its collectives through
@@ -32,8 +32,8 @@ use crate::collective::TorchCollective;
 /// back into Python (taking the GIL): every method that touches the strategy
 /// takes its lock with the GIL released, and the schedule is kept outside
 /// the lock.
-#[pyclass(module = "gradcomp._core")]
-pub struct LocalStrategy {
+#[pyclass(module = "gradcomp._core", name = "LocalUpdates")]
+pub struct PyLocalUpdates {
     strategy: Mutex<LocalUpdates>,
     schedule: OuterSchedule,
     len: usize,
@@ -42,7 +42,7 @@ pub struct LocalStrategy {
 }
 
 #[pymethods]
-impl LocalStrategy {
+impl PyLocalUpdates {
     /// `config`: from `_core.local_config`; `shapes`: the model's trainable
     /// tensors in order; this worker's `rank` among `world`. With
     /// `membership`, the rounds' workers change from round to round (a
@@ -88,7 +88,7 @@ impl LocalStrategy {
             }
         }
         let schedule = strategy.schedule().clone();
-        Ok(LocalStrategy { strategy: Mutex::new(strategy), schedule, len, rank, world })
+        Ok(PyLocalUpdates { strategy: Mutex::new(strategy), schedule, len, rank, world })
     }
 
     /// Whether inner step `step` has an outer round's work: step 0 (the
@@ -99,7 +99,7 @@ impl LocalStrategy {
 
     /// Whether the inner step taken after `step` steps is in the
     /// synchronous phase (`strategy.sync`, or the older `warmup_steps`),
-    /// whose gradients go through [`LocalStrategy::sync_step`].
+    /// whose gradients go through [`PyLocalUpdates::sync_step`].
     fn warming(&self, step: u64) -> bool {
         self.schedule.warming(step)
     }
@@ -207,7 +207,7 @@ impl LocalStrategy {
 
     /// The ranks' mean of `state` (a flat buffer: the inner optimizer's
     /// moments, or the model's floating-point buffers), in place, over
-    /// `comm`; returns what it moved and took, as [`LocalStrategy::sync_step`].
+    /// `comm`; returns what it moved and took, as [`PyLocalUpdates::sync_step`].
     fn average_state<'py>(
         &self,
         py: Python<'py>,
@@ -264,7 +264,7 @@ impl LocalStrategy {
         Ok(d)
     }
 
-    /// Restores [`LocalStrategy::state`] (buffers saved under the names
+    /// Restores [`PyLocalUpdates::state`] (buffers saved under the names
     /// they had before the fifth round are read too: docs/MIGRATING.md).
     fn load(&mut self, py: Python<'_>, state: BTreeMap<String, Vec<f32>>) -> PyResult<()> {
         let state = state.into_iter().collect();
@@ -304,7 +304,7 @@ impl LocalStrategy {
     }
 }
 
-impl Drop for LocalStrategy {
+impl Drop for PyLocalUpdates {
     /// A round in flight finishes before the strategy goes, with the GIL
     /// released: its collectives call back into Python, and a drop runs
     /// with the GIL held (a garbage-collected `LocalUpdates`).
@@ -377,8 +377,8 @@ pub fn layout_of(shapes: Vec<Vec<usize>>) -> GradientLayout {
     GradientLayout::new(shapes.into_iter().enumerate().map(|(i, s)| (i.to_string(), s)))
 }
 
-impl LocalStrategy {
-    /// The strategy; call it with the GIL released (see [`LocalStrategy`]).
+impl PyLocalUpdates {
+    /// The strategy; call it with the GIL released (see [`PyLocalUpdates`]).
     fn lock_str(&self) -> Result<MutexGuard<'_, LocalUpdates>, String> {
         self.strategy.lock().map_err(|_| "a previous round panicked".to_string())
     }

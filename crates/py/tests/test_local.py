@@ -171,7 +171,7 @@ import gradcomp._local as local
 import gradcomp.torch as gt
 rank, out, kwargs, world = int(sys.argv[1]), sys.argv[2], json.loads(sys.argv[3]), int(sys.argv[4])
 dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d", rank=rank, world_size=world)
-real = local._core.LocalStrategy
+real = local._core.LocalUpdates
 # Per inner step with round work: the model as the front handed it to the
 # core, and as the core left it (a round in flight merged, the rounds
 # starting here started on the core's round thread).
@@ -187,7 +187,7 @@ class Recording:
         r = self.inner.average(step, host, comm)
         calls[step] = {"before": before.tolist(), "after": host.tolist()}
         return r
-local._core.LocalStrategy = Recording
+local._core.LocalUpdates = Recording
 torch.manual_seed(rank)
 model = torch.nn.Sequential(torch.nn.Linear(6, 4), torch.nn.Tanh(), torch.nn.Linear(4, 1))
 opt = torch.optim.AdamW(model.parameters(), lr=0.05)

@@ -405,8 +405,8 @@ def test_a_manager_refuses_what_membership_cannot_run() -> None:
     # The senders' mean would count a healed worker's zero change as a sender.
     config = _core.local_config("sparseloco", {"period": 4, "outer": {"name": "nesterov"}, "fragments": 1, "delay": 0})
     with pytest.raises(ValueError, match="SenderMean"):
-        _core.LocalStrategy(config, [[2, 2]], 0, 4, membership=True)
-    strategy = _core.LocalStrategy(_core.local_config("dense", {"period": 4, "outer": {"name": "sgd"}}),
+        _core.LocalUpdates(config, [[2, 2]], 0, 4, membership=True)
+    strategy = _core.LocalUpdates(_core.local_config("dense", {"period": 4, "outer": {"name": "sgd"}}),
                                    [[2]], 0, 2, membership=True)
     with pytest.raises(ValueError, match="at most 2"):
         strategy.average(0, np.zeros(2, dtype=np.float32), None, rank=0, world=3)

@@ -285,7 +285,7 @@ class LocalUpdates:
             self.rank, self.world = dist.get_rank(process_group), dist.get_world_size(process_group)
         else:  # a replica group of one; the rounds' ranks are the quorum's
             self.rank, self.world = 0, whole_positive("max_workers", max_workers)
-        self._rust = _core.LocalStrategy(self.config, [list(p.shape) or [1] for p in self.params],
+        self._rust = _core.LocalUpdates(self.config, [list(p.shape) or [1] for p in self.params],
                                          self.rank, self.world, membership=manager is not None)
         # Over NCCL the payloads cross as CUDA tensors on the model's device
         # (the round's arithmetic stays on the host, in Rust). Delayed rounds
