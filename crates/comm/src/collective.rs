@@ -188,6 +188,16 @@ pub trait Collective: Send {
     /// Elementwise sum across ranks, in place.
     fn allreduce_sum_f32(&mut self, buf: &mut [f32]) -> Result<(), CommError>;
 
+    /// Elementwise mean across ranks, in place: the sum divided by the
+    /// world (the model's buffers, an optimizer's state, a gradient
+    /// averaged). A provided method: wrappers forward the sum it calls.
+    fn allreduce_mean_f32(&mut self, buf: &mut [f32]) -> Result<(), CommError> {
+        self.allreduce_sum_f32(buf)?;
+        let n = self.world_size() as f32;
+        buf.iter_mut().for_each(|v| *v /= n);
+        Ok(())
+    }
+
     /// Elementwise sum of integers, in place (wrapping on overflow).
     fn allreduce_sum_i32(&mut self, buf: &mut [i32]) -> Result<(), CommError>;
 

@@ -394,22 +394,21 @@ pub fn drifted(planned: f64, measured: f64) -> bool {
     (measured / planned - 1.0).abs() > DRIFT_MARGIN
 }
 
-/// The period the rule gives a running plan for the inputs measured now:
-/// its route, fragments and τ kept (changing them would cut a round in
-/// flight), H decided again by [`choose`]'s rule
+/// The period the rule gives a running plan for the inputs measured now,
+/// with its decision: its route, fragments and τ kept (changing them would
+/// cut a round in flight), H decided again by [`choose`]'s rule
 /// ([`crate::strategy::LocalUpdates::set_period_from`] applies it).
 pub fn replan_period(
     inputs: &PlanInputs,
     costs: &PlanCosts,
     running: &StrategyConfig,
     topology: Topology,
-) -> Decision {
+) -> (u64, Decision) {
     let pricer = Pricer { inputs, costs, work: Workload::new(inputs.step_seconds, inputs.shapes.clone()) };
     let change = if topology == Topology::ReduceScatter { &costs.fp4_scatter } else { &costs.fp4_gather };
     let (p, d) = (running.fragments.max(1), running.delay);
     let round_seconds = pricer.local(change, MIN_PERIOD, p, d).round_seconds;
-    let (_, decision) = pricer.period(p, d, round_seconds);
-    decision
+    pricer.period(p, d, round_seconds)
 }
 
 #[cfg(test)]
@@ -430,10 +429,11 @@ mod tests {
         };
         let costs = PlanCosts::measure(&lstm());
         let plan = choose(&inputs(0.2), &costs);
-        let again = replan_period(&inputs(0.2), &costs, &plan.strategy, plan.topology);
-        assert_eq!(again.value, plan.strategy.period.to_string(), "the same inputs, the same period");
-        let faster = replan_period(&inputs(0.01), &costs, &plan.strategy, plan.topology);
-        assert!(faster.value.parse::<u64>().unwrap() > plan.strategy.period, "{faster:?}");
+        let (again, why) = replan_period(&inputs(0.2), &costs, &plan.strategy, plan.topology);
+        assert_eq!(again, plan.strategy.period, "the same inputs, the same period");
+        assert_eq!(why.value, again.to_string(), "{why}");
+        let (faster, why) = replan_period(&inputs(0.01), &costs, &plan.strategy, plan.topology);
+        assert!(faster > plan.strategy.period, "{why}");
     }
 
     /// A probe round over the workers gives every one the same link, with

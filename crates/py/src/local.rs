@@ -14,7 +14,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard};
 
-use gradcomp_comm::Metered;
+use gradcomp_comm::{Collective, Metered};
 use gradcomp_compress::Combine;
 use gradcomp_exchange::grad_stages::CompleteGrad;
 use gradcomp_exchange::strategy::{LocalUpdates, OuterSchedule, Strategy};
@@ -217,8 +217,7 @@ impl PyLocalUpdates {
         let buf = state.as_slice_mut().map_err(|e| PyValueError::new_err(format!("state: {e}")))?;
         let mut c = Metered::new(TorchCollective::new(comm, self.rank, self.world));
         let t = std::time::Instant::now();
-        py.detach(|| LocalUpdates::average_state(buf, &mut c))
-            .map_err(|e| RoundError::Exchange(e).into_py())?;
+        py.detach(|| c.allreduce_mean_f32(buf)).map_err(|e| RoundError::Exchange(e.into()).into_py())?;
         record(py, &c.meter_mut().take_step(), t)
     }
 

@@ -106,6 +106,38 @@ pub fn predict<'py>(
         .collect()
 }
 
+/// The rule's inputs, each checked, the errors named after `entry`: a
+/// measured step > 0, at least 2 workers (a plan of local updates needs
+/// peers), a run of at least one step, and `check_model`'s.
+fn plan_inputs(
+    entry: &str,
+    shapes: Vec<Vec<usize>>,
+    step_seconds: f64,
+    workers: usize,
+    link_bps: f64,
+    total_steps: u64,
+    alpha: f64,
+) -> PyResult<gradcomp_exchange::auto_plan::PlanInputs> {
+    check_model(entry, &shapes, link_bps, alpha)?;
+    let bad = |key: &str, what: &str| Err(PyValueError::new_err(format!("{entry}: {key}: {what}")));
+    if !(step_seconds.is_finite() && step_seconds > 0.0) {
+        return bad("step_seconds", "must be a measured step in seconds, > 0");
+    }
+    if workers < 2 {
+        return bad("workers", "must be at least 2: a plan of local updates needs peers");
+    }
+    if total_steps == 0 {
+        return bad("total_steps", "must be at least 1");
+    }
+    Ok(gradcomp_exchange::auto_plan::PlanInputs {
+        step_seconds,
+        link: NetworkModel::from_bits_per_second(link_bps, alpha),
+        workers,
+        shapes,
+        total_steps,
+    })
+}
+
 /// `plan = "auto"` (ALGORITHMS.md §2.5): the plan of local updates the
 /// core's rule chooses for a model of `shapes` whose communication-free step
 /// takes `step_seconds`, among `workers` workers on a link of `link_bps`
@@ -123,25 +155,8 @@ pub fn plan<'py>(
     total_steps: u64,
     alpha: f64,
 ) -> PyResult<Bound<'py, PyDict>> {
-    use gradcomp_exchange::auto_plan::{choose, PlanCosts, PlanInputs};
-    check_model("gradcomp.plan", &shapes, link_bps, alpha)?;
-    let bad = |key: &str, what: &str| Err(PyValueError::new_err(format!("gradcomp.plan: {key}: {what}")));
-    if !(step_seconds.is_finite() && step_seconds > 0.0) {
-        return bad("step_seconds", "must be a measured step in seconds, > 0");
-    }
-    if workers < 2 {
-        return bad("workers", "must be at least 2: a plan of local updates needs peers");
-    }
-    if total_steps == 0 {
-        return bad("total_steps", "must be at least 1");
-    }
-    let inputs = PlanInputs {
-        step_seconds,
-        link: NetworkModel::from_bits_per_second(link_bps, alpha),
-        workers,
-        shapes,
-        total_steps,
-    };
+    use gradcomp_exchange::auto_plan::{choose, PlanCosts};
+    let inputs = plan_inputs("gradcomp.plan", shapes, step_seconds, workers, link_bps, total_steps, alpha)?;
     let chosen = py.detach(|| choose(&inputs, &PlanCosts::measure(&inputs.shapes)));
     let st = &chosen.strategy;
     let kwargs = PyDict::new(py);
@@ -212,27 +227,14 @@ pub fn replan_period(
     total_steps: u64,
     alpha: f64,
 ) -> PyResult<(u64, String)> {
-    use gradcomp_exchange::auto_plan::{replan_period, PlanCosts, PlanInputs};
-    check_model("gradcomp.replan_period", &shapes, link_bps, alpha)?;
-    if !(step_seconds.is_finite() && step_seconds > 0.0) {
-        return Err(PyValueError::new_err(
-            "gradcomp.replan_period: step_seconds: must be a measured step, > 0",
-        ));
-    }
+    use gradcomp_exchange::auto_plan::{replan_period, PlanCosts};
+    let entry = "gradcomp.replan_period";
+    let inputs = plan_inputs(entry, shapes, step_seconds, workers, link_bps, total_steps, alpha)?;
     let cfg = crate::config::parse_local(config)?;
     let topology = cfg.topology.unwrap_or(gradcomp_exchange::Topology::Allgather);
-    let inputs = PlanInputs {
-        step_seconds,
-        link: NetworkModel::from_bits_per_second(link_bps, alpha),
-        workers,
-        shapes,
-        total_steps,
-    };
-    let d =
+    let (period, why) =
         py.detach(|| replan_period(&inputs, &PlanCosts::measure(&inputs.shapes), &cfg.strategy, topology));
-    let period =
-        d.value.parse().map_err(|_| PyValueError::new_err(format!("gradcomp: not a period: {d}")))?;
-    Ok((period, d.to_string()))
+    Ok((period, why.to_string()))
 }
 
 /// `_core.drifted(planned, measured)`: whether a measured step moved from

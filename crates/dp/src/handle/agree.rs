@@ -114,8 +114,7 @@ impl DataParallel {
             return Ok(model);
         }
         let rank = self.rank();
-        gradcomp_exchange::strategy::LocalUpdates::average_state(&mut buffers, &mut self.c)
-            .map_err(|e| DataParallelError::from_exchange(rank, e))?;
+        self.c.allreduce_mean_f32(&mut buffers).map_err(|source| DataParallelError::Comm { rank, source })?;
         self.pending.add(&self.c.meter_mut().take_step());
         Ok(params::write_buffers(model, &buffers))
     }
@@ -132,10 +131,8 @@ impl DataParallel {
         let rank = self.rank();
         self.c
             .unmetered()
-            .allreduce_sum_f32(&mut self.params)
+            .allreduce_mean_f32(&mut self.params)
             .map_err(|source| DataParallelError::Comm { rank, source })?;
-        let n = self.world_size() as f32;
-        self.params.iter_mut().for_each(|p| *p /= n);
         Ok(params::write_params(model.clone(), &self.params))
     }
 

@@ -192,6 +192,12 @@ impl LocalUpdates {
         }
         let mut schedule = self.schedule.clone();
         schedule.set_period_from(b, h).map_err(ExchangeError::Usage)?;
+        self.install(schedule)
+    }
+
+    /// `schedule` in place of this strategy's and its rounds' copy (which
+    /// the round machine reads on its thread).
+    fn install(&mut self, schedule: OuterSchedule) -> Result<(), ExchangeError> {
         if let Some(m) = &mut self.machine {
             m.set_schedule(schedule.clone())?;
         }
@@ -201,22 +207,10 @@ impl LocalUpdates {
 
     /// Whether the inner optimizer's state is averaged after the round at
     /// `step` (`strategy.inner_state_every` = k: at the end of every k-th
-    /// period; [`LocalUpdates::average_state`] does it).
+    /// period; the front averages it with [`Collective::allreduce_mean_f32`]).
     pub fn averages_inner_state(&self, step: u64) -> bool {
         let k = self.cfg.inner_state_every;
         k > 0 && self.schedule.period_ended(step).is_some_and(|n| n.is_multiple_of(k))
-    }
-
-    /// The workers' mean of `state`, in place: the inner optimizer's state
-    /// at [`LocalUpdates::averages_inner_state`]'s steps, or the model's
-    /// buffers (BatchNorm's statistics) at a round. One allreduce on `c`,
-    /// whose meter counts its bytes; every worker calls it with a buffer of
-    /// the same length.
-    pub fn average_state(state: &mut [f32], c: &mut dyn Collective) -> Result<(), ExchangeError> {
-        c.allreduce_sum_f32(state)?;
-        let n = c.world_size() as f32;
-        state.iter_mut().for_each(|v| *v /= n);
-        Ok(())
     }
 
     /// The schedule as the configuration gives it, then the periods a
@@ -232,11 +226,7 @@ impl LocalUpdates {
         for pair in flat.chunks(2) {
             schedule.set_period_from(pair[0] as u64, pair[1] as u64).map_err(invalid)?;
         }
-        if let Some(m) = &mut self.machine {
-            m.set_schedule(schedule.clone()).map_err(|e| invalid(e.to_string()))?;
-        }
-        self.schedule = schedule;
-        Ok(())
+        self.install(schedule).map_err(|e| invalid(e.to_string()))
     }
 
     /// The norm the clipping uses: the local one, or the last round's average.
@@ -285,10 +275,8 @@ impl Strategy for LocalUpdates {
         let mut communicate_seconds = 0.0;
         if averaged_gradient || (communicated && self.cfg.clip_norm != ClipNorm::Local) {
             let t = Instant::now();
-            c.allreduce_sum_f32(out)?;
+            c.allreduce_mean_f32(out)?;
             communicate_seconds = t.elapsed().as_secs_f64();
-            let n = c.world_size() as f32;
-            out.iter_mut().for_each(|v| *v /= n);
             self.global_norm = Some(norm(out));
             if !averaged_gradient {
                 out.copy_from_slice(grad);
@@ -340,15 +328,15 @@ impl Strategy for LocalUpdates {
         if self.schedule.sync_steps() > 0 {
             s.insert(PHASE_KEY.into(), vec![if self.sync.is_some() { 0.0 } else { 1.0 }]);
         }
-        if !self.schedule.decided().is_empty() {
+        let decided: Vec<u64> = self.schedule.decided().iter().flatten().copied().collect();
+        if !decided.is_empty() {
             // Steps as f32: exact below 2^24.
-            let flat: Vec<f32> = self.schedule.decided().iter().flatten().map(|&v| v as f32).collect();
-            if self.schedule.decided().iter().flatten().any(|&v| v >= 1 << 24) {
+            if decided.iter().any(|&v| v >= 1 << 24) {
                 return Err(ExchangeError::Usage(
                     "a period set past step 2^24 cannot be checkpointed".into(),
                 ));
             }
-            s.insert(DECIDED_KEY.into(), flat);
+            s.insert(DECIDED_KEY.into(), decided.iter().map(|&v| v as f32).collect());
         }
         if let Some(sync) = &self.sync {
             for (k, v) in sync.state()? {

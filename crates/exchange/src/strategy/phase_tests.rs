@@ -219,7 +219,7 @@ fn the_inner_state_is_averaged_at_every_kth_period_end() {
     let means = InProcessGroup::new(2)
         .run(|mut c| {
             let mut state = vec![c.rank() as f32, 4.0 * c.rank() as f32];
-            LocalUpdates::average_state(&mut state, &mut c).unwrap();
+            c.allreduce_mean_f32(&mut state).unwrap();
             state
         })
         .unwrap();

@@ -384,8 +384,7 @@ class LocalUpdates:
         lr = float(optimizer.param_groups[0].get("lr", 1.0))
         with self._liveness.watch(self.inner_steps, "the synchronous phase's exchange"):
             record = self._rust.sync_step(self.inner_steps, flat.numpy(), self._comm, lr=lr)
-        self.bytes_sent += int(record["bytes_sent"])
-        self.bytes_received += int(record["bytes_received"])
+        self._count(record)
         offset = 0
         for p, g in zip(self.params, grads):
             n = g.numel()
@@ -401,9 +400,7 @@ class LocalUpdates:
             return
         with torch.no_grad():
             flat = torch.cat([t.detach().reshape(-1).to("cpu", torch.float32) for t in tensors])
-            record = self._rust.average_state(flat.numpy(), self._comm)
-            self.bytes_sent += int(record["bytes_sent"])
-            self.bytes_received += int(record["bytes_received"])
+            self._count(self._rust.average_state(flat.numpy(), self._comm))
             offset = 0
             for t in tensors:
                 n = t.numel()
@@ -448,9 +445,11 @@ class LocalUpdates:
         self._count(record)
 
     def _count(self, record: Dict[str, Any]) -> None:
+        """Counts a core call's bytes (its record); a round that finished
+        in it is kept as `last_round`."""
         self.bytes_sent += int(record["bytes_sent"])
         self.bytes_received += int(record["bytes_received"])
-        if record["finished"]:
+        if record.get("finished"):
             self.last_round = record
 
     @property

@@ -35,7 +35,7 @@ from torch._C._distributed_c10d import (AllgatherOptions, AllreduceOptions, AllT
 
 from . import _core
 from ._comm import _DTYPES, _bytes_tensor, _split
-from ._config import OUTER, number, one_of, whole_positive
+from ._config import OUTER, number, one_of, whole, whole_positive
 
 # State keys a healer does not send: a worker's own error-feedback memories.
 _OWN = "delta."
@@ -175,7 +175,7 @@ def manager(*, lighthouse: str, replica_id: str, round_timeout: Union[float, dat
                 checkpoint_transport=_heal_transport(host, timeout),
                 quorum_timeout=_seconds("quorum_timeout", quorum_timeout),
                 heartbeat_interval=_seconds("heartbeat", heartbeat), init_sync=True,
-                quorum_retries=_count("quorum_retries", quorum_retries))
+                quorum_retries=whole("quorum_retries", quorum_retries))
     m._gradcomp_store = store  # the replica group's store lives as long as its manager
     return m
 
@@ -236,12 +236,6 @@ def round_timeout(model: torch.nn.Module, *, link_bps: float, workers: int, peri
     values = sum(p.numel() for p in trained)
     heal_seconds = (2 if outer == "nesterov" else 1) * 4 * values * 8 / float(link_bps)
     return max(floor, factor * (round_seconds + heal_seconds))
-
-
-def _count(name: str, value: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"gradcomp: {name}: {value!r} is not a whole number ≥ 0")
-    return value
 
 
 def _seconds(name: str, value: Union[float, datetime.timedelta]) -> datetime.timedelta:
