@@ -221,12 +221,16 @@ pub fn moments(x: &[f32]) -> Moments {
 multiversion! {
 /// Σ x², accurate at any magnitude. One fused loop per block (max |x| and
 /// Σ x² in f32 lanes) whose result is kept when the block's max lies in
-/// [2^-60, 2^60]: then no square or lane sum overflows, and the squares that
-/// matter (near the max) are normal. Other blocks are summed again scaled
-/// by [`pow2_scale`]. (QSGD calls this per 512-element block, where the
-/// pivot and merge of [`moments`] would cost 15%.)
+/// [2^-30, 2^60]: then no square or lane sum (64 squares ≤ 2^126) overflows,
+/// and only elements below 2^-33 of the max have subnormal squares, at most
+/// 2^-66 of the sum. Other blocks are summed again scaled by [`pow2_scale`].
+/// So scaling `x` by a power of two scales the sum exactly while both stay
+/// normal (a lower bound of 2^-60 left squares of a max's eighth subnormal,
+/// rounded differently at different scales: QSGD's norm was off by an ulp).
+/// (QSGD calls this per 512-element block, where the pivot and merge of
+/// [`moments`] would cost 15%.)
 pub fn sum_of_squares(x: &[f32]) -> f64 {
-    const LOW: f32 = 8.673_617e-19; // 2^-60
+    const LOW: f32 = 9.313_226e-10; // 2^-30
     const HIGH: f32 = 1.152_921_5e18; // 2^60
     let mut total = 0.0f64;
     for block in x.chunks(BLOCK) {

@@ -151,6 +151,21 @@ proptest::proptest! {
 }
 
 #[test]
+fn sum_of_squares_scales_exactly_with_a_power_of_two() {
+    // The case CI found through QSGD (e = -61): every e keeping x normal.
+    let mut r = crate::UnitRng::from_parts(&[195]);
+    let x: Vec<f32> = (0..1500).map(|_| r.next_gaussian() as f32).collect();
+    for e in -90..=90 {
+        let s = 2f32.powi(e);
+        let y: Vec<f32> = x.iter().map(|&v| v * s).collect();
+        // Per QSGD block (512) and whole.
+        for (a, b) in x.chunks(512).chain([&x[..]]).zip(y.chunks(512).chain([&y[..]])) {
+            assert_eq!(sum_of_squares(b), sum_of_squares(a) * f64::from(s) * f64::from(s), "2^{e}");
+        }
+    }
+}
+
+#[test]
 fn the_issues_cases() {
     // Values past 1.8e19 (their squares overflow f32) and below 1e-19.
     for v in [3e19f32, 1e30, f32::MAX, 1e-20, 1e-30, 1e-38, 1e-44] {
