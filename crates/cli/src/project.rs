@@ -3,16 +3,19 @@
 //! worker per round and the wire's seconds, for a model given by its
 //! parameter shapes, the change dense (ring allreduce), in fp4 (allgather
 //! and reduce-scatter) and in SparseLoCo (allgather: its senders' mean
-//! does not go through owners). Encodings are measured on this CPU once
-//! per distinct size; codec time is left out.
+//! does not go through owners). Each tensor travels on its route from the
+//! exchange's route table and is priced as the model prices a step
+//! (`predict::sized`, `received_bytes`, `wire_seconds`); encodings are
+//! measured on this CPU once per distinct shape; codec time is left out.
 
 use std::fmt::Write as _;
 
 use anyhow::{bail, Context, Result};
 use clap::Args as ClapArgs;
-use gradcomp_comm::NetworkModel;
+use gradcomp_comm::{AllreduceAlgorithm, NetworkModel};
 use gradcomp_compress::CompressorConfig;
-use gradcomp_dp::predict::{project_round, Carrier, Encodings};
+use gradcomp_dp::predict::{received_bytes, rounds_seconds, sized, wire_seconds};
+use gradcomp_dp::Topology;
 
 #[derive(ClapArgs)]
 pub struct Args {
@@ -31,14 +34,14 @@ pub struct Args {
     alpha: f64,
 }
 
-/// The methods projected: a label, the carrier and the compressor.
-fn methods() -> Vec<(&'static str, Carrier, CompressorConfig)> {
+/// The methods projected: a label, the topology and the compressor.
+fn methods() -> Vec<(&'static str, Topology, CompressorConfig)> {
     let named = |n: &str| CompressorConfig::named(n).expect("a built-in compressor");
     vec![
-        ("dense (ring allreduce)", Carrier::RingAllreduce, named("dense")),
-        ("fp4 (allgather)", Carrier::Allgather, named("fp4")),
-        ("fp4 (reduce-scatter)", Carrier::ReduceScatter, named("fp4")),
-        ("sparseloco (allgather)", Carrier::Allgather, named("sparseloco")),
+        ("dense (ring allreduce)", Topology::Allreduce, named("dense")),
+        ("fp4 (allgather)", Topology::Allgather, named("fp4")),
+        ("fp4 (reduce-scatter)", Topology::ReduceScatter, named("fp4")),
+        ("sparseloco (allgather)", Topology::Allgather, named("sparseloco")),
     ]
 }
 
@@ -67,15 +70,16 @@ pub fn run(a: &Args) -> Result<()> {
             bail!("{file}: needs at least one tensor, none of them empty");
         }
         let params: usize = shapes.iter().map(|s| s.iter().product::<usize>()).sum();
-        for (label, carrier, compressor) in methods() {
-            let mut enc = Encodings::new(compressor);
+        for (label, topology, compressor) in methods() {
+            let m = sized(label, compressor, topology, &shapes);
             for &link in &a.links {
-                let net = NetworkModel::from_bits_per_second(link, a.alpha);
+                let net = NetworkModel::from_bits_per_second(link, a.alpha)
+                    .with_allreduce(AllreduceAlgorithm::Ring);
                 let _ =
                     write!(md, "| {name} ({:.1}M) | {} Mbit/s | {label} |", params as f64 / 1e6, link / 1e6);
                 for &n in &a.workers {
-                    let p = project_round(&shapes, carrier, &mut enc, n, &net);
-                    let _ = write!(md, " {:.1} MB, {} |", p.received as f64 / 1e6, seconds(p.seconds));
+                    let wire = rounds_seconds(&m, n, &net) + wire_seconds(&m.units, n, &net);
+                    let _ = write!(md, " {:.1} MB, {} |", received_bytes(&m, n) as f64 / 1e6, seconds(wire));
                 }
                 md.push('\n');
             }

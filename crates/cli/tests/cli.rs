@@ -541,3 +541,24 @@ fn plan_auto_is_chosen_printed_frozen_and_resumed() {
     assert!(!err.contains("plan = \"auto\": step"), "a resume takes the frozen plan: {err}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// `gradcomp project` prices every method through the route table: its rows
+/// are the committed projection's (docs/bench/scale/projection.md), and a
+/// bad worker count is refused by name.
+#[test]
+fn project_prints_the_committed_projection_rows() {
+    let dir = format!("{}/../../docs/bench/scale", env!("CARGO_MANIFEST_DIR"));
+    let shapes = format!("lstm={dir}/shapes-lstm.json");
+    let args = ["project", "--shapes", &shapes, "--links", "1e8"];
+    let (code, out, err) = gradcomp(&args);
+    assert_eq!(code, 0, "{err}");
+    let committed = std::fs::read_to_string(format!("{dir}/projection.md")).unwrap();
+    let rows: Vec<&str> = out.lines().filter(|l| l.starts_with("| lstm")).collect();
+    assert_eq!(rows.len(), 4, "{out}");
+    for row in rows {
+        assert!(committed.lines().any(|l| l == row), "{row} is not in projection.md");
+    }
+    let (code, _, err) = gradcomp(&["project", "--shapes", &shapes, "--workers", "1"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("--workers"), "{err}");
+}

@@ -3,6 +3,8 @@
 use half::f16;
 use thiserror::Error;
 
+use crate::Reduction;
+
 /// Why a collective operation failed. Every rank taking part gets an error
 /// (never a hang) when any of them fails.
 #[derive(Debug, Error, Clone, PartialEq)]
@@ -185,12 +187,19 @@ pub trait Collective: Send {
     fn rank(&self) -> usize;
     fn world_size(&self) -> usize;
 
+    /// The elementwise reduction `r` across ranks, in place: the one
+    /// allreduce a backend implements, whatever the element type. Every rank
+    /// passes the same variant and length.
+    fn allreduce(&mut self, r: Reduction<'_>) -> Result<(), CommError>;
+
     /// Elementwise sum across ranks, in place.
-    fn allreduce_sum_f32(&mut self, buf: &mut [f32]) -> Result<(), CommError>;
+    fn allreduce_sum_f32(&mut self, buf: &mut [f32]) -> Result<(), CommError> {
+        self.allreduce(Reduction::SumF32(buf))
+    }
 
     /// Elementwise mean across ranks, in place: the sum divided by the
     /// world (the model's buffers, an optimizer's state, a gradient
-    /// averaged). A provided method: wrappers forward the sum it calls.
+    /// averaged).
     fn allreduce_mean_f32(&mut self, buf: &mut [f32]) -> Result<(), CommError> {
         self.allreduce_sum_f32(buf)?;
         let n = self.world_size() as f32;
@@ -199,25 +208,35 @@ pub trait Collective: Send {
     }
 
     /// Elementwise sum of integers, in place (wrapping on overflow).
-    fn allreduce_sum_i32(&mut self, buf: &mut [i32]) -> Result<(), CommError>;
+    fn allreduce_sum_i32(&mut self, buf: &mut [i32]) -> Result<(), CommError> {
+        self.allreduce(Reduction::SumI32(buf))
+    }
 
     /// Elementwise sum of 16-bit integers, in place (wrapping): TernGrad's
     /// code sums for 128 to 16383 workers.
-    fn allreduce_sum_i16(&mut self, buf: &mut [i16]) -> Result<(), CommError>;
+    fn allreduce_sum_i16(&mut self, buf: &mut [i16]) -> Result<(), CommError> {
+        self.allreduce(Reduction::SumI16(buf))
+    }
 
     /// Elementwise sum of 8-bit integers, in place (wrapping): TernGrad's
     /// code sums for up to 127 workers, a quarter of an f32 allreduce's bytes.
-    fn allreduce_sum_i8(&mut self, buf: &mut [i8]) -> Result<(), CommError>;
+    fn allreduce_sum_i8(&mut self, buf: &mut [i8]) -> Result<(), CommError> {
+        self.allreduce(Reduction::SumI8(buf))
+    }
 
     /// Elementwise sum of IEEE half-precision values, in place: each
     /// addition is done in f32 and rounded to half (to nearest, ties to
     /// even), as a half-precision reduction does on the wire (fp16
     /// compression, as PyTorch's `fp16_compress_hook`). The order of the
     /// additions is the backend's; every rank gets the same bits.
-    fn allreduce_sum_f16(&mut self, buf: &mut [f16]) -> Result<(), CommError>;
+    fn allreduce_sum_f16(&mut self, buf: &mut [f16]) -> Result<(), CommError> {
+        self.allreduce(Reduction::SumF16(buf))
+    }
 
     /// Elementwise max across ranks, in place (TernGrad's shared scalers).
-    fn allreduce_max_f32(&mut self, buf: &mut [f32]) -> Result<(), CommError>;
+    fn allreduce_max_f32(&mut self, buf: &mut [f32]) -> Result<(), CommError> {
+        self.allreduce(Reduction::MaxF32(buf))
+    }
 
     /// Every rank contributes a message of any length; every rank receives
     /// all of them in rank order.
@@ -276,12 +295,7 @@ macro_rules! forward_collective {
         impl<C: Collective + ?Sized> Collective for $ty {
             fn rank(&self) -> usize { (**self).rank() }
             fn world_size(&self) -> usize { (**self).world_size() }
-            fn allreduce_sum_f32(&mut self, buf: &mut [f32]) -> Result<(), CommError> { (**self).allreduce_sum_f32(buf) }
-            fn allreduce_sum_i32(&mut self, buf: &mut [i32]) -> Result<(), CommError> { (**self).allreduce_sum_i32(buf) }
-            fn allreduce_sum_i16(&mut self, buf: &mut [i16]) -> Result<(), CommError> { (**self).allreduce_sum_i16(buf) }
-            fn allreduce_sum_i8(&mut self, buf: &mut [i8]) -> Result<(), CommError> { (**self).allreduce_sum_i8(buf) }
-            fn allreduce_sum_f16(&mut self, buf: &mut [f16]) -> Result<(), CommError> { (**self).allreduce_sum_f16(buf) }
-            fn allreduce_max_f32(&mut self, buf: &mut [f32]) -> Result<(), CommError> { (**self).allreduce_max_f32(buf) }
+            fn allreduce(&mut self, r: Reduction<'_>) -> Result<(), CommError> { (**self).allreduce(r) }
             fn allgatherv(&mut self, send: &[u8], recv: &mut Gathered) -> Result<(), CommError> { (**self).allgatherv(send, recv) }
             fn alltoallv(&mut self, send: &Gathered, recv: &mut Gathered) -> Result<(), CommError> { (**self).alltoallv(send, recv) }
             fn broadcast(&mut self, buf: &mut Vec<u8>, root: usize) -> Result<(), CommError> { (**self).broadcast(buf, root) }

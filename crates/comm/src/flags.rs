@@ -10,7 +10,7 @@
 //! the flags take a round of their own, as they do when the caller made no
 //! operation at all ([`Flagged::flagged`]).
 
-use crate::{Aggregate, Collective, CommError, Gathered, ServerPlacement};
+use crate::{Aggregate, Collective, CommError, Gathered, Reduction, ServerPlacement};
 use half::f16;
 
 /// `inner`, with this worker's flag carried inside the first operation.
@@ -82,47 +82,29 @@ impl<C: Collective> Flagged<C> {
         (0..self.inner.world_size()).map(|r| if r == rank && self.raised { one } else { zero }).collect()
     }
 
-    /// `op` on `buf` widened by the flag slots (the first operation), or on
-    /// `buf` alone (every later one).
-    fn ride<T: Copy + PartialEq>(
-        &mut self,
-        buf: &mut [T],
-        zero: T,
-        one: T,
-        op: impl FnOnce(&mut C, &mut [T]) -> Result<(), CommError>,
-    ) -> Result<(), CommError> {
-        self.ride_in(&mut Vec::new(), buf, zero, one, op)
-    }
-
     /// A float32 allreduce, widened in the reused scratch buffer (the dense
     /// exchange's buffer is the model's size).
-    fn ride_f32(
-        &mut self,
-        buf: &mut [f32],
-        op: impl FnOnce(&mut C, &mut [f32]) -> Result<(), CommError>,
-    ) -> Result<(), CommError> {
+    fn ride_f32(&mut self, buf: &mut [f32], as_op: fn(&mut [f32]) -> Reduction<'_>) -> Result<(), CommError> {
         let mut wide = std::mem::take(&mut self.scratch);
-        let result = self.ride_in(&mut wide, buf, 0.0, 1.0, op);
+        let result = self.ride_in(&mut wide, buf, 0.0, 1.0, as_op);
         self.scratch = wide;
         result
     }
 
-    /// [`Flagged::ride`] with `wide` (cleared first) for the widened copy.
+    /// The first operation: the reduction `as_op` makes of `buf` widened by
+    /// the flag slots, in `wide` (cleared first).
     fn ride_in<T: Copy + PartialEq>(
         &mut self,
         wide: &mut Vec<T>,
         buf: &mut [T],
         zero: T,
         one: T,
-        op: impl FnOnce(&mut C, &mut [T]) -> Result<(), CommError>,
+        as_op: fn(&mut [T]) -> Reduction<'_>,
     ) -> Result<(), CommError> {
-        if self.flags.is_some() {
-            return op(&mut self.inner, buf);
-        }
         wide.clear();
         wide.extend_from_slice(buf);
         wide.extend(self.slots(zero, one));
-        op(&mut self.inner, wide)?;
+        self.inner.allreduce(as_op(wide))?;
         // The caller's elements back into `buf`, the slots into the flags.
         let (data, slots) = wide.split_at(buf.len());
         buf.copy_from_slice(data);
@@ -149,28 +131,20 @@ impl<C: Collective> Collective for Flagged<C> {
         self.inner.world_size()
     }
 
-    fn allreduce_sum_f32(&mut self, buf: &mut [f32]) -> Result<(), CommError> {
-        self.ride_f32(buf, C::allreduce_sum_f32)
-    }
-
-    fn allreduce_sum_i32(&mut self, buf: &mut [i32]) -> Result<(), CommError> {
-        self.ride(buf, 0, 1, C::allreduce_sum_i32)
-    }
-
-    fn allreduce_sum_i16(&mut self, buf: &mut [i16]) -> Result<(), CommError> {
-        self.ride(buf, 0, 1, C::allreduce_sum_i16)
-    }
-
-    fn allreduce_sum_i8(&mut self, buf: &mut [i8]) -> Result<(), CommError> {
-        self.ride(buf, 0, 1, C::allreduce_sum_i8)
-    }
-
-    fn allreduce_sum_f16(&mut self, buf: &mut [f16]) -> Result<(), CommError> {
-        self.ride(buf, f16::ZERO, f16::ONE, C::allreduce_sum_f16)
-    }
-
-    fn allreduce_max_f32(&mut self, buf: &mut [f32]) -> Result<(), CommError> {
-        self.ride_f32(buf, C::allreduce_max_f32)
+    fn allreduce(&mut self, r: Reduction<'_>) -> Result<(), CommError> {
+        if self.flags.is_some() {
+            return self.inner.allreduce(r);
+        }
+        match r {
+            Reduction::SumF32(b) => self.ride_f32(b, |w| Reduction::SumF32(w)),
+            Reduction::MaxF32(b) => self.ride_f32(b, |w| Reduction::MaxF32(w)),
+            Reduction::SumF16(b) => {
+                self.ride_in(&mut Vec::new(), b, f16::ZERO, f16::ONE, |w| Reduction::SumF16(w))
+            }
+            Reduction::SumI32(b) => self.ride_in(&mut Vec::new(), b, 0, 1, |w| Reduction::SumI32(w)),
+            Reduction::SumI16(b) => self.ride_in(&mut Vec::new(), b, 0, 1, |w| Reduction::SumI16(w)),
+            Reduction::SumI8(b) => self.ride_in(&mut Vec::new(), b, 0, 1, |w| Reduction::SumI8(w)),
+        }
     }
 
     fn allgatherv(&mut self, send: &[u8], recv: &mut Gathered) -> Result<(), CommError> {

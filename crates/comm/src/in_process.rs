@@ -25,7 +25,7 @@ use half::f16;
 use thiserror::Error;
 
 use crate::collective::{Aggregate, Collective, CommError, Gathered, ServerPlacement};
-use crate::op::OpKind;
+use crate::op::{OpKind, Reduction};
 
 /// Options of an in-process group; `build` makes the per-rank handles.
 #[derive(Clone, Debug)]
@@ -407,28 +407,16 @@ impl Collective for InProcessCollective {
         self.shared.n
     }
 
-    fn allreduce_sum_f32(&mut self, buf: &mut [f32]) -> Result<(), CommError> {
-        self.reduce(OpKind::AllreduceSumF32, buf, |a, b| a + b)
-    }
-
-    fn allreduce_sum_i32(&mut self, buf: &mut [i32]) -> Result<(), CommError> {
-        self.reduce(OpKind::AllreduceSumI32, buf, i32::wrapping_add)
-    }
-
-    fn allreduce_sum_i16(&mut self, buf: &mut [i16]) -> Result<(), CommError> {
-        self.reduce(OpKind::AllreduceSumI16, buf, i16::wrapping_add)
-    }
-
-    fn allreduce_sum_i8(&mut self, buf: &mut [i8]) -> Result<(), CommError> {
-        self.reduce(OpKind::AllreduceSumI8, buf, i8::wrapping_add)
-    }
-
-    fn allreduce_sum_f16(&mut self, buf: &mut [f16]) -> Result<(), CommError> {
-        self.reduce(OpKind::AllreduceSumF16, buf, |a, b| f16::from_f32(a.to_f32() + b.to_f32()))
-    }
-
-    fn allreduce_max_f32(&mut self, buf: &mut [f32]) -> Result<(), CommError> {
-        self.reduce(OpKind::AllreduceMaxF32, buf, f32::max)
+    fn allreduce(&mut self, r: Reduction<'_>) -> Result<(), CommError> {
+        let kind = r.kind();
+        match r {
+            Reduction::SumF32(b) => self.reduce(kind, b, |a, b| a + b),
+            Reduction::SumF16(b) => self.reduce(kind, b, |a, b| f16::from_f32(a.to_f32() + b.to_f32())),
+            Reduction::SumI32(b) => self.reduce(kind, b, i32::wrapping_add),
+            Reduction::SumI16(b) => self.reduce(kind, b, i16::wrapping_add),
+            Reduction::SumI8(b) => self.reduce(kind, b, i8::wrapping_add),
+            Reduction::MaxF32(b) => self.reduce(kind, b, f32::max),
+        }
     }
 
     fn allgatherv(&mut self, send: &[u8], recv: &mut Gathered) -> Result<(), CommError> {

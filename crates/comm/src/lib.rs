@@ -34,4 +34,4 @@ pub use half::f16;
 pub use in_process::{InProcessCollective, InProcessGroup, WorkerPanic};
 pub use meter::{ByteMeter, Metered, OpBytes, StepBytes};
 pub use netmodel::{AllgathervAlgorithm, AllreduceAlgorithm, Calibration, CalibrationError, NetworkModel};
-pub use op::{CollectiveCall, OpKind};
+pub use op::{CollectiveCall, OpKind, Reduction};

@@ -11,10 +11,8 @@
 
 use std::time::{Duration, Instant};
 
-use half::f16;
-
 use crate::collective::{Aggregate, Collective, CommError, Gathered, ServerPlacement};
-use crate::op::OpKind;
+use crate::op::{OpKind, Reduction};
 
 /// Counts for one operation kind.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -145,20 +143,6 @@ impl<C: Collective> Metered<C> {
     pub fn into_inner(self) -> C {
         self.inner
     }
-
-    /// Runs `op` and, when it succeeds, records `bytes` of `kind` sent and received.
-    fn reduce<T>(
-        &mut self,
-        kind: OpKind,
-        buf: &mut [T],
-        op: impl FnOnce(&mut C, &mut [T]) -> Result<(), CommError>,
-    ) -> Result<(), CommError> {
-        let start = Instant::now();
-        op(&mut self.inner, buf)?;
-        let bytes = std::mem::size_of_val(buf);
-        self.meter.record(kind, bytes, bytes, start.elapsed());
-        Ok(())
-    }
 }
 
 impl<C: Collective> Collective for Metered<C> {
@@ -170,28 +154,12 @@ impl<C: Collective> Collective for Metered<C> {
         self.inner.world_size()
     }
 
-    fn allreduce_sum_f32(&mut self, buf: &mut [f32]) -> Result<(), CommError> {
-        self.reduce(OpKind::AllreduceSumF32, buf, C::allreduce_sum_f32)
-    }
-
-    fn allreduce_sum_i32(&mut self, buf: &mut [i32]) -> Result<(), CommError> {
-        self.reduce(OpKind::AllreduceSumI32, buf, C::allreduce_sum_i32)
-    }
-
-    fn allreduce_sum_i16(&mut self, buf: &mut [i16]) -> Result<(), CommError> {
-        self.reduce(OpKind::AllreduceSumI16, buf, C::allreduce_sum_i16)
-    }
-
-    fn allreduce_sum_i8(&mut self, buf: &mut [i8]) -> Result<(), CommError> {
-        self.reduce(OpKind::AllreduceSumI8, buf, C::allreduce_sum_i8)
-    }
-
-    fn allreduce_sum_f16(&mut self, buf: &mut [f16]) -> Result<(), CommError> {
-        self.reduce(OpKind::AllreduceSumF16, buf, C::allreduce_sum_f16)
-    }
-
-    fn allreduce_max_f32(&mut self, buf: &mut [f32]) -> Result<(), CommError> {
-        self.reduce(OpKind::AllreduceMaxF32, buf, C::allreduce_max_f32)
+    fn allreduce(&mut self, r: Reduction<'_>) -> Result<(), CommError> {
+        let (kind, bytes) = (r.kind(), r.bytes());
+        let start = Instant::now();
+        self.inner.allreduce(r)?;
+        self.meter.record(kind, bytes, bytes, start.elapsed());
+        Ok(())
     }
 
     fn allgatherv(&mut self, send: &[u8], recv: &mut Gathered) -> Result<(), CommError> {

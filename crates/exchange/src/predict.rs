@@ -235,7 +235,7 @@ pub fn wire_seconds(units: &[UnitCost], n: usize, net: &NetworkModel) -> f64 {
         match u.route {
             Route::InRounds => {}
             Route::Gather => (gathered, gathers) = (gathered + bytes, true),
-            Route::Scatter => (shard, scatters) = (shard + shard_bytes(u.size.encoded, n), true),
+            Route::Scatter => (shard, scatters) = (shard + u.size.scattered(n).0 as f64 / n as f64, true),
             Route::Server => {
                 (up, server) = (up + bytes, true);
                 down += Route::download_bytes(u.combine, u.size.len, n, bytes);
@@ -258,13 +258,6 @@ pub fn wire_seconds(units: &[UnitCost], n: usize, net: &NetworkModel) -> f64 {
         t += net.alltoallv_uniform(n, s) + net.allgatherv_uniform(n, s);
     }
     t
-}
-
-/// The bytes of one shard of a message of `encoded` bytes cut N ways: its
-/// payload's N-th, and a header of its own (ALGORITHMS.md §7).
-pub fn shard_bytes(encoded: usize, n: usize) -> f64 {
-    let h = codec::HEADER_LEN as f64;
-    (encoded as f64 - h).max(0.0) / n.max(1) as f64 + h
 }
 
 /// Seconds one worker decodes `units`' messages among `n` workers: each
@@ -371,106 +364,65 @@ pub fn local_step_seconds(
     price
 }
 
-/// How a projected round travels.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Carrier {
-    /// Dense f32 values in a ring allreduce.
-    RingAllreduce,
-    /// Every worker's message to every worker.
-    Allgather,
-    /// Shards to their owners, the owners' averages to everyone
-    /// (`scatter.rs`).
-    ReduceScatter,
-}
-
-/// One worker's round among `workers` as the model projects it.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct RoundProjection {
-    /// Bytes a worker receives on its link per round (an allreduce's: the
-    /// ring's 2(N − 1)/N of the buffer).
-    pub received: u64,
-    /// The round's wire seconds (codec time left out).
-    pub seconds: f64,
-}
-
-/// The bytes a compressed tensor of `shape` encodes to, and those of its
-/// shards, measured by compressing an N(0, 10⁻⁶) change once per distinct
-/// shape or shard length (the encodings here depend on the sizes alone).
-pub struct Encodings {
+/// A method priced by its bytes alone, without timing its codec (`gradcomp
+/// project`, for models too large to compress five times here): each
+/// tensor on its route on `topology` ([`Route::of`]), its message measured
+/// by compressing an N(0, 10⁻⁶) change once per distinct shape (the
+/// encodings here depend on the sizes alone); a tensor the compressor
+/// leaves alone, its f32 values. Exchange rounds are not priced: a
+/// compressor that has them is refused (`measure` prices it).
+pub fn sized(
+    label: &str,
     compressor: CompressorConfig,
-    cache: std::collections::HashMap<Vec<usize>, u64>,
-}
-
-impl Encodings {
-    pub fn new(compressor: CompressorConfig) -> Self {
-        Encodings { compressor, cache: Default::default() }
-    }
-
-    /// The encoded bytes of a tensor of `shape` (a tensor the compressor
-    /// leaves alone: its f32 values).
-    pub fn of(&mut self, shape: &[usize]) -> u64 {
-        if let Some(&b) = self.cache.get(shape) {
-            return b;
-        }
-        let len: usize = shape.iter().product();
-        let bytes = if !self.compressor.compresses(shape) {
-            4 * len as u64
-        } else {
-            let mut rng = UnitRng::from_parts(&[3, len as u64]);
-            let x: Vec<f32> = (0..len).map(|_| rng.next_gaussian() as f32 * 1e-3).collect();
-            let mut msg = Message::default();
-            let ctx = UnitContext { key: RngKey::new(1, 0, 0, 0), loss: Some(1.0) };
-            self.compressor.build_for(shape).compress(&x, &ctx, &mut msg);
-            codec::encoded_len(&msg) as u64
-        };
-        self.cache.insert(shape.to_vec(), bytes);
-        bytes
-    }
-}
-
-/// A round of a model of `shapes` among `n` workers on `net`, its change
-/// carried by `carrier` with `enc`'s compressor (ignored for the dense
-/// allreduce): bytes a worker receives and the wire's seconds.
-pub fn project_round(
+    topology: Topology,
     shapes: &[Vec<usize>],
-    carrier: Carrier,
-    enc: &mut Encodings,
-    n: usize,
-    net: &NetworkModel,
-) -> RoundProjection {
-    let total: u64 = shapes.iter().map(|s| s.iter().product::<usize>() as u64).sum();
+) -> MethodCost {
+    let mut seen: std::collections::HashMap<&[usize], UnitCost> = Default::default();
+    let units: Vec<UnitCost> = shapes
+        .iter()
+        .map(|shape| {
+            *seen.entry(shape).or_insert_with(|| {
+                let len: usize = shape.iter().product();
+                let (uncompressed, combine, size) = if !compressor.compresses(shape) {
+                    let size = MessageSize { summed: len, len, encoded: 4 * len + codec::HEADER_LEN };
+                    (true, Combine::DenseSum, size)
+                } else {
+                    let mut rng = UnitRng::from_parts(&[3, len as u64]);
+                    let x: Vec<f32> = (0..len).map(|_| rng.next_gaussian() as f32 * 1e-3).collect();
+                    let mut msg = Message::default();
+                    let ctx = UnitContext { key: RngKey::new(1, 0, 0, 0), loss: Some(1.0) };
+                    let mut c = compressor.build_for(shape);
+                    assert_eq!(c.rounds(), 0, "{label}: sized() prices no exchange rounds; measure() does");
+                    c.compress(&x, &ctx, &mut msg);
+                    (false, c.combine(), MessageSize::of(&msg))
+                };
+                let route =
+                    Route::of(uncompressed, topology, combine).expect("the topology carries the compressor");
+                UnitCost { route, combine, size, compress_seconds: 0.0, decode_seconds: 0.0 }
+            })
+        })
+        .collect();
+    MethodCost {
+        label: label.into(),
+        compressor,
+        topology,
+        upload: units.iter().map(|c| c.upload(1)).sum(),
+        rounds: Vec::new(),
+        compress_seconds: 0.0,
+        decode_seconds: 0.0,
+        units,
+    }
+}
+
+/// Bytes one worker receives on its link per step of `m` among `n`
+/// workers: each unit's route's ([`Route::received_bytes`]) and the
+/// exchange rounds' allreduces (a ring's 2(N − 1)/N of each).
+pub fn received_bytes(m: &MethodCost, n: usize) -> u64 {
     if n <= 1 {
-        return RoundProjection { received: 0, seconds: 0.0 };
+        return 0;
     }
-    match carrier {
-        Carrier::RingAllreduce => RoundProjection {
-            received: (2.0 * (n - 1) as f64 / n as f64 * 4.0 * total as f64) as u64,
-            seconds: net
-                .clone()
-                .with_allreduce(gradcomp_comm::AllreduceAlgorithm::Ring)
-                .allreduce(n, 4 * total),
-        },
-        Carrier::Allgather => {
-            let message: u64 = shapes.iter().map(|s| enc.of(s)).sum();
-            RoundProjection {
-                received: (n as u64 - 1) * message,
-                seconds: net.allgatherv_uniform(n, message),
-            }
-        }
-        Carrier::ReduceScatter => {
-            // Worker 0's bytes (shards are equal to within a block); a
-            // shard's encoding measured at its length.
-            let lens: Vec<usize> = shapes.iter().map(|s| s.iter().product()).collect();
-            let (sent, received) = crate::scatter::bytes(&lens, n, 0, |l| enc.of(&[l]));
-            // The alltoallv carries N − 1 of the N shards sent; the
-            // allgatherv every owner's average, about as large.
-            let shard = sent / n as u64;
-            RoundProjection {
-                received,
-                seconds: net.alltoallv_uniform(n, shard) + net.allgatherv_uniform(n, shard),
-            }
-        }
-    }
+    let rounds: u64 = m.rounds.iter().map(|&b| 2 * (n as u64 - 1) * b / n as u64).sum();
+    rounds + m.units.iter().map(|u| u.route.received_bytes(&u.size, u.combine, n)).sum::<u64>()
 }
 
 #[cfg(test)]
@@ -511,25 +463,38 @@ mod tests {
         assert!(whole(2, 4, false).step_seconds > 0.05);
     }
 
-    /// The projection's bytes: the ring's 2(N − 1)/N of the dense buffer,
-    /// the allgather's N − 1 messages, and the reduce-scatter's
-    /// `scatter::bytes` (for fp4 at N = 8 under 0.3× the allgather's, and
-    /// flat in N where the allgather's grows).
+    /// A method priced by its bytes receives what its routes move: the
+    /// ring's 2(N − 1)/N of the dense buffer, the allgather's N − 1
+    /// messages, and the reduce-scatter's shards, as `scatter_bytes` counts
+    /// them at each shard's measured encoding (for fp4 at N = 8 under 0.3×
+    /// the allgather's, and flat in N where the allgather's grows).
     #[test]
-    fn a_projected_round_receives_what_each_carrier_moves() {
+    fn a_sized_method_receives_what_each_route_moves() {
         let shapes = vec![vec![256, 64], vec![64], vec![1024, 256]];
-        let total = 256 * 64 + 64 + 1024 * 256;
+        let lens: Vec<usize> = shapes.iter().map(|s| s.iter().product()).collect();
+        let total: usize = lens.iter().sum();
         let net = NetworkModel::from_bits_per_second(1e8, 1e-4);
-        let mut fp4 = Encodings::new(CompressorConfig::named("fp4").unwrap());
-        let dense = project_round(&shapes, Carrier::RingAllreduce, &mut fp4, 8, &net);
-        assert_eq!(dense.received, (2.0 * 7.0 / 8.0 * 4.0 * total as f64) as u64);
-        let message: u64 = shapes.iter().map(|s| fp4.of(s)).sum();
-        let ag = project_round(&shapes, Carrier::Allgather, &mut fp4, 8, &net);
-        assert_eq!(ag.received, 7 * message);
-        let rs = project_round(&shapes, Carrier::ReduceScatter, &mut fp4, 8, &net);
-        assert!((rs.received as f64) < 0.3 * ag.received as f64, "{rs:?} against {ag:?}");
-        assert!(rs.seconds < ag.seconds);
-        let rs64 = project_round(&shapes, Carrier::ReduceScatter, &mut fp4, 64, &net);
-        assert!((rs64.received as f64) < 1.2 * rs.received as f64, "{rs64:?} against {rs:?}");
+        let fp4 = CompressorConfig::named("fp4").unwrap();
+        let dense = sized("dense", CompressorConfig::dense(), Topology::Allreduce, &shapes);
+        assert_eq!(received_bytes(&dense, 8), 2 * 7 * 4 * total as u64 / 8);
+        let ag = sized("ag", fp4.clone(), Topology::Allgather, &shapes);
+        let message: u64 = ag.units.iter().map(|u| u.size.encoded as u64).sum();
+        assert_eq!(received_bytes(&ag, 8), 7 * message);
+        let rs = sized("rs", fp4.clone(), Topology::ReduceScatter, &shapes);
+        let rs8 = received_bytes(&rs, 8);
+        // Against each shard compressed at its own length.
+        let encode = |l: usize| {
+            let m = sized("shard", fp4.clone(), Topology::Allgather, &[vec![l]]);
+            m.units[0].size.encoded as u64
+        };
+        let (_, exact) = crate::route::scatter_bytes(&lens, 8, 0, encode);
+        assert!((rs8 as f64 - exact as f64).abs() <= 0.002 * exact as f64, "{rs8} against {exact}");
+        assert!((rs8 as f64) < 0.3 * (7 * message) as f64, "{rs8} against {}", 7 * message);
+        assert!(wire_seconds(&rs.units, 8, &net) < wire_seconds(&ag.units, 8, &net));
+        let rs64 = received_bytes(&rs, 64);
+        assert!((rs64 as f64) < 1.2 * rs8 as f64, "{rs64} against {rs8}");
+        // The measured method and the sized one agree on bytes.
+        let measured = measure("fp4", fp4, Topology::ReduceScatter, &shapes);
+        assert_eq!(received_bytes(&measured, 8), rs8);
     }
 }

@@ -10,6 +10,8 @@
 //! [`carriers`] (and, if it travels per worker, its aggregation in
 //! `gradcomp_compress::aggregate`): nothing else here branches on it.
 
+use std::ops::Range;
+
 use gradcomp_compress::codec;
 use gradcomp_compress::message::TernarySumMessage;
 use gradcomp_compress::{Combine, Message};
@@ -124,7 +126,7 @@ impl Route {
             Route::Gather | Route::Server => size.encoded as u64,
             Route::InRounds => 0,
             // What crosses links: the N − 1 shards for others and the owned
-            // average, each about 1/N of the message (`scatter::bytes`
+            // average, each about 1/N of the message (`scatter_bytes`
             // counts the headers exactly).
             Route::Scatter => size.encoded as u64,
         }
@@ -152,6 +154,27 @@ impl Route {
             // N shards of 1/N and N averages of 1/N: two messages' worth.
             Route::Scatter => 2,
             Route::SumF32 | Route::SumF16 | Route::SumCodes | Route::InRounds => 1,
+        }
+    }
+
+    /// Bytes one worker receives on its link for a unit on this route
+    /// among `workers` (an allreduce priced as a ring's: 2(N − 1)/N of the
+    /// buffer; every other worker's gathered encoding; the server's
+    /// download; the reduce-scatter's shards and averages, [`scatter_bytes`]
+    /// at [`MessageSize::encoded_at`]). The exchange rounds' bytes are the
+    /// caller's (they are not a unit's).
+    pub fn received_bytes(self, size: &MessageSize, combine: Combine, workers: usize) -> u64 {
+        let n = workers as u64;
+        if n <= 1 {
+            return 0;
+        }
+        let up = self.upload_bytes(size, workers);
+        match self {
+            Route::SumF32 | Route::SumF16 | Route::SumCodes => 2 * (n - 1) * up / n,
+            Route::Gather => (n - 1) * up,
+            Route::Server => Route::download_bytes(combine, size.len, workers, up),
+            Route::Scatter => size.scattered(workers).1,
+            Route::InRounds => 0,
         }
     }
 
@@ -183,6 +206,72 @@ impl MessageSize {
         };
         MessageSize { summed, len: msg.len(), encoded: codec::encoded_len(msg) }
     }
+
+    /// The encoding of a run of `l` of the message's values: a header of
+    /// its own and the payload in proportion (exact for a fixed-rate codec
+    /// such as fp4 or 8-bit on whole blocks, which shards are; a sparse
+    /// message's k in proportion).
+    pub fn encoded_at(&self, l: usize) -> u64 {
+        let header = codec::HEADER_LEN as u64;
+        let payload = (self.encoded as u64).saturating_sub(header);
+        header + (payload * l as u64).div_ceil(self.len.max(1) as u64)
+    }
+
+    /// (sent, received) by worker 0 in one reduce-scatter of this message
+    /// among `workers` ([`scatter_bytes`] at [`MessageSize::encoded_at`]).
+    pub fn scattered(&self, workers: usize) -> (u64, u64) {
+        scatter_bytes(&[self.len], workers, 0, |l| self.encoded_at(l))
+    }
+}
+
+/// Shards are cut at multiples of this many values, so fp4's 32-value
+/// scale blocks never straddle two shards (8-bit's 4096-value blocks
+/// restart at each shard).
+pub const SHARD_ALIGN: usize = 64;
+
+/// Shard `j` of `n` of a unit of `len` values: the blocks of
+/// [`SHARD_ALIGN`] values split as evenly as whole blocks allow, the last
+/// block cut at `len`. Shards may be empty when the unit has fewer blocks
+/// than workers.
+pub fn shard(len: usize, n: usize, j: usize) -> Range<usize> {
+    let blocks = len.div_ceil(SHARD_ALIGN);
+    let at = |k: usize| (blocks * k / n * SHARD_ALIGN).min(len);
+    at(j)..at(j + 1)
+}
+
+/// Bytes worker `rank` of `n` moves in one reduce-scatter of units of
+/// `lens` values (ALGORITHMS.md §7), as the byte meter counts them, where
+/// `encoded(l)` is the encoding of a compressed run of l values (header
+/// included; exact for a fixed-rate quantizer such as fp4 or 8-bit, where
+/// it depends on l alone): (sent, received), over the alltoallv and the
+/// allgatherv. With s_j the size of shard j:
+///
+///   sent = Σ_u Σ_{j ≠ rank} encoded(s_j) + Σ_u encoded(s_rank)
+///   received = Σ_u (N − 1)·encoded(s_rank) + Σ_u Σ_{j ≠ rank} encoded(s_j)
+///
+/// Empty shards send nothing.
+pub fn scatter_bytes(
+    lens: &[usize],
+    n: usize,
+    rank: usize,
+    mut encoded: impl FnMut(usize) -> u64,
+) -> (u64, u64) {
+    let (mut sent, mut received) = (0, 0);
+    for &len in lens {
+        let mut enc = |j| {
+            let s = shard(len, n, j).len();
+            if s == 0 {
+                0
+            } else {
+                encoded(s)
+            }
+        };
+        let others: u64 = (0..n).filter(|&j| j != rank).map(&mut enc).sum();
+        let own = enc(rank);
+        sent += others + own;
+        received += (n as u64 - 1) * own + others;
+    }
+    (sent, received)
 }
 
 /// Whether a configuration may pair messages that combine as `combine`

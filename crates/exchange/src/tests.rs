@@ -1,7 +1,8 @@
 use std::ops::Range;
 
 use gradcomp_comm::{
-    Aggregate, Collective, CommError, Gathered, InProcessCollective, InProcessGroup, ServerPlacement,
+    Aggregate, Collective, CommError, Gathered, InProcessCollective, InProcessGroup, Reduction,
+    ServerPlacement,
 };
 use gradcomp_compress::{codec, CompressorConfig};
 
@@ -224,23 +225,8 @@ impl Collective for Truncating {
     fn world_size(&self) -> usize {
         self.0.world_size()
     }
-    fn allreduce_sum_f32(&mut self, buf: &mut [f32]) -> Result<(), CommError> {
-        self.0.allreduce_sum_f32(buf)
-    }
-    fn allreduce_sum_i32(&mut self, buf: &mut [i32]) -> Result<(), CommError> {
-        self.0.allreduce_sum_i32(buf)
-    }
-    fn allreduce_sum_i16(&mut self, buf: &mut [i16]) -> Result<(), CommError> {
-        self.0.allreduce_sum_i16(buf)
-    }
-    fn allreduce_sum_i8(&mut self, buf: &mut [i8]) -> Result<(), CommError> {
-        self.0.allreduce_sum_i8(buf)
-    }
-    fn allreduce_sum_f16(&mut self, buf: &mut [gradcomp_comm::f16]) -> Result<(), CommError> {
-        self.0.allreduce_sum_f16(buf)
-    }
-    fn allreduce_max_f32(&mut self, buf: &mut [f32]) -> Result<(), CommError> {
-        self.0.allreduce_max_f32(buf)
+    fn allreduce(&mut self, r: Reduction<'_>) -> Result<(), CommError> {
+        self.0.allreduce(r)
     }
     fn allgatherv(&mut self, send: &[u8], recv: &mut Gathered) -> Result<(), CommError> {
         self.0.allgatherv(&send[..send.len() / 2], recv)

@@ -14,8 +14,7 @@
 
 use std::os::raw::c_char;
 
-use gradcomp_comm::{Aggregate, Collective, CommError, Gathered, OpKind, ServerPlacement};
-use half::f16;
+use gradcomp_comm::{Aggregate, Collective, CommError, Gathered, OpKind, Reduction, ServerPlacement};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
 
@@ -97,11 +96,6 @@ fn comm_error(e: PyErr) -> CommError {
     CommError::Backend(format!("torch.distributed: {e}"))
 }
 
-/// The slice's bytes, for a memoryview.
-fn raw<T>(buf: &mut [T]) -> (*mut u8, usize) {
-    (buf.as_mut_ptr() as *mut u8, std::mem::size_of_val(buf))
-}
-
 impl Collective for TorchCollective {
     fn rank(&self) -> usize {
         self.place("rank", self.rank)
@@ -111,34 +105,10 @@ impl Collective for TorchCollective {
         self.place("world", self.world)
     }
 
-    fn allreduce_sum_f32(&mut self, buf: &mut [f32]) -> Result<(), CommError> {
-        let (p, n) = raw(buf);
-        self.all_reduce(OpKind::AllreduceSumF32, p, n, "float32")
-    }
-
-    fn allreduce_sum_i32(&mut self, buf: &mut [i32]) -> Result<(), CommError> {
-        let (p, n) = raw(buf);
-        self.all_reduce(OpKind::AllreduceSumI32, p, n, "int32")
-    }
-
-    fn allreduce_sum_i16(&mut self, buf: &mut [i16]) -> Result<(), CommError> {
-        let (p, n) = raw(buf);
-        self.all_reduce(OpKind::AllreduceSumI16, p, n, "int16")
-    }
-
-    fn allreduce_sum_i8(&mut self, buf: &mut [i8]) -> Result<(), CommError> {
-        let (p, n) = raw(buf);
-        self.all_reduce(OpKind::AllreduceSumI8, p, n, "int8")
-    }
-
-    fn allreduce_sum_f16(&mut self, buf: &mut [f16]) -> Result<(), CommError> {
-        let (p, n) = raw(buf);
-        self.all_reduce(OpKind::AllreduceSumF16, p, n, "float16")
-    }
-
-    fn allreduce_max_f32(&mut self, buf: &mut [f32]) -> Result<(), CommError> {
-        let (p, n) = raw(buf);
-        self.all_reduce(OpKind::AllreduceMaxF32, p, n, "float32")
+    fn allreduce(&mut self, mut r: Reduction<'_>) -> Result<(), CommError> {
+        let (kind, dtype) = (r.kind(), r.dtype());
+        let bytes = r.as_mut_bytes();
+        self.all_reduce(kind, bytes.as_mut_ptr(), bytes.len(), dtype)
     }
 
     fn allgatherv(&mut self, send: &[u8], recv: &mut Gathered) -> Result<(), CommError> {

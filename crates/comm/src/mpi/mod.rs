@@ -32,7 +32,7 @@ use mpi::Count;
 
 use crate::collective::{Aggregate, Collective, CommError, Gathered, ServerPlacement};
 use crate::heartbeat::{self, Heartbeat};
-use crate::op::OpKind;
+use crate::op::{OpKind, Reduction};
 use watchdog::Watchdog;
 pub use watchdog::{DEFAULT_HEARTBEAT, TIMEOUT_EXIT_CODE};
 
@@ -291,19 +291,19 @@ impl MpiCollective {
     }
 
     /// `MPI_Allreduce` of `buf` in place.
-    fn allreduce<T: Equivalence>(
+    fn reduce<T: Equivalence>(
         &mut self,
         kind: OpKind,
         buf: &mut [T],
         op: SystemOperation,
     ) -> Result<(), CommError> {
-        self.allreduce_with(kind, buf, T::equivalent_datatype().as_raw(), op.as_raw())
+        self.reduce_with(kind, buf, T::equivalent_datatype().as_raw(), op.as_raw())
     }
 
     /// `MPI_Allreduce` in place of `buf`, whose elements are each one
     /// `datatype`, under the operation `op` (raw handles, for the half
     /// sum, which MPI has no type of its own for).
-    fn allreduce_with<T>(
+    fn reduce_with<T>(
         &mut self,
         kind: OpKind,
         buf: &mut [T],
@@ -379,29 +379,20 @@ impl Collective for MpiCollective {
         self.size
     }
 
-    fn allreduce_sum_f32(&mut self, buf: &mut [f32]) -> Result<(), CommError> {
-        self.allreduce(OpKind::AllreduceSumF32, buf, SystemOperation::sum())
-    }
-
-    fn allreduce_sum_i32(&mut self, buf: &mut [i32]) -> Result<(), CommError> {
-        self.allreduce(OpKind::AllreduceSumI32, buf, SystemOperation::sum())
-    }
-
-    fn allreduce_sum_i16(&mut self, buf: &mut [i16]) -> Result<(), CommError> {
-        self.allreduce(OpKind::AllreduceSumI16, buf, SystemOperation::sum())
-    }
-
-    fn allreduce_sum_i8(&mut self, buf: &mut [i8]) -> Result<(), CommError> {
-        self.allreduce(OpKind::AllreduceSumI8, buf, SystemOperation::sum())
-    }
-
-    fn allreduce_sum_f16(&mut self, buf: &mut [half::f16]) -> Result<(), CommError> {
-        let datatype = u16::equivalent_datatype().as_raw();
-        self.allreduce_with(OpKind::AllreduceSumF16, buf, datatype, in_place::f16_sum())
-    }
-
-    fn allreduce_max_f32(&mut self, buf: &mut [f32]) -> Result<(), CommError> {
-        self.allreduce(OpKind::AllreduceMaxF32, buf, SystemOperation::max())
+    fn allreduce(&mut self, r: Reduction<'_>) -> Result<(), CommError> {
+        let kind = r.kind();
+        let (sum, max) = (SystemOperation::sum(), SystemOperation::max());
+        match r {
+            Reduction::SumF32(b) => self.reduce(kind, b, sum),
+            Reduction::SumF16(b) => {
+                let datatype = u16::equivalent_datatype().as_raw();
+                self.reduce_with(kind, b, datatype, in_place::f16_sum())
+            }
+            Reduction::SumI32(b) => self.reduce(kind, b, sum),
+            Reduction::SumI16(b) => self.reduce(kind, b, sum),
+            Reduction::SumI8(b) => self.reduce(kind, b, sum),
+            Reduction::MaxF32(b) => self.reduce(kind, b, max),
+        }
     }
 
     fn allgatherv(&mut self, send: &[u8], recv: &mut Gathered) -> Result<(), CommError> {

@@ -51,23 +51,8 @@ use crate::host::HostCompression;
 use crate::local::LocalCompression;
 use crate::plan::Plan;
 use crate::recipe::Recipe;
-use crate::route::Route;
+use crate::route::{shard, Route};
 use crate::stats::ExchangeStats;
-
-/// Shards are cut at multiples of this many values, so fp4's 32-value
-/// scale blocks never straddle two shards (8-bit's 4096-value blocks
-/// restart at each shard).
-pub const SHARD_ALIGN: usize = 64;
-
-/// Shard `j` of `n` of a unit of `len` values: the blocks of
-/// [`SHARD_ALIGN`] values split as evenly as whole blocks allow, the last
-/// block cut at `len`. Shards may be empty when the unit has fewer blocks
-/// than workers.
-pub fn shard(len: usize, n: usize, j: usize) -> Range<usize> {
-    let blocks = len.div_ceil(SHARD_ALIGN);
-    let at = |k: usize| (blocks * k / n * SHARD_ALIGN).min(len);
-    at(j)..at(j + 1)
-}
 
 /// The most workers a saved cut may name: f32 holds every whole number up
 /// to 2^24 exactly.
@@ -429,36 +414,6 @@ impl Scatter {
         }
         Ok(())
     }
-}
-
-/// Bytes worker `rank` of `n` moves in one reduce-scatter of units of
-/// `lens` values (ALGORITHMS.md §7), as the byte meter counts them, where
-/// `encoded(l)` is the encoding of a compressed run of l values (header
-/// included; exact for a fixed-rate quantizer such as fp4 or 8-bit, where
-/// it depends on l alone): (sent, received), over the alltoallv and the
-/// allgatherv. With s_j the size of shard j:
-///
-///   sent = Σ_u Σ_{j ≠ rank} encoded(s_j) + Σ_u encoded(s_rank)
-///   received = Σ_u (N − 1)·encoded(s_rank) + Σ_u Σ_{j ≠ rank} encoded(s_j)
-///
-/// Empty shards send nothing.
-pub fn bytes(lens: &[usize], n: usize, rank: usize, mut encoded: impl FnMut(usize) -> u64) -> (u64, u64) {
-    let (mut sent, mut received) = (0, 0);
-    for &len in lens {
-        let mut enc = |j| {
-            let s = shard(len, n, j).len();
-            if s == 0 {
-                0
-            } else {
-                encoded(s)
-            }
-        };
-        let others: u64 = (0..n).filter(|&j| j != rank).map(&mut enc).sum();
-        let own = enc(rank);
-        sent += others + own;
-        received += (n as u64 - 1) * own + others;
-    }
-    (sent, received)
 }
 
 #[cfg(test)]

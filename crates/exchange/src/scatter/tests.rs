@@ -9,6 +9,7 @@ use super::*;
 use crate::config::{DataParallelConfig, Granularity, Topology};
 use crate::grad_stages::CompleteGrad;
 use crate::layout::GradientLayout;
+use crate::route::{scatter_bytes, SHARD_ALIGN};
 use crate::state::{StateKey, StateKind};
 use crate::{Gradient, GradientExchange, StateBuffers, StepInput};
 
@@ -137,11 +138,11 @@ fn the_bytes_counted_are_the_formulas() {
             .unwrap();
         for r in counted {
             let (rank, sent, received) = r.unwrap();
-            assert_eq!((sent, received), bytes(&lens, n, rank, encoded), "N {n}, worker {rank}");
+            assert_eq!((sent, received), scatter_bytes(&lens, n, rank, encoded), "N {n}, worker {rank}");
         }
     }
     let whole: u64 = lens.iter().map(|&l| encoded(l)).sum();
-    let (_, received) = bytes(&lens, 8, 0, encoded);
+    let (_, received) = scatter_bytes(&lens, 8, 0, encoded);
     let ratio = received as f64 / (7 * whole) as f64;
     assert!(ratio < 0.3, "reduce-scatter / allgather at N = 8: {ratio}");
 }
