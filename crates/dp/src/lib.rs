@@ -21,6 +21,21 @@
 //! }
 //! ```
 //!
+//! `strategy.plan = "auto"` is resolved among the workers before `init`,
+//! from the communication-free step each measured and the run's length:
+//! rank 0 chooses (the link probed over the group where none is given) and
+//! every rank takes its plan:
+//!
+//! ```ignore
+//! use gradcomp_dp::exchange::auto_plan::resolve_in_group;
+//!
+//! let layout = gradcomp_dp::params::layout(&model);              // the trainable tensors, in order
+//! let shapes: Vec<Vec<usize>> = layout.slots().iter().map(|s| s.shape.clone()).collect();
+//! for line in resolve_in_group(&mut config, &mut collective, &shapes, step_seconds, None, total_steps)? {
+//!     println!("{line}");
+//! }
+//! ```
+//!
 //! Compression, the memories (error feedback, DGC momentum), the topology,
 //! byte metering and the step statistics all live behind the handle, and so
 //! does the step size: CELGC's clipped step and lr-scaled error feedback

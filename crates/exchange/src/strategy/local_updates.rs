@@ -107,7 +107,7 @@ impl LocalUpdates {
         if st.plan == crate::config::PlanChoice::Auto {
             return Err(ConfigError::new(
                 "strategy.plan",
-                "\"auto\" is chosen before the workers start (gradcomp train, gradcomp model --plan, gradcomp.plan); resolve it to its keys first (AutoPlan::apply)",
+                "\"auto\" is chosen before the workers start (gradcomp train, gradcomp model --plan, gradcomp.plan); resolve it to its keys first: auto_plan::resolve_in_group among the workers, or AutoPlan::apply",
             ));
         }
         if !st.period_rule.resolved() {

@@ -8,6 +8,8 @@
 //! The rule's constants are below, stated once for every model and link;
 //! docs/ALGORITHMS.md §2.5 says where each comes from.
 
+mod in_group;
+
 use gradcomp_comm::NetworkModel;
 use gradcomp_compress::CompressorConfig;
 
@@ -16,6 +18,8 @@ use crate::predict::{
     local_step_seconds, measure, outer_seconds_per_value, powersgd_rank, step_seconds, LocalSetup,
     MethodCost, Workload,
 };
+
+pub use in_group::resolve_in_group;
 
 /// The share of the run's steps taken synchronously before local updates:
 /// none, since on the tuning seed a phase cost steps (ALGORITHMS.md §2.5).
