@@ -56,7 +56,10 @@ for label, outer, compressor, options in (
         # Eager (with averaging: with Nesterov at lr 0.7, momentum 0.9 a round's
         # staleness makes this model oscillate, ALGORITHMS.md §2.3): the round
         # started at 16 is in flight at the checkpoint at 19.
-        ("eager", "sgd", "dense", {"overlap": "eager"})):
+        ("eager", "sgd", "dense", {"overlap": "eager"}),
+        # Eager rounds per fragment: fragment 1's round started at 19 (τ 1) is in
+        # flight at the checkpoint and merges, on the fresh change, at 20.
+        ("eager-streaming", "sgd", "dense", {"overlap": "eager", "fragments": 2, "delay": 1})):
     losses, agree, w, saved, last = run(outer, compressor, 40, save_at=19, **options)
     _, _, w2, _, _ = run(outer, compressor, 40, resume=saved, **options)
     out[label] = {"first": sum(losses[:4]) / 4, "last": sum(losses[-4:]) / 4,
@@ -210,8 +213,9 @@ json.dump({"config": lu.config, "shapes": [list(p.shape) for p in lu.params], "s
     ({"period": 4, "fragments": 4, "delay": 2, "mix": 0.3}, 13, 2),
     # The change in fp4 through the reduce-scatter: shards over 4 gloo ranks.
     ({"period": 3, "compressor": "fp4", "density": None, "topology": "reduce-scatter"}, 5, 4),
-    # Eager outer steps: each round in flight through the whole next period.
-    ({"period": 3, "overlap": "eager"}, 5, 2),
+    # Eager outer steps: each round in flight through the whole next period,
+    # or (with a delay) each fragment's through τ steps, on the round thread.
+    ({"period": 3, "overlap": "eager"}, 5, 2), ({"period": 4, "fragments": 2, "delay": 1, "overlap": "eager"}, 13, 2),
     # Two synchronous steps first: the rounds at 2, 5, 8, 11.
     ({"period": 3, "warmup_steps": 2, "outer_warmup_rounds": 2}, 4, 2),
     # A phase through top-k with its memory, then H = 2 doubling at the first

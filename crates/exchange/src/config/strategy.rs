@@ -233,7 +233,7 @@ pub struct StrategyConfig {
     pub delay: u64,
     /// Streaming: α in θ ← α·θ_local + (1 − α)·θ_outer when a round's result
     /// is merged; unset: [`STREAMING_MIX`] with `delay` ≥ 1, else 0 (adopt
-    /// θ_outer, DiLoCo).
+    /// θ_outer, DiLoCo; and eager rounds per fragment, which adopt θ_m).
     pub mix: Option<f64>,
     /// Eager or delayed outer steps: each round overlaps the whole next
     /// period (one fragment, no delay, no mix). `none`: it does not.
@@ -358,13 +358,8 @@ impl StrategyConfig {
 
     /// α, resolved (see [`StrategyConfig::mix`]).
     pub fn mix(&self) -> f64 {
-        self.mix.unwrap_or(if self.delay > 0 { STREAMING_MIX } else { 0.0 })
-    }
-
-    /// Whether a round ends with every worker holding the whole shared
-    /// model: one fragment, merged without mixing.
-    pub fn rounds_agree(&self) -> bool {
-        self.fragments <= 1 && self.mix() == 0.0
+        let streaming = self.delay > 0 && self.overlap != Overlap::Eager;
+        self.mix.unwrap_or(if streaming { STREAMING_MIX } else { 0.0 })
     }
 }
 

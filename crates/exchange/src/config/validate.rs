@@ -4,7 +4,7 @@
 use gradcomp_compress::memory::{DensitySchedule, MemoryKind};
 use gradcomp_compress::Combine;
 
-use super::{Average, ConfigError, DataParallelConfig, Granularity};
+use super::{Average, ConfigError, DataParallelConfig, Granularity, Overlap};
 
 fn err(key: &str, problem: impl Into<String>) -> ConfigError {
     ConfigError::new(key, problem)
@@ -154,13 +154,14 @@ impl DataParallelConfig {
             return Ok(());
         }
         let name = st.overlap.name();
+        let eager_per_fragment = st.overlap == Overlap::Eager && st.delay > 0;
         let why = if !rounds {
             "acts on the model rounds of local steps (kind = \"local\" or \"celgc\", average = \"models\")"
                 .to_string()
-        } else if st.fragments > 1 {
-            format!("{name} rounds overlap the whole period, so with {} fragments every fragment's round would be in flight through the others'; use one fragment, or `delay` for Streaming's overlap", st.fragments)
-        } else if st.delay > 0 {
-            format!("{name} rounds overlap the whole period already; leave `delay` at 0")
+        } else if st.fragments > 1 && st.delay == 0 {
+            format!("{name} rounds overlap the whole period, so with {} fragments every fragment's round would be in flight through the others'; use one fragment, or `delay` τ ≥ 1 for eager rounds per fragment (\"eager\" only)", st.fragments)
+        } else if st.delay > 0 && !eager_per_fragment {
+            format!("{name} rounds overlap the whole period already; leave `delay` at 0 (\"eager\" with a delay is eager per fragment)")
         } else if st.mix() != 0.0 {
             format!("{name} rounds adopt the worker's outer model; leave `mix` unset or 0")
         } else {
@@ -416,6 +417,15 @@ mod tests {
         };
         with("dense", StrategyConfig::local(8).with_streaming(4, 2).with_mix(0.25)).unwrap();
         with("fp4", StrategyConfig::local(8).with_compress_delta(true).with_overlap(Overlap::Eager)).unwrap();
+        // Eager rounds per fragment: a delay τ ≥ 1, θ_m adopted (mix 0 unless set).
+        with(
+            "fp4",
+            StrategyConfig::local(8)
+                .with_streaming(2, 1)
+                .with_overlap(Overlap::Eager)
+                .with_compress_delta(true),
+        )
+        .unwrap();
         let mixed = StrategyConfig::local(8).with_mix(1.5);
         let nan = StrategyConfig::local(8).with_mix(f64::NAN);
         let sync_mix = StrategyConfig { mix: Some(0.5), ..Default::default() };
@@ -437,6 +447,10 @@ mod tests {
                 "strategy.overlap",
             ),
             (StrategyConfig::local(8).with_mix(0.5).with_overlap(Overlap::Eager), "strategy.overlap"),
+            (
+                StrategyConfig::local(8).with_streaming(2, 1).with_overlap(Overlap::Eager).with_mix(0.5),
+                "strategy.overlap",
+            ),
             (StrategyConfig { warmup_steps: 10, ..Default::default() }, "strategy.warmup_steps"),
             (StrategyConfig { average_buffers: true, ..Default::default() }, "strategy.average_buffers"),
             (

@@ -185,7 +185,7 @@ impl LocalUpdates {
     /// period's overlap (eager or delayed rounds are always in flight) and
     /// where a fragment's round would be in flight across `b`.
     pub fn set_period_from(&mut self, b: u64, h: u64) -> Result<(), ExchangeError> {
-        if self.cfg.overlap.whole_period() {
+        if self.cfg.overlap.whole_period() && self.cfg.delay == 0 {
             return Err(ExchangeError::Usage(
                 "the period cannot change under eager or delayed rounds: one is always in flight".into(),
             ));

@@ -355,6 +355,14 @@ mod tests {
             (StrategyConfig::local(4).with_overlap(Overlap::Eager), "dense"),
             (StrategyConfig::local(5).with_overlap(Overlap::Delayed).with_compress_delta(true), "fp4"),
             (StrategyConfig::local(4).with_overlap(Overlap::Eager).with_compress_delta(true), "topk"),
+            (StrategyConfig::local(8).with_streaming(2, 2).with_overlap(Overlap::Eager), "dense"),
+            (
+                StrategyConfig::local(8)
+                    .with_streaming(4, 1)
+                    .with_overlap(Overlap::Eager)
+                    .with_compress_delta(true),
+                "fp4",
+            ),
         ] {
             let blocking = run(&st, compressor, false, 30, 13);
             let overlapped = run(&st, compressor, true, 30, 13);

@@ -14,9 +14,10 @@ its error feedback) and the outer optimizer moves the shared model, which
 every rank adopts. With `fragments` P the model's tensors form P groups whose
 rounds are staggered across the period; with `delay` τ a round runs on a
 round thread (the core's) while the next τ inner steps compute, and its result is
-mixed in as α·θ + (1 − α)·θ_outer (`mix` α). With `overlap="eager"` (or
-`"delayed"`) a round runs through the whole next period instead (ALGORITHMS.md
-§2.3). A synchronous phase may come first (`sync_steps`, ALGORITHMS.md §2.4):
+mixed in as α·θ + (1 − α)·θ_outer (`mix` α), or, with `overlap="eager"`, the
+fragment's outer step takes this worker's fresh change. With `overlap="eager"`
+(or `"delayed"`) and no delay a round runs through the whole next period
+instead (ALGORITHMS.md §2.3). A synchronous phase may come first (`sync_steps`, ALGORITHMS.md §2.4):
 each of its steps exchanges the gradients through `sync_compressor` (dense, as
 torch's post-local SGD; or PowerSGD, fp4, Top-k with their error feedback)
 before `optimizer.step()`, and the period may double at stated steps
@@ -181,12 +182,16 @@ class LocalUpdates:
       exchange runs on the core's round thread (a gloo or NCCL group of its
       own) while those τ inner steps compute. 0: blocking.
     - `mix` α: the merge is α·θ_local + (1 − α)·θ_outer; default 0.5 with a
-      delay (Streaming DiLoCo's), 0 without (adopt θ_outer).
+      delay (Streaming DiLoCo's), 0 without (adopt θ_outer) and for eager
+      rounds per fragment.
     - `overlap`: `"eager"` or `"delayed"` (arXiv 2502.12996): each round's
       exchange runs through the whole next period on the round thread, and
       the outer step applies the last round's average (eager: with this
       worker's fresh change standing in for its own part). One fragment, no
-      `delay`, no manager.
+      `delay`, no manager. `"eager"` with a `delay` τ ≥ 1: eager rounds per
+      fragment (any `fragments`): a round runs through τ steps and its
+      fragment's outer step takes this worker's fresh change in place of
+      the one it sent (ALGORITHMS.md §2.3).
     - `sync_steps` S: the first S inner steps are synchronous data parallel
       (post-local SGD's warm-up): a pre-hook on `optimizer` exchanges the
       gradients through `sync_compressor` with `sync_options` (default

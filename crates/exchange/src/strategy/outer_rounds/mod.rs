@@ -29,6 +29,13 @@
 //! last round's average (eager: with the worker's fresh change standing in
 //! for its own part of it) and adopts θ_outer, locally; the start then only
 //! exchanges the change, and its average waits for the next round.
+//!
+//! Eager rounds per fragment (`overlap = "eager"` with a delay τ ≥ 1, the
+//! eager Streaming DiLoCo of Kale et al. 2025, arXiv 2502.12996): the start
+//! only averages the change c_m taken at t − τ; the merge at t steps the
+//! fragment's θ_m on c̄ − c_m/M + c'_m/M, the worker's fresh change c'_m
+//! (the τ steps since included) standing in for its stale own part, and
+//! adopts θ_m, locally.
 
 use std::ops::Range;
 
@@ -72,6 +79,13 @@ pub struct OuterRounds {
     overlap: Overlap,
     /// Eager: this worker's share c_m/M of the change in the last round.
     own: Vec<f32>,
+    /// Eager rounds per fragment (eager with τ ≥ 1): the outer step is the
+    /// merge's, on the fresh change.
+    eager_merge: bool,
+    /// Of those, 1/M of the round in flight: the share of a fresh change
+    /// (after a resume, 1/M of the workers the rounds were built for: no
+    /// manager, whose rounds may have fewer contributors, runs them).
+    share: f32,
     /// The most workers a round may have (the codes' sum width is theirs).
     workers: usize,
     /// How many of the next round's workers contribute a change (the
@@ -134,8 +148,10 @@ impl OuterRounds {
             anchor: Vec::new(),
             delta: Vec::new(),
             averaged: Vec::new(),
-            overlap: st.overlap,
+            overlap: if st.delay > 0 { Overlap::None } else { st.overlap },
             own: Vec::new(),
+            eager_merge: st.overlap == Overlap::Eager && st.delay > 0,
+            share: 1.0 / workers.max(1) as f32,
             workers,
             contributors: None,
         })
@@ -160,9 +176,10 @@ impl OuterRounds {
     }
 
     /// Whether a merge takes the whole model with nothing mixed in, after
-    /// which every worker holds θ_outer.
+    /// which every worker holds θ_outer (not under eager outer steps, whose
+    /// θ_m is each worker's own).
     pub fn merges_whole(&self) -> bool {
-        self.fragments.len() == 1 && self.mix == 0.0
+        self.fragments.len() == 1 && self.mix == 0.0 && self.overlap != Overlap::Eager && !self.eager_merge
     }
 
     /// Whether θ_outer has been recorded for a model of `len` values (the
@@ -182,7 +199,11 @@ impl OuterRounds {
             self.anchor = params.to_vec();
             self.delta = vec![0.0; params.len()];
             self.averaged = vec![0.0; params.len()];
-            self.own = if self.overlap == Overlap::Eager { vec![0.0; params.len()] } else { Vec::new() };
+            self.own = if self.overlap == Overlap::Eager || self.eager_merge {
+                vec![0.0; params.len()]
+            } else {
+                Vec::new()
+            };
             return Ok(());
         }
         let starting: Vec<usize> =
@@ -202,7 +223,14 @@ impl OuterRounds {
             }
         }
         self.average_changes(step, &starting, c)?;
-        if !ahead {
+        if self.eager_merge {
+            // The outer step waits for the merge and the fresh change.
+            for &p in &starting {
+                let r = self.fragments[p].range.clone();
+                let share = self.share;
+                self.own[r.clone()].iter_mut().zip(&self.delta[r]).for_each(|(o, c)| *o = c * share);
+            }
+        } else if !ahead {
             for &p in &starting {
                 let f = &mut self.fragments[p];
                 let r = f.range.clone();
@@ -249,6 +277,7 @@ impl OuterRounds {
         // The exchange's mean divides by the round's workers; a worker that
         // contributes no change does not count (`set_contributors`).
         let rescale = workers as f32 / contributors as f32;
+        self.share = 1.0 / contributors as f32;
         for &p in starting {
             let f = &mut self.fragments[p];
             let r = f.range.clone();
@@ -317,14 +346,29 @@ impl OuterRounds {
     }
 
     /// The second half: every fragment whose round's result is due at
-    /// `step` takes θ_outer into `params` (α·θ + (1 − α)·θ_outer). Local.
-    pub fn merge(&self, step: u64, params: &mut [f32]) {
+    /// `step` takes θ_outer into `params` (α·θ + (1 − α)·θ_outer); eager
+    /// rounds per fragment first step θ_outer on the average with the fresh
+    /// change in place of the stale own part. Local.
+    pub fn merge(&mut self, step: u64, params: &mut [f32]) {
         if self.anchor.len() != params.len() || self.overlap.whole_period() {
             return;
         }
-        for (p, f) in self.fragments.iter().enumerate() {
+        for (p, f) in self.fragments.iter_mut().enumerate() {
             if step == 0 || !self.schedule.merges(p, step) {
                 continue;
+            }
+            if self.eager_merge {
+                let r = f.range.clone();
+                let g = &mut self.averaged[r.clone()];
+                for (((g, o), x), a) in g
+                    .iter_mut()
+                    .zip(&self.own[r.clone()])
+                    .zip(&params[r.clone()])
+                    .zip(&self.anchor[r.clone()])
+                {
+                    *g = (*g - o) + (x - a) * self.share;
+                }
+                f.outer.apply(&mut self.anchor[r.clone()], &self.averaged[r]);
             }
             let (x, a) = (&mut params[f.range.clone()], &self.anchor[f.range.clone()]);
             let alpha = self.mix;
@@ -360,6 +404,10 @@ impl OuterRounds {
     /// has landed by then (the machine's read).
     pub fn state(&self, s: &mut StateBuffers) -> Result<(), ExchangeError> {
         s.insert(ANCHOR_KEY.into(), self.anchor.clone());
+        if self.eager_merge {
+            s.insert(PENDING_KEY.into(), self.averaged.clone());
+            s.insert(OWN_KEY.into(), self.own.clone());
+        }
         if self.overlap.whole_period() {
             s.insert(PENDING_KEY.into(), self.averaged.clone());
             if self.overlap == Overlap::Eager {
@@ -386,6 +434,10 @@ impl OuterRounds {
         self.anchor.clone_from(a);
         self.delta = vec![0.0; a.len()];
         self.averaged = vec![0.0; a.len()];
+        if self.eager_merge {
+            self.averaged = self.overlapped(s, PENDING_KEY, "the rounds' averages in flight")?;
+            self.own = self.overlapped(s, OWN_KEY, "this worker's share of its changes in flight")?;
+        }
         if self.overlap.whole_period() {
             self.averaged = self.overlapped(s, PENDING_KEY, "the last round's average")?;
             self.own = match self.overlap {

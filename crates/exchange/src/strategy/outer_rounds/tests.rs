@@ -146,6 +146,87 @@ fn streaming_rounds_follow_the_schedule_the_outer_step_and_the_mix() {
     }
 }
 
+/// Eager rounds per fragment in f64, from the description (ALGORITHMS.md
+/// §2.3, per fragment) rather than the code: fragment p's round takes each
+/// worker's change c_m = θ_m − θ_outer,m at t − τ and averages it; at the
+/// merge t worker m steps its own θ_outer,m (Nesterov, its own momentum) on
+/// c̄ − c_m/M + (θ_m(t) − θ_outer,m)/M and adopts it.
+fn eager_reference(h: u64, tau: u64, ranges: &[Range<usize>], steps: u64) -> Vec<Vec<Vec<f64>>> {
+    let (lr, mu, workers) = (0.7, 0.9, 2.0);
+    let p_count = ranges.len() as u64;
+    let mut theta: Vec<Vec<f64>> = vec![(0..8).map(|j| j as f64 * 0.25 - 1.0).collect(); 2];
+    let mut anchor = theta.clone();
+    let mut momentum: Vec<Vec<Option<Vec<f64>>>> = vec![vec![None; ranges.len()]; 2];
+    let mut pending: Vec<(Vec<f64>, Vec<Vec<f64>>)> = vec![(vec![], vec![]); ranges.len()];
+    let mut seen = vec![vec![]; 2];
+    let merges = |p: u64, t: u64| {
+        let o = (p + 1) * h / p_count;
+        t >= o && (t - o).is_multiple_of(h) && t > tau
+    };
+    for t in 0..=steps {
+        if t > 0 {
+            for (r, th) in theta.iter_mut().enumerate() {
+                th.iter_mut().enumerate().for_each(|(j, x)| *x = (*x as f32 + change(r, t, j)) as f64);
+            }
+        }
+        for (p, range) in ranges.iter().enumerate() {
+            if merges(p as u64, t + tau) {
+                let own: Vec<Vec<f64>> = (0..2)
+                    .map(|r| range.clone().map(|j| (theta[r][j] - anchor[r][j]) / workers).collect())
+                    .collect();
+                pending[p] = (own[0].iter().zip(&own[1]).map(|(a, b)| a + b).collect(), own);
+            }
+            if merges(p as u64, t) {
+                for r in 0..2 {
+                    let (avg, own) = &pending[p];
+                    let g: Vec<f64> = range
+                        .clone()
+                        .enumerate()
+                        .map(|(k, j)| avg[k] - own[r][k] + (theta[r][j] - anchor[r][j]) / workers)
+                        .collect();
+                    let m = match momentum[r][p].take() {
+                        None => g.clone(),
+                        Some(m) => m.iter().zip(&g).map(|(m, g)| mu * m + g).collect(),
+                    };
+                    for (k, j) in range.clone().enumerate() {
+                        anchor[r][j] += lr * (g[k] + mu * m[k]);
+                        theta[r][j] = anchor[r][j];
+                    }
+                    momentum[r][p] = Some(m);
+                }
+            }
+        }
+        for (r, th) in theta.iter().enumerate() {
+            seen[r].push(th.clone());
+        }
+    }
+    seen
+}
+
+#[test]
+fn eager_rounds_per_fragment_step_each_workers_model_on_its_fresh_change() {
+    let ranges = [0..3, 3..8];
+    for (fragments, delay) in [(1, 1), (1, 3), (2, 1), (2, 2)] {
+        let st = StrategyConfig::local(4)
+            .with_outer(OuterConfig::nesterov())
+            .with_streaming(fragments, delay)
+            .with_overlap(crate::config::Overlap::Eager);
+        assert_eq!(st.mix(), 0.0, "eager adopts θ_m");
+        let got = run(&st, 13, None);
+        let whole = [Range { start: 0, end: 8 }];
+        let r: &[Range<usize>] = if fragments == 1 { &whole } else { &ranges };
+        assert_close(&got, &eager_reference(4, delay, r, 13), &format!("eager, P {fragments}, τ {delay}"));
+        assert_ne!(got[0][13], got[1][13], "each worker's θ_m is its own");
+        // A resume between a round's start and its merge, bit for bit.
+        for at in [1, 3, 5] {
+            assert_eq!(run(&st, 13, Some(at)), got, "P {fragments}, τ {delay}: resumed after step {at}");
+        }
+    }
+    let rounds = |st: StrategyConfig| OuterRounds::new(&config(st), &layout(), 2, false).unwrap();
+    let eager = StrategyConfig::local(4).with_streaming(1, 1).with_overlap(crate::config::Overlap::Eager);
+    assert!(!rounds(eager).merges_whole(), "no agreement to check: θ_m differ");
+}
+
 #[test]
 fn a_resume_inside_an_overlap_continues_bit_for_bit() {
     // P 2, H 4, τ 2: fragment 0 merges at 6, 10 (started at 4, 8; its
