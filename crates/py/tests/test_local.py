@@ -108,6 +108,8 @@ for kwargs, needle in (({"period": 0}, "period"), ({"period": True}, "period"), 
                        ({"period": 4, "overlap": "sideways"}, "overlap"),
                        ({"period": 4, "overlap": "eager", "fragments": 2}, "overlap"),
                        ({"period": 4, "overlap": "delayed", "delay": 1}, "overlap"),
+                       ({"period": 4, "round_timeout": 0}, "round_timeout"),
+                       ({"period": 4, "round_timeout": "5"}, "round_timeout"),
                        ({"period": 4, "outer_decay_rounds": 2}, "decay_rounds"),
                        ({"period": 4, "outer_decay_rounds": 5, "outer_rounds": 3}, "decay_rounds"),
                        ({"period": 4, "warmup_steps": -1}, "warmup_steps"),
@@ -155,7 +157,7 @@ def test_bad_local_updates_arguments_name_themselves() -> None:
     from conftest import free_port, run_ranks
     out = run_ranks(WORLD_OF_ONE % free_port(), 1, timeout=120)[0]
     lines: List[str] = [l for l in out.out.splitlines() if l.startswith(("refused", "accepted"))]
-    assert len(lines) == 39, out.out + out.err
+    assert len(lines) == 41, out.out + out.err
     for line in lines:
         assert line.startswith("refused True"), line
     qsr = next(l for l in out.out.splitlines() if l.startswith("qsr "))

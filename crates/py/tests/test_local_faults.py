@@ -8,7 +8,8 @@
   thread's group takes it, not torch's default for a new group (30 minutes).
 - A peer that dies or stops before a round is named on every surviving rank
   (`PeerLost`, a `RuntimeError`): its heartbeat in the store stopped
-  (`gradcomp/_liveness.py`).
+  (`gradcomp/_liveness.py`); within the process group's timeout, or within
+  `LocalUpdates(round_timeout=)` whatever the group's.
 """
 import json
 from typing import Any, List
@@ -102,9 +103,11 @@ def test_a_stopped_peer_fails_the_round_within_the_users_timeout(tmp_path: Any) 
 LOST = r'''
 import sys, os, json, signal, time, datetime, torch, torch.distributed as dist
 import gradcomp.torch as gt
-rank, fault, delay, pids = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4]
-dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d", rank=rank, world_size=3,
-                        timeout=datetime.timedelta(seconds=5))
+rank, fault, delay, pids, bound = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
+# bound "group": the user's 5 s process-group timeout; "round": torch's default (30 minutes)
+# for the group, and LocalUpdates' own round_timeout of 5 s.
+timeout = {"timeout": datetime.timedelta(seconds=5)} if bound == "group" else {}
+dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d", rank=rank, world_size=3, **timeout)
 open(os.path.join(pids, str(rank)), "w").write(str(os.getpid()))
 torch.manual_seed(0)
 model = torch.nn.Linear(4, 2)
@@ -113,7 +116,7 @@ opt = torch.optim.SGD(model.parameters(), lr=0.1)
 # delay -1: a synchronous phase of 6 steps first, whose exchange (the optimizer's pre-hook) loses it at 3.
 phase = delay < 0
 lu = gt.LocalUpdates(model, opt, period=4, fragments=2 if delay > 0 else 1, delay=max(delay, 0),
-                     sync_steps=6 if phase else 0)
+                     sync_steps=6 if phase else 0, round_timeout=5.0 if bound == "round" else None)
 for step in range(1, 13):
     if rank == 2 and step == {0: 4, 1: 5, -1: 3}[delay]:
         if fault == "exit":
@@ -136,16 +139,20 @@ print("RESULT", json.dumps({"raised": None}), flush=True)
 '''
 
 
-@pytest.mark.parametrize("delay", [0, 1, -1])
-@pytest.mark.parametrize("fault", ["exit", "stop"])
-def test_a_lost_peer_is_named_on_every_surviving_rank(fault: str, delay: int, tmp_path: Any) -> None:
+@pytest.mark.parametrize("delay,fault,bound", [
+    (delay, fault, "group") for delay in (0, 1, -1) for fault in ("exit", "stop")] + [
+    # A frozen peer under torch's 30-minute default: LocalUpdates' round_timeout bounds the
+    # blocking round, the round thread's (its group made from the bounded one) and the phase's.
+    (delay, "stop", "round") for delay in (0, 1, -1)])
+def test_a_lost_peer_is_named_on_every_surviving_rank(fault: str, delay: int, bound: str, tmp_path: Any) -> None:
     """Rank 2 dies (`os._exit`) or stops (SIGSTOP) before a round (delay -1:
     inside the synchronous phase, before its step's exchange): ranks 0 and 1
     raise a `RuntimeError` naming rank 2 and how it was known (its heartbeat
-    in the store stopped), from the transport's error, within the user's 5 s
-    timeout (+ 5 s for the heartbeat check and a loaded machine)."""
+    in the store stopped), from the transport's error, within the 5 s timeout
+    (the user's process group's, or LocalUpdates' `round_timeout`) + 5 s for
+    the heartbeat check and a loaded machine."""
     from conftest import free_port, run_ranks
-    ran = run_ranks(LOST % free_port(), 3, fault, str(delay), str(tmp_path), timeout=120)
+    ran = run_ranks(LOST % free_port(), 3, fault, str(delay), str(tmp_path), bound, timeout=120)
     for rank in (0, 1):
         line = next((l for l in ran[rank].out.splitlines() if l.startswith("RESULT ")), None)
         assert line is not None, (rank, ran[rank].out + ran[rank].err)

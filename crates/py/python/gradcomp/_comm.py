@@ -57,6 +57,17 @@ def own_comm(group: Optional[dist.ProcessGroup], tensors_on: torch.device) -> "C
     return Comm(own, device=device)
 
 
+def bounded_group(group: Optional[dist.ProcessGroup], timeout: datetime.timedelta) -> dist.ProcessGroup:
+    """A group of `group`'s ranks and backend whose every collective fails
+    after `timeout`, whatever `group`'s own (made collectively: every rank of
+    the default group calls this, as `dist.new_group` asks). The groups made
+    from it for a communication thread (`own_comm`) take its timeout too."""
+    ranks = None if group is None else dist.get_process_group_ranks(group)
+    own = dist.new_group(ranks=ranks, backend=dist.get_backend(group), timeout=timeout)
+    assert isinstance(own, dist.ProcessGroup), "this worker is in the group"
+    return own
+
+
 def group_timeout(group: Optional[dist.ProcessGroup]) -> Optional[datetime.timedelta]:
     """The timeout `group`'s collectives run under (None: the default
     group): the one given to `init_process_group` or `new_group`. None where

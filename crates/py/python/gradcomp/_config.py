@@ -5,7 +5,9 @@ The options themselves (docs/CONFIG.md's keys) go to Rust as they are given:
 raise ValueError naming one that is unknown, out of range or not for this
 entry point.
 """
-from typing import Any, Sequence
+import datetime
+import math
+from typing import Any, Sequence, Union
 
 import numpy as np
 
@@ -52,3 +54,12 @@ def flag(name: str, value: Any) -> bool:
     if not isinstance(value, bool):
         raise ValueError(f"gradcomp: {name}: {value!r} is not True or False")
     return value
+
+
+def seconds(name: str, value: Union[float, datetime.timedelta]) -> datetime.timedelta:
+    """`value` (seconds, or a timedelta) as a timedelta: finite and > 0, else ValueError naming `name`."""
+    if isinstance(value, datetime.timedelta):
+        value = value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+        raise ValueError(f"gradcomp: {name}: {value!r} is not a finite number of seconds > 0")
+    return datetime.timedelta(seconds=float(value))

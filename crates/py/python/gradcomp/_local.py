@@ -28,15 +28,16 @@ this class only reads and writes the model.
 """
 import time
 import weakref
-from typing import Any, Callable, Dict, List, Optional, Sequence
+import datetime
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
 from . import _core
-from ._comm import Comm, check_group, payload_device
-from ._config import OUTER, OVERLAP, flag, number, one_of, whole, whole_positive
+from ._comm import Comm, bounded_group, check_group, payload_device
+from ._config import OUTER, OVERLAP, flag, number, one_of, seconds, whole, whole_positive
 from ._liveness import Liveness
 from ._membership import Membership
 
@@ -236,6 +237,15 @@ class LocalUpdates:
       peer), at most `max_workers` of them. No `process_group` then, and
       `delay` below period/fragments. See `_membership` and docs/PYTHON.md.
 
+    - `round_timeout` (seconds, or a timedelta; no manager): every collective
+      of this object (the constructor's broadcast, the rounds, on the round
+      thread too, the synchronous phase's exchange, the buffers' average)
+      runs on a group of `process_group`'s ranks made with this timeout, so a
+      peer that died or froze is named (`PeerLost`) within it plus the
+      heartbeat check (≤ 5 s), whatever the process group's own timeout
+      (torch's default: 30 minutes). Made collectively: every rank of the
+      default group constructs it. Under a manager: `gt.manager(round_timeout=)`.
+
     Call `close()` (or use it as a context manager) to wait for a round in
     flight before tearing down the process group.
     """
@@ -249,6 +259,7 @@ class LocalUpdates:
                  outer_warmup_rounds: int = 0, outer_decay_rounds: int = 0, outer_rounds: Optional[int] = None,
                  average_buffers: bool = False, inner_state_every: int = 0,
                  process_group: Optional[dist.ProcessGroup] = None, manager: Any = None, max_workers: int = 64,
+                 round_timeout: Optional[Union[float, datetime.timedelta]] = None,
                  plan: Optional[str] = None, step_seconds: Optional[float] = None, link_gbps: Optional[float] = None,
                  total_steps: Optional[int] = None, **options: Any) -> None:
         self.plan_lines: List[str] = []
@@ -285,6 +296,13 @@ class LocalUpdates:
         self.config = _core.local_config(compressor, strategy, options, lrs)
         self.model, self.optimizer, self.period, self.delay = model, optimizer, period, strategy["delay"]
         self.params: List[torch.nn.Parameter] = [p for p in model.parameters() if p.requires_grad]
+        if round_timeout is not None:
+            if manager is not None:
+                raise ValueError("gradcomp: round_timeout: under a manager the rounds' timeout is the manager's "
+                                 "(gt.manager(round_timeout=...)); leave it out here")
+            # Every collective of the rounds, the constructor's broadcast and the
+            # synchronous phase's exchange run on a group bounded by it.
+            process_group = bounded_group(process_group, seconds("round_timeout", round_timeout))
         self.process_group = process_group
         if manager is None:
             self.rank, self.world = dist.get_rank(process_group), dist.get_world_size(process_group)

@@ -35,7 +35,7 @@ from torch._C._distributed_c10d import (AllgatherOptions, AllreduceOptions, AllT
 
 from . import _core
 from ._comm import _DTYPES, _bytes_tensor, _split
-from ._config import OUTER, number, one_of, whole, whole_positive
+from ._config import OUTER, number, one_of, seconds, whole, whole_positive
 
 # State keys a healer does not send: a worker's own error-feedback memories.
 _OWN = "delta."
@@ -165,7 +165,7 @@ def manager(*, lighthouse: str, replica_id: str, round_timeout: Union[float, dat
             raise ValueError(f"gradcomp: manager: {name}: {value!r} is not a non-empty string")
     if host is not None and (not isinstance(host, str) or not host):
         raise ValueError(f"gradcomp: manager: host: {host!r} is not a non-empty string (or None)")
-    timeout = _seconds("round_timeout", round_timeout)
+    timeout = seconds("round_timeout", round_timeout)
     host = host or socket.gethostname()
     store = TCPStore(host, 0, is_master=True, wait_for_workers=False)
     m = Manager(pg=ProcessGroupGloo(timeout=timeout), load_state_dict=None, state_dict=None,
@@ -173,8 +173,8 @@ def manager(*, lighthouse: str, replica_id: str, round_timeout: Union[float, dat
                 replica_id=replica_id, store_addr=host, store_port=store.port, rank=0, world_size=1,
                 lighthouse_addr=lighthouse, hostname=host, timeout=timeout,
                 checkpoint_transport=_heal_transport(host, timeout),
-                quorum_timeout=_seconds("quorum_timeout", quorum_timeout),
-                heartbeat_interval=_seconds("heartbeat", heartbeat), init_sync=True,
+                quorum_timeout=seconds("quorum_timeout", quorum_timeout),
+                heartbeat_interval=seconds("heartbeat", heartbeat), init_sync=True,
                 quorum_retries=whole("quorum_retries", quorum_retries))
     m._gradcomp_store = store  # the replica group's store lives as long as its manager
     return m
@@ -236,14 +236,6 @@ def round_timeout(model: torch.nn.Module, *, link_bps: float, workers: int, peri
     values = sum(p.numel() for p in trained)
     heal_seconds = (2 if outer == "nesterov" else 1) * 4 * values * 8 / float(link_bps)
     return max(floor, factor * (round_seconds + heal_seconds))
-
-
-def _seconds(name: str, value: Union[float, datetime.timedelta]) -> datetime.timedelta:
-    if isinstance(value, datetime.timedelta):
-        value = value.total_seconds()
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
-        raise ValueError(f"gradcomp: {name}: {value!r} is not a finite number of seconds > 0")
-    return datetime.timedelta(seconds=float(value))
 
 
 class Membership:
