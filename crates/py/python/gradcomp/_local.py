@@ -159,6 +159,22 @@ def _auto(plan: str, model: torch.nn.Module, group: Optional[dist.ProcessGroup],
     return dict(box[0])
 
 
+def _group(group: Optional[dist.ProcessGroup], manager: Any,
+           round_timeout: Optional[Union[float, datetime.timedelta]]) -> Optional[dist.ProcessGroup]:
+    """The group the object's collectives run on: `group`, or (`round_timeout`)
+    a group of its ranks whose every collective (the constructor's broadcast,
+    the rounds, the synchronous phase's exchange) is bounded by it."""
+    check_group(group)
+    if manager is not None and group is not None:
+        raise ValueError("gradcomp: process_group: a manager's rounds run over torchft's group; leave it out")
+    if round_timeout is None:
+        return group
+    if manager is not None:
+        raise ValueError("gradcomp: round_timeout: under a manager the rounds' timeout is the manager's "
+                         "(gt.manager(round_timeout=...)); leave it out here")
+    return bounded_group(group, seconds("round_timeout", round_timeout))
+
+
 def _period(period: Optional[int]) -> int:
     """`period`, checked: the inner steps per round, at least 1."""
     if period is None:
@@ -275,9 +291,7 @@ class LocalUpdates:
             options = {**options, "topology": kw["topology"]}
         period = _period(period)
         one_of("outer", outer, OUTER)
-        check_group(process_group)
-        if manager is not None and process_group is not None:
-            raise ValueError("gradcomp: process_group: a manager's rounds run over torchft's group; leave it out")
+        process_group = _group(process_group, manager, round_timeout)
         one_of("overlap", overlap, OVERLAP)
         if manager is not None:
             _check_under_manager(period, whole("delay", delay), whole("fragments", fragments), overlap,
@@ -296,13 +310,6 @@ class LocalUpdates:
         self.config = _core.local_config(compressor, strategy, options, lrs)
         self.model, self.optimizer, self.period, self.delay = model, optimizer, period, strategy["delay"]
         self.params: List[torch.nn.Parameter] = [p for p in model.parameters() if p.requires_grad]
-        if round_timeout is not None:
-            if manager is not None:
-                raise ValueError("gradcomp: round_timeout: under a manager the rounds' timeout is the manager's "
-                                 "(gt.manager(round_timeout=...)); leave it out here")
-            # Every collective of the rounds, the constructor's broadcast and the
-            # synchronous phase's exchange run on a group bounded by it.
-            process_group = bounded_group(process_group, seconds("round_timeout", round_timeout))
         self.process_group = process_group
         if manager is None:
             self.rank, self.world = dist.get_rank(process_group), dist.get_world_size(process_group)
