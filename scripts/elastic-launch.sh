@@ -12,7 +12,7 @@
 #   scripts/elastic-launch.sh BIN OUT [KILL] [AT]      (root, Open MPI, MNIST)
 #
 # STRATEGY (a TOML table) runs another strategy, e.g. local updates (issue #49):
-#   STRATEGY='{ kind = "local", period = 50, compress_delta = true }' scripts/elastic-launch.sh …
+#   STRATEGY='{ kind = "local", period = 50, compress_change = true }' scripts/elastic-launch.sh …
 # (the checkpoint interval, 50, must be a multiple of its period).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -31,21 +31,21 @@ settings=(
   "local-nesterov-h128|{ kind = \"local\", period = 128 }||"
   # The change compressed, and Streaming, with the outer optimizer that did
   # better at this scale (sgd averaging, lr 1: the rounds of post-local SGD).
-  "local-sgd-h32-topk|{ kind = \"local\", period = 32, outer = { name = \"sgd\" }, compress_delta = true }|$topk|comm.topology=\"allgather\""
-  "local-sgd-h32-terngrad|{ kind = \"local\", period = 32, outer = { name = \"sgd\" }, compress_delta = true }|compressor={ name = \"terngrad\" }|"
-  "local-sgd-h32-eightbit|{ kind = \"local\", period = 32, outer = { name = \"sgd\" }, compress_delta = true }|compressor={ name = \"eightbit\" }|comm.topology=\"allgather\""
+  "local-sgd-h32-topk|{ kind = \"local\", period = 32, outer = { name = \"sgd\" }, compress_change = true }|$topk|comm.topology=\"allgather\""
+  "local-sgd-h32-terngrad|{ kind = \"local\", period = 32, outer = { name = \"sgd\" }, compress_change = true }|compressor={ name = \"terngrad\" }|"
+  "local-sgd-h32-eightbit|{ kind = \"local\", period = 32, outer = { name = \"sgd\" }, compress_change = true }|compressor={ name = \"eightbit\" }|comm.topology=\"allgather\""
   "streaming-sgd-h32-p4-d1|{ kind = \"local\", period = 32, outer = { name = \"sgd\" }, fragments = 4, delay = 1 }||"
   "streaming-sgd-h32-p4-d2|{ kind = \"local\", period = 32, outer = { name = \"sgd\" }, fragments = 4, delay = 2 }||"
-  "streaming-sgd-h32-p4-d1-eightbit|{ kind = \"local\", period = 32, outer = { name = \"sgd\" }, fragments = 4, delay = 1, compress_delta = true }|compressor={ name = \"eightbit\" }|comm.topology=\"allgather\""
-  # The compressors for pseudo-gradients (issue #37): SparseLoCo at 1% and 3% of each 64×64
+  "streaming-sgd-h32-p4-d1-eightbit|{ kind = \"local\", period = 32, outer = { name = \"sgd\" }, fragments = 4, delay = 1, compress_change = true }|compressor={ name = \"eightbit\" }|comm.topology=\"allgather\""
+  # The compressors for the change (issue #37): SparseLoCo at 1% and 3% of each 64×64
   # tile (k = 41, 123; Templar's error feedback with decay 0.95 stands in for outer momentum, so
   # the outer step is sgd at lr 1 as Templar's), DeMo's DCT top-k, 4-bit floats.
-  "local-sgd-h32-sparseloco-1pct|{ kind = \"local\", period = 32, outer = { name = \"sgd\" }, compress_delta = true }|compressor={ name = \"sparseloco\", k = 41 }|comm.topology=\"allgather\""
-  "local-sgd-h32-sparseloco-3pct|{ kind = \"local\", period = 32, outer = { name = \"sgd\" }, compress_delta = true }|compressor={ name = \"sparseloco\", k = 123 }|comm.topology=\"allgather\""
-  "local-sgd-h128-sparseloco-3pct|{ kind = \"local\", period = 128, outer = { name = \"sgd\" }, compress_delta = true }|compressor={ name = \"sparseloco\", k = 123 }|comm.topology=\"allgather\""
-  "local-sgd-h32-dct-topk|{ kind = \"local\", period = 32, outer = { name = \"sgd\" }, compress_delta = true }|compressor={ name = \"dct-topk\" }|comm.topology=\"allgather\""
-  "local-sgd-h32-fp4|{ kind = \"local\", period = 32, outer = { name = \"sgd\" }, compress_delta = true }|compressor={ name = \"fp4\" }|comm.topology=\"allgather\""
-  "streaming-sgd-h32-p4-d1-fp4|{ kind = \"local\", period = 32, outer = { name = \"sgd\" }, fragments = 4, delay = 1, compress_delta = true }|compressor={ name = \"fp4\" }|comm.topology=\"allgather\""
+  "local-sgd-h32-sparseloco-1pct|{ kind = \"local\", period = 32, outer = { name = \"sgd\" }, compress_change = true }|compressor={ name = \"sparseloco\", k = 41 }|comm.topology=\"allgather\""
+  "local-sgd-h32-sparseloco-3pct|{ kind = \"local\", period = 32, outer = { name = \"sgd\" }, compress_change = true }|compressor={ name = \"sparseloco\", k = 123 }|comm.topology=\"allgather\""
+  "local-sgd-h128-sparseloco-3pct|{ kind = \"local\", period = 128, outer = { name = \"sgd\" }, compress_change = true }|compressor={ name = \"sparseloco\", k = 123 }|comm.topology=\"allgather\""
+  "local-sgd-h32-dct-topk|{ kind = \"local\", period = 32, outer = { name = \"sgd\" }, compress_change = true }|compressor={ name = \"dct-topk\" }|comm.topology=\"allgather\""
+  "local-sgd-h32-fp4|{ kind = \"local\", period = 32, outer = { name = \"sgd\" }, compress_change = true }|compressor={ name = \"fp4\" }|comm.topology=\"allgather\""
+  "streaming-sgd-h32-p4-d1-fp4|{ kind = \"local\", period = 32, outer = { name = \"sgd\" }, fragments = 4, delay = 1, compress_change = true }|compressor={ name = \"fp4\" }|comm.topology=\"allgather\""
   # DiLoCo's Nesterov with a smaller step, for its 17 rounds here.
   "local-nesterov-h32-lr0.5-m0.5|{ kind = \"local\", period = 32, outer = { name = \"nesterov\", lr = 0.5, momentum = 0.5 } }||"
 )

@@ -48,7 +48,7 @@ method_sets() {
         # streaming-hH-pP-dD (P fragments, each round's merge D steps after its start, on the
         # rounds' own thread and channel); streaming-sgd-...: the outer step is averaging.
         local-h*-topk) h=${1#local-h}; h=${h%-topk}
-            sets=("strategy={ kind = \"local\", period = $h, compress_delta = true }"
+            sets=("strategy={ kind = \"local\", period = $h, compress_change = true }"
                   'compressor={ name = "topk", density = 0.01 }' 'comm.topology="allgather"') ;;
         local-h*) sets=("strategy={ kind = \"local\", period = ${1#local-h} }" 'compressor.name="dense"') ;;
         streaming-h*-p*-d*|streaming-sgd-h*-p*-d*)
@@ -61,7 +61,7 @@ method_sets() {
             if [ -z "$c" ]; then
                 sets=("strategy={ kind = \"local\", period = $h, fragments = $p, delay = $d$outer }" 'compressor.name="dense"')
             else
-                sets=("strategy={ kind = \"local\", period = $h, fragments = $p, delay = $d$outer, compress_delta = true }"
+                sets=("strategy={ kind = \"local\", period = $h, fragments = $p, delay = $d$outer, compress_change = true }"
                       "compressor.name=\"$c\"" 'comm.topology="allgather"')
             fi ;;
         *) echo "unknown method $1" >&2; exit 2 ;;

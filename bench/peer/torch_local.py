@@ -21,7 +21,7 @@
 
 Bytes are a worker's, counted from the tensors each allreduce is handed (as
 train.py counts DDP's): the averager's flattened parameters, torchft's
-fragments' pseudo-gradients.
+fragments' changes.
 """
 import os
 import re

@@ -538,7 +538,7 @@ fn local_lines(cfg: &TrainConfig, p: &Profile, dense: &MethodCost, mine: &Method
     let st = &cfg.strategy;
     let n = cfg.workers;
     let outer = outer_seconds_per_value(p.work.units.iter().sum());
-    let carrier = if st.compress_delta { mine } else { dense };
+    let carrier = if st.compress_change { mine } else { dense };
     let rounds = |overlap| LocalSetup {
         period: st.period,
         fragments: st.fragments as usize,

@@ -64,7 +64,7 @@ pub fn measure_inputs(cfg: &TrainConfig, link_bps: Option<f64>) -> Result<PlanIn
     p.comm.topology = None;
     p.strategy = StrategyConfig::local(PROFILE_STEPS + 1)
         .with_outer(OuterConfig::sgd(1.0, 0.0))
-        .with_compress_delta(true);
+        .with_compress_change(true);
     let per_epoch = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
     trainer::train(&p, RunOptions::default(), Box::new(Length(per_epoch.clone())))
         .context("measuring the communication-free step for plan = \"auto\"")?;

@@ -125,7 +125,7 @@ fn the_model_predicts_and_dry_runs() {
         "6",
         "--dry-run",
         "--set",
-        "strategy={ kind = \"local\", period = 8, fragments = 2, delay = 1, compress_delta = true }",
+        "strategy={ kind = \"local\", period = 8, fragments = 2, delay = 1, compress_change = true }",
     ]);
     assert_eq!(code, 0, "{err}");
     assert!(
@@ -535,7 +535,10 @@ fn plan_auto_is_chosen_printed_frozen_and_resumed() {
     let st = &saved["strategy"];
     assert_eq!((st["plan"].as_str(), st["kind"].as_str()), (Some("given"), Some("local")), "{st}");
     assert_eq!(saved["compressor"]["name"].as_str(), Some("fp4"), "{saved}");
-    assert!(st["period"].as_integer().unwrap() >= 16 && st["compress_delta"].as_bool() == Some(true), "{st}");
+    assert!(
+        st["period"].as_integer().unwrap() >= 16 && st["compress_change"].as_bool() == Some(true),
+        "{st}"
+    );
     let (code, _, err) = train(&["--set", "train.epochs=2", "--resume", "--allow-change"]);
     assert_eq!(code, 0, "{err}");
     assert!(!err.contains("plan = \"auto\": step"), "a resume takes the frozen plan: {err}");

@@ -285,7 +285,7 @@ fn a_local_update_run_outlives_a_killed_host_and_takes_it_back() {
     let c = Cluster::new("local", &["fa1", "fa2", "fa3"]);
     let local = [
         "--set",
-        "strategy={ kind = \"local\", period = 4, compress_delta = true }",
+        "strategy={ kind = \"local\", period = 4, compress_change = true }",
         "--set",
         "compressor={ name = \"topk\", density = 0.1 }",
         // At the config's lr 0.05 (and at 0.01 on two workers) DiLoCo's outer
@@ -415,11 +415,11 @@ fn launch_refuses_what_it_cannot_keep_going() {
     // CELGC is a study at its N; local updates may change N, from
     // checkpoints at outer rounds (a multiple of the period).
     let (code, err) =
-        run(&["--min-workers", "1", "--set", "strategy={ kind = \"celgc\", compress_delta = true }"]);
+        run(&["--min-workers", "1", "--set", "strategy={ kind = \"celgc\", compress_change = true }"]);
     assert_eq!(code, Some(2));
     assert!(err.contains("may not change") && err.contains("CELGC"), "{err}");
     let local =
-        ["--min-workers", "1", "--set", "strategy={ kind = \"local\", period = 3, compress_delta = true }"];
+        ["--min-workers", "1", "--set", "strategy={ kind = \"local\", period = 3, compress_change = true }"];
     let (code, err) = run(&[&local[..], &["--set", "train.checkpoint_every_steps=20"]].concat());
     assert_eq!(code, Some(2));
     assert!(err.contains("checkpoint_every_steps = 20 is not a multiple of strategy.period = 3"), "{err}");

@@ -4,7 +4,7 @@
 //! - [`quantize`]: TernGrad, QSGD, 1-bit sign, fp16.
 //! - [`sparsify`]: exact Top-k, Gaussian-k, DGC-k, trimmed top-k, Rand-k, threshold.
 //! - [`lowrank`]: low-rank approximation, PowerSGD.
-//! - [`chunked`]: chunked top-k for pseudo-gradients, SparseLoCo and DeMo's DCT top-k.
+//! - [`chunked`]: chunked top-k for the change, SparseLoCo and DeMo's DCT top-k.
 //! - [`memory`]: error feedback (raw and lr-scaled), DGC momentum correction, density warm-up.
 //! - [`codec`]: the versioned wire format; [`aggregate`]: sums of N workers' messages.
 //! - [`stats`]: contraction ratio and bounds, TernGrad's bound ratio, histograms.

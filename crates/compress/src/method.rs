@@ -36,7 +36,7 @@ pub trait Method: fmt::Debug + Send + Sync {
     fn default_memory(&self) -> MemoryKind;
 
     /// Error feedback's decay β for this method (`e ← β·e + g`): 1 (no
-    /// decay) but for the pseudo-gradient compressors, whose references decay.
+    /// decay) but for the change's compressors, whose references decay.
     fn memory_decay(&self) -> f32 {
         1.0
     }

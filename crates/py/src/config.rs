@@ -83,7 +83,7 @@ pub fn parse(json: &str) -> Result<DataParallelConfig, PyErr> {
 }
 
 /// Parses and checks `json` for local updates (`LocalUpdates`): the
-/// core's model rounds with an outer optimizer, the inner steps the
+/// core's outer rounds with an outer optimizer, the inner steps the
 /// caller's own.
 pub fn parse_local(json: &str) -> Result<DataParallelConfig, PyErr> {
     let cfg = parse_for_python(json)?;
@@ -304,7 +304,7 @@ pub fn hook_config(name: &Bound<'_, PyAny>, options: Option<&Bound<'_, PyDict>>)
 /// (`{"name", "lr", "momentum"}`) and Streaming's `fragments`, `delay` and
 /// `mix` (a key left out takes its default); the model change is sent
 /// through compressor `name` with `options` (dense: averaged as it is; any
-/// other: with its error feedback, `compress_delta`). `lrs`, the inner
+/// other: with its error feedback, `compress_change`). `lrs`, the inner
 /// learning rate at steps 0, 1, … of the run (`LocalUpdates(lr_at=…)`),
 /// resolves a QSR period rule's periods.
 #[pyfunction]
@@ -328,7 +328,7 @@ pub fn local_config(
         return Err(value_error("strategy: not a table"));
     };
     table.insert("kind".into(), "local".into());
-    table.insert("compress_delta".into(), (!spec.sends_values_as_they_are()).into());
+    table.insert("compress_change".into(), (!spec.sends_values_as_they_are()).into());
     if let Some(Value::Object(sync)) = table.get_mut("sync") {
         if let Some(c) = sync.get_mut("compressor") {
             *c = sync_compressor(c)?;

@@ -2,7 +2,7 @@
 
 Two gloo processes, each with its own replica and AdamW: the loss falls, the
 replicas agree after every round, the outer Nesterov step is torch's SGD on
-the averaged pseudo-gradient, and a checkpoint resumes bit-exactly.
+the averaged change, and a checkpoint resumes bit-exactly.
 """
 from typing import Any, Dict, List
 
@@ -395,7 +395,7 @@ def test_plan_auto_is_chosen_once_for_every_rank_and_trains() -> None:
     assert len(res[1]["lines"]) == 5 and "gradcomp: plan:" in outs[0].out, outs[0].out
     config = json.loads(res[0]["config"])
     assert config["strategy"]["kind"] == "local" and config["strategy"]["period"] >= 16, config
-    assert config["compressor"]["name"] == "fp4" and config["strategy"]["compress_delta"], config
+    assert config["compressor"]["name"] == "fp4" and config["strategy"]["compress_change"], config
     # The plan's outer optimizer whole: Nesterov with its warm-up (over the run's 2 rounds).
     assert config["strategy"]["outer"]["warmup_rounds"] == 2, config
     losses = res[0]["losses"]

@@ -420,7 +420,7 @@ fn schedule_comm_and_network_values(bad_calibration: &str) -> Vec<ConfigCase<'_>
         (vec!["strategy={ kind = \"local\", period = 8, delay = 1, mix = 1.5 }"], vec!["strategy.mix"]),
         (vec!["strategy={ kind = \"local\", period = 8, fragments = 0 }"], vec!["strategy.fragments"]),
         (
-            vec!["strategy={ kind = \"local\", period = 64, fragments = 40, compress_delta = true }"],
+            vec!["strategy={ kind = \"local\", period = 64, fragments = 40, compress_change = true }"],
             vec!["strategy.fragments", "tensors"],
         ),
         (
@@ -428,7 +428,10 @@ fn schedule_comm_and_network_values(bad_calibration: &str) -> Vec<ConfigCase<'_>
             vec!["strategy", "outer", "adam"],
         ),
         (
-            vec!["compressor={ name = \"signsgd\" }", "strategy={ kind = \"local\", compress_delta = true }"],
+            vec![
+                "compressor={ name = \"signsgd\" }",
+                "strategy={ kind = \"local\", compress_change = true }",
+            ],
             vec!["compressor.name", "majority vote"],
         ),
         (vec!["strategy={ fragments = 2 }"], vec!["strategy.fragments"]),

@@ -1,4 +1,4 @@
-//! Chunked top-k for pseudo-gradients: SparseLoCo (Templar's `tplr/compress.py`)
+//! Chunked top-k for the change: SparseLoCo (Templar's `tplr/compress.py`)
 //! and DeMo (`demo.py`), one compressor. A unit is cut into tiles
 //! ([`tiles`]), optionally transformed per tile by a 2-D DCT ([`dct`]), the
 //! `k` largest magnitudes of each tile kept with their in-tile positions in

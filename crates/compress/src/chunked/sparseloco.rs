@@ -1,6 +1,6 @@
 //! SparseLoCo (Sarfi et al., arXiv 2508.15706; Templar's `tplr/compress.py`
 //! and `neurons.py` at v2.1.3): per 64×64 tile the 64 largest magnitudes of
-//! the error-compensated pseudo-gradient, positions in 12 bits, values in 2
+//! the error-compensated change, positions in 12 bits, values in 2
 //! bits (Templar's statistical quantizer), error feedback decaying by 0.95,
 //! and an aggregate that clips each worker to the median norm and averages
 //! every position over the workers that sent it. Defaults are Templar's

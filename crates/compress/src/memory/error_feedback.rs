@@ -19,7 +19,7 @@ pub enum ResidualForm {
 }
 
 /// The residual memory `e`: `acc = β·e + g` (β = `decay`, 1 but for the
-/// pseudo-gradient compressors: SparseLoCo's 0.95, DeMo's 0.999).
+/// change compressors: SparseLoCo's 0.95, DeMo's 0.999).
 #[derive(Clone, Debug)]
 pub struct ErrorFeedback {
     pub form: ResidualForm,

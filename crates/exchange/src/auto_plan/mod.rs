@@ -151,7 +151,7 @@ pub struct AutoPlan {
     /// Local updates with their synchronous phase, period, fragments, τ and
     /// outer optimizer.
     pub strategy: StrategyConfig,
-    /// The change's compressor (`compress_delta` on).
+    /// The change's compressor (`compress_change` on).
     pub compressor: CompressorConfig,
     /// The change's route.
     pub topology: Topology,
@@ -188,7 +188,7 @@ impl AutoPlan {
             format!("strategy.period={}", st.period),
             format!("strategy.fragments={}", st.fragments),
             format!("strategy.delay={}", st.delay),
-            "strategy.compress_delta=true".to_string(),
+            "strategy.compress_change=true".to_string(),
             format!("strategy.outer.name=\"{}\"", outer.kind_name()),
             format!("strategy.outer.warmup_rounds={}", outer.warmup_rounds),
             format!("compressor.name=\"{}\"", self.compressor.name()),
@@ -372,7 +372,7 @@ pub fn choose(inputs: &PlanInputs, costs: &PlanCosts) -> AutoPlan {
     let (outer, d_outer) = outer_for(inputs.total_steps.saturating_sub(sync_steps) / period);
     let mut strategy = StrategyConfig::local(period)
         .with_streaming(fragments, delay)
-        .with_compress_delta(true)
+        .with_compress_change(true)
         .with_outer(outer)
         .with_period_rule(PeriodRule::Fixed);
     if sync_steps > 0 {
@@ -506,7 +506,7 @@ mod tests {
         assert!(sync(&fast).contains("one would go dense"), "{fast:#?}");
         let outer = st.outer();
         assert_eq!((outer.kind_name(), outer.warmup_rounds), ("nesterov", OUTER_WARMUP_ROUNDS), "{fast:#?}");
-        assert!(st.compress_delta);
+        assert!(st.compress_change);
         assert_eq!(fast.compressor.name(), "fp4");
 
         let mid = plan(1e8, 0.3, 800, &costs);

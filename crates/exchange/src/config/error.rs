@@ -42,7 +42,7 @@ fn library_call(key: &str) -> String {
         ("compression", option) => format!("{} (CompressionConfig::{option})", builder("with_compression")),
         ("comm", "topology") => builder("with_topology"),
         ("comm", "server") => builder("with_server"),
-        ("strategy", "compress_delta") => builder("with_compress_delta"),
+        ("strategy", "compress_change") => builder("with_compress_change"),
         ("strategy", "period" | "gamma") => builder("with_celgc"),
         ("strategy", option) => format!("{} (StrategyConfig::{option})", builder("with_strategy")),
         ("optimizer", "lr") => builder("with_base_lr"),
@@ -61,7 +61,7 @@ mod tests {
         assert_eq!(e.in_library_terms(), "DataParallelConfig::with_topology: no");
         let e = ConfigError::new("compression.warmup.densities", "out of range");
         assert_eq!(e.in_library_terms(), "DataParallelConfig::with_warmup: out of range");
-        let e = ConfigError::new("strategy.compress_delta", "x");
-        assert!(e.in_library_terms().starts_with("DataParallelConfig::with_compress_delta"));
+        let e = ConfigError::new("strategy.compress_change", "x");
+        assert!(e.in_library_terms().starts_with("DataParallelConfig::with_compress_change"));
     }
 }

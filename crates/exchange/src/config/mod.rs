@@ -185,9 +185,9 @@ impl DataParallelConfig {
 
     /// CELGC (or any model averaging): send the periodic model change
     /// through the compressor with error feedback instead of averaging the
-    /// models densely (`strategy.compress_delta`).
-    pub fn with_compress_delta(mut self, compress_delta: bool) -> Self {
-        self.strategy.compress_delta = compress_delta;
+    /// models densely (`strategy.compress_change`).
+    pub fn with_compress_change(mut self, compress_change: bool) -> Self {
+        self.strategy.compress_change = compress_change;
         self
     }
 

@@ -20,7 +20,7 @@ pub enum StrategyKind {
     /// Local updates (DiLoCo): the caller's inner optimizer for `period`
     /// steps, then a round in which the outer optimizer (`nesterov` unless
     /// `outer.name` says otherwise) moves the shared model by the averaged
-    /// pseudo-gradient; with `fragments` and `delay`, Streaming DiLoCo. The
+    /// change; with `fragments` and `delay`, Streaming DiLoCo. The
     /// same strategy as `celgc`, whose clipping stays an option (`gamma`).
     Local,
 }
@@ -56,7 +56,8 @@ pub enum Average {
 }
 
 /// The outer optimizer of local updates (DiLoCo, Douillard et al. 2023):
-/// how the workers' averaged pseudo-gradient Δ̄ = θ_outer − mean(θ_local)
+/// how the workers' averaged change c̄ = mean(θ_local) − θ_outer (DiLoCo's
+/// pseudo-gradient is −c̄)
 /// moves the model every worker adopts after a round.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -217,11 +218,13 @@ pub struct StrategyConfig {
     /// whatever the period (the authors' scripts do; the paper's algorithm
     /// does not say). The last epoch's evaluation uses the average anyway.
     pub average_at_epoch_end: bool,
-    /// CELGC: send the periodic model change through `[compressor]` with
-    /// error feedback instead of averaging models densely.
-    pub compress_delta: bool,
-    /// The model rounds' outer optimizer, applied to the averaged
-    /// pseudo-gradient ([`StrategyConfig::outer`] gives it resolved).
+    /// Send each outer round's change through `[compressor]` with error
+    /// feedback instead of averaging it densely (the key's name before
+    /// round six, below, still reads).
+    #[serde(alias = "compress_delta")]
+    pub compress_change: bool,
+    /// The outer rounds' outer optimizer, applied to the averaged change
+    /// ([`StrategyConfig::outer`] gives it resolved).
     pub outer: OuterConfig,
     /// Streaming: the model's tensors in P contiguous groups of about equal
     /// size; group p has its round at the steps t with t ≥ p·H/P and
@@ -229,7 +232,7 @@ pub struct StrategyConfig {
     /// whole model at once.
     pub fragments: u64,
     /// Streaming: τ, the inner steps a fragment's round overlaps; its result
-    /// is merged τ steps after its pseudo-gradient was taken. 0: blocking.
+    /// is merged τ steps after its change was taken. 0: blocking.
     pub delay: u64,
     /// Streaming: α in θ ← α·θ_local + (1 − α)·θ_outer when a round's result
     /// is merged; unset: [`STREAMING_MIX`] with `delay` ≥ 1, else 0 (adopt
@@ -285,8 +288,8 @@ impl StrategyConfig {
         self
     }
 
-    pub fn with_compress_delta(mut self, on: bool) -> Self {
-        self.compress_delta = on;
+    pub fn with_compress_change(mut self, on: bool) -> Self {
+        self.compress_change = on;
         self
     }
 
@@ -372,7 +375,7 @@ impl Default for StrategyConfig {
             clip_norm: ClipNorm::Local,
             average: Average::Models,
             average_at_epoch_end: false,
-            compress_delta: false,
+            compress_change: false,
             outer: OuterConfig::default(),
             fragments: 1,
             delay: 0,

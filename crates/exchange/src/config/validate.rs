@@ -116,7 +116,7 @@ impl DataParallelConfig {
             };
             return Err(err(
                 key,
-                "streaming acts on the model rounds of local steps (kind = \"local\" or \"celgc\", average = \"models\")",
+                "streaming acts on the outer rounds of local steps (kind = \"local\" or \"celgc\", average = \"models\")",
             ));
         }
         if st.fragments == 0 {
@@ -156,7 +156,7 @@ impl DataParallelConfig {
         let name = st.overlap.name();
         let eager_per_fragment = st.overlap == Overlap::Eager && st.delay > 0;
         let why = if !rounds {
-            "acts on the model rounds of local steps (kind = \"local\" or \"celgc\", average = \"models\")"
+            "acts on the outer rounds of local steps (kind = \"local\" or \"celgc\", average = \"models\")"
                 .to_string()
         } else if st.fragments > 1 && st.delay == 0 {
             format!("{name} rounds overlap the whole period, so with {} fragments every fragment's round would be in flight through the others'; use one fragment, or `delay` τ ≥ 1 for eager rounds per fragment (\"eager\" only)", st.fragments)
@@ -176,7 +176,7 @@ impl DataParallelConfig {
         let st = &self.strategy;
         let outer = st.outer();
         let model_rounds =
-            "acts on the model rounds of local steps (kind = \"local\" or \"celgc\", average = \"models\")";
+            "acts on the outer rounds of local steps (kind = \"local\" or \"celgc\", average = \"models\")";
         for (key, set) in [
             ("strategy.warmup_steps", st.warmup_steps > 0),
             ("strategy.sync.steps", st.sync.steps > 0),
@@ -281,7 +281,7 @@ impl DataParallelConfig {
         if st.average_at_epoch_end && !rounds {
             return Err(err(
                 "strategy.average_at_epoch_end",
-                "applies to the model rounds of local steps (kind = \"celgc\" or \"local\", average = \"models\")",
+                "applies to the outer rounds of local steps (kind = \"celgc\" or \"local\", average = \"models\")",
             ));
         }
         let outer = st.outer();
@@ -294,7 +294,7 @@ impl DataParallelConfig {
         if !(outer.averages() || rounds) {
             return Err(err(
                 "strategy.outer",
-                "an outer optimizer acts on the model rounds of local steps (kind = \"local\" or \"celgc\", average = \"models\")",
+                "an outer optimizer acts on the outer rounds of local steps (kind = \"local\" or \"celgc\", average = \"models\")",
             ));
         }
         self.validate_streaming()?;
@@ -308,14 +308,14 @@ impl DataParallelConfig {
                 "averaging gradients (naive parallel clipping) needs period = 1",
             ));
         }
-        if st.average == Average::Gradients && st.compress_delta {
-            return Err(err("strategy.compress_delta", "applies to model averaging only"));
+        if st.average == Average::Gradients && st.compress_change {
+            return Err(err("strategy.compress_change", "applies to model averaging only"));
         }
-        if !st.compress_delta && !self.compressor.sends_values_as_they_are() {
+        if !st.compress_change && !self.compressor.sends_values_as_they_are() {
             return Err(err(
-                "strategy.compress_delta",
+                "strategy.compress_change",
                 format!(
-                    "local steps average models densely; to send the model change through compressor {} with error feedback, turn compress_delta on (TOML: strategy.compress_delta = true)",
+                    "local steps average models densely; to send the model change through compressor {} with error feedback, turn compress_change on (TOML: strategy.compress_change = true)",
                     self.compressor_name()
                 ),
             ));
@@ -416,14 +416,15 @@ mod tests {
             DataParallelConfig::new(CompressorConfig::named(name).unwrap()).with_strategy(st).validate()
         };
         with("dense", StrategyConfig::local(8).with_streaming(4, 2).with_mix(0.25)).unwrap();
-        with("fp4", StrategyConfig::local(8).with_compress_delta(true).with_overlap(Overlap::Eager)).unwrap();
+        with("fp4", StrategyConfig::local(8).with_compress_change(true).with_overlap(Overlap::Eager))
+            .unwrap();
         // Eager rounds per fragment: a delay τ ≥ 1, θ_m adopted (mix 0 unless set).
         with(
             "fp4",
             StrategyConfig::local(8)
                 .with_streaming(2, 1)
                 .with_overlap(Overlap::Eager)
-                .with_compress_delta(true),
+                .with_compress_change(true),
         )
         .unwrap();
         let mixed = StrategyConfig::local(8).with_mix(1.5);
@@ -483,7 +484,7 @@ mod tests {
             let e = with("dense", st.clone()).unwrap_err();
             assert_eq!(e.key, key, "{st:?}: {e}");
         }
-        let e = with("signsgd", StrategyConfig::local(8).with_compress_delta(true)).unwrap_err();
+        let e = with("signsgd", StrategyConfig::local(8).with_compress_change(true)).unwrap_err();
         assert_eq!(e.key, "compressor.name", "{e}");
         assert!(e.to_string().contains("majority vote"), "{e}");
     }

@@ -219,7 +219,7 @@ fn a_diloco_change_through_the_reduce_scatter_leaves_every_worker_the_same_model
     use crate::strategy::{LocalUpdates, ModelAveraging, Strategy};
     let cfg = DataParallelConfig::new(CompressorConfig::named("fp4").unwrap())
         .with_topology(Topology::ReduceScatter)
-        .with_strategy(StrategyConfig::local(4).with_compress_delta(true));
+        .with_strategy(StrategyConfig::local(4).with_compress_change(true));
     let layout = GradientLayout::new([("a".to_string(), vec![300]), ("b".to_string(), vec![200])]);
     let seen = InProcessGroup::new(4)
         .run(|mut c| {

@@ -118,7 +118,7 @@ impl LocalUpdates {
             ));
         }
         let plain = !membership
-            && !st.compress_delta
+            && !st.compress_change
             && st.outer().averages()
             && st.fragments <= 1
             && st.delay == 0
@@ -127,7 +127,7 @@ impl LocalUpdates {
         let machine = if plain {
             None
         } else {
-            let rounds = OuterRounds::new(cfg, layout, workers, st.compress_delta)?;
+            let rounds = OuterRounds::new(cfg, layout, workers, st.compress_change)?;
             Some(OuterRoundMachine::new(rounds, st.delay > 0 || st.overlap.whole_period()))
         };
         let schedule = OuterSchedule::new(st);

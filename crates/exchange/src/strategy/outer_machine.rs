@@ -52,7 +52,7 @@ enum Slot {
     Lost(String),
 }
 
-/// The model rounds of a strategy, run in place or overlapped.
+/// The outer rounds of a strategy, run in place or overlapped.
 pub(crate) struct OuterRoundMachine {
     slot: Mutex<Slot>,
     /// The rounds' units and [`OuterRounds::merges_whole`], which the
@@ -259,7 +259,7 @@ impl OuterRoundMachine {
 
     pub fn restore(&mut self, s: &StateBuffers) -> Result<(), StateError> {
         let desk = desk_in(&mut self.slot)
-            .map_err(|e| StateError::Missing { buffer: format!("the model rounds (lost: {e})") })?;
+            .map_err(|e| StateError::Missing { buffer: format!("the outer rounds (lost: {e})") })?;
         desk.failed = None;
         desk.rounds.restore(s)
     }
@@ -350,17 +350,17 @@ mod tests {
         for (st, compressor) in [
             (StrategyConfig::local(4).with_streaming(2, 2), "dense"),
             (StrategyConfig::local(8).with_streaming(4, 1), "dense"),
-            (StrategyConfig::local(8).with_streaming(2, 3).with_compress_delta(true), "topk"),
+            (StrategyConfig::local(8).with_streaming(2, 3).with_compress_change(true), "topk"),
             (StrategyConfig::local(6).with_streaming(1, 2), "terngrad"),
             (StrategyConfig::local(4).with_overlap(Overlap::Eager), "dense"),
-            (StrategyConfig::local(5).with_overlap(Overlap::Delayed).with_compress_delta(true), "fp4"),
-            (StrategyConfig::local(4).with_overlap(Overlap::Eager).with_compress_delta(true), "topk"),
+            (StrategyConfig::local(5).with_overlap(Overlap::Delayed).with_compress_change(true), "fp4"),
+            (StrategyConfig::local(4).with_overlap(Overlap::Eager).with_compress_change(true), "topk"),
             (StrategyConfig::local(8).with_streaming(2, 2).with_overlap(Overlap::Eager), "dense"),
             (
                 StrategyConfig::local(8)
                     .with_streaming(4, 1)
                     .with_overlap(Overlap::Eager)
-                    .with_compress_delta(true),
+                    .with_compress_change(true),
                 "fp4",
             ),
         ] {

@@ -1,6 +1,6 @@
 //! The outer optimizer of local updates (DiLoCo; ALGORITHMS.md §2): the
 //! step that moves the shared model θ_outer by the workers' averaged
-//! pseudo-gradient. Its state (θ_outer is the caller's anchor; the
+//! change. Its state (θ_outer is the caller's anchor; the
 //! momentum here) is identical on every worker, since every worker applies
 //! the same step to the same average.
 //!
@@ -131,8 +131,8 @@ gradcomp_compress::multiversion! {
 mod tests {
     use super::*;
 
-    /// torch.optim.SGD(lr, momentum, nesterov) on the pseudo-gradient
-    /// Δ = −change, written out in f64 as torch's docs give it.
+    /// torch.optim.SGD(lr, momentum, nesterov) on Δ = −change (DiLoCo's
+    /// pseudo-gradient), written out in f64 as torch's docs give it.
     fn torch_sgd(cfg: OuterConfig, theta: &[f64], changes: &[Vec<f64>]) -> Vec<f64> {
         let (lr, mu) = (cfg.lr(), cfg.momentum());
         let mut theta = theta.to_vec();

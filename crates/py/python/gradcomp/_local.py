@@ -8,7 +8,7 @@
 
 No DDP: every rank keeps a full replica and steps on its own batches with its
 own optimizer (whose state is kept across rounds, as DiLoCo does). Every
-`period` inner steps the ranks average their pseudo-gradients (the model's
+`period` inner steps the ranks average their changes (the model's
 change since the last round; densely, or through a gradcomp compressor with
 its error feedback) and the outer optimizer moves the shared model, which
 every rank adopts. With `fragments` P the model's tensors form P groups whose
@@ -190,7 +190,7 @@ class LocalUpdates:
     - `outer`: `"nesterov"` (DiLoCo's: lr 0.7, momentum 0.9) or `"sgd"` (lr 1,
       no momentum: plain model averaging, torch's post-local SGD);
       `outer_lr`, `outer_momentum` override the defaults.
-    - `compressor` and `**options`: how the pseudo-gradient travels
+    - `compressor` and `**options`: how the change travels
       (gradcomp's names, docs/CONFIG.md); `"dense"` averages it as it is.
     - `fragments` P: Streaming DiLoCo's fragments, contiguous runs of whole
       tensors of about equal size; fragment p's rounds end at the inner steps

@@ -86,3 +86,16 @@ fn gpt_sizes_and_segments_are_checked_naming_the_key() {
     let ov: Vec<(String, String)> = lstm.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
     TrainConfig::from_toml("", &ov).and_then(|c| c.validate()).unwrap();
 }
+
+#[test]
+fn keys_renamed_in_round_six_still_read() {
+    // `strategy.compress_delta` is `compress_change` now; files and --set of before read as they did.
+    let text =
+        "[strategy]\nkind = \"local\"\nperiod = 8\ncompress_delta = true\n[compressor]\nname = \"fp4\"\n";
+    let c = TrainConfig::from_toml(text, &[]).unwrap();
+    assert!(c.strategy.compress_change);
+    let set = [("strategy.compress_delta".to_string(), "true".to_string())];
+    let c = TrainConfig::from_toml("[strategy]\nkind = \"local\"\nperiod = 8\n", &set).unwrap();
+    assert!(c.strategy.compress_change);
+    assert!(c.to_toml().contains("compress_change = true"), "written under the new name");
+}

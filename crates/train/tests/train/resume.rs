@@ -317,7 +317,7 @@ fn largest_memory(s: &gradcomp_train::sections::Sections) -> f32 {
 #[test]
 fn a_local_update_run_resumes_with_fewer_or_more_workers_from_the_outer_model() {
     use gradcomp_train::config::TrainConfig;
-    let extra = "[strategy]\nkind = \"local\"\nperiod = 4\ncompress_delta = true\n[compressor]\nname = \"topk\"\ndensity = 0.1\n[comm]\ntopology = \"allgather\"\n[train]\ncheckpoint_every_epochs = 0";
+    let extra = "[strategy]\nkind = \"local\"\nperiod = 4\ncompress_change = true\n[compressor]\nname = \"topk\"\ndensity = 0.1\n[comm]\ntopology = \"allgather\"\n[train]\ncheckpoint_every_epochs = 0";
     let opts = || RunOptions { resume: true, allow_changes: true, ..Default::default() };
     for to in [2usize, 4] {
         let d = tempdir::Dir::new();

@@ -23,19 +23,19 @@ fn celgc_strategies_learn() {
         "[strategy]\nkind = \"celgc\"\nperiod = 2\ngamma = 0.5\nclip_norm = \"global-average\"",
         "[strategy]\nkind = \"celgc\"\nperiod = 2\ngamma = 0.5\nclip_norm = \"max\"\n[optimizer]\nmomentum = 0.0",
         "[strategy]\nkind = \"celgc\"\nperiod = 1\ngamma = 0.5\naverage = \"gradients\"",
-        "[strategy]\nkind = \"celgc\"\nperiod = 3\ngamma = 0.5\ncompress_delta = true\n[compressor]\nname = \"topk\"\ndensity = 0.1\n[comm]\ntopology = \"allgather\"",
+        "[strategy]\nkind = \"celgc\"\nperiod = 3\ngamma = 0.5\ncompress_change = true\n[compressor]\nname = \"topk\"\ndensity = 0.1\n[comm]\ntopology = \"allgather\"",
         // DiLoCo's outer Nesterov, densely and through Top-k with error feedback.
         "[strategy]\nkind = \"celgc\"\nperiod = 4\ngamma = 0.0\nouter = { name = \"nesterov\" }",
-        "[strategy]\nkind = \"celgc\"\nperiod = 4\ngamma = 0.0\ncompress_delta = true\nouter = { name = \"nesterov\", lr = 0.5 }\n[compressor]\nname = \"topk\"\ndensity = 0.1\n[comm]\ntopology = \"allgather\"",
+        "[strategy]\nkind = \"celgc\"\nperiod = 4\ngamma = 0.0\ncompress_change = true\nouter = { name = \"nesterov\", lr = 0.5 }\n[compressor]\nname = \"topk\"\ndensity = 0.1\n[comm]\ntopology = \"allgather\"",
         // `kind = "local"`: DiLoCo by name; Streaming with fragments, delay and mix.
         "[strategy]\nkind = \"local\"\nperiod = 4",
         "[strategy]\nkind = \"local\"\nperiod = 4\nfragments = 2\ndelay = 1",
-        "[strategy]\nkind = \"local\"\nperiod = 4\nfragments = 3\ndelay = 2\nmix = 0.25\ncompress_delta = true\n[compressor]\nname = \"topk\"\ndensity = 0.1\n[comm]\ntopology = \"allgather\"",
-        // The pseudo-gradient compressors (issue #37) on the change, SparseLoCo as Templar runs it
+        "[strategy]\nkind = \"local\"\nperiod = 4\nfragments = 3\ndelay = 2\nmix = 0.25\ncompress_change = true\n[compressor]\nname = \"topk\"\ndensity = 0.1\n[comm]\ntopology = \"allgather\"",
+        // The change's compressors (issue #37) on the change, SparseLoCo as Templar runs it
         // (averaging, outer lr 1), DeMo's DCT top-k, and 4-bit floats in Streaming.
-        "[strategy]\nkind = \"local\"\nperiod = 4\nouter = { name = \"sgd\" }\ncompress_delta = true\n[compressor]\nname = \"sparseloco\"\nk = 16\n[comm]\ntopology = \"allgather\"",
-        "[strategy]\nkind = \"local\"\nperiod = 4\nouter = { name = \"sgd\" }\ncompress_delta = true\n[compressor]\nname = \"dct-topk\"\n[comm]\ntopology = \"parameter-server\"",
-        "[strategy]\nkind = \"local\"\nperiod = 4\nfragments = 2\ndelay = 1\ncompress_delta = true\n[compressor]\nname = \"fp4\"\n[comm]\ntopology = \"allgather\"",
+        "[strategy]\nkind = \"local\"\nperiod = 4\nouter = { name = \"sgd\" }\ncompress_change = true\n[compressor]\nname = \"sparseloco\"\nk = 16\n[comm]\ntopology = \"allgather\"",
+        "[strategy]\nkind = \"local\"\nperiod = 4\nouter = { name = \"sgd\" }\ncompress_change = true\n[compressor]\nname = \"dct-topk\"\n[comm]\ntopology = \"parameter-server\"",
+        "[strategy]\nkind = \"local\"\nperiod = 4\nfragments = 2\ndelay = 1\ncompress_change = true\n[compressor]\nname = \"fp4\"\n[comm]\ntopology = \"allgather\"",
     ] {
         let (s, d) = run(extra);
         let acc = s.epochs[1].test_accuracy.unwrap();
@@ -64,14 +64,14 @@ fn streaming_resumes_bit_exactly_from_inside_an_overlap() {
     // H 4, P 2, τ 2: a round is in flight (started, not merged) at half the steps.
     for at in [31, 30] {
         let (full, rest) = interrupted_and_resumed(
-            "[strategy]\nkind = \"local\"\nperiod = 4\nfragments = 2\ndelay = 2\ncompress_delta = true\n[compressor]\nname = \"topk\"\ndensity = 0.1\n[comm]\ntopology = \"allgather\"",
+            "[strategy]\nkind = \"local\"\nperiod = 4\nfragments = 2\ndelay = 2\ncompress_change = true\n[compressor]\nname = \"topk\"\ndensity = 0.1\n[comm]\ntopology = \"allgather\"",
             at,
         );
         assert_eq!(rest.final_params, full.final_params, "interrupted after step {at}");
     }
     // SparseLoCo's decaying memory of the change resumes bit-exactly too.
     let (full, rest) = interrupted_and_resumed(
-        "[strategy]\nkind = \"local\"\nperiod = 4\nfragments = 2\ndelay = 1\ncompress_delta = true\n[compressor]\nname = \"sparseloco\"\nk = 16\n[comm]\ntopology = \"allgather\"",
+        "[strategy]\nkind = \"local\"\nperiod = 4\nfragments = 2\ndelay = 1\ncompress_change = true\n[compressor]\nname = \"sparseloco\"\nk = 16\n[comm]\ntopology = \"allgather\"",
         30,
     );
     assert_eq!(rest.final_params, full.final_params, "sparseloco");
@@ -80,7 +80,7 @@ fn streaming_resumes_bit_exactly_from_inside_an_overlap() {
 #[test]
 fn celgc_resumes_bit_exactly() {
     let (full, rest) = interrupted_and_resumed(
-        "[strategy]\nkind = \"celgc\"\nperiod = 3\ngamma = 0.5\ncompress_delta = true\n[compressor]\nname = \"topk\"\ndensity = 0.1\n[comm]\ntopology = \"allgather\"",
+        "[strategy]\nkind = \"celgc\"\nperiod = 3\ngamma = 0.5\ncompress_change = true\n[compressor]\nname = \"topk\"\ndensity = 0.1\n[comm]\ntopology = \"allgather\"",
         31,
     );
     assert_eq!(rest.final_params, full.final_params);
@@ -104,7 +104,7 @@ fn invalid_strategy_combinations_are_config_errors() {
         ("[strategy]\nkind = \"celgc\"\ngamma = -1.0", "strategy.gamma"),
         ("[compressor]\nname = \"esgd\"\nbeta = 1.0", "compressor.beta"),
         ("[strategy]\nkind = \"celgc\"\nperiod = 2\naverage = \"gradients\"", "strategy.average"),
-        ("[strategy]\nkind = \"celgc\"\n[compressor]\nname = \"topk\"", "strategy.compress_delta"),
+        ("[strategy]\nkind = \"celgc\"\n[compressor]\nname = \"topk\"", "strategy.compress_change"),
         (
             "[strategy]\nkind = \"celgc\"\nouter = { name = \"nesterov\", momentum = 1.5 }",
             "strategy.outer.momentum",

@@ -20,7 +20,7 @@ fn strategy(st: &StrategyConfig, len: usize, workers: usize) -> LocalUpdates {
 /// Two workers' rounds with DiLoCo's Nesterov: each moves its model by its
 /// own steps between rounds; after every round both hold θ_outer, which is
 /// torch's SGD(lr 0.7, momentum 0.9, nesterov) on the averaged
-/// pseudo-gradient (computed here in f64).
+/// change (computed here in f64).
 #[test]
 fn nesterov_rounds_move_the_shared_model_as_torchs_sgd_does() {
     let start = [1.0f32, -2.0, 0.5, 0.0];

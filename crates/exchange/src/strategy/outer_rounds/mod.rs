@@ -1,5 +1,5 @@
-//! The model rounds of local steps (ALGORITHMS.md §2.1): every `period` H
-//! steps a worker's pseudo-gradient goes out (its model change since the
+//! The outer rounds of local steps (ALGORITHMS.md §2.1): every `period` H
+//! steps a worker's change goes out (its model change since the
 //! last round, densely or through a compressor with error feedback), the
 //! outer optimizer moves the shared model θ_outer by the workers' average,
 //! and the worker takes θ_outer back. DiLoCo is this with Nesterov;
@@ -9,7 +9,7 @@
 //! `fragments` P, contiguous runs of whole tensors of about equal size.
 //! Fragment p's rounds end (merge) at the steps t ≥ o_p with
 //! (t − o_p) mod H = 0, where o_p = ⌊(p+1)·H/P⌋, and start `delay` τ steps
-//! earlier: the pseudo-gradient is taken at t − τ and the result merged at t
+//! earlier: the change is taken at t − τ and the result merged at t
 //! as θ_p ← α·θ_p + (1 − α)·θ_outer,p (`mix` α; α = 0 adopts θ_outer),
 //! computed as torch's `lerp`. This is torchft's `DiLoCo` schedule (its
 //! fragment p is performed at (p+1)·H/P + kH and prepared τ steps before),
@@ -97,7 +97,7 @@ pub struct OuterRounds {
 impl OuterRounds {
     /// The rounds `cfg.strategy` describes for a model of `layout` among
     /// `workers`; `compress`: send the change through `cfg`'s compressor
-    /// (`compress_delta`), each fragment's with its own random stream.
+    /// (`compress_change`), each fragment's with its own random stream.
     /// Errors (key `strategy.fragments`) if the model has fewer tensors than
     /// fragments.
     pub fn new(

@@ -281,7 +281,7 @@ fn more_fragments_than_tensors_is_refused_naming_the_key() {
 #[test]
 fn each_fragment_checkpoints_its_own_momentum_and_memory() {
     let cfg = DataParallelConfig::new(CompressorConfig::named("topk").unwrap())
-        .with_strategy(StrategyConfig::local(4).with_streaming(2, 0).with_compress_delta(true));
+        .with_strategy(StrategyConfig::local(4).with_streaming(2, 0).with_compress_change(true));
     let rounds = OuterRounds::new(&cfg, &layout(), 1, true).unwrap();
     let mut s = StateBuffers::new();
     rounds.state(&mut s).unwrap();
@@ -309,7 +309,7 @@ fn a_non_finite_model_is_refused_by_every_worker_and_nothing_is_applied() {
     {
         let cfg = DataParallelConfig::new(CompressorConfig::named(compressor).unwrap())
             .with_topology(topology)
-            .with_strategy(StrategyConfig::local(4).with_compress_delta(compressor != "dense"));
+            .with_strategy(StrategyConfig::local(4).with_compress_change(compressor != "dense"));
         let outcomes = InProcessGroup::new(3)
             .run(|mut c| {
                 let r = c.rank();
