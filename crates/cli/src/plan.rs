@@ -108,12 +108,14 @@ pub fn lines(inputs: &PlanInputs, plan: &AutoPlan) -> Vec<String> {
 }
 
 /// Resolves `cfg`'s `strategy.plan = "auto"` in place (a no-op for
-/// `given`), returning the lines that explain it. Under MPI every rank
+/// `given`), returning the lines that explain it and the inputs it was
+/// chosen for (with which the workers decide its period again on drift).
+/// Under MPI every rank
 /// would measure its own step and might choose another plan: refused, with
 /// the way to freeze the plan first.
-pub fn resolve(cfg: &mut TrainConfig) -> Result<Vec<String>> {
+pub fn resolve(cfg: &mut TrainConfig) -> Result<(Vec<String>, Option<PlanInputs>)> {
     if cfg.strategy.plan != PlanChoice::Auto {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), None));
     }
     if cfg.backend == Backend::Mpi {
         bail!(crate::user_error::UserError(
@@ -132,7 +134,7 @@ pub fn resolve(cfg: &mut TrainConfig) -> Result<Vec<String>> {
         None => bail!("the plan chose a compressor of the user's own"),
     };
     cfg.comm.topology = dp.topology;
-    Ok(lines(&inputs, &plan))
+    Ok((lines(&inputs, &plan), Some(inputs)))
 }
 
 /// On a resume, `strategy.plan = "auto"` is the plan the run chose at its

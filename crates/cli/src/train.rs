@@ -8,6 +8,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use clap::Args as ClapArgs;
+use gradcomp_dp::exchange::auto_plan::PlanInputs;
 use gradcomp_dp::CompressionLocation;
 use gradcomp_train::config::{parse_override, ConfigError, TrainConfig};
 use gradcomp_train::records::EpochRecord;
@@ -208,24 +209,22 @@ impl Observer for Printer {
 
 /// The configuration, its `strategy.plan = "auto"` resolved: chosen now
 /// (each decision printed), or on a resume the plan the run chose.
-fn load_with_plan(a: &TrainArgs) -> Result<TrainConfig> {
+fn load_with_plan(a: &TrainArgs) -> Result<(TrainConfig, Option<PlanInputs>)> {
     let mut cfg = a.load_config()?;
     if a.resume {
         crate::plan::frozen(&mut cfg)?;
-    } else {
-        for line in crate::plan::resolve(&mut cfg)? {
-            eprintln!("{line}");
-        }
+        return Ok((cfg, None));
     }
-    Ok(cfg)
+    let (lines, inputs) = crate::plan::resolve(&mut cfg)?;
+    for line in lines {
+        eprintln!("{line}");
+    }
+    Ok((cfg, inputs))
 }
 
-pub fn run(a: &TrainArgs) -> Result<()> {
-    // Signals first: one that arrives while the data loads still stops the
-    // run cleanly, with its exit code.
-    let stop = Arc::new(AtomicBool::new(false));
-    let signal = stop_on_signals(&stop)?;
-    let cfg = load_with_plan(a)?;
+/// The run's progress display: stderr (a bar on a terminal), and the
+/// `--progress-file` where given.
+fn printer(a: &TrainArgs, cfg: &TrainConfig) -> Result<Printer> {
     let progress_file = match &a.progress_file {
         // Not truncated: under MPI every rank opens it, and only rank 0 writes.
         Some(path) => Some(
@@ -238,7 +237,7 @@ pub fn run(a: &TrainArgs) -> Result<()> {
         ),
         None => None,
     };
-    let printer = Printer {
+    Ok(Printer {
         progress_file,
         tty: std::io::stderr().is_terminal(),
         quiet: a.quiet,
@@ -246,13 +245,23 @@ pub fn run(a: &TrainArgs) -> Result<()> {
         last_line: Instant::now(),
         // On the CPU there is nothing to say about where compression runs.
         location_shown: cfg.device == gradcomp_train::device::DeviceSpec::Cpu,
-    };
+    })
+}
+
+pub fn run(a: &TrainArgs) -> Result<()> {
+    // Signals first: one that arrives while the data loads still stops the
+    // run cleanly, with its exit code.
+    let stop = Arc::new(AtomicBool::new(false));
+    let signal = stop_on_signals(&stop)?;
+    let (cfg, replan) = load_with_plan(a)?;
+    let printer = printer(a, &cfg)?;
     let opts = RunOptions {
         resume: a.resume,
         overwrite: a.overwrite,
         allow_changes: a.allow_change,
         stop,
         fault: None,
+        replan,
     };
     let summary = trainer::train(&cfg, opts, Box::new(printer)).map_err(train_error)?;
     if summary.epochs.is_empty() && summary.steps == 0 {

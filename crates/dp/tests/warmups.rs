@@ -118,3 +118,51 @@ fn a_compressed_phase_keeps_the_replicas_equal_then_the_period_doubles() {
     let due: Vec<u64> = (0..12).filter(|&t| schedule.due(t)).collect();
     assert_eq!(due, vec![2, 5, 11]);
 }
+
+/// `plan = "auto"` deciding again on the burn handle: a plan chosen for
+/// 100 s steps whose steps take milliseconds. At the second period's end
+/// (step 8) rank 0 decides the period again and both workers take it: no
+/// round at step 12 where the first period's 4 would have put one, and the
+/// line says why on rank 0 only.
+#[test]
+fn a_drifted_step_decides_the_period_again_on_every_worker() {
+    use gradcomp_dp::exchange::auto_plan::PlanInputs;
+    let group = InProcessGroup::new(2).timeout(std::time::Duration::from_secs(60));
+    let results = group
+        .run(|c| {
+            let rank = c.rank();
+            let d = gradcomp_dp::default_device();
+            let cfg =
+                DataParallelConfig::new(CompressorConfig::dense()).with_strategy(StrategyConfig::local(4));
+            let net = Net::new(&d);
+            let shapes = gradcomp_dp::params::layout(&net).slots().iter().map(|s| s.shape.clone()).collect();
+            let (mut dp, mut model) = cfg.init(c, net).unwrap();
+            let link = gradcomp_comm::NetworkModel::from_bits_per_second(1e8, 1e-4);
+            dp.decide_again_from(PlanInputs {
+                step_seconds: 100.0,
+                link,
+                workers: 2,
+                shapes,
+                total_steps: 1000,
+            });
+            let mut optim = SgdConfig::new().init();
+            let mut equal_after_round_of = Vec::new();
+            for step in 0..13 {
+                model = dp.begin_step(model, 0).unwrap();
+                if step % 4 == 0 {
+                    equal_after_round_of.push((step, read(&model).0));
+                }
+                let loss = model.loss(step * 2 + rank, &d);
+                model = dp.step(model, loss, &mut optim, 0.05).unwrap();
+            }
+            (equal_after_round_of, dp.take_plan_lines())
+        })
+        .unwrap();
+    let (w0, lines0) = results[0].as_ref().unwrap();
+    let (w1, lines1) = results[1].as_ref().unwrap();
+    let agree: Vec<(usize, bool)> = w0.iter().zip(w1).map(|(a, b)| (a.0, a.1 == b.1)).collect();
+    assert_eq!(agree, [(0, true), (4, true), (8, true), (12, false)], "the period after step 8 is not 4");
+    assert_eq!(lines0.len(), 1, "{lines0:?}");
+    assert!(lines0[0].starts_with("at inner step 8 the step measured"), "{lines0:?}");
+    assert!(lines1.is_empty(), "rank 0 says why: {lines1:?}");
+}

@@ -38,8 +38,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(predict::predict, m)?)?;
     m.add_function(wrap_pyfunction!(predict::plan, m)?)?;
     m.add_function(wrap_pyfunction!(predict::probe_link, m)?)?;
-    m.add_function(wrap_pyfunction!(predict::replan_period, m)?)?;
-    m.add_function(wrap_pyfunction!(predict::drifted, m)?)?;
     m.add("PAYS_OFF_MARGIN", gradcomp_exchange::predict::PAYS_OFF)?;
     m.add_function(wrap_pyfunction!(check_config, m)?)?;
     m.add_function(wrap_pyfunction!(config::hook_config, m)?)?;

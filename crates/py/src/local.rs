@@ -283,6 +283,54 @@ impl PyLocalUpdates {
         Ok(())
     }
 
+    /// `plan="auto"` at the period's end at inner step `boundary` (every rank
+    /// calls it there): the core's decision (`auto_plan::Replan::decide`):
+    /// rank 0's median of `times` (this rank's inner steps since the last
+    /// decision) against the plan's `step_seconds`; where it drifted, H
+    /// decided again for the running `config` (period `period`, the model of
+    /// `shapes`, the link `link_bps`/`alpha`, `total_steps`) and taken by every
+    /// rank from `boundary`. Returns `(period, line, step_seconds)`: the new
+    /// period (0: unchanged), rank 0's line (None elsewhere or undecided) and
+    /// the plan's step from now on.
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (comm, config, shapes, boundary, times, period, step_seconds, link_bps, alpha, total_steps))]
+    fn decide_again(
+        &mut self,
+        py: Python<'_>,
+        comm: Py<PyAny>,
+        config: &str,
+        shapes: Vec<Vec<usize>>,
+        boundary: u64,
+        times: Vec<f64>,
+        period: u64,
+        step_seconds: f64,
+        link_bps: f64,
+        alpha: f64,
+        total_steps: u64,
+    ) -> PyResult<(u64, Option<String>, f64)> {
+        use gradcomp_exchange::auto_plan::Replan;
+        let cfg = crate::config::parse_local(config)?;
+        let entry = "LocalUpdates.decide_again";
+        let inputs = crate::predict::plan_inputs(
+            entry,
+            shapes,
+            step_seconds,
+            self.world,
+            link_bps,
+            total_steps,
+            alpha,
+        )?;
+        let mut replan = Replan::new(inputs);
+        let mut c = TorchCollective::new(comm, self.rank, self.world);
+        let decided = py
+            .detach(|| replan.decide(boundary, &times, period, &cfg, &mut c))
+            .map_err(|e| PyRuntimeError::new_err(format!("gradcomp: plan: {}", message(&e))))?;
+        if let Some(h) = decided.period {
+            self.set_period_from(py, boundary, h)?;
+        }
+        Ok((decided.period.unwrap_or(0), decided.line, replan.inputs.step_seconds))
+    }
+
     /// Periods of `period` inner steps from inner step `boundary` on (a
     /// period's end): `plan="auto"` deciding again. Every rank calls it at
     /// the same boundary with the same period; ValueError where a round

@@ -109,7 +109,7 @@ pub fn predict<'py>(
 /// The rule's inputs, each checked, the errors named after `entry`: a
 /// measured step > 0, at least 2 workers (a plan of local updates needs
 /// peers), a run of at least one step, and `check_model`'s.
-fn plan_inputs(
+pub(crate) fn plan_inputs(
     entry: &str,
     shapes: Vec<Vec<usize>>,
     step_seconds: f64,
@@ -208,38 +208,4 @@ pub fn probe_link(py: Python<'_>, comm: Py<PyAny>, rank: usize, world: usize) ->
         .detach(|| gradcomp_exchange::auto_plan::probe_link(&mut c))
         .map_err(|e| PyValueError::new_err(format!("gradcomp: {e}")))?;
     Ok((model.bandwidth * 8.0, model.alpha))
-}
-
-/// `_core.replan_period(config, shapes, step_seconds, workers, link_bps,
-/// total_steps, alpha)`: the period the plan's rule gives the running plan
-/// `config` (`LocalUpdates.config`; its route, fragments and τ kept) for a
-/// step measured at `step_seconds`, as `(period, line)`: the line says why.
-#[pyfunction]
-#[pyo3(signature = (config, shapes, step_seconds, workers, link_bps, total_steps, alpha=1e-4))]
-#[allow(clippy::too_many_arguments)]
-pub fn replan_period(
-    py: Python<'_>,
-    config: &str,
-    shapes: Vec<Vec<usize>>,
-    step_seconds: f64,
-    workers: usize,
-    link_bps: f64,
-    total_steps: u64,
-    alpha: f64,
-) -> PyResult<(u64, String)> {
-    use gradcomp_exchange::auto_plan::{replan_period, PlanCosts};
-    let entry = "gradcomp.replan_period";
-    let inputs = plan_inputs(entry, shapes, step_seconds, workers, link_bps, total_steps, alpha)?;
-    let cfg = crate::config::parse_local(config)?;
-    let topology = cfg.topology.unwrap_or(gradcomp_exchange::Topology::Allgather);
-    let (period, why) =
-        py.detach(|| replan_period(&inputs, &PlanCosts::measure(&inputs.shapes), &cfg.strategy, topology));
-    Ok((period, why.to_string()))
-}
-
-/// `_core.drifted(planned, measured)`: whether a measured step moved from
-/// the plan's by more than the rule's margin (`auto_plan::DRIFT_MARGIN`).
-#[pyfunction]
-pub fn drifted(planned: f64, measured: f64) -> bool {
-    gradcomp_exchange::auto_plan::drifted(planned, measured)
 }

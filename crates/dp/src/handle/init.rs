@@ -95,6 +95,7 @@ impl InitDataParallel for DataParallelConfig {
             group_sent: 0,
             last: StepStats::default(),
             location: CompressionLocation::Undecided,
+            replanning: None,
         };
         Ok((dp, model))
     }

@@ -10,6 +10,7 @@ mod agree;
 mod init;
 pub use init::InitDataParallel;
 mod location;
+mod replan;
 mod step;
 
 use std::collections::BTreeMap;
@@ -175,6 +176,19 @@ pub struct DataParallel {
     /// Where the exchange compresses: decided at the first step, from where
     /// burn left the gradient and whether the strategy has a device form.
     location: CompressionLocation,
+    /// `plan = "auto"` deciding again ([`DataParallel::decide_again_from`]).
+    replanning: Option<Replanning>,
+}
+
+/// A running `plan = "auto"`'s state in the handle (`replan.rs`).
+struct Replanning {
+    replan: crate::exchange::auto_plan::Replan,
+    /// This worker's inner steps since the last decision, in seconds.
+    times: Vec<f64>,
+    /// Where the step being timed began.
+    since: Option<std::time::Instant>,
+    /// Rank 0's lines, until taken.
+    lines: Vec<String>,
 }
 
 impl DataParallel {

@@ -50,9 +50,15 @@ impl DataParallel {
         if self.epoch != Some(epoch) {
             self.set_epoch(epoch);
         }
-        if self.averages_now() {
-            return self.average_round(model);
-        }
+        self.time_step();
+        let model = if self.averages_now() {
+            let model = self.average_round(model)?;
+            self.decide_again()?;
+            model
+        } else {
+            model
+        };
+        self.restart_step_timer();
         Ok(model)
     }
 

@@ -8,6 +8,7 @@
 //! The rule's constants are below, stated once for every model and link;
 //! docs/ALGORITHMS.md §2.5 says where each comes from.
 
+mod again;
 mod in_group;
 
 use gradcomp_comm::NetworkModel;
@@ -19,6 +20,7 @@ use crate::predict::{
     MethodCost, Workload,
 };
 
+pub use again::{Decided, Replan, MIN_SAMPLES};
 pub use in_group::resolve_in_group;
 
 /// The share of the run's steps taken synchronously before local updates:

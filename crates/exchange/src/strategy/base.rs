@@ -156,4 +156,19 @@ pub trait ModelAveraging: Send {
     fn wait(&mut self) -> Result<(), ExchangeError> {
         Ok(())
     }
+
+    /// When the outer rounds start and merge, for a strategy that has a
+    /// schedule of periods (local updates).
+    fn schedule(&self) -> Option<&super::OuterSchedule> {
+        None
+    }
+
+    /// Periods of `period` inner steps from `boundary` on, a period's end
+    /// (`plan = "auto"` deciding again): every worker calls it at the same
+    /// boundary with the same period. An error where the rounds' period
+    /// cannot change there.
+    fn set_period_from(&mut self, boundary: u64, period: u64) -> Result<(), ExchangeError> {
+        let _ = (boundary, period);
+        Err(ExchangeError::Usage("this strategy's outer rounds have no period to decide again".into()))
+    }
 }

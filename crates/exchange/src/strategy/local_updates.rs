@@ -397,6 +397,14 @@ impl ModelAveraging for LocalUpdates {
         self.schedule.due(step)
     }
 
+    fn set_period_from(&mut self, boundary: u64, period: u64) -> Result<(), ExchangeError> {
+        LocalUpdates::set_period_from(self, boundary, period)
+    }
+
+    fn schedule(&self) -> Option<&OuterSchedule> {
+        Some(LocalUpdates::schedule(self))
+    }
+
     fn agrees_after(&self, step: u64) -> bool {
         match &self.machine {
             None => true,

@@ -382,26 +382,16 @@ class LocalUpdates:
         fragments and τ kept) and every rank takes it from this boundary."""
         assert self._replan is not None
         times, self._step_times = self._step_times, []
-        group = self.process_group
-        on = self.params[0].device if self.params else torch.device("cpu")
-        box = torch.zeros(1, dtype=torch.int64, device=payload_device(group, on))
-        if self.rank == 0 and len(times) >= 4:
-            measured, inputs = float(np.median(times)), self._replan
-            if _core.drifted(inputs["step_seconds"], measured):
-                shapes = [list(p.shape) or [1] for p in self.params]
-                period, why = _core.replan_period(self.config, shapes, measured, self.world, inputs["link_bps"],
-                                                  inputs["total_steps"], alpha=inputs["alpha"])
-                line = (f"at inner step {self.inner_steps} the step measured {measured * 1e3:.1f} ms against the "
-                        f"plan's {inputs['step_seconds'] * 1e3:.1f} ms: {why}")
-                print(f"gradcomp: plan: {line}", flush=True)
-                self.plan_lines.append(line)
-                inputs["step_seconds"] = measured
-                if period != self.period:
-                    box[0] = period
-        dist.broadcast(box, src=dist.get_global_rank(group, 0) if group is not None else 0, group=group)
-        if int(box[0]) > 0:
-            self._rust.set_period_from(self.inner_steps, int(box[0]))
-            self.period = int(box[0])
+        inputs, shapes = self._replan, [list(p.shape) or [1] for p in self.params]
+        assert self._comm is not None, "plan=\"auto\" runs without a manager"
+        period, line, inputs["step_seconds"] = self._rust.decide_again(
+            self._comm, self.config, shapes, self.inner_steps, times, self.period, inputs["step_seconds"],
+            inputs["link_bps"], inputs["alpha"], inputs["total_steps"])
+        if line is not None:
+            print(f"gradcomp: plan: {line}", flush=True)
+            self.plan_lines.append(line)
+        if period > 0:
+            self.period = period
 
     def _warm_up(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         """Before a step of the synchronous phase: the ranks' gradients

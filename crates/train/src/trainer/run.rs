@@ -89,6 +89,10 @@ pub struct RunOptions {
     pub stop: Arc<AtomicBool>,
     /// Fault injection, for tests of what a lost worker costs.
     pub fault: Option<Fault>,
+    /// `strategy.plan = "auto"`: the inputs the plan was chosen for; the
+    /// workers decide its period again on drift
+    /// ([`DataParallel::decide_again_from`](gradcomp_dp::DataParallel::decide_again_from)).
+    pub replan: Option<gradcomp_dp::exchange::auto_plan::PlanInputs>,
 }
 
 /// A fault the trainer injects into its own run.

@@ -40,6 +40,9 @@ pub(super) fn run<M: Net>(
     // Rank 0's seeded model becomes everyone's in `init`.
     let model = build_model(&make, &device, (rank == 0).then_some(sh.cfg.seed));
     let (mut dp, model) = sh.cfg.data_parallel().init(c, model)?;
+    if let Some(inputs) = &sh.opts.replan {
+        dp.decide_again_from(inputs.clone());
+    }
     let result =
         Worker::start(sh, &mut dp, &model, device, resume.as_ref()).and_then(|(w, model)| w.train(model));
     result.map_err(|e| give_up(sh, rank, dp.collective_mut(), e))
@@ -285,6 +288,9 @@ impl<'a, 's, M: Net> Worker<'a, 's, M> {
         let epoch = self.epoch_of(step);
         let lr = self.schedule.lr(self.position(step)) * self.lr_factor;
         let model = self.dp.begin_step(model, epoch)?;
+        for line in self.dp.take_plan_lines() {
+            eprintln!("plan = \"auto\": {line}");
+        }
         if self.dp.rank() == 0 && self.sh.opts.stop.load(Ordering::Relaxed) {
             self.dp.request_stop();
         }
