@@ -284,6 +284,20 @@ pub fn accepts(combine: Combine, topology: Topology) -> bool {
         && (combine != Combine::InRounds || topology == Topology::Allreduce)
 }
 
+/// Whether choosing among the topologies changes nothing for messages that
+/// combine as `combine`: two or more topologies besides the parameter server
+/// carry them, all on one route (a sum is allreduced whatever the
+/// topology). The exchange rounds' compressors (PowerSGD) are not asked:
+/// `accepts` takes allreduce alone for them.
+pub fn topology_changes_nothing(combine: Combine) -> bool {
+    let c = carriers(combine);
+    let routes: Vec<Route> = [Topology::Allreduce, Topology::Allgather, Topology::ReduceScatter]
+        .into_iter()
+        .filter_map(|t| c[column(t)])
+        .collect();
+    combine != Combine::InRounds && routes.len() >= 2 && routes.iter().all(|&r| r == routes[0])
+}
+
 /// The topology a compressor's messages get when none is configured: the
 /// first of allreduce and allgather that carries them.
 pub fn default_topology(combine: Combine) -> Topology {
@@ -370,6 +384,14 @@ mod tests {
             "allreduce cannot sum these"
         );
         assert!(!accepts(Combine::InRounds, Topology::Allgather), "PowerSGD's rounds are allreduces");
+    }
+
+    /// The topology is inert exactly where the table gives one route on
+    /// every collective topology that carries the messages.
+    #[test]
+    fn the_topology_changes_nothing_only_where_every_collective_routes_alike() {
+        let inert: Vec<Combine> = EVERY.into_iter().filter(|&c| topology_changes_nothing(c)).collect();
+        assert_eq!(inert, [Combine::DenseSum, Combine::HalfSum, Combine::SharedIndexSum]);
     }
 
     /// The bytes a route prices are what the codec and the sums carry.

@@ -9,6 +9,7 @@ use gradcomp_compress::memory::MemoryKind;
 use gradcomp_compress::{Combine, CompressorConfig};
 
 use super::{ConfigError, DataParallelConfig, Topology};
+use crate::route::{topology_changes_nothing, Route};
 
 impl DataParallelConfig {
     /// The first of `given` (keys of `[compressor]`, `[compression]` or the
@@ -30,17 +31,23 @@ impl DataParallelConfig {
                     "only error feedback (memory = \"error-feedback\") reads it; {name}'s memory is {}",
                     memory_name(memory)
                 )),
-                "topology" if elementwise_sum && self.topology() != Topology::ParameterServer => Some(format!(
-                    "{name}'s values are summed in an allreduce whatever the topology (only the parameter server changes that)"
-                )),
+                "topology"
+                    if topology_changes_nothing(combine) && self.topology() != Topology::ParameterServer =>
+                {
+                    Some(format!(
+                        "{name}'s messages take one route whatever the topology, {:?} (the route table; only the \
+                         parameter server changes that)",
+                        Route::of(false, self.topology(), combine).expect("a validated topology carries them")
+                    ))
+                }
                 "granularity" if elementwise_sum => {
                     Some(format!("{name} treats every value alike, so how the model is cut into units changes nothing"))
                 }
                 "memory" | "exclude" if combine == Combine::DenseSum && matches!(c, CompressorConfig::Dense(_)) => {
                     Some("dense sends every value exactly: there is nothing to remember or to exclude".into())
                 }
-                "packing" if combine == Combine::TernarySum && self.topology() == Topology::Allreduce => Some(
-                    "TernGrad's codes are summed in an allreduce of small integers, unpacked; packing applies with topology = \"allgather\" or the parameter server"
+                "packing" if Route::of(false, self.topology(), combine) == Some(Route::SumCodes) => Some(
+                    "TernGrad's codes are summed in an allreduce of small integers, unpacked (route SumCodes); packing applies where they are gathered or uploaded (topology = \"allgather\" or the parameter server)"
                         .into(),
                 ),
                 _ => None,
@@ -82,6 +89,8 @@ mod tests {
         assert!(inert("qsgd", &["residual"]).unwrap().contains("none"));
         assert!(inert("topk", &["seed"]).is_none(), "a run-wide seed seeds what randomness there is");
         assert!(inert("dense", &["topology"]).is_some() && inert("terngrad", &["topology"]).is_none());
+        assert!(inert("fp16", &["topology"]).unwrap().contains("SumF16"), "from the route table");
+        assert!(inert("powersgd", &["topology"]).is_none() && inert("fp4", &["topology"]).is_none());
         assert!(inert("fp16", &["granularity"]).is_some() && inert("topk", &["granularity"]).is_none());
         assert!(inert("dense", &["exclude"]).is_some() && inert("fp16", &["exclude"]).is_none());
         assert!(inert("terngrad", &["packing"]).is_some());
