@@ -17,6 +17,18 @@ use gradcomp_compress::message::TernarySumMessage;
 use gradcomp_compress::{Combine, Message};
 use serde::{Deserialize, Serialize};
 
+/// What runs an exchange, for the topologies it can take
+/// ([`Topology::refused_by`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Runner {
+    /// gradcomp's own loop and the burn handle: every topology.
+    Own,
+    /// A PyTorch DDP comm hook: per DDP bucket, over torch.distributed.
+    DdpHook,
+    /// The PyTorch front's outer rounds (`LocalUpdates`), over torch.distributed.
+    TorchRounds,
+}
+
 /// Which collectives carry the messages (`comm.topology`): the column of
 /// the route table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -36,6 +48,23 @@ pub enum Topology {
 }
 
 impl Topology {
+    /// Why `runner` cannot carry this topology, where it cannot: the
+    /// parameter server needs a collective torch.distributed does not have,
+    /// and the reduce-scatter's shards follow gradcomp's units, which a DDP
+    /// hook's buckets (DDP's to cut and rebuild) are not.
+    pub fn refused_by(self, runner: Runner) -> Option<&'static str> {
+        match (self, runner) {
+            (Topology::ParameterServer, Runner::DdpHook | Runner::TorchRounds) => {
+                Some("torch.distributed has no parameter server; use \"allreduce\" or \"allgather\"")
+            }
+            (Topology::ReduceScatter, Runner::DdpHook) => Some(
+                "the reduce-scatter runs in gradcomp.torch.LocalUpdates' rounds (and gradcomp's own loop), not in a \
+                 DDP hook; use \"allgather\" here",
+            ),
+            _ => None,
+        }
+    }
+
     /// The name the configuration spells (`comm.topology`).
     pub fn name(self) -> &'static str {
         match self {
@@ -384,6 +413,18 @@ mod tests {
             "allreduce cannot sum these"
         );
         assert!(!accepts(Combine::InRounds, Topology::Allgather), "PowerSGD's rounds are allreduces");
+    }
+
+    /// The PyTorch front's runners refuse what torch.distributed or a DDP
+    /// hook cannot carry; gradcomp's own loop refuses nothing.
+    #[test]
+    fn each_runner_refuses_only_what_it_cannot_carry() {
+        let all =
+            [Topology::Allreduce, Topology::Allgather, Topology::ParameterServer, Topology::ReduceScatter];
+        let refused = |r: Runner| all.into_iter().filter(|t| t.refused_by(r).is_some()).collect::<Vec<_>>();
+        assert_eq!(refused(Runner::Own), []);
+        assert_eq!(refused(Runner::TorchRounds), [Topology::ParameterServer]);
+        assert_eq!(refused(Runner::DdpHook), [Topology::ParameterServer, Topology::ReduceScatter]);
     }
 
     /// The topology is inert exactly where the table gives one route on

@@ -4,7 +4,8 @@
 //! DDP hook cannot do.
 
 use gradcomp_compress::CompressorConfig;
-use gradcomp_exchange::config::{StrategyKind, Topology};
+use gradcomp_exchange::config::StrategyKind;
+use gradcomp_exchange::route::Runner;
 use gradcomp_exchange::DataParallelConfig;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -72,13 +73,7 @@ pub fn parse(json: &str) -> Result<DataParallelConfig, PyErr> {
             "gradcomp: strategy: a DDP hook exchanges every step; for local steps with outer rounds use gradcomp.torch.LocalUpdates",
         ));
     }
-    // The owners' shards follow gradcomp's units; DDP cuts and may rebuild
-    // its buckets, and a hook's state is kept per tensor.
-    if cfg.topology() == Topology::ReduceScatter {
-        return Err(PyValueError::new_err(
-            "gradcomp: topology: the reduce-scatter runs in gradcomp.torch.LocalUpdates' rounds (and gradcomp's own loop), not in a DDP hook; use \"allgather\" here",
-        ));
-    }
+    refuse_topology(&cfg, Runner::DdpHook)?;
     Ok(cfg)
 }
 
@@ -101,6 +96,14 @@ pub fn parse_local(json: &str) -> Result<DataParallelConfig, PyErr> {
     Ok(cfg)
 }
 
+/// The route table's word on `cfg`'s topology under `runner`.
+fn refuse_topology(cfg: &DataParallelConfig, runner: Runner) -> Result<(), PyErr> {
+    match cfg.topology().refused_by(runner) {
+        Some(why) => Err(PyValueError::new_err(format!("gradcomp: topology: {why}"))),
+        None => Ok(()),
+    }
+}
+
 /// The checks every Python entry point shares: the configuration as the
 /// trainer checks it, less what only gradcomp's own loop can do.
 fn parse_for_python(json: &str) -> Result<DataParallelConfig, PyErr> {
@@ -119,11 +122,7 @@ fn parse_for_python(json: &str) -> Result<DataParallelConfig, PyErr> {
     cfg.compression.pipeline = false;
     cfg.compression.on_device = false;
     cfg.validate().map_err(|e| PyValueError::new_err(format!("gradcomp: {}: {}", e.key, e.problem)))?;
-    if cfg.topology() == Topology::ParameterServer {
-        return Err(PyValueError::new_err(
-            "gradcomp: topology: torch.distributed has no parameter server; use \"allreduce\" or \"allgather\"",
-        ));
-    }
+    refuse_topology(&cfg, Runner::TorchRounds)?;
     // Both live in gradcomp's own step, around the exchange the hook calls.
     if cfg.compression.warmup != Default::default() {
         return Err(PyValueError::new_err(

@@ -76,12 +76,11 @@ pub fn predict<'py>(
         let total: usize = work.units.iter().sum();
         (methods(&work.shapes, density), period.map(|_| outer_seconds_per_value(total)))
     });
-    // torch.distributed has no parameter server, and the reduce-scatter
-    // runs in LocalUpdates' rounds only (not in a DDP hook).
-    use gradcomp_exchange::Topology;
-    ms.retain(|m| {
-        m.topology != Topology::ParameterServer && (period.is_some() || m.topology != Topology::ReduceScatter)
-    });
+    // What the PyTorch front can run: LocalUpdates' rounds with a period,
+    // a DDP hook without (the route table's word).
+    use gradcomp_exchange::route::Runner;
+    let runner = if period.is_some() { Runner::TorchRounds } else { Runner::DdpHook };
+    ms.retain(|m| m.topology.refused_by(runner).is_none());
     let net = NetworkModel::from_bits_per_second(link_bps, alpha);
     let dense = step_seconds(&work, &ms[0], workers, &net);
     ms.iter()
