@@ -313,6 +313,23 @@ pub fn accepts(combine: Combine, topology: Topology) -> bool {
         && (combine != Combine::InRounds || topology == Topology::Allreduce)
 }
 
+/// Why `topology` cannot carry messages that combine as `combine` (the
+/// table's `None`, or PowerSGD's rounds off allreduce); `None` where it can.
+pub fn refusal(combine: Combine, topology: Topology) -> Option<&'static str> {
+    if accepts(combine, topology) {
+        None
+    } else if combine == Combine::InRounds {
+        Some("it exchanges in allreduce rounds")
+    } else if topology == Topology::ReduceScatter {
+        Some(
+            "the owners average the decoded shards, and its messages are not averaged (a vote, the senders' mean, or \
+             codes under a shared scaler) or are summed by an allreduce already",
+        )
+    } else {
+        Some("its per-worker messages do not add in compressed form, which an allreduce needs")
+    }
+}
+
 /// Whether choosing among the topologies changes nothing for messages that
 /// combine as `combine`: two or more topologies besides the parameter server
 /// carry them, all on one route (a sum is allreduced whatever the

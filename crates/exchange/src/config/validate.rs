@@ -10,17 +10,6 @@ fn err(key: &str, problem: impl Into<String>) -> ConfigError {
     ConfigError::new(key, problem)
 }
 
-/// Why `topology` does not carry messages that combine as `combine`.
-fn why_not(combine: Combine, topology: super::Topology) -> &'static str {
-    if combine == Combine::InRounds {
-        "it exchanges in allreduce rounds"
-    } else if topology == super::Topology::ReduceScatter {
-        "the owners average the decoded shards, and its messages are not averaged (a vote, the senders' mean, or codes under a shared scaler) or are summed by an allreduce already"
-    } else {
-        "its per-worker messages do not add in compressed form, which an allreduce needs"
-    }
-}
-
 impl DataParallelConfig {
     /// Every check that can be made before any work starts.
     pub fn validate(&self) -> Result<(), ConfigError> {
@@ -36,7 +25,7 @@ impl DataParallelConfig {
             ));
         }
         let topology = self.topology();
-        if !crate::route::accepts(self.combine(), topology) {
+        if let Some(why) = crate::route::refusal(self.combine(), topology) {
             let carriers = crate::route::topology_for(self.combine());
             return Err(err(
                 "comm.topology",
@@ -44,7 +33,7 @@ impl DataParallelConfig {
                     "compressor {} cannot travel by {}: {}; use topology = \"{}\"",
                     self.compressor_name(),
                     topology.name(),
-                    why_not(self.combine(), topology),
+                    why,
                     carriers.join("\" or \"")
                 ),
             ));
