@@ -39,6 +39,9 @@ pub struct PyLocalUpdates {
     len: usize,
     rank: usize,
     world: usize,
+    /// `plan="auto"` deciding again: kept across decisions (the codecs'
+    /// costs are measured once).
+    replan: Option<gradcomp_exchange::auto_plan::Replan>,
 }
 
 #[pymethods]
@@ -88,7 +91,7 @@ impl PyLocalUpdates {
             }
         }
         let schedule = strategy.schedule().clone();
-        Ok(PyLocalUpdates { strategy: Mutex::new(strategy), schedule, len, rank, world })
+        Ok(PyLocalUpdates { strategy: Mutex::new(strategy), schedule, len, rank, world, replan: None })
     }
 
     /// Whether inner step `step` has an outer round's work: step 0 (the
@@ -320,15 +323,17 @@ impl PyLocalUpdates {
             total_steps,
             alpha,
         )?;
-        let mut replan = Replan::new(inputs);
+        let replan = self.replan.get_or_insert_with(|| Replan::new(inputs.clone()));
+        replan.inputs = inputs;
         let mut c = TorchCollective::new(comm, self.rank, self.world);
         let decided = py
             .detach(|| replan.decide(boundary, &times, period, &cfg, &mut c))
             .map_err(|e| PyRuntimeError::new_err(format!("gradcomp: plan: {}", message(&e))))?;
+        let step_seconds = replan.inputs.step_seconds;
         if let Some(h) = decided.period {
             self.set_period_from(py, boundary, h)?;
         }
-        Ok((decided.period.unwrap_or(0), decided.line, replan.inputs.step_seconds))
+        Ok((decided.period.unwrap_or(0), decided.line, step_seconds))
     }
 
     /// Periods of `period` inner steps from inner step `boundary` on (a

@@ -16,10 +16,12 @@ use crate::{DataParallelConfig, ExchangeError, Topology};
 pub const MIN_SAMPLES: usize = 4;
 
 /// A running `auto` plan: the inputs it was chosen for, the step moving
-/// with each decision.
-#[derive(Clone, Debug)]
+/// with each decision, and the codecs' costs on the model, measured on rank
+/// 0 at its first decision and kept (they do not move with the step; timing
+/// them at every decision kept the other workers waiting at the broadcast).
 pub struct Replan {
     pub inputs: PlanInputs,
+    costs: Option<PlanCosts>,
 }
 
 /// What a decision gave every rank.
@@ -34,7 +36,7 @@ pub struct Decided {
 
 impl Replan {
     pub fn new(inputs: PlanInputs) -> Self {
-        Replan { inputs }
+        Replan { inputs, costs: None }
     }
 
     /// At the period's end at inner step `boundary`: every rank calls it at
@@ -59,8 +61,8 @@ impl Replan {
                 let planned = self.inputs.step_seconds;
                 let inputs = PlanInputs { step_seconds: measured, ..self.inputs.clone() };
                 let topology = cfg.topology.unwrap_or(Topology::Allgather);
-                let (h, why) =
-                    replan_period(&inputs, &PlanCosts::measure(&inputs.shapes), &cfg.strategy, topology);
+                let costs = self.costs.get_or_insert_with(|| PlanCosts::measure(&inputs.shapes));
+                let (h, why) = replan_period(&inputs, costs, &cfg.strategy, topology);
                 decided.line = Some(format!(
                     "at inner step {boundary} the step measured {:.1} ms against the plan's {:.1} ms (more than \
                      {:.0}% apart): {why}",
