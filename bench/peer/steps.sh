@@ -24,6 +24,8 @@
 #                       from step 10, as the race's PowerSGD hook, not torch's default 1000)
 #   ...-xA[_B...]       the period doubling at steps A, B, ...
 #   ...-dD              each round overlapping D inner steps (Streaming's τ; its mix α = 0.5)
+#   ...-e               eager outer steps: with -dD eager rounds per fragment (the fresh change
+#                       in place of the one sent, no mix), without it the whole period's
 #   ...-rs              the change by the reduce-scatter instead of the allgather
 #   ...-iK              the inner optimizer's state (Adam's moments) averaged every K periods
 # PEER_PYTHON: the Python with gradcomp and torch (default ~/.cache/gradcomp/py-venv/bin/python).
@@ -60,6 +62,7 @@ plan_args() {
     fi
     [[ $p =~ -x([0-9_]+) ]] && o+=" --option period_doubles_at=[${BASH_REMATCH[1]//_/,}]"
     [[ $p =~ -d([0-9]+) ]] && o+=" --option delay=${BASH_REMATCH[1]}"
+    [[ $p =~ -e(-|$) ]] && o+=" --option overlap=eager"
     [[ $p =~ -rs(-|$) ]] && o+=" --option topology=reduce-scatter"
     [[ $p =~ -i([0-9]+) ]] && o+=" --option inner_state_every=${BASH_REMATCH[1]}"
     echo "--method gradcomp-local:fp4$o"
