@@ -72,8 +72,10 @@ if fault in ("returning-reset", "returning-truncated"):
             shared["outer.anchor"] = shared["outer.anchor"][:3]
         return state
     transport.recv_checkpoint = failing
-lu = gt.LocalUpdates(model, opt, period=4, manager=m, max_workers=4, outer="sgd", fragments=fragments, delay=delay,
-                     compressor=compressor)
+# "fp4+nesterov": DiLoCo's outer Nesterov, warmed up from averaging (its momentum healed with θ_outer).
+compressor, _, outer = compressor.partition("+")
+lu = gt.LocalUpdates(model, opt, period=4, manager=m, max_workers=4, outer=outer or "sgd", fragments=fragments,
+                     delay=delay, compressor=compressor, outer_warmup_rounds=4 if outer else 0)
 if fault == "stop" and rank == 2:
     comm = lu._membership.comm
     plain = comm.all_reduce
@@ -211,12 +213,14 @@ def run_with_a_lost_lighthouse() -> List[Dict[str, Any]]:
 STREAMING = [(1, 0), (2, 1)]
 
 
-def check_finished(res: Dict[str, Any], anchor: List[float]) -> None:
+def check_finished(res: Dict[str, Any], anchor: List[float], falls_to: float = 0.5) -> None:
+    """Finished, its last round committed, θ_outer its peers', and the loss
+    down to `falls_to` of where it started."""
     assert "raised" not in res, res["raised"]
     assert res["events"][-1]["step"] >= STEPS - 1 and res["events"][-1]["committed"], res["events"][-1]
     assert res["anchor"] == anchor, "every finishing worker holds the same θ_outer"
     first, last = res["losses"][:4], res["losses"][-4:]
-    assert sum(last) < 0.5 * sum(first), (first, last)
+    assert sum(last) < falls_to * sum(first), (first, last)
 
 
 def after(res: Dict[str, Any], step: int) -> List[Dict[str, Any]]:
@@ -224,12 +228,15 @@ def after(res: Dict[str, Any], step: int) -> List[Dict[str, Any]]:
     return [e for e in res["events"] if e["step"] > step]
 
 
-@pytest.mark.parametrize("compressor", ["dense", "fp4"])  # fp4: the change with its error feedback
+# fp4: the change with its error feedback; +nesterov: the outer momentum healed too.
+@pytest.mark.parametrize("compressor", ["dense", "fp4", "fp4+nesterov"])
 def test_a_killed_worker_costs_no_round_and_its_return_heals_from_a_live_peer(compressor: str) -> None:
     survivors = run("kill", compressor=compressor)
     anchor = survivors[0]["anchor"]
     for res in survivors:
-        check_finished(res, anchor)
+        # Nesterov's momentum overshoots on this quadratic (the worker's comment):
+        # it is here for the momentum's heal, so its loss need only fall.
+        check_finished(res, anchor, falls_to=0.8 if "nesterov" in compressor else 0.5)
     for res in survivors[:2]:
         # Killed at step 9: the next round runs with the two others, in at
         # most the heartbeat timeout plus slack, and is committed.
