@@ -12,7 +12,7 @@ use gradcomp_compress::message::SparseMessage;
 use gradcomp_compress::Message;
 use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
 
-use super::local::LocalCompression;
+use super::gradient_side::GradientSide;
 use super::plan::Plan;
 use super::route::{CodeWidth, Route};
 use super::server::{self, ServerBuffers};
@@ -157,7 +157,7 @@ impl Bucket {
         &mut self,
         plan: &Plan,
         msgs: &[Message],
-        local: &dyn LocalCompression,
+        local: &dyn GradientSide,
         grad: &[f32],
         inv_n: f32,
     ) {

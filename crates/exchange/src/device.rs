@@ -10,8 +10,8 @@ use gradcomp_compress::{Message, StateError, UnitContext};
 use gradcomp_kernels::memory::{DeviceDgcMomentum, DeviceErrorFeedback};
 use gradcomp_kernels::{Client, DeviceCompressor, DeviceF32, KernelError};
 
+use super::gradient_side::{GradientSide, ReduceOp};
 use super::host::HostCompression;
-use super::local::{LocalCompression, ReduceOp};
 use super::plan::Plan;
 use super::recipe::Recipe;
 use super::stats::measure;
@@ -189,7 +189,7 @@ impl<'a> DeviceCompression<'a> {
     }
 }
 
-impl LocalCompression for DeviceCompression<'_> {
+impl GradientSide for DeviceCompression<'_> {
     /// The compressors' rounds: PowerSGD's two, TernGrad's shared scaler's one.
     fn rounds(&self) -> usize {
         self.units.compressors.iter().map(|c| c.rounds()).max().unwrap_or(0)

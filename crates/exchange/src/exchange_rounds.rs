@@ -6,7 +6,7 @@ use std::ops::Range;
 
 use gradcomp_compress::UnitContext;
 
-use super::local::{LocalCompression, ReduceOp};
+use super::gradient_side::{GradientSide, ReduceOp};
 use super::plan::Plan;
 use super::route::Route;
 use crate::error::ExchangeError;
@@ -37,7 +37,7 @@ impl RoundValues {
     /// unit's wire bytes).
     pub(crate) fn gather(
         &mut self,
-        local: &mut dyn LocalCompression,
+        local: &mut dyn GradientSide,
         plan: &Plan,
         units: Range<usize>,
         round: usize,
@@ -74,7 +74,7 @@ impl RoundValues {
         &mut self,
         op: ReduceOp,
         values: Vec<f32>,
-        local: &mut dyn LocalCompression,
+        local: &mut dyn GradientSide,
         round: usize,
         workers: usize,
     ) {

@@ -8,8 +8,8 @@ use gradcomp_compress::{Message, RngKey};
 
 use super::bucket::Bucket;
 use super::exchange_rounds::RoundValues;
+use super::gradient_side::GradientSide;
 use super::host::HostCompression;
-use super::local::LocalCompression;
 use super::pipeline::{self, BucketArgs, Pipeline};
 use super::plan::{Plan, Unit};
 use super::recipe::Recipe;
@@ -181,7 +181,7 @@ impl GradientExchange {
         let (plan, work, server) = (&self.plan, &mut self.work, &mut self.server);
         #[cfg(feature = "device-kernels")]
         let (mut on_device, mut nothing_on_host);
-        let (local, stages): (&mut dyn LocalCompression, &mut dyn GradStages) = match grad {
+        let (local, stages): (&mut dyn GradientSide, &mut dyn GradStages) = match grad {
             Gradient::Host(stages) => {
                 if stages.grad().len() != total {
                     return Err(ExchangeError::Usage(format!(
@@ -290,7 +290,7 @@ impl Working {
     fn pipeline<'a>(
         &'a mut self,
         plan: &'a Plan,
-        local: &'a mut dyn LocalCompression,
+        local: &'a mut dyn GradientSide,
         args: BucketArgs,
     ) -> Pipeline<'a> {
         Pipeline {

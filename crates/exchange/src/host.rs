@@ -3,7 +3,7 @@
 
 use gradcomp_compress::{CompressionUnit, Message, UnitContext};
 
-use super::local::{LocalCompression, ReduceOp};
+use super::gradient_side::{GradientSide, ReduceOp};
 use super::plan::Plan;
 use super::recipe::Recipe;
 use super::stats::measure;
@@ -38,7 +38,7 @@ fn slice<'a>(plan: &Plan, u: usize, grad: &'a [f32]) -> &'a [f32] {
     &grad[unit.offset..unit.offset + unit.len]
 }
 
-impl LocalCompression for HostCompression {
+impl GradientSide for HostCompression {
     /// The compressors' rounds: PowerSGD's two, TernGrad's shared scaler's one.
     fn rounds(&self) -> usize {
         self.units.iter().map(CompressionUnit::rounds).max().unwrap_or(0)

@@ -32,7 +32,7 @@
 //! one arriving in stages, compressed on the host or on the GPU. What
 //! differs by where the gradient lives (the memories' compensation, the
 //! compressors, the memories' update) sits behind one trait,
-//! [`local::LocalCompression`], implemented by [`host`] and [`device`].
+//! [`gradient_side::GradientSide`], implemented by [`host`] and [`device`].
 //! Before a group of buckets is compressed, its units may take part in
 //! **exchange rounds**: each a small allreduce (sum or max) of values the
 //! compressors contribute, whose result the next round or the compression
@@ -79,10 +79,10 @@ mod error;
 mod exchange_rounds;
 pub mod grad_stages;
 mod gradient_exchange;
+mod gradient_side;
 mod group;
 mod host;
 pub mod layout;
-mod local;
 mod pipeline;
 pub mod plan;
 pub mod predict;

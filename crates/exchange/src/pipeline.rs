@@ -1,6 +1,6 @@
 //! The exchange's one pipeline, for every exchange: a whole gradient or one
 //! arriving in stages ([`GradStages`]), compressed on the host or on a GPU
-//! ([`LocalCompression`]), its collectives on this thread or a
+//! ([`GradientSide`]), its collectives on this thread or a
 //! communication thread ([`Wire`]).
 //!
 //! A bucket is ready when every one of its units is; buckets leave strictly
@@ -24,7 +24,7 @@ use gradcomp_compress::{Message, RngKey, UnitContext};
 
 use super::bucket::Bucket;
 use super::exchange_rounds::RoundValues;
-use super::local::{LocalCompression, ReduceOp, REDUCE_OPS};
+use super::gradient_side::{GradientSide, ReduceOp, REDUCE_OPS};
 use super::plan::Plan;
 use super::route::Route;
 use super::stats::ExchangeStats;
@@ -57,7 +57,7 @@ impl BucketArgs {
 /// One exchange's working state while the pipeline runs.
 pub(crate) struct Pipeline<'a> {
     pub plan: &'a Plan,
-    pub local: &'a mut dyn LocalCompression,
+    pub local: &'a mut dyn GradientSide,
     pub msgs: &'a mut [Message],
     /// The buckets, each away while it is on the wire.
     pub buckets: &'a mut [Option<Bucket>],

@@ -12,7 +12,7 @@ use std::time::Instant;
 use gradcomp_comm::{Collective, CommError};
 
 use super::bucket::Bucket;
-use super::local::ReduceOp;
+use super::gradient_side::ReduceOp;
 use super::plan::Plan;
 use super::server::ServerBuffers;
 use crate::error::ExchangeError;

@@ -47,8 +47,8 @@ use gradcomp_compress::StateError;
 
 use crate::bucket::{all_read, next_of_each};
 use crate::error::ExchangeError;
+use crate::gradient_side::GradientSide;
 use crate::host::HostCompression;
-use crate::local::LocalCompression;
 use crate::plan::Plan;
 use crate::recipe::Recipe;
 use crate::route::{shard, Route};

@@ -1,4 +1,4 @@
-//! [`LocalCompression`]: the part of an exchange that runs where the
+//! [`GradientSide`]: the part of an exchange that runs where the
 //! gradient is. The pipeline drives it the same way on the host
 //! ([`HostCompression`](super::host::HostCompression)) and on a GPU
 //! (`DeviceCompression`); only messages and a few values cross to the host.
@@ -21,7 +21,7 @@ pub(crate) const REDUCE_OPS: [ReduceOp; 2] = [ReduceOp::Max, ReduceOp::Sum];
 /// once the round's collectives are done, `round_result`; then `compress` for
 /// each unit (the uncompressed ones excepted); and, once its bucket is back from the
 /// wire, `update`. Errors are the device's (the host's calls cannot fail).
-pub(crate) trait LocalCompression {
+pub(crate) trait GradientSide {
     /// Exchange rounds before the compressors run (0: none).
     fn rounds(&self) -> usize;
 
