@@ -8,7 +8,7 @@
 use anyhow::{bail, Context, Result};
 use gradcomp_comm::NetworkModel;
 use gradcomp_compress::CompressorConfig;
-use gradcomp_dp::exchange::auto_plan::{choose, AutoPlan, PlanCosts, PlanInputs};
+use gradcomp_dp::exchange::auto_plan::{choose_here, AutoPlan, PlanInputs};
 use gradcomp_train::config::{Backend, OuterConfig, PlanChoice, StrategyConfig, TrainConfig};
 use gradcomp_train::records::{read_json, read_jsonl, Manifest, StepRecord};
 use gradcomp_train::trainer::{self, Observer, Progress, RunOptions};
@@ -87,22 +87,9 @@ pub fn measure_inputs(cfg: &TrainConfig, link_bps: Option<f64>) -> Result<PlanIn
     })
 }
 
-/// The plan for `inputs`, priced with methods measured on this CPU.
-pub fn plan_for(inputs: &PlanInputs) -> AutoPlan {
-    choose(inputs, &PlanCosts::measure(&inputs.shapes))
-}
-
-/// The inputs' summary and each decision, one line each.
+/// The inputs' summary, each decision and the predicted local step, one line each.
 pub fn lines(inputs: &PlanInputs, plan: &AutoPlan) -> Vec<String> {
-    let mut out = vec![format!(
-        "plan = \"auto\": step {:.1} ms (measured, no exchange), {} workers, {:.0} Mbit/s, {} tensors, {} steps",
-        inputs.step_seconds * 1e3,
-        inputs.workers,
-        inputs.link.bandwidth * 8.0 / 1e6,
-        inputs.shapes.len(),
-        inputs.total_steps
-    )];
-    out.extend(plan.decisions.iter().map(|d| format!("  {d}")));
+    let mut out = plan.explain(inputs, "measured, no exchange", "");
     out.push(format!("  predicted local step: {:.1} ms", plan.local_step_seconds * 1e3));
     out
 }
@@ -125,7 +112,7 @@ pub fn resolve(cfg: &mut TrainConfig) -> Result<(Vec<String>, Option<PlanInputs>
         ));
     }
     let inputs = measure_inputs(cfg, None)?;
-    let plan = plan_for(&inputs);
+    let plan = choose_here(&inputs);
     let mut dp = cfg.data_parallel();
     plan.apply(&mut dp);
     cfg.strategy = dp.strategy;
@@ -157,7 +144,7 @@ pub fn frozen(cfg: &mut TrainConfig) -> Result<()> {
 /// decision with its reason, then the `--set` keys that freeze it.
 pub fn print(cfg: &TrainConfig, link_bps: Option<f64>) -> Result<()> {
     let inputs = measure_inputs(cfg, link_bps)?;
-    let plan = plan_for(&inputs);
+    let plan = choose_here(&inputs);
     for line in lines(&inputs, &plan) {
         println!("{line}");
     }

@@ -154,9 +154,8 @@ pub fn plan<'py>(
     total_steps: u64,
     alpha: f64,
 ) -> PyResult<Bound<'py, PyDict>> {
-    use gradcomp_exchange::auto_plan::{choose, PlanCosts};
     let inputs = plan_inputs("gradcomp.plan", shapes, step_seconds, workers, link_bps, total_steps, alpha)?;
-    let chosen = py.detach(|| choose(&inputs, &PlanCosts::measure(&inputs.shapes)));
+    let chosen = py.detach(|| gradcomp_exchange::auto_plan::choose_here(&inputs));
     let st = &chosen.strategy;
     let kwargs = PyDict::new(py);
     kwargs.set_item("period", st.period)?;

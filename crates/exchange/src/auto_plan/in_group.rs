@@ -8,7 +8,7 @@ use gradcomp_comm::{Collective, CommError, NetworkModel};
 use gradcomp_compress::CompressorConfig;
 use serde::{Deserialize, Serialize};
 
-use super::{choose, probe_link, AutoPlan, PlanCosts, PlanInputs};
+use super::{choose_here, probe_link, AutoPlan, PlanInputs};
 use crate::config::{StrategyConfig, Topology};
 use crate::{DataParallelConfig, ExchangeError};
 
@@ -67,17 +67,8 @@ pub fn resolve_in_group(
             shapes: shapes.to_vec(),
             total_steps,
         };
-        let plan = choose(&inputs, &PlanCosts::measure(shapes));
-        let mut lines = vec![format!(
-            "plan = \"auto\": step {:.1} ms (rank 0's, measured), {} workers, {:.0} Mbit/s{}, {} tensors, {} steps",
-            step_seconds * 1e3,
-            inputs.workers,
-            inputs.link.bandwidth * 8.0 / 1e6,
-            if probed { " (probed)" } else { "" },
-            shapes.len(),
-            total_steps
-        )];
-        lines.extend(plan.decisions.iter().map(|d| format!("  {d}")));
+        let plan = choose_here(&inputs);
+        let lines = plan.explain(&inputs, "rank 0's, measured", if probed { " (probed)" } else { "" });
         let chosen = Chosen {
             strategy: plan.strategy,
             compressor: plan.compressor,

@@ -9,6 +9,7 @@
 //! docs/ALGORITHMS.md §2.5 says where each comes from.
 
 mod again;
+mod explain;
 mod in_group;
 
 use gradcomp_comm::NetworkModel;
@@ -21,6 +22,7 @@ use crate::predict::{
 };
 
 pub use again::{Decided, Replan, MIN_SAMPLES};
+pub use explain::choose_here;
 pub use in_group::resolve_in_group;
 
 /// The share of the run's steps taken synchronously before local updates:
