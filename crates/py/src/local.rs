@@ -40,8 +40,11 @@ pub struct PyLocalUpdates {
     rank: usize,
     world: usize,
     /// `plan="auto"` deciding again: kept across decisions (the codecs'
-    /// costs are measured once).
+    /// costs are measured once), with the configuration and the tensors'
+    /// shapes the strategy was built from.
     replan: Option<gradcomp_exchange::auto_plan::Replan>,
+    cfg: gradcomp_exchange::DataParallelConfig,
+    shapes: Vec<Vec<usize>>,
 }
 
 #[pymethods]
@@ -69,7 +72,7 @@ impl PyLocalUpdates {
             return Err(PyValueError::new_err("gradcomp: the model has an empty tensor"));
         }
         let len = shapes.iter().map(|s| s.iter().product::<usize>()).sum();
-        let layout = layout_of(shapes);
+        let layout = layout_of(shapes.clone());
         let built = if membership {
             LocalUpdates::with_membership(&cfg, &layout, world)
         } else {
@@ -91,7 +94,16 @@ impl PyLocalUpdates {
             }
         }
         let schedule = strategy.schedule().clone();
-        Ok(PyLocalUpdates { strategy: Mutex::new(strategy), schedule, len, rank, world, replan: None })
+        Ok(PyLocalUpdates {
+            strategy: Mutex::new(strategy),
+            schedule,
+            len,
+            rank,
+            world,
+            replan: None,
+            cfg,
+            shapes,
+        })
     }
 
     /// Whether inner step `step` has an outer round's work: step 0 (the
@@ -290,30 +302,27 @@ impl PyLocalUpdates {
     /// calls it there): the core's decision (`auto_plan::Replan::decide`):
     /// rank 0's median of `times` (this rank's inner steps since the last
     /// decision) against the plan's `step_seconds`; where it drifted, H
-    /// decided again for the running `config` (period `period`, the model of
-    /// `shapes`, the link `link_bps`/`alpha`, `total_steps`) and taken by every
-    /// rank from `boundary`. Returns `(period, line, step_seconds)`: the new
-    /// period (0: unchanged), rank 0's line (None elsewhere or undecided) and
-    /// the plan's step from now on.
+    /// decided again for this strategy's configuration and model (the link
+    /// `link_bps`/`alpha`, `total_steps`) and taken by every rank from
+    /// `boundary`. Returns `(period, line, step_seconds)`: the new period (0:
+    /// unchanged), rank 0's line (None elsewhere or undecided) and the plan's
+    /// step from now on.
+    #[pyo3(signature = (comm, boundary, times, step_seconds, link_bps, alpha, total_steps))]
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (comm, config, shapes, boundary, times, period, step_seconds, link_bps, alpha, total_steps))]
     fn decide_again(
         &mut self,
         py: Python<'_>,
         comm: Py<PyAny>,
-        config: &str,
-        shapes: Vec<Vec<usize>>,
         boundary: u64,
         times: Vec<f64>,
-        period: u64,
         step_seconds: f64,
         link_bps: f64,
         alpha: f64,
         total_steps: u64,
     ) -> PyResult<(u64, Option<String>, f64)> {
         use gradcomp_exchange::auto_plan::Replan;
-        let cfg = crate::config::parse_local(config)?;
         let entry = "LocalUpdates.decide_again";
+        let shapes = self.shapes.clone();
         let inputs = crate::predict::plan_inputs(
             entry,
             shapes,
@@ -323,11 +332,12 @@ impl PyLocalUpdates {
             total_steps,
             alpha,
         )?;
+        let period = self.schedule.period_at(boundary);
         let replan = self.replan.get_or_insert_with(|| Replan::new(inputs.clone()));
         replan.inputs = inputs;
-        let mut c = TorchCollective::new(comm, self.rank, self.world);
+        let (cfg, mut c) = (&self.cfg, TorchCollective::new(comm, self.rank, self.world));
         let decided = py
-            .detach(|| replan.decide(boundary, &times, period, &cfg, &mut c))
+            .detach(|| replan.decide(boundary, &times, period, cfg, &mut c))
             .map_err(|e| PyRuntimeError::new_err(format!("gradcomp: plan: {}", message(&e))))?;
         let step_seconds = replan.inputs.step_seconds;
         if let Some(h) = decided.period {

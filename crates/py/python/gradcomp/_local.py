@@ -382,11 +382,11 @@ class LocalUpdates:
         fragments and τ kept) and every rank takes it from this boundary."""
         assert self._replan is not None
         times, self._step_times = self._step_times, []
-        inputs, shapes = self._replan, [list(p.shape) or [1] for p in self.params]
+        inputs = self._replan
         assert self._comm is not None, "plan=\"auto\" runs without a manager"
         period, line, inputs["step_seconds"] = self._rust.decide_again(
-            self._comm, self.config, shapes, self.inner_steps, times, self.period, inputs["step_seconds"],
-            inputs["link_bps"], inputs["alpha"], inputs["total_steps"])
+            self._comm, self.inner_steps, times, inputs["step_seconds"], inputs["link_bps"], inputs["alpha"],
+            inputs["total_steps"])
         if line is not None:
             print(f"gradcomp: plan: {line}", flush=True)
             self.plan_lines.append(line)
