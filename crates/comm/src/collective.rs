@@ -207,6 +207,31 @@ pub trait Collective: Send {
         Ok(())
     }
 
+    /// The elementwise mean of `buf` over the ranks that contribute, in
+    /// place on every rank, in one allreduce: a rank that does not
+    /// contribute sends zeros and takes the others' mean (a replica healed
+    /// into a round, or sitting it out). Returns how many contributed; none
+    /// is an error, as there is no mean. The count rides as one more value,
+    /// exact in f32 up to 2^24 ranks.
+    fn allreduce_mean_among_f32(&mut self, buf: &mut [f32], contributes: bool) -> Result<usize, CommError> {
+        let mut sum = Vec::with_capacity(buf.len() + 1);
+        if contributes {
+            sum.extend_from_slice(buf);
+        } else {
+            sum.resize(buf.len(), 0.0);
+        }
+        sum.push(if contributes { 1.0 } else { 0.0 });
+        self.allreduce_sum_f32(&mut sum)?;
+        let n = sum[buf.len()];
+        if n < 1.0 {
+            return Err(CommError::Invalid(
+                "a mean over no contributing rank: every rank passed contributes = false".into(),
+            ));
+        }
+        buf.iter_mut().zip(&sum).for_each(|(v, s)| *v = s / n);
+        Ok(n as usize)
+    }
+
     /// Elementwise sum of integers, in place (wrapping on overflow).
     fn allreduce_sum_i32(&mut self, buf: &mut [i32]) -> Result<(), CommError> {
         self.allreduce(Reduction::SumI32(buf))

@@ -154,3 +154,24 @@ fn oversized_messages_and_aggregation_errors_reach_every_rank() {
         assert_eq!(down, [7]);
     }
 }
+
+#[test]
+fn a_mean_among_contributors_leaves_the_others_out_and_reaches_every_rank() {
+    // Rank 1 sits out (a replica healed into the round): it sends zeros and
+    // takes the mean of ranks 0 and 2, as they do.
+    let out = ok(run(InProcessGroup::new(3), Duration::from_secs(20), |rank, c| {
+        let mut v = vec![rank as f32 * 2.0, 10.0 + rank as f32];
+        let n = c.allreduce_mean_among_f32(&mut v, rank != 1).unwrap();
+        (n, v)
+    }));
+    for (n, v) in out {
+        assert_eq!((n, v), (2, vec![2.0, 11.0]));
+    }
+    // Nobody contributing has no mean: an error on every rank, not zeros.
+    let out = ok(run(InProcessGroup::new(2), Duration::from_secs(20), |_, c| {
+        c.allreduce_mean_among_f32(&mut [1.0], false).map_err(|e| e.to_string())
+    }));
+    for r in out {
+        assert!(r.unwrap_err().contains("no contributing rank"));
+    }
+}

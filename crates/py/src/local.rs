@@ -223,17 +223,38 @@ impl PyLocalUpdates {
     /// The ranks' mean of `state` (a flat buffer: the inner optimizer's
     /// moments, or the model's floating-point buffers), in place, over
     /// `comm`; returns what it moved and took, as [`PyLocalUpdates::sync_step`].
+    /// Under a manager, `rank` and `world` are the round's (its quorum's),
+    /// and `contributes` false sends zeros and takes the others' mean (a
+    /// replica healed into the round, or sitting it out): the mean is over
+    /// the contributors, their number in the record's `contributors`.
+    #[pyo3(signature = (state, comm, rank=None, world=None, contributes=None))]
     fn average_state<'py>(
         &self,
         py: Python<'py>,
         mut state: PyReadwriteArray1<'py, f32>,
         comm: Py<PyAny>,
+        rank: Option<usize>,
+        world: Option<usize>,
+        contributes: Option<bool>,
     ) -> PyResult<Bound<'py, PyDict>> {
         let buf = state.as_slice_mut().map_err(|e| PyValueError::new_err(format!("state: {e}")))?;
-        let mut c = Metered::new(TorchCollective::new(comm, self.rank, self.world));
+        let (rank, world) = (rank.unwrap_or(self.rank), world.unwrap_or(self.world));
+        if rank >= world {
+            return Err(PyValueError::new_err(format!(
+                "gradcomp: rank {rank} of a round of {world} workers"
+            )));
+        }
+        let mut c = Metered::new(TorchCollective::new(comm, rank, world));
         let t = std::time::Instant::now();
-        py.detach(|| c.allreduce_mean_f32(buf)).map_err(|e| RoundError::Exchange(e.into()).into_py())?;
-        record(py, &c.meter_mut().take_step(), t)
+        let contributors = py
+            .detach(|| match contributes {
+                None => c.allreduce_mean_f32(buf).map(|()| world),
+                Some(yes) => c.allreduce_mean_among_f32(buf, yes),
+            })
+            .map_err(|e| RoundError::Exchange(e.into()).into_py())?;
+        let d = record(py, &c.meter_mut().take_step(), t)?;
+        d.set_item("contributors", contributors)?;
+        Ok(d)
     }
 
     /// Whether a round starts at inner step `step` (its exchange and outer step).

@@ -46,9 +46,12 @@ import sys, os, json, signal, time, torch
 import gradcomp.torch as gt
 rank, lighthouse, fault, fragments, delay = int(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
 compressor = sys.argv[6]   # the change: dense, or fp4 with its error feedback
+# "+state": a buffer (a running mean of the worker's inputs) and SGD's momentum, averaged at the rounds.
+compressor, *extras = compressor.split("+")
 torch.manual_seed(100 + rank)            # different starts: the first quorum heals them to one
 model = torch.nn.Linear(8, 4)
-opt = torch.optim.SGD(model.parameters(), lr=0.05)
+model.register_buffer("seen", torch.zeros(8))
+opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.5 if "state" in extras else 0.0)
 # A lost lighthouse: each quorum asked within 5 s, again up to 20 times.
 quorum = dict(quorum_timeout=5, quorum_retries=2) if fault == "lighthouse" else dict(quorum_timeout=60)
 m = gt.manager(lighthouse=lighthouse, replica_id=f"w{rank}{fault}", round_timeout=%(round_timeout)s,
@@ -73,9 +76,10 @@ if fault in ("returning-reset", "returning-truncated"):
         return state
     transport.recv_checkpoint = failing
 # "fp4+nesterov": DiLoCo's outer Nesterov, warmed up from averaging (its momentum healed with θ_outer).
-compressor, _, outer = compressor.partition("+")
-lu = gt.LocalUpdates(model, opt, period=4, manager=m, max_workers=4, outer=outer or "sgd", fragments=fragments,
-                     delay=delay, compressor=compressor, outer_warmup_rounds=4 if outer else 0)
+nesterov = "nesterov" in extras
+lu = gt.LocalUpdates(model, opt, period=4, manager=m, max_workers=4, outer="nesterov" if nesterov else "sgd",
+                     fragments=fragments, delay=delay, compressor=compressor, outer_warmup_rounds=4 if nesterov else 0,
+                     average_buffers="state" in extras, inner_state_every=1 if "state" in extras else 0)
 if fault == "stop" and rank == 2:
     comm = lu._membership.comm
     plain = comm.all_reduce
@@ -93,6 +97,7 @@ out = {}
 while lu.inner_steps < %(steps)d:
     time.sleep(0.15)
     x = torch.randn(16, 8, generator=g)
+    model.seen.mul_(0.9).add_(0.1 * x.mean(0))
     loss = ((model(x) - x @ W.T) ** 2).mean()
     opt.zero_grad(); loss.backward(); opt.step()
     losses.append(loss.item())
@@ -112,7 +117,8 @@ while lu.inner_steps < %(steps)d:
     except (FloatingPointError, RuntimeError, TimeoutError) as e:
         out["raised"] = f"{type(e).__name__}: {e}"
         break
-out.update(events=lu.events, losses=losses, anchor=lu._rust.state()["outer.anchor"].tolist())
+out.update(events=lu.events, losses=losses, anchor=lu._rust.state()["outer.anchor"].tolist(),
+           seen=model.seen.tolist(), momentum=[v.tolist() for v in lu._inner_state()])
 print("RESULT", json.dumps(out), flush=True)
 m.shutdown(wait=False)
 ''' % {"round_timeout": ROUND_TIMEOUT, "steps": STEPS}
@@ -251,6 +257,31 @@ def test_a_killed_worker_costs_no_round_and_its_return_heals_from_a_live_peer(co
     assert returned[0]["healed"] and returned[0]["step"] > 12 and returned[0]["committed"], returned[0]
     assert returned[0]["heal_bytes"] > 0, returned[0]
     assert not any(e["healed"] for e in returned[1:])
+
+
+# Blocking rounds, and Streaming ones with a delay (the means taken at the
+# start, applied at the merge with the worker's own τ steps since).
+@pytest.mark.parametrize("streaming", STREAMING)
+def test_buffers_and_the_inner_state_are_averaged_under_a_manager_and_a_returning_worker_takes_them(
+        streaming: Tuple[int, int]) -> None:
+    """`average_buffers` and `inner_state_every` under a manager: every
+    round's participants in sync average a buffer and SGD's momentum (the
+    returning worker, healed with no momentum yet, sends zeros for the
+    buffer, takes no part in the momentum's mean, and takes both); every
+    round committed, and the finishing workers hold one θ_outer, one buffer
+    and one momentum after the last round (blocking rounds: its means
+    exactly)."""
+    survivors = run("kill", streaming, compressor="dense+state")
+    anchor = survivors[0]["anchor"]
+    for res in survivors:
+        check_finished(res, anchor, survivors[0]["losses"])
+        assert all(e["committed"] for e in res["events"]), res["events"]
+    assert survivors[2]["events"][0]["healed"], survivors[2]["events"][0]
+    if streaming == (1, 0):
+        for res in survivors[1:]:
+            assert res["seen"] == survivors[0]["seen"], "one buffer after the last round"
+            assert res["momentum"] == survivors[0]["momentum"], "one momentum after the last round"
+    assert len(survivors[0]["momentum"]) == 2 and survivors[0]["seen"] != [0.0] * 8
 
 
 @pytest.mark.parametrize("returning", ["returning-reset", "returning-truncated"])

@@ -42,8 +42,7 @@ from ._liveness import Liveness
 from ._membership import Membership
 
 
-def _check_under_manager(period: int, delay: int, fragments: int, overlap: str, warmup_steps: int,
-                         average_buffers: bool, inner_state_every: int) -> None:
+def _check_under_manager(period: int, delay: int, fragments: int, overlap: str, warmup_steps: int) -> None:
     """ValueError naming an argument that membership (torchft's quorum each
     round) does not run."""
     if delay * max(1, fragments) >= period:
@@ -54,12 +53,6 @@ def _check_under_manager(period: int, delay: int, fragments: int, overlap: str, 
         raise ValueError(f"gradcomp: overlap: {overlap!r} is not run under a manager yet: torchft commits a round "
                          "at its own quorum, and a round in flight through the whole period would be committed "
                          "at the next round's; use delay below period/fragments")
-    if average_buffers:
-        raise ValueError("gradcomp: average_buffers: the buffers are not averaged under a manager yet; each "
-                         "replica keeps its own (as torchft's DiLoCo does)")
-    if inner_state_every > 0:
-        raise ValueError("gradcomp: inner_state_every: the optimizer's state is not averaged under a manager yet; "
-                         "leave it at 0")
     if warmup_steps > 0:
         raise ValueError("gradcomp: sync_steps (or warmup_steps): a synchronous phase is not run under a manager "
                          "yet; leave it at 0")
@@ -232,7 +225,8 @@ class LocalUpdates:
     - `inner_state_every` k: also average `optimizer`'s per-parameter state
       (Adam's moments, SGD's momentum) at the end of every k-th period
       (DES-LOC, arXiv 2505.22549); its bytes are counted. 0: each rank keeps
-      its own. No manager.
+      its own. Under a manager both are averaged at a round's start among
+      its participants in sync and applied at its commit (`_membership`).
     - `plan="auto"` with `step_seconds` (your measured step without
       exchange), `link_gbps` (left out: measured by a probe round of
       allreduces over the group) and `total_steps`: the period, fragments,
@@ -295,8 +289,7 @@ class LocalUpdates:
         one_of("overlap", overlap, OVERLAP)
         if manager is not None:
             _check_under_manager(period, whole("delay", delay), whole("fragments", fragments), overlap,
-                                 whole("warmup_steps", warmup_steps) + whole("sync_steps", sync_steps),
-                                 flag("average_buffers", average_buffers), whole("inner_state_every", inner_state_every))
+                                 whole("warmup_steps", warmup_steps) + whole("sync_steps", sync_steps))
         settings = _outer(outer, outer_lr, outer_momentum, outer_warmup_rounds, outer_decay_rounds, outer_rounds)
         strategy: Dict[str, Any] = {"period": period, "outer": settings, "fragments": whole("fragments", fragments),
                                     "delay": whole("delay", delay), "overlap": overlap,

@@ -334,6 +334,9 @@ class Membership:
                 raise Diverged(f"gradcomp: step {step}: the replicas' shared state (θ_outer, the outer momentum) "
                                "differs after the quorum, which heals every replica behind: their rounds cannot "
                                "go on; restart them from one replica's checkpoint")
+            # The buffers' and the inner state's means among the round's in-sync
+            # participants, applied at its commit (every participant takes part).
+            self.pending = self.pending._replace(sides=self._sides(count, healed or failed is not None, rank, world))
             if failed is not None:
                 self._sit_out(count, flat, failed)
                 return
@@ -354,6 +357,39 @@ class Membership:
                             "error": f"no group: the round's group did not form ({self.manager.errored()})",
                             "seconds": time.monotonic() - began, "quorum_seconds": time.monotonic() - began,
                             "heal_bytes": 0})
+
+    def _sides(self, count: "Count", behind: bool, rank: int, world: int) -> List["_Side"]:
+        """At a round's start, among its participants: the model's
+        floating-point buffers (`average_buffers`) at every round, and the
+        inner optimizer's state (`inner_state_every`) at the round that ends
+        a k-th period, each averaged over the participants in sync (a replica
+        healed into the round, or sitting it out, sends zeros and takes the
+        others' mean). Nothing is applied here: `_commit` does, at a commit.
+        A participant whose optimizer holds no state yet (or another shape
+        of it) takes no part in that mean (a length agreed by a max first)."""
+        o, sides = self.outer, []
+        step = count.step
+        merge = step + o.delay if step > 0 else 0  # the step the round ends (merges) at
+        groups = []
+        if o.average_buffers:
+            groups.append([b for b in o.model.buffers() if b.is_floating_point()])
+        if o._rust.averages_inner_state(merge):
+            groups.append(o._inner_state())
+        for tensors in groups:
+            mine = sum(t.numel() for t in tensors)
+            agreed = bytearray(np.array([mine], dtype=np.int32).tobytes())
+            self.comm.all_reduce(memoryview(agreed), "int32", "max")
+            length = int(np.frombuffer(agreed, dtype=np.int32)[0])
+            if length == 0:
+                continue
+            own = torch.cat([t.detach().reshape(-1).to("cpu", torch.float32) for t in tensors]) if mine == length \
+                else torch.zeros(length)
+            mean = own.clone()
+            o._count(o._rust.average_state(mean.numpy(), self.comm, rank, world,
+                                           contributes=not behind and mine == length))
+            if mine == length:
+                sides.append(_Side(tensors, mean, own))
+        return sides
 
     def _sit_out(self, count: "Count", flat: torch.Tensor, failed: BaseException) -> None:
         """The round of a replica whose heal failed: it runs the round's
@@ -409,6 +445,8 @@ class Membership:
             assert flat is not None
             o._write(flat)
             o._count(record)
+            for side in r.sides:
+                side.apply()
         else:
             o._rust.load(r.snapshot)  # θ_outer, the outer momentum and the memories as they were
             committed = False
@@ -440,6 +478,27 @@ def _digest(state: Dict[str, Any]) -> int:
     return int.from_bytes(h.digest(), "little") >> 2
 
 
+class _Side(NamedTuple):
+    """Tensors averaged beside a round (buffers, the inner state): their
+    mean at the round's start and this replica's own values then."""
+    tensors: List[torch.Tensor]
+    mean: torch.Tensor
+    own: torch.Tensor
+
+    def apply(self) -> None:
+        """At the commit: each tensor set to the mean plus what this replica
+        moved it by since the start (nothing, without a delay; its τ steps'
+        updates with one, as the round's merge keeps the model's)."""
+        offset = 0
+        with torch.no_grad():
+            for t in self.tensors:
+                n = t.numel()
+                now = t.detach().reshape(-1).to("cpu", torch.float32)
+                value = self.mean[offset:offset + n] + (now - self.own[offset:offset + n])
+                t.copy_(value.view_as(t).to(t.device, t.dtype))
+                offset += n
+
+
 class _Round(NamedTuple):
     """A round from its quorum to torchft's verdict."""
     step: int
@@ -449,3 +508,4 @@ class _Round(NamedTuple):
     world: int
     snapshot: Dict[str, Any]
     quorum_seconds: float
+    sides: List[_Side] = []
