@@ -77,7 +77,7 @@ if fault in ("returning-reset", "returning-truncated"):
     transport.recv_checkpoint = failing
 # "fp4+nesterov": DiLoCo's outer Nesterov, warmed up from averaging (its momentum healed with θ_outer).
 nesterov = "nesterov" in extras
-lu = gt.LocalUpdates(model, opt, period=4, manager=m, max_workers=4, outer="nesterov" if nesterov else "sgd",
+lu = gt.LocalUpdates(model, opt, period=4, manager=m, max_workers=8, outer="nesterov" if nesterov else "sgd",
                      fragments=fragments, delay=delay, compressor=compressor, outer_warmup_rounds=4 if nesterov else 0,
                      average_buffers="state" in extras, inner_state_every=1 if "state" in extras else 0)
 if fault == "stop" and rank == 2:
@@ -110,7 +110,7 @@ while lu.inner_steps < %(steps)d:
         state = lu._rust.state()   # a shared value changed here only, as a bug would
         state["outer.anchor"][0] += 1.0
         lu._rust.load(state)
-    if fault == "lighthouse" and rank == 0 and lu.inner_steps == 12:
+    if fault in ("lighthouse", "grow") and rank == 0 and lu.inner_steps == 12:
         open(os.environ["GRADCOMP_TEST_MARK"], "w").close()   # the rounds run: the harness may act
     try:
         lu.step()
@@ -152,8 +152,16 @@ def run(fault: str, streaming: Tuple[int, int] = (1, 0), returning: str = "retur
     from torchft._torchft import LighthouseServer  # type: ignore[import-untyped]
     lighthouse = LighthouseServer(bind="[::]:0", min_replicas=2, join_timeout_ms=3000,
                                   heartbeat_timeout_ms=int(HEARTBEAT_TIMEOUT * 1000))
-    procs = [start(r, lighthouse.address(), fault, streaming, compressor) for r in range(3)]
+    # "grow": four workers, and a fifth, a new replica, started once the rounds run.
+    procs = [start(r, lighthouse.address(), fault, streaming, compressor) for r in range(4 if fault == "grow" else 3)]
     try:
+        if fault == "grow":
+            deadline = time.monotonic() + 120
+            while not os.path.exists(MARK):
+                assert time.monotonic() < deadline, "worker 0 never reached step 12"
+                time.sleep(0.05)
+            os.remove(MARK)
+            procs.append(start(4, lighthouse.address(), fault, streaming, compressor))
         if fault == "kill":
             assert procs[2].wait(timeout=120) == 3, procs[2].communicate()
             procs.append(start(2, lighthouse.address(), returning, streaming, compressor))
@@ -257,6 +265,27 @@ def test_a_killed_worker_costs_no_round_and_its_return_heals_from_a_live_peer(co
     assert returned[0]["healed"] and returned[0]["step"] > 12 and returned[0]["committed"], returned[0]
     assert returned[0]["heal_bytes"] > 0, returned[0]
     assert not any(e["healed"] for e in returned[1:])
+
+
+@pytest.mark.parametrize("streaming", STREAMING)
+def test_a_new_replica_joins_mid_run_and_the_world_grows_from_four_to_five(streaming: Tuple[int, int]) -> None:
+    """Four workers, then a fifth replica never seen before (a new replica
+    id) started once the rounds run: it heals from a live peer into the
+    round its peers are at, and the rounds go on with five; nobody's round
+    is discarded, and all five finish with one θ_outer."""
+    results = run("grow", streaming)
+    anchor = results[0]["anchor"]
+    for res in results:
+        check_finished(res, anchor, results[0]["losses"])
+        assert all(e["committed"] for e in res["events"]), res["events"]
+    joined = results[4]["events"]
+    for res in results[:4]:
+        # (A first round may form before a slow-starting worker asks: it then joins later.)
+        sizes = [e["workers"] for e in res["events"] if e["step"] > 0]
+        before = [e["workers"] for e in res["events"] if 0 < e["step"] < joined[0]["step"]]
+        assert max(before) == 4 and sizes[-1] == 5 and sorted(sizes) == sizes, sizes
+    assert joined[0]["healed"] and joined[0]["step"] >= 12 and joined[0]["heal_bytes"] > 0, joined[0]
+    assert joined[0]["workers"] == 5 and not any(e["healed"] for e in joined[1:]), joined
 
 
 # Blocking rounds, and Streaming ones with a delay (the means taken at the

@@ -96,6 +96,9 @@ def test_the_plan_says_why_and_gives_local_updates_arguments() -> None:
     # No synchronous phase: on the tuning seed one cost steps (ALGORITHMS.md §2.5).
     assert kw["compressor"] == "fp4" and "sync_steps" not in kw and kw["period"] >= 16, kw
     assert (kw["outer"], kw["outer_warmup_rounds"]) == ("nesterov", 8), kw
+    # A run of fewer outer rounds than Nesterov needs (28) averages.
+    short = gradcomp.plan(SHAPES, step_seconds=0.05, workers=4, link_gbps=100, total_steps=300)
+    assert (short["local_updates"]["outer"], short["local_updates"]["outer_warmup_rounds"]) == ("sgd", 0), short
     s = slow["local_updates"]
     assert (s["period"], s["fragments"], s["delay"]) > (kw["period"], kw["fragments"], kw["delay"]), (s, kw)
     for args, needle in (({"step_seconds": 0.0}, "step_seconds"), ({"workers": 1}, "workers"),

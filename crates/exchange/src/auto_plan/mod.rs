@@ -15,7 +15,7 @@ mod in_group;
 use gradcomp_comm::NetworkModel;
 use gradcomp_compress::CompressorConfig;
 
-use crate::config::{OuterConfig, PeriodRule, StrategyConfig, SyncPhase, Topology};
+use crate::config::{OuterConfig, OuterKind, PeriodRule, StrategyConfig, SyncPhase, Topology};
 use crate::predict::{
     local_step_seconds, measure, outer_seconds_per_value, powersgd_rank, step_seconds, LocalSetup,
     MethodCost, Workload,
@@ -46,6 +46,11 @@ pub const DENSE_SHARE: f64 = 0.1;
 /// warm-up). On the tuning seed Nesterov without it diverged and with it
 /// needed fewer steps than averaging (ALGORITHMS.md §2.5).
 pub const OUTER_WARMUP_ROUNDS: u64 = 8;
+/// The fewest outer rounds a run must have for DiLoCo's Nesterov: its
+/// warm-up and then two of its momentum's horizons, 1/(1 − μ) = 10 rounds
+/// at μ = 0.9 each (8 + 2·10 = 28). A run of fewer rounds averages (outer
+/// SGD at lr 1): its momentum would hardly outlive its own warm-up.
+pub const NESTEROV_MIN_ROUNDS: u64 = OUTER_WARMUP_ROUNDS + 2 * 10;
 /// The most fragments a plan cuts the model into.
 pub const MAX_FRAGMENTS: u64 = 16;
 
@@ -356,9 +361,18 @@ impl Pricer<'_> {
 }
 
 /// The outer optimizer: DiLoCo's Nesterov, warmed up from averaging over
-/// OUTER_WARMUP_ROUNDS rounds (all of them in a shorter run).
+/// OUTER_WARMUP_ROUNDS rounds, in a run of NESTEROV_MIN_ROUNDS rounds or
+/// more; plain averaging in a shorter one.
 fn outer_for(rounds: u64) -> (OuterConfig, Decision) {
-    let warmup = OUTER_WARMUP_ROUNDS.min(rounds.max(1));
+    if rounds < NESTEROV_MIN_ROUNDS {
+        let outer = OuterConfig { name: Some(OuterKind::Sgd), ..OuterConfig::default() };
+        let reason = format!(
+            "plain averaging (outer SGD, lr 1): the run's {rounds} outer rounds are fewer than DiLoCo's Nesterov \
+             needs ({NESTEROV_MIN_ROUNDS}: its {OUTER_WARMUP_ROUNDS}-round warm-up and two momentum horizons)"
+        );
+        return (outer, Decision { key: "strategy.outer", value: "sgd".into(), reason });
+    }
+    let warmup = OUTER_WARMUP_ROUNDS;
     let outer = OuterConfig { warmup_rounds: warmup, ..OuterConfig::nesterov() };
     let reason = format!(
         "DiLoCo's Nesterov (lr 0.7, μ 0.9), warmed up from averaging over {warmup} of the run's {rounds} outer rounds"
@@ -567,12 +581,24 @@ mod tests {
     }
 
     /// Every decision is one line naming its key and its reason; a run of
-    /// fewer rounds than the outer warm-up warms up over all of them.
+    /// fewer rounds than NESTEROV_MIN_ROUNDS averages, one of that many
+    /// takes Nesterov warmed up.
     #[test]
-    fn each_decision_says_why_and_a_short_run_warms_up_over_its_rounds() {
+    fn each_decision_says_why_and_a_short_run_averages() {
         let costs = wire_only(&lstm());
+        for (total, name, warmup) in [
+            (64, "sgd", 0),
+            ((NESTEROV_MIN_ROUNDS - 1) * MIN_PERIOD, "sgd", 0),
+            (NESTEROV_MIN_ROUNDS * MIN_PERIOD, "nesterov", OUTER_WARMUP_ROUNDS),
+        ] {
+            let p = plan(1e9, 0.3, total, &costs);
+            let outer = p.strategy.outer();
+            assert_eq!((outer.kind_name(), outer.warmup_rounds), (name, warmup), "{total}: {p:#?}");
+            let line = p.decisions.iter().find(|d| d.key == "strategy.outer").unwrap().to_string();
+            assert!(line.contains(if name == "sgd" { "fewer than" } else { "warmed up" }), "{line}");
+        }
         let short = plan(1e9, 0.3, 64, &costs);
-        assert_eq!(short.strategy.outer().warmup_rounds, 64 / MIN_PERIOD, "{short:#?}");
+        assert!(short.overrides().contains(&"strategy.outer.name=\"sgd\"".to_string()), "{short:#?}");
         let long = plan(1e9, 0.3, 100_000, &costs);
         let keys: Vec<&str> = long.decisions.iter().map(|d| d.key).collect();
         assert_eq!(
