@@ -92,6 +92,30 @@ pub const GLOBAL_NORM_KEY: &str = "clip.global_norm";
 /// (docs/MIGRATING.md). Checkpoints are written with the new names only.
 const RENAMED: [(&str, &str); 2] = [(ANCHOR_KEY, "celgc.anchor"), (GLOBAL_NORM_KEY, "celgc.global_norm")];
 
+/// The scope of the change's memories in a checkpoint (`change.` for one
+/// fragment, `change.p.` per fragment p), and the one it had before
+/// (`delta.`): a checkpoint written with the old scope still restores.
+pub const CHANGE_SCOPE: &str = "change.";
+const CHANGE_SCOPE_BEFORE: &str = "delta.";
+
+/// `s` with every buffer of the change's old scope (`delta.`) under the
+/// new one (`change.`), where `s` holds no buffer of the new scope; else
+/// `s` as it is. Copies only a checkpoint written before the rename.
+pub(crate) fn with_change_scope(s: &StateBuffers) -> std::borrow::Cow<'_, StateBuffers> {
+    if s.keys().any(|k| k.starts_with(CHANGE_SCOPE)) || !s.keys().any(|k| k.starts_with(CHANGE_SCOPE_BEFORE))
+    {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    let renamed = s
+        .iter()
+        .map(|(k, v)| match k.strip_prefix(CHANGE_SCOPE_BEFORE) {
+            Some(rest) => (format!("{CHANGE_SCOPE}{rest}"), v.clone()),
+            None => (k.clone(), v.clone()),
+        })
+        .collect();
+    std::borrow::Cow::Owned(renamed)
+}
+
 /// Buffer `key` of `s`, under its current name or the one it had before
 /// ([`RENAMED`]); a missing buffer is [`StateError::Missing`] naming `key`.
 pub(crate) fn read_renamed<'a>(s: &'a StateBuffers, key: &str) -> Result<&'a Vec<f32>, StateError> {
@@ -183,15 +207,15 @@ mod tests {
         for key in [
             StateKey::new("", StateKind::Memory, 0, 0),
             StateKey::new("", StateKind::Compressor, 12, 1),
-            StateKey::new("delta.", StateKind::Memory, 3, 1),
+            StateKey::new("change.", StateKind::Memory, 3, 1),
         ] {
             assert_eq!(StateKey::parse(&key.to_string()), Some(key));
         }
-        assert_eq!(StateKey::new("delta.", StateKind::Memory, 3, 1).to_string(), "delta.memory.3.1");
+        assert_eq!(StateKey::new("change.", StateKind::Memory, 3, 1).to_string(), "change.memory.3.1");
         for other in [ANCHOR_KEY, "memory.x.0", "memory.0", "residual.0.0", ""] {
             assert_eq!(StateKey::parse(other), None, "{other}");
         }
-        assert!(StateKey::names_memory("delta.memory.0.0"));
+        assert!(StateKey::names_memory("change.memory.0.0"));
         assert!(!StateKey::names_memory("compressor.0.0"));
     }
 }

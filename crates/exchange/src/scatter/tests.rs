@@ -242,7 +242,7 @@ fn a_diloco_change_through_the_reduce_scatter_leaves_every_worker_the_same_model
     for (w, (after, keys)) in seen.iter().enumerate() {
         assert_eq!(after, &seen[0].0, "worker {w}'s models after the rounds");
         for u in 0..2 {
-            let owner = format!("delta.scatter.memory.{u}.0");
+            let owner = format!("change.scatter.memory.{u}.0");
             assert!(keys.contains(&owner), "worker {w}: {owner} in {keys:?}");
         }
     }

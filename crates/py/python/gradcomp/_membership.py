@@ -38,7 +38,7 @@ from ._comm import _DTYPES, _bytes_tensor, _split
 from ._config import OUTER, number, one_of, seconds, whole, whole_positive
 
 # State keys a healer does not send: a worker's own error-feedback memories.
-_OWN = "delta."
+_OWN = "change."
 
 
 class FtComm:

@@ -50,7 +50,7 @@ use crate::config::{ConfigError, DataParallelConfig};
 use crate::error::ExchangeError;
 use crate::grad_stages::CompleteGrad;
 use crate::layout::GradientLayout;
-use crate::state::{read_renamed, ANCHOR_KEY, OWN_KEY, PENDING_KEY};
+use crate::state::{read_renamed, with_change_scope, ANCHOR_KEY, CHANGE_SCOPE, OWN_KEY, PENDING_KEY};
 use crate::{Gradient, GradientExchange, StateBuffers, StepInput, Unit};
 
 /// One fragment: its place in the flat model, its exchange and its outer
@@ -389,13 +389,14 @@ impl OuterRounds {
     }
 
     /// State keys: `outer.anchor` (θ_outer), the outer momentum and the
-    /// compressors' memories (`outer.momentum`, `delta.` for one fragment;
-    /// with `.p` and `delta.p.` per fragment p for several).
+    /// compressors' memories (`outer.momentum`, `change.` for one fragment;
+    /// with `.p` and `change.p.` per fragment p for several; `delta.` read
+    /// as `change.`).
     fn keys(&self, p: usize) -> (String, String) {
         if self.fragments.len() == 1 {
-            ("outer.momentum".into(), "delta.".into())
+            ("outer.momentum".into(), CHANGE_SCOPE.into())
         } else {
-            (format!("outer.momentum.{p}"), format!("delta.{p}."))
+            (format!("outer.momentum.{p}"), format!("{CHANGE_SCOPE}{p}."))
         }
     }
 
@@ -425,6 +426,7 @@ impl OuterRounds {
     }
 
     pub fn restore(&mut self, s: &StateBuffers) -> Result<(), StateError> {
+        let s = &*with_change_scope(s);
         let a = read_renamed(s, ANCHOR_KEY)?;
         let total = self.fragments.last().map_or(0, |f| f.range.end);
         if !a.is_empty() && total > 0 && a.len() != total {

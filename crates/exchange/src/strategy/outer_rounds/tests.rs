@@ -271,6 +271,46 @@ fn only_a_whole_unmixed_merge_leaves_the_replicas_equal() {
     assert_eq!(warming, vec![0, 1, 2], "steps 1..=S (taken after 0..S steps) are synchronous");
 }
 
+/// A checkpoint written before the change's memories were `change.`
+/// (`delta.`, `delta.p.`) restores them.
+#[test]
+fn a_checkpoint_naming_the_change_delta_still_restores() {
+    let cfg = DataParallelConfig::new(CompressorConfig::named("topk").unwrap())
+        .with_strategy(StrategyConfig::local(4).with_streaming(2, 0).with_compress_change(true));
+    let fresh = || OuterRounds::new(&cfg, &layout(), 1, true).unwrap();
+    let mut saved = StateBuffers::new();
+    fresh().state(&mut saved).unwrap();
+    // A state after a round: θ_outer and each unit's memory (fragment 0 is
+    // tensor a, 3 values; fragment 1 is b and c, 2 and 3) with values.
+    let lens = [
+        ("outer.anchor", 8),
+        ("change.0.memory.0.0", 3),
+        ("change.1.memory.0.0", 2),
+        ("change.1.memory.1.0", 3),
+    ];
+    let mut x = 0.0;
+    for (key, n) in lens {
+        assert!(saved.contains_key(key), "{key} in {:?}", saved.keys());
+        let v = saved.get_mut(key).unwrap();
+        *v = (0..n)
+            .map(|_| {
+                x += 0.25;
+                x
+            })
+            .collect();
+    }
+    let old: StateBuffers = saved
+        .iter()
+        .map(|(k, v)| (k.strip_prefix("change.").map_or(k.clone(), |r| format!("delta.{r}")), v.clone()))
+        .collect();
+    assert!(old.keys().all(|k| !k.starts_with("change.")));
+    let mut back = fresh();
+    back.restore(&old).unwrap();
+    let mut again = StateBuffers::new();
+    back.state(&mut again).unwrap();
+    assert_eq!(again, saved, "the old names read as the new");
+}
+
 #[test]
 fn more_fragments_than_tensors_is_refused_naming_the_key() {
     let cfg = config(StrategyConfig::local(8).with_streaming(4, 0));
@@ -289,7 +329,7 @@ fn each_fragment_checkpoints_its_own_momentum_and_memory() {
         assert!(s.contains_key(key), "{key} in {:?}", s.keys());
     }
     assert!(
-        s.keys().any(|k| k.starts_with("delta.0.")) && s.keys().any(|k| k.starts_with("delta.1.")),
+        s.keys().any(|k| k.starts_with("change.0.")) && s.keys().any(|k| k.starts_with("change.1.")),
         "{:?}",
         s.keys()
     );
