@@ -330,13 +330,16 @@ def test_warm_up_steps_keep_replicas_equal_and_rounds_average_the_buffers() -> N
 
 def test_what_a_manager_does_not_run_is_refused_naming_it() -> None:
     """Under a manager (torchft's quorum each round) the overlap of a whole
-    period, a delay past the next round's start and the synchronous phase
-    are refused, each naming its argument; what it runs passes (the buffers'
-    and the inner state's averaging: test_local_membership)."""
+    period, a delay past the next round's start and a compressed
+    synchronous phase are refused, each naming its argument; what it runs
+    passes (a dense phase, the buffers' and the inner state's averaging:
+    test_local_membership)."""
     from gradcomp._local import _check_under_manager
-    _check_under_manager(8, 1, 2, "none", 0)
-    for args, needle in (((8, 4, 2, "none", 0), "delay"), ((8, 0, 1, "eager", 0), "overlap"),
-                         ((8, 0, 1, "delayed", 0), "overlap"), ((8, 0, 1, "none", 3), "sync_steps")):
+    _check_under_manager(8, 1, 2, "none", 0, "dense")
+    _check_under_manager(8, 0, 1, "none", 3, "dense")
+    for args, needle in (((8, 4, 2, "none", 0, "dense"), "delay"), ((8, 0, 1, "eager", 0, "dense"), "overlap"),
+                         ((8, 0, 1, "delayed", 0, "dense"), "overlap"),
+                         ((8, 0, 1, "none", 3, "powersgd"), "sync_compressor")):
         with pytest.raises(ValueError, match=needle):
             _check_under_manager(*args)
 

@@ -79,7 +79,8 @@ if fault in ("returning-reset", "returning-truncated"):
 nesterov = "nesterov" in extras
 lu = gt.LocalUpdates(model, opt, period=4, manager=m, max_workers=8, outer="nesterov" if nesterov else "sgd",
                      fragments=fragments, delay=delay, compressor=compressor, outer_warmup_rounds=4 if nesterov else 0,
-                     average_buffers="state" in extras, inner_state_every=1 if "state" in extras else 0)
+                     average_buffers="state" in extras, inner_state_every=1 if "state" in extras else 0,
+                     sync_steps=48 if "sync" in extras else 0)
 if fault == "stop" and rank == 2:
     comm = lu._membership.comm
     plain = comm.all_reduce
@@ -101,7 +102,7 @@ while lu.inner_steps < %(steps)d:
     loss = ((model(x) - x @ W.T) ** 2).mean()
     opt.zero_grad(); loss.backward(); opt.step()
     losses.append(loss.item())
-    if fault == "kill" and rank == 2 and lu.inner_steps == 9:
+    if fault == "kill" and rank == 2 and lu.inner_steps == (5 if "sync" in extras else 9):
         os._exit(3)
     if fault == "nan" and rank == 1 and lu.inner_steps == 10:
         with torch.no_grad():
@@ -286,6 +287,33 @@ def test_a_new_replica_joins_mid_run_and_the_world_grows_from_four_to_five(strea
         assert max(before) == 4 and sizes[-1] == 5 and sorted(sizes) == sizes, sizes
     assert joined[0]["healed"] and joined[0]["step"] >= 12 and joined[0]["heal_bytes"] > 0, joined[0]
     assert joined[0]["workers"] == 5 and not any(e["healed"] for e in joined[1:]), joined
+
+
+# "+state": SGD's momentum, so a worker healed in the phase (its momentum
+# fresh) ends it with another model than its peers': the first round's mean.
+@pytest.mark.parametrize("compressor", ["dense+sync", "dense+sync+state"])
+def test_a_synchronous_phase_under_a_manager_loses_a_worker_and_heals_its_return_in_the_phase(compressor: str) -> None:
+    """A dense synchronous phase of 48 steps (each a quorum of its own), then
+    rounds every 4: a worker killed at step 5 costs its peers no step (the
+    next ones commit with two), the returning process heals inside the
+    phase (its gradient that step not counted), the first round at step 48
+    records the participants' mean model, and all finish with one θ_outer."""
+    survivors = run("kill", compressor=compressor)
+    anchor = survivors[0]["anchor"]
+    for res in survivors:
+        check_finished(res, anchor, survivors[0]["losses"])
+        assert all(e["committed"] for e in res["events"]), [e for e in res["events"] if not e["committed"]]
+        rounds = [e for e in res["events"] if not e["sync"]]
+        assert rounds[0]["step"] == 48 and all(e["step"] % 4 == 0 for e in rounds), rounds
+    for res in survivors[:2]:
+        # Every step a quorum from its first (a worker slow to start joins a later one, healed).
+        sync = [e for e in res["events"] if e["sync"]]
+        assert [e["step"] for e in sync] == list(range(sync[0]["step"], 48)), sync
+        after_kill = [e["workers"] for e in sync if e["step"] > 5]
+        assert 2 in after_kill and after_kill[-1] == 3, after_kill
+    returned = survivors[2]["events"]
+    assert returned[0]["sync"] and returned[0]["healed"] and 5 < returned[0]["step"] < 48, returned[0]
+    assert returned[0]["heal_bytes"] > 0 and not any(e["healed"] for e in returned[1:]), returned
 
 
 # Blocking rounds, and Streaming ones with a delay (the means taken at the

@@ -42,7 +42,8 @@ from ._liveness import Liveness
 from ._membership import Membership
 
 
-def _check_under_manager(period: int, delay: int, fragments: int, overlap: str, warmup_steps: int) -> None:
+def _check_under_manager(period: int, delay: int, fragments: int, overlap: str, sync_steps: int,
+                         sync_compressor: str) -> None:
     """ValueError naming an argument that membership (torchft's quorum each
     round) does not run."""
     if delay * max(1, fragments) >= period:
@@ -53,9 +54,9 @@ def _check_under_manager(period: int, delay: int, fragments: int, overlap: str, 
         raise ValueError(f"gradcomp: overlap: {overlap!r} is not run under a manager yet: torchft commits a round "
                          "at its own quorum, and a round in flight through the whole period would be committed "
                          "at the next round's; use delay below period/fragments")
-    if warmup_steps > 0:
-        raise ValueError("gradcomp: sync_steps (or warmup_steps): a synchronous phase is not run under a manager "
-                         "yet; leave it at 0")
+    if sync_steps > 0 and sync_compressor != "dense":
+        raise ValueError(f"gradcomp: sync_compressor: {sync_compressor!r}: under a manager the synchronous phase is "
+                         "dense (a compressed one's error feedback is not run across a changing membership yet)")
 
 
 def _phases(sync_steps: int, sync_compressor: str, sync_options: Optional[Dict[str, Any]],
@@ -207,7 +208,9 @@ class LocalUpdates:
       gradients through `sync_compressor` with `sync_options` (default
       dense: averaged) and its memory, in the core; the rounds count from
       step S, and the phase's memory is dropped there (the optimizer's state
-      carries on). `warmup_steps` is the older name of a dense phase. No manager.
+      carries on). `warmup_steps` is the older name of a dense phase. Under
+      a manager the phase is dense and each step a quorum of its own
+      (`_membership`: a step torchft does not commit is skipped).
     - `period_doubles_at`: steps after which the period doubles (the first
       period that begins at or after each is twice the one before).
     - `period_qsr_alpha` α with `lr_at` and `total_steps`: QSR's rule, the
@@ -289,7 +292,8 @@ class LocalUpdates:
         one_of("overlap", overlap, OVERLAP)
         if manager is not None:
             _check_under_manager(period, whole("delay", delay), whole("fragments", fragments), overlap,
-                                 whole("warmup_steps", warmup_steps) + whole("sync_steps", sync_steps))
+                                 whole("warmup_steps", warmup_steps) + whole("sync_steps", sync_steps),
+                                 sync_compressor)
         settings = _outer(outer, outer_lr, outer_momentum, outer_warmup_rounds, outer_decay_rounds, outer_rounds)
         strategy: Dict[str, Any] = {"period": period, "outer": settings, "fragments": whole("fragments", fragments),
                                     "delay": whole("delay", delay), "overlap": overlap,
@@ -394,10 +398,16 @@ class LocalUpdates:
             return
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
         flat = torch.cat([g.detach().reshape(-1).to("cpu", torch.float32) for g in grads])
-        lr = float(optimizer.param_groups[0].get("lr", 1.0))
-        with self._liveness.watch(self.inner_steps, "the synchronous phase's exchange"):
-            record = self._rust.sync_step(self.inner_steps, flat.numpy(), self._comm, lr=lr)
-        self._count(record)
+        if self._membership is not None:
+            if not self._membership.sync_step(flat):
+                for p in self.params:  # discarded: the optimizer skips every parameter
+                    p.grad = None
+                return
+        else:
+            lr = float(optimizer.param_groups[0].get("lr", 1.0))
+            with self._liveness.watch(self.inner_steps, "the synchronous phase's exchange"):
+                record = self._rust.sync_step(self.inner_steps, flat.numpy(), self._comm, lr=lr)
+            self._count(record)
         offset = 0
         for p, g in zip(self.params, grads):
             n = g.numel()

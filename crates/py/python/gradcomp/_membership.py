@@ -303,8 +303,64 @@ class Membership:
         o = self.outer
         if self.pending is not None and o._rust.merges(o.inner_steps):
             self._commit(None)
-        if o.inner_steps == 0 or o._rust.starts(o.inner_steps):
+        # (Before a synchronous phase the first round comes at its end; its steps' quorums heal.)
+        if (o.inner_steps == 0 and not o._rust.warming(0)) or o._rust.starts(o.inner_steps):
             self._start()
+
+    def sync_step(self, grad: torch.Tensor) -> bool:
+        """A step of the (dense) synchronous phase, a quorum of its own as
+        torchft's DDP takes: the participants' mean gradient in `grad`, in
+        place, where torchft commits the step (True); else False and the
+        caller skips it. A replica healed at this quorum (its gradient is
+        its old model's) or whose heal failed sends zeros and is not
+        counted; one whose heal failed skips the step and heals at the next."""
+        m, o = self.manager, self.outer
+        began = time.monotonic()
+        self.heal_error = None
+        steps = m.state_dict()
+        m.start_quorum()  # may heal: `_load` sets the step and the model (before the step's update)
+        event = {"step": o.inner_steps, "sync": True, "workers": 0, "healed": False, "committed": False,
+                 "error": None, "quorum_seconds": time.monotonic() - began, "heal_bytes": 0}
+        self.events.append(event)
+        if getattr(m._pg, "_pg", True) is None:
+            event.update(error=f"no group: the step's group did not form ({m.errored()})",
+                         seconds=time.monotonic() - began)
+            return False
+        if self.heal_error is not None:
+            m.load_state_dict(steps)
+        healed, self.healed = self.healed, False
+        rank, world = m.participating_rank(), m.num_participants()
+        failed = self.heal_error or (None if healed else m.errored())
+        event.update(workers=world, healed=healed, heal_bytes=self.heal_bytes if healed else 0)
+        error: Optional[BaseException] = None
+        try:
+            if rank is None:
+                raise RuntimeError("this replica is not among the quorum's participants")
+            self.comm.rank, self.comm.world = rank, world
+            count = self.comm.count(0 if healed or failed else 1, _digest(o._rust.state()),
+                                    step=None if failed else o.inner_steps)
+            if not count.same:
+                raise Diverged(f"gradcomp: step {o.inner_steps}: the replicas' shared state differs after the "
+                               "quorum; restart them from one replica's checkpoint")
+            o._count(o._rust.average_state(grad.numpy(), self.comm, rank, world,
+                                           contributes=not (healed or failed)))
+            if failed is not None:
+                error = RuntimeError(f"this replica's heal failed ({failed}); it skipped the step and heals at "
+                                     "the next quorum")
+        except (FloatingPointError, RuntimeError) as e:
+            error = e
+        if isinstance(error, Diverged):
+            m.report_error(error)
+            raise error
+        if error is not None:
+            m.report_error(error)
+        committed = m.should_commit() and error is None
+        if not committed and error is None:
+            seen = m.errored()
+            error = getattr(seen, "original_exception", seen) or RuntimeError("torchft's should_commit refused the step")
+        event.update(committed=committed, error=None if error is None else str(error),
+                     seconds=time.monotonic() - began)
+        return committed
 
     def _start(self) -> None:
         m, o = self.manager, self.outer
@@ -340,6 +396,11 @@ class Membership:
             if failed is not None:
                 self._sit_out(count, flat, failed)
                 return
+            if step > 0 and np.asarray(self.pending.snapshot.get("outer.anchor", ())).size == 0:
+                # The first round, after a synchronous phase: the models may differ by a
+                # replica healed in it (its optimizer's state its own), so θ_outer is
+                # their mean, the same on every participant.
+                o._count(o._rust.average_state(flat.numpy(), self.comm, rank, world, contributes=not healed))
             record = o._rust.average(step, flat.numpy(), self.comm, rank, world, count.total)
         except (FloatingPointError, RuntimeError) as e:
             self._commit(e)
@@ -353,7 +414,8 @@ class Membership:
         collectives fail within the round timeout and they discard the round
         too, and the next round's quorum forms a new group. Before, the
         round's first collective raised an AssertionError and the worker died."""
-        self.events.append({"step": self.outer.inner_steps, "workers": 0, "healed": False, "committed": False,
+        self.events.append({"step": self.outer.inner_steps, "sync": False, "workers": 0, "healed": False,
+                            "committed": False,
                             "error": f"no group: the round's group did not form ({self.manager.errored()})",
                             "seconds": time.monotonic() - began, "quorum_seconds": time.monotonic() - began,
                             "heal_bytes": 0})
@@ -450,7 +512,8 @@ class Membership:
         else:
             o._rust.load(r.snapshot)  # θ_outer, the outer momentum and the memories as they were
             committed = False
-        self.events.append({"step": r.step, "workers": r.world, "healed": r.healed, "committed": committed,
+        self.events.append({"step": r.step, "sync": False, "workers": r.world, "healed": r.healed,
+                            "committed": committed,
                             "error": None if error is None else str(error),
                             "seconds": time.monotonic() - r.began, "quorum_seconds": r.quorum_seconds,
                             "heal_bytes": self.heal_bytes if r.healed else 0})
