@@ -342,6 +342,11 @@ def test_what_a_manager_does_not_run_is_refused_naming_it() -> None:
                          ((8, 0, 1, "none", 3, "powersgd"), "sync_compressor")):
         with pytest.raises(ValueError, match=needle):
             _check_under_manager(*args)
+    # plan="auto" under a manager needs the link: there is no group to probe before the first quorum.
+    import torch
+    from gradcomp._local import _auto
+    with pytest.raises(ValueError, match="link_gbps"):
+        _auto("auto", torch.nn.Linear(2, 2), None, object(), 4, 0.1, None, 100)
 
 
 AUTO = r'''

@@ -77,10 +77,16 @@ if fault in ("returning-reset", "returning-truncated"):
     transport.recv_checkpoint = failing
 # "fp4+nesterov": DiLoCo's outer Nesterov, warmed up from averaging (its momentum healed with θ_outer).
 nesterov = "nesterov" in extras
-lu = gt.LocalUpdates(model, opt, period=4, manager=m, max_workers=8, outer="nesterov" if nesterov else "sgd",
-                     fragments=fragments, delay=delay, compressor=compressor, outer_warmup_rounds=4 if nesterov else 0,
-                     average_buffers="state" in extras, inner_state_every=1 if "state" in extras else 0,
-                     sync_steps=48 if "sync" in extras else 0)
+if "auto" in extras:
+    # Each replica chooses for a run of its own: averaging (rank 0's 64 steps), Nesterov (the others'
+    # 1000), and a longer period on the returning process's slower link.
+    lu = gt.LocalUpdates(model, opt, plan="auto", step_seconds=0.15, manager=m, max_workers=8,
+                         link_gbps=1e-6 if fault == "returning" else 1.0, total_steps=64 if rank == 0 else 1000)
+else:
+  lu = gt.LocalUpdates(model, opt, period=4, manager=m, max_workers=8, outer="nesterov" if nesterov else "sgd",
+                       fragments=fragments, delay=delay, compressor=compressor,
+                       outer_warmup_rounds=4 if nesterov else 0, average_buffers="state" in extras,
+                       inner_state_every=1 if "state" in extras else 0, sync_steps=48 if "sync" in extras else 0)
 if fault == "stop" and rank == 2:
     comm = lu._membership.comm
     plain = comm.all_reduce
@@ -102,7 +108,7 @@ while lu.inner_steps < %(steps)d:
     loss = ((model(x) - x @ W.T) ** 2).mean()
     opt.zero_grad(); loss.backward(); opt.step()
     losses.append(loss.item())
-    if fault == "kill" and rank == 2 and lu.inner_steps == (5 if "sync" in extras else 9):
+    if fault == "kill" and rank == 2 and lu.inner_steps >= (5 if "sync" in extras else 9):  # (one healed past it dies at once)
         os._exit(3)
     if fault == "nan" and rank == 1 and lu.inner_steps == 10:
         with torch.no_grad():
@@ -118,7 +124,8 @@ while lu.inner_steps < %(steps)d:
     except (FloatingPointError, RuntimeError, TimeoutError) as e:
         out["raised"] = f"{type(e).__name__}: {e}"
         break
-out.update(events=lu.events, losses=losses, anchor=lu._rust.state()["outer.anchor"].tolist(),
+out.update(events=lu.events, losses=losses, anchor=lu._rust.state()["outer.anchor"].tolist(), config=lu.config,
+           plan_lines=lu.plan_lines,
            seen=model.seen.tolist(), momentum=[v.tolist() for v in lu._inner_state()])
 print("RESULT", json.dumps(out), flush=True)
 m.shutdown(wait=False)
@@ -287,6 +294,25 @@ def test_a_new_replica_joins_mid_run_and_the_world_grows_from_four_to_five(strea
         assert max(before) == 4 and sizes[-1] == 5 and sorted(sizes) == sizes, sizes
     assert joined[0]["healed"] and joined[0]["step"] >= 12 and joined[0]["heal_bytes"] > 0, joined[0]
     assert joined[0]["workers"] == 5 and not any(e["healed"] for e in joined[1:]), joined
+
+
+def test_plan_auto_under_a_manager_leaves_one_plan_on_every_replica_the_returning_one_too() -> None:
+    """`plan="auto"` under a manager: the replicas choose different plans
+    (rank 0 for a 64-step run averages, the others for 1000 steps take
+    Nesterov), the first quorum's heal hands every replica its healer's, and
+    the worker killed at step 9 returns with its own choice (a longer period,
+    for a slower link) and adopts its peers'; every round committed, one
+    configuration and one θ_outer."""
+    survivors = run("kill", compressor="fp4+auto")
+    anchor, config = survivors[0]["anchor"], survivors[0]["config"]
+    for res in survivors:
+        check_finished(res, anchor, survivors[0]["losses"])
+        assert res["config"] == config, (res["config"], config)
+        assert all(e["committed"] for e in res["events"]), res["events"]
+        assert any(line.startswith("strategy.period") for line in res["plan_lines"]), res["plan_lines"]
+    assert any(r["plan_lines"][-1].startswith("adopted") for r in survivors[:2]), "one replica took another's plan"
+    returned = survivors[2]
+    assert returned["events"][0]["healed"] and returned["plan_lines"][-1].startswith("adopted"), returned["plan_lines"]
 
 
 # "+state": SGD's momentum, so a worker healed in the phase (its momentum

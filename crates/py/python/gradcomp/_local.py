@@ -27,6 +27,7 @@ thread included: the ones the burn trainer runs), over torch.distributed;
 this class only reads and writes the model.
 """
 import time
+import json
 import weakref
 import datetime
 from typing import Any, Callable, Dict, List, Optional, Sequence, Union
@@ -114,21 +115,32 @@ def _outer(name: str, lr: Optional[float], momentum: Optional[float], warmup_rou
     return settings
 
 
-def _auto(plan: str, model: torch.nn.Module, group: Optional[dist.ProcessGroup], manager: Any,
+def _auto(plan: str, model: torch.nn.Module, group: Optional[dist.ProcessGroup], manager: Any, max_workers: int,
           step_seconds: Optional[float], link_gbps: Optional[float], total_steps: Optional[int]) -> Dict[str, Any]:
     """`plan="auto"`: rank 0 asks the core's rule (`gradcomp.plan`; its codec
     timings are this machine's) and hands its choice to every rank, so that
-    all run one plan; rank 0 prints each decision."""
+    all run one plan; rank 0 prints each decision. Under a manager there is
+    no group before the first quorum: each replica chooses for `max_workers`
+    workers on the link it is given and prints its decisions, and the first
+    quorum's heal hands every replica one plan (`_membership`: a healed
+    replica adopts its healer's); it is not decided again."""
     from ._model import plan as choose
     if plan != "auto":
         raise ValueError(f"gradcomp: plan: {plan!r} is not \"auto\" (leave it out to give the keys yourself)")
-    if manager is not None:
-        raise ValueError("gradcomp: plan: \"auto\" under a manager is not run yet; freeze a plan "
-                         "(gradcomp.plan(...)[\"local_updates\"]) and pass its keys")
     for name, value in (("step_seconds", step_seconds), ("total_steps", total_steps)):
         if value is None:
             raise ValueError(f"gradcomp: {name}: plan=\"auto\" needs it (step_seconds: your measured step "
                              "without exchange; total_steps: the run's inner steps)")
+    if manager is not None:
+        if link_gbps is None:
+            raise ValueError("gradcomp: link_gbps: plan=\"auto\" under a manager needs the link (no group to probe "
+                             "before the first quorum)")
+        shapes = [list(p.shape) or [1] for p in model.parameters() if p.requires_grad]
+        mine = choose(shapes, float(step_seconds), whole_positive("max_workers", max_workers),  # type: ignore[arg-type]
+                      float(link_gbps), whole("total_steps", total_steps))
+        for line in mine["lines"]:
+            print(f"gradcomp: plan: {line}", flush=True)
+        return {**mine, "inputs": None}
     rank, world = dist.get_rank(group), dist.get_world_size(group)
     alpha, probed = 1e-4, None
     if link_gbps is None:
@@ -241,7 +253,10 @@ class LocalUpdates:
       since the last decision moved from the plan's by more than the core's
       margin (a quarter), rank 0 decides the period again (route, fragments
       and τ kept) and every rank takes it from that boundary; rank 0 prints
-      the decision and adds it to its `plan_lines`.
+      the decision and adds it to its `plan_lines`. Under a manager (with
+      `link_gbps`; no probe) each replica chooses for `max_workers` workers
+      and a healed replica adopts its healer's plan, so the first quorum
+      leaves one plan everywhere; it is not decided again there.
     - `process_group`: a gloo or NCCL group (None: the default group); over
       NCCL the payloads cross as CUDA tensors, the arithmetic stays on the host.
     - `manager`: a torchft `Manager` (`gradcomp.torch.manager(...)`): the
@@ -279,7 +294,7 @@ class LocalUpdates:
         # plan="auto": the inputs the plan was chosen for, to decide its period again on drift.
         self._replan: Optional[Dict[str, Any]] = None
         if plan is not None:
-            chosen = _auto(plan, model, process_group, manager, step_seconds, link_gbps, total_steps)
+            chosen = _auto(plan, model, process_group, manager, max_workers, step_seconds, link_gbps, total_steps)
             self.plan_lines, kw, self._replan = chosen["lines"], chosen["local_updates"], chosen["inputs"]
             period, outer, compressor, fragments, delay, sync_steps, sync_compressor, sync_options = (
                 kw["period"], kw["outer"], kw["compressor"], kw["fragments"], kw["delay"], kw.get("sync_steps", 0),
@@ -370,6 +385,22 @@ class LocalUpdates:
         if self._rust.due(self.inner_steps):
             self._round()
         self._step_end = time.perf_counter()
+
+    def _adopt(self, config: str, lines: List[str]) -> None:
+        """Under a manager with `plan="auto"`: the plan of the replica this
+        one heals from (its configuration and decisions) in place of its own
+        choice, so that every replica runs one plan. A plan with another
+        synchronous phase is refused (the phase's hook is set up already)."""
+        rust = _core.LocalUpdates(config, [list(p.shape) or [1] for p in self.params], self.rank, self.world,
+                                  membership=True)
+        if rust.warming(0) != self._rust.warming(0):
+            raise ValueError("the peer's plan has another synchronous phase than this replica's")
+        strategy = json.loads(config)["strategy"]
+        self._rust, self.config = rust, config
+        self.period, self.delay = int(strategy["period"]), int(strategy["delay"])
+        self.plan_lines = [*lines, "adopted from the replica this one healed from (one plan for every replica)"]
+        print(f"gradcomp: plan: {self.plan_lines[-1]}", flush=True)
+        weakref.finalize(self, rust.wait)
 
     def _decide_again(self) -> None:
         """`plan="auto"` at a period's end: where the inner step measured

@@ -264,7 +264,8 @@ class Membership:
         # θ_outer once the rounds hold one; before the first round, the model.
         anchor = state.get("outer.anchor")
         model = anchor if anchor is not None and anchor.numel() else o._flat()
-        return {"outer": state, "model": model, "inner_steps": o.inner_steps}
+        return {"outer": state, "model": model, "inner_steps": o.inner_steps, "config": o.config,
+                "plan_lines": list(o.plan_lines)}
 
     def _load(self, state: Dict[str, Any]) -> None:
         """A healer's state into this replica (torchft calls it inside the
@@ -272,10 +273,12 @@ class Membership:
         model's) fails the heal, as a failed transfer does: this replica
         keeps its own state, sits out the round and heals at the next."""
         o = self.outer
+        plan = (o._rust, o.config, o.period, o.delay, list(o.plan_lines))
         before = (o._rust.state(), o._flat(), o.inner_steps)
         try:
             self._take(state)
         except Exception as e:  # noqa: BLE001 - any bad state is a failed heal, named in the round's event
+            o._rust, o.config, o.period, o.delay, o.plan_lines = plan
             o._rust.load(before[0])
             o._write(before[1])
             o.inner_steps = before[2]
@@ -283,6 +286,12 @@ class Membership:
 
     def _take(self, state: Dict[str, Any]) -> None:
         o = self.outer
+        config = state.get("config", o.config)
+        if config != o.config:
+            if not o.plan_lines:  # a plan given by hand: the replicas were started differently
+                raise ValueError(f"the peer runs another configuration than this replica:\n  theirs: {config}\n"
+                                 f"  mine:   {o.config}")
+            o._adopt(str(config), [str(line) for line in state.get("plan_lines", [])])
         mine = o._rust.state()  # this worker's own memories: zero for a newcomer
         own = {k: np.zeros_like(np.asarray(v, dtype=np.float32)) for k, v in mine.items() if k.startswith(_OWN)}
         theirs = {k: np.asarray(v, dtype=np.float32).reshape(-1) for k, v in state["outer"].items()}
@@ -337,7 +346,7 @@ class Membership:
             if rank is None:
                 raise RuntimeError("this replica is not among the quorum's participants")
             self.comm.rank, self.comm.world = rank, world
-            count = self.comm.count(0 if healed or failed else 1, _digest(o._rust.state()),
+            count = self.comm.count(0 if healed or failed else 1, _digest(o._rust.state(), o.config),
                                     step=None if failed else o.inner_steps)
             if not count.same:
                 raise Diverged(f"gradcomp: step {o.inner_steps}: the replicas' shared state differs after the "
@@ -384,10 +393,10 @@ class Membership:
             if rank is None:
                 raise RuntimeError("this replica is not among the quorum's participants")
             self.comm.rank, self.comm.world = rank, world
-            count = self.comm.count(0 if healed or failed else 1, _digest(self.pending.snapshot),
+            count = self.comm.count(0 if healed or failed else 1, _digest(self.pending.snapshot, o.config),
                                     step=None if failed else step)
             if not count.same:
-                raise Diverged(f"gradcomp: step {step}: the replicas' shared state (θ_outer, the outer momentum) "
+                raise Diverged(f"gradcomp: step {step}: the replicas' shared state (θ_outer, the outer momentum, the plan) "
                                "differs after the quorum, which heals every replica behind: their rounds cannot "
                                "go on; restart them from one replica's checkpoint")
             # The buffers' and the inner state's means among the round's in-sync
@@ -532,9 +541,11 @@ class Diverged(RuntimeError):
     quorum (each round checks: `FtComm.count`'s digest)."""
 
 
-def _digest(state: Dict[str, Any]) -> int:
-    """An 78-bit digest of the shared state (the keys a healer sends)."""
+def _digest(state: Dict[str, Any], config: str) -> int:
+    """An 78-bit digest of the shared state (the keys a healer sends) and
+    the configuration (one plan on every replica)."""
     h = hashlib.blake2b(digest_size=10)
+    h.update(config.encode())
     for key in sorted(k for k in state if not k.startswith(_OWN)):
         h.update(key.encode())
         h.update(np.ascontiguousarray(state[key], dtype=np.float32).data)
