@@ -18,8 +18,7 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use clap::{Args as ClapArgs, ValueEnum};
 use gradcomp_comm::{
-    AllgathervAlgorithm, AllreduceAlgorithm, Calibration, Collective, Gathered, InProcessGroup, NetworkModel,
-    ServerPlacement,
+    AllgathervAlgorithm, AllreduceAlgorithm, Calibration, Collective, Gathered, NetworkModel, ServerPlacement,
 };
 use serde::Serialize;
 
@@ -123,18 +122,16 @@ pub fn run(args: &Args) -> Result<()> {
         bail!("--calibrate-out needs --nominal-bps, the measured link's rate in bit/s (e.g. 1e8 for 100 Mbit/s)");
     }
     match args.backend {
+        // Under MPI the bench also times the mpi crate's allreduce against this backend's.
+        Backend::Mpi => run_mpi(args),
         Backend::InProcess => {
-            let n = args.workers.unwrap_or(4);
-            if n == 0 {
-                bail!("--workers must be at least 1");
+            if let Some(rows) =
+                super::output::rows_on(args.backend, args.workers, |c| measure(c, args, "in-process"))?
+            {
+                print_rows(&rows, args.json);
             }
-            let results = InProcessGroup::new(n).run(|mut c| measure(&mut c, args, "in-process"))?;
-            let first =
-                results.into_iter().next().expect("one worker").map_err(|p| anyhow::anyhow!("{p}"))?;
-            print_rows(&first?, args.json);
             Ok(())
         }
-        Backend::Mpi => run_mpi(args),
     }
 }
 
@@ -431,22 +428,32 @@ fn report_model(args: &Args, n: usize, model: &NetworkModel, allreduce: Vec<(u64
 }
 
 fn print_rows(rows: &[Row], json: bool) {
-    if json {
-        return super::output::print_json_lines(rows);
-    }
-    println!(
-        "{:<18} {:<10} {:>7} {:>11} {:>11} {:>9} {:>12} {:>8}",
-        "op", "backend", "workers", "bytes", "seconds", "GB/s", "predicted s", "error"
-    );
-    for r in rows {
-        let err = if r.predicted_seconds.is_nan() {
+    use super::output::Column;
+    let columns = [
+        Column::name("op", 18),
+        Column::name("backend", 10),
+        Column::number("workers", 7),
+        Column::number("bytes", 11),
+        Column::number("seconds", 11),
+        Column::number("GB/s", 9),
+        Column::number("predicted s", 12),
+        Column::number("error", 8),
+    ];
+    super::output::print_rows(rows, json, &columns, |r| {
+        let error = if r.predicted_seconds.is_nan() {
             "-".to_string()
         } else {
             format!("{:+.0}%", (r.predicted_seconds / r.seconds - 1.0) * 100.0)
         };
-        println!(
-            "{:<18} {:<10} {:>7} {:>11} {:>11.6} {:>9.3} {:>12.6} {:>8}",
-            r.op, r.backend, r.workers, r.bytes, r.seconds, r.gbytes_per_s, r.predicted_seconds, err
-        );
-    }
+        vec![vec![
+            r.op.to_string(),
+            r.backend.to_string(),
+            r.workers.to_string(),
+            r.bytes.to_string(),
+            format!("{:.6}", r.seconds),
+            format!("{:.3}", r.gbytes_per_s),
+            format!("{:.6}", r.predicted_seconds),
+            error,
+        ]]
+    });
 }

@@ -29,7 +29,7 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use burn::tensor::Device;
 use clap::Args as ClapArgs;
-use gradcomp_comm::{Collective, InProcessGroup};
+use gradcomp_comm::Collective;
 use gradcomp_compress::CompressorConfig;
 use gradcomp_dp::backward::read::BurnStages;
 use gradcomp_dp::exchange::{Gradient, GradientExchange, StepInput};
@@ -114,31 +114,10 @@ pub fn run(a: &Args) -> Result<()> {
     if a.bucket_mb.is_nan() || a.bucket_mb <= 0.0 {
         bail!("--bucket-mb must be > 0");
     }
-    match a.backend {
-        Backend::InProcess => {
-            let n = a.workers.unwrap_or(4);
-            let rows = InProcessGroup::new(n).run(|mut c| measure(&mut c, a))?;
-            let first = rows.into_iter().next().expect("one worker").map_err(|p| anyhow::anyhow!("{p}"))?;
-            print_rows(&first?, a.json);
-            Ok(())
-        }
-        Backend::Mpi => run_mpi(a),
-    }
-}
-
-#[cfg(feature = "mpi")]
-fn run_mpi(a: &Args) -> Result<()> {
-    let mut c = gradcomp_comm::mpi::MpiCollective::init(a.workers, std::time::Duration::from_secs(600))?;
-    let rows = measure(&mut c, a)?;
-    if c.rank() == 0 {
+    if let Some(rows) = super::output::rows_on(a.backend, a.workers, |c| measure(c, a))? {
         print_rows(&rows, a.json);
     }
     Ok(())
-}
-
-#[cfg(not(feature = "mpi"))]
-fn run_mpi(_a: &Args) -> Result<()> {
-    bail!("this gradcomp was built without MPI: rebuild with `--features mpi`")
 }
 
 fn measure(c: &mut dyn Collective, a: &Args) -> Result<Vec<Row>> {
@@ -261,53 +240,60 @@ fn row(a: &Args, name: &str, n: usize, buckets: usize, stages: usize, per_step: 
 }
 
 fn print_rows(rows: &[Row], json: bool) {
-    if json {
-        return super::output::print_json_lines(rows);
+    use super::output::Column;
+    let columns = [
+        Column::name("compressor", 10),
+        Column::number("N", 3),
+        Column::number("bkts", 4),
+        Column::number("mode", 10),
+        Column::number("compute", 8),
+        Column::number("compress", 8),
+        Column::number("wire", 8),
+        Column::number("decode", 8),
+        Column::number("step (ms)", 10),
+        Column::number("target", 10),
+        Column::number("ratio", 8),
+        Column::number("no-bwd bnd", 10),
+        Column::number("bwd bnd", 10),
+        Column::number("met", 6),
+    ];
+    super::output::print_rows(rows, json, &columns, |r| {
+        let ms = |s: f64| format!("{:.1}", s * 1e3);
+        [("sequential", &r.sequential), ("pipelined", &r.pipelined), ("overlapped", &r.overlapped)]
+            .into_iter()
+            .map(|(mode, f)| {
+                // The target and bounds are the pipelined forms'.
+                let pipelined = |v: String| if mode == "sequential" { String::new() } else { v };
+                vec![
+                    r.compressor.clone(),
+                    r.workers.to_string(),
+                    r.buckets.to_string(),
+                    mode.to_string(),
+                    ms(f.compute),
+                    ms(f.compress),
+                    ms(f.wire),
+                    ms(f.decode),
+                    ms(f.step),
+                    pipelined(ms(r.target)),
+                    pipelined(format!("{:.3}", f.step / r.target * 1.15)),
+                    pipelined(ms(r.bound_without_backward_overlap)),
+                    pipelined(ms(r.bound_with_backward_overlap)),
+                    (if mode != "overlapped" {
+                        ""
+                    } else if r.met {
+                        "yes"
+                    } else {
+                        "NO"
+                    })
+                    .to_string(),
+                ]
+            })
+            .collect()
+    });
+    if !json {
+        println!(
+            "ratio: step / max(compute + compress, wire); the target is <= 1.15 (met: overlapped, {} backward stages)",
+            rows.first().map_or(1, |r| r.stages)
+        );
     }
-    println!(
-        "{:<10} {:>3} {:>4} {:>10} {:>8} {:>8} {:>8} {:>8} {:>10} {:>10} {:>8} {:>10} {:>10} {:>6}",
-        "compressor",
-        "N",
-        "bkts",
-        "mode",
-        "compute",
-        "compress",
-        "wire",
-        "decode",
-        "step (ms)",
-        "target",
-        "ratio",
-        "no-bwd bnd",
-        "bwd bnd",
-        "met"
-    );
-    for r in rows {
-        for (mode, f) in
-            [("sequential", &r.sequential), ("pipelined", &r.pipelined), ("overlapped", &r.overlapped)]
-        {
-            let ms = |s: f64| s * 1e3;
-            let pipelined = mode != "sequential";
-            println!(
-                "{:<10} {:>3} {:>4} {:>10} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>10.1} {:>10} {:>8} {:>10} {:>10} {:>6}",
-                r.compressor,
-                r.workers,
-                r.buckets,
-                mode,
-                ms(f.compute),
-                ms(f.compress),
-                ms(f.wire),
-                ms(f.decode),
-                ms(f.step),
-                if pipelined { format!("{:.1}", ms(r.target)) } else { String::new() },
-                if pipelined { format!("{:.3}", f.step / r.target * 1.15) } else { String::new() },
-                if pipelined { format!("{:.1}", ms(r.bound_without_backward_overlap)) } else { String::new() },
-                if pipelined { format!("{:.1}", ms(r.bound_with_backward_overlap)) } else { String::new() },
-                if mode == "overlapped" { if r.met { "yes" } else { "NO" } } else { "" },
-            );
-        }
-    }
-    println!(
-        "ratio: step / max(compute + compress, wire); the target is <= 1.15 (met: overlapped, {} backward stages)",
-        rows.first().map_or(1, |r| r.stages)
-    );
 }

@@ -15,7 +15,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use clap::Args as ClapArgs;
-use gradcomp_comm::{Collective, InProcessGroup, Metered, NetworkModel, OpKind, ServerPlacement};
+use gradcomp_comm::{Collective, Metered, NetworkModel, OpKind, ServerPlacement};
 use gradcomp_compress::{CompressorConfig, UnitRng};
 use gradcomp_dp::config::{DataParallelConfig, Topology};
 use gradcomp_dp::exchange::grad_stages::CompleteGrad;
@@ -98,36 +98,11 @@ pub fn run(args: &Args) -> Result<()> {
         bail!("{}: needs at least one tensor, none of them empty", args.shapes.display());
     }
     let cases = args.cases.iter().map(|c| parse_case(c)).collect::<Result<Vec<_>>>()?;
-    match args.backend {
-        Backend::InProcess => {
-            let n = args.workers.unwrap_or(4);
-            if n == 0 {
-                bail!("--workers must be at least 1");
-            }
-            let results = InProcessGroup::new(n).run(|c| measure(c, args, &shapes, &cases))?;
-            let first =
-                results.into_iter().next().expect("one worker").map_err(|p| anyhow::anyhow!("{p}"))?;
-            print_rows(&first?, args.json);
-        }
-        Backend::Mpi => run_mpi(args, &shapes, &cases)?,
-    }
-    Ok(())
-}
-
-#[cfg(feature = "mpi")]
-fn run_mpi(args: &Args, shapes: &[Vec<usize>], cases: &[(CompressorConfig, Topology)]) -> Result<()> {
-    let c = gradcomp_comm::mpi::MpiCollective::init(args.workers, std::time::Duration::from_secs(600))?;
-    let rank = c.rank();
-    let rows = measure(c, args, shapes, cases)?;
-    if rank == 0 {
+    let rows = super::output::rows_on(args.backend, args.workers, |c| measure(c, args, &shapes, &cases))?;
+    if let Some(rows) = rows {
         print_rows(&rows, args.json);
     }
     Ok(())
-}
-
-#[cfg(not(feature = "mpi"))]
-fn run_mpi(_: &Args, _: &[Vec<usize>], _: &[(CompressorConfig, Topology)]) -> Result<()> {
-    bail!("this gradcomp was built without MPI; rebuild with `cargo build --release -p gradcomp-cli --features mpi`")
 }
 
 /// `fp4:reduce-scatter` → (fp4, ReduceScatter), checked as a configuration.
@@ -239,35 +214,31 @@ fn pricing(args: &Args) -> Result<NetworkModel> {
 }
 
 fn print_rows(rows: &[Row], json: bool) {
-    if json {
-        return super::output::print_json_lines(rows);
-    }
-    println!(
-        "{:<10} {:<15} {:>7} {:>10} {:>12} {:>12} {:>6} {:>10} {:>11} {:>7}",
-        "compressor",
-        "topology",
-        "workers",
-        "elements",
-        "sent",
-        "received",
-        "rounds",
-        "seconds",
-        "predicted s",
-        "error"
-    );
-    for r in rows {
-        println!(
-            "{:<10} {:<15} {:>7} {:>10} {:>12} {:>12} {:>6} {:>10.4} {:>11.4} {:>+6.0}%",
-            r.compressor,
-            r.topology,
-            r.workers,
-            r.elements,
-            r.sent,
-            r.received,
-            r.rounds,
-            r.seconds,
-            r.predicted_seconds,
-            (r.predicted_seconds / r.seconds - 1.0) * 100.0
-        );
-    }
+    use super::output::Column;
+    let columns = [
+        Column::name("compressor", 10),
+        Column::name("topology", 15),
+        Column::number("workers", 7),
+        Column::number("elements", 10),
+        Column::number("sent", 12),
+        Column::number("received", 12),
+        Column::number("rounds", 6),
+        Column::number("seconds", 10),
+        Column::number("predicted s", 11),
+        Column::number("error", 7),
+    ];
+    super::output::print_rows(rows, json, &columns, |r| {
+        vec![vec![
+            r.compressor.clone(),
+            r.topology.to_string(),
+            r.workers.to_string(),
+            r.elements.to_string(),
+            r.sent.to_string(),
+            r.received.to_string(),
+            r.rounds.to_string(),
+            format!("{:.4}", r.seconds),
+            format!("{:.4}", r.predicted_seconds),
+            format!("{:+.0}%", (r.predicted_seconds / r.seconds - 1.0) * 100.0),
+        ]]
+    });
 }
