@@ -22,13 +22,9 @@ use gradcomp_comm::{
 };
 use serde::Serialize;
 
-const SIZES: [usize; 5] = [4 << 10, 64 << 10, 1 << 20, 16 << 20, 100 << 20];
+pub use super::output::Backend;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Backend {
-    InProcess,
-    Mpi,
-}
+const SIZES: [usize; 5] = [4 << 10, 64 << 10, 1 << 20, 16 << 20, 100 << 20];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Algorithm {

@@ -15,6 +15,14 @@ pub(super) fn print_json_lines<T: serde::Serialize>(rows: &[T]) {
     }
 }
 
+/// Where a bench's workers run: threads of this process, or the ranks of
+/// an MPI job (`mpirun -n N gradcomp bench ... --backend mpi`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Backend {
+    InProcess,
+    Mpi,
+}
+
 /// A column of a bench's table: its header, its width, and whether it is
 /// left-aligned (names) or right-aligned (numbers).
 pub(super) struct Column {
@@ -75,12 +83,12 @@ pub(super) fn print_rows<R: serde::Serialize>(
 /// threads of this process, or on this MPI job's ranks (`None` on the
 /// others). A binary built without MPI says how to rebuild.
 pub(super) fn rows_on<R: Send>(
-    backend: super::comm::Backend,
+    backend: Backend,
     workers: Option<usize>,
     measure: impl Fn(&mut dyn gradcomp_comm::Collective) -> anyhow::Result<Vec<R>> + Sync,
 ) -> anyhow::Result<Option<Vec<R>>> {
     match backend {
-        super::comm::Backend::InProcess => {
+        Backend::InProcess => {
             let n = workers.unwrap_or(4);
             if n == 0 {
                 anyhow::bail!("--workers must be at least 1");
@@ -90,7 +98,7 @@ pub(super) fn rows_on<R: Send>(
                 results.into_iter().next().expect("one worker").map_err(|p| anyhow::anyhow!("{p}"))?;
             first.map(Some)
         }
-        super::comm::Backend::Mpi => mpi_rows(workers, measure),
+        Backend::Mpi => mpi_rows(workers, measure),
     }
 }
 

@@ -39,7 +39,7 @@ use gradcomp_train::data::{synthetic, ImageLoader};
 use gradcomp_train::models::{FashionCnn, LeNet5, Net, ResNet18};
 use serde::Serialize;
 
-use super::comm::Backend;
+use super::output::Backend;
 use super::timing::median;
 
 #[derive(ClapArgs, Clone)]

@@ -23,7 +23,7 @@ use gradcomp_dp::exchange::{Gradient, GradientExchange, StepInput};
 use gradcomp_dp::layout::GradientLayout;
 use serde::Serialize;
 
-use super::comm::Backend;
+use super::output::Backend;
 
 #[derive(ClapArgs, Clone)]
 pub struct Args {
