@@ -18,7 +18,7 @@ use gradcomp_comm::{Collective, Metered};
 use gradcomp_compress::Combine;
 use gradcomp_exchange::grad_stages::CompleteGrad;
 use gradcomp_exchange::strategy::{LocalUpdates, OuterSchedule, Strategy};
-use gradcomp_exchange::{ExchangeError, Gradient, GradientLayout, StepInput};
+use gradcomp_exchange::{ExchangeError, Gradient, GradientLayout, StateKey, StepInput};
 use numpy::{PyArray1, PyReadwriteArray1};
 use pyo3::exceptions::{PyFloatingPointError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
@@ -288,12 +288,17 @@ impl PyLocalUpdates {
 
     /// θ_outer, the outer momentum and the compressors' memories, by name
     /// (a round in flight is landed first: its start is then part of them).
-    fn state<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+    /// `shared`: only what every worker holds alike (θ_outer, the outer
+    /// momentum, the schedule), without the units' buffers each worker owns
+    /// (error-feedback memories, compressor state: [`StateKey`]s), as the
+    /// rounds' agreement check compares it.
+    #[pyo3(signature = (shared=false))]
+    fn state<'py>(&self, py: Python<'py>, shared: bool) -> PyResult<Bound<'py, PyDict>> {
         let state = py
             .detach(|| self.lock_str()?.state().map_err(|e| message(&e)))
             .map_err(PyRuntimeError::new_err)?;
         let d = PyDict::new(py);
-        for (k, v) in state {
+        for (k, v) in state.into_iter().filter(|(k, _)| !shared || StateKey::parse(k).is_none()) {
             d.set_item(k, PyArray1::from_vec(py, v))?;
         }
         Ok(d)

@@ -202,3 +202,47 @@ def test_a_transport_error_with_every_heartbeat_moving_names_gloos_peer_or_none(
     assert res["none"]["known_by"] == "unknown" and "the lost peer is unknown" in res["none"]["message"], res
     assert res["address"]["ranks"] == res["none"]["ranks"] == [], res
     assert res["core"] == "RuntimeError", res
+
+
+DIVERGE = r'''
+import sys, json, torch, torch.distributed as dist
+import gradcomp.torch as gt
+rank, case = int(sys.argv[1]), sys.argv[2]
+dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d", rank=rank, world_size=3)
+torch.manual_seed(0)
+model = torch.nn.Linear(4, 2)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+out = {"raised": None}
+try:
+    # "config": rank 1 started with another outer learning rate (its own configuration file, say).
+    lu = gt.LocalUpdates(model, opt, period=4, outer="nesterov", compressor="fp4",
+                         outer_lr=0.5 if case == "config" and rank == 1 else None)
+    for step in range(1, 13):
+        if case == "state" and rank == 1 and step == 6:
+            state = lu._rust.state()   # a shared value changed here only, as a bug would
+            state["outer.anchor"][0] += 1.0
+            lu._rust.load(state)
+        model(torch.ones(1, 4)).sum().backward(); opt.step(); opt.zero_grad()
+        lu.step()
+except Exception as e:
+    out = {"raised": type(e).__name__, "runtime": isinstance(e, RuntimeError), "message": str(e)}
+print("RESULT", json.dumps(out), flush=True)
+'''
+
+
+@pytest.mark.parametrize("case", ["state", "config"])
+def test_ranks_whose_shared_state_or_plan_differs_stop_at_the_round_saying_so(case: str) -> None:
+    """Without a manager each round's first collective checks the ranks'
+    shared state (θ_outer, the outer momentum, the plan: `_agreement`): a
+    rank whose θ_outer was changed stops every rank at the next round, one
+    started with another configuration at the first, each with `Diverged`
+    (a RuntimeError) naming the step; none goes on alone."""
+    from conftest import free_port, run_ranks
+    ran = run_ranks(DIVERGE % free_port(), 3, case, timeout=120)
+    for r in ran:
+        line = next((l for l in r.out.splitlines() if l.startswith("RESULT ")), None)
+        assert line is not None, r.out + r.err
+        res = json.loads(line[len("RESULT "):])
+        assert res["raised"] == "Diverged" and res["runtime"], res
+        step = "step 8" if case == "state" else "step 0"
+        assert step in res["message"] and "differs" in res["message"], res

@@ -15,6 +15,7 @@ import torch.distributed as dist
 _DTYPES = {
     "float32": torch.float32,
     "float16": torch.float16,
+    "int64": torch.int64,
     "int32": torch.int32,
     "int16": torch.int16,
     "int8": torch.int8,

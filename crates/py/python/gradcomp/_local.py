@@ -37,6 +37,7 @@ import torch
 import torch.distributed as dist
 
 from . import _core
+from ._agreement import Diverged, digest, pieces, same
 from ._comm import Comm, bounded_group, check_group, payload_device
 from ._config import OUTER, OVERLAP, flag, number, one_of, seconds, whole, whole_positive
 from ._liveness import Liveness
@@ -347,6 +348,9 @@ class LocalUpdates:
         self._step_end: Optional[float] = None
         self._step_times: List[float] = []
         self.average_buffers = average_buffers
+        # Each round checks that the ranks hold one shared state, except under eager
+        # steps, where each worker's θ_outer takes its own fresh change (ALGORITHMS.md §2.3).
+        self._agrees = manager is None and overlap != "eager"
         # The synchronous phase: the gradients exchanged before the inner step.
         self._warmup = optimizer.register_step_pre_hook(self._warm_up) if self._rust.warming(0) else None
         self.last_round: Optional[Dict[str, Any]] = None
@@ -488,6 +492,8 @@ class LocalUpdates:
             return
         flat = self._flat()
         with self._liveness.watch(self.inner_steps):
+            if self._agrees and self._rust.starts(self.inner_steps):
+                self._agree()
             record = self._rust.average(self.inner_steps, flat.numpy(), self._comm)
             if self.average_buffers:
                 self._average_tensors([b for b in self.model.buffers() if b.is_floating_point()])
@@ -497,6 +503,24 @@ class LocalUpdates:
                 self._decide_again()
         self._write(flat)
         self._count(record)
+
+    def _agree(self) -> None:
+        """Before a round starts: every rank holds one θ_outer, outer
+        momentum and plan (`_agreement`: one allreduce of 48 bytes, counted),
+        else every rank raises `Diverged` naming the step."""
+        assert self._comm is not None
+        t = bytearray(np.array(pieces(digest(self._rust.state(shared=True), self.config), True), dtype=np.int64).tobytes())
+        try:
+            self._comm.all_reduce(memoryview(t), "int64", "sum")
+        except RuntimeError as e:  # the transport's, named as the core's collectives name it (`_liveness`)
+            raise RuntimeError(f"torch.distributed: {e}") from e
+        self.bytes_sent += len(t)
+        self.bytes_received += len(t)
+        if not same(self.world, np.frombuffer(t, dtype=np.int64).tolist()):
+            raise Diverged(f"gradcomp: step {self.inner_steps}: the ranks' shared state (θ_outer, the outer "
+                           "momentum, the plan) differs before the round: a rank loaded another checkpoint or "
+                           "configuration, or its state was changed; restart every rank from one rank's "
+                           "checkpoint (each its own file) and one configuration")
 
     def _count(self, record: Dict[str, Any]) -> None:
         """Counts a core call's bytes (its record); a round that finished

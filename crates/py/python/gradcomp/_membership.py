@@ -21,7 +21,6 @@ the round it was in. docs/RELIABILITY.md says what each fault costs.
   own (from its checkpoint, else fresh).
 """
 import datetime
-import hashlib
 import math
 import socket
 import time
@@ -34,6 +33,7 @@ from torch._C._distributed_c10d import (AllgatherOptions, AllreduceOptions, AllT
                                         TCPStore)
 
 from . import _core
+from ._agreement import Diverged, digest as _digest, pieces, same
 from ._comm import _DTYPES, _bytes_tensor, _split
 from ._config import OUTER, number, one_of, seconds, whole, whole_positive
 
@@ -76,19 +76,14 @@ class FtComm:
         """In one allreduce: the sum of every participant's `value`; of the
         participants in sync (those that pass their inner `step`: not a
         replica whose heal failed) how many there are, their step, and
-        whether their `digest`s (< 2^78) are all the same: the sums of its
-        three 26-bit pieces and of their squares, which are equal everywhere
-        iff k · Σh² = (Σh)² (Cauchy–Schwarz; exact in int64 up to 2^11
-        participants)."""
+        whether their `digest`s are all the same (`_agreement`)."""
         inside = int(step is not None)
-        pieces = [inside * ((digest >> (26 * i)) & ((1 << 26) - 1)) for i in range(3)]
-        t = torch.tensor([value, inside, inside * (step or 0), *pieces, *(h * h for h in pieces)], dtype=torch.int64)
+        t = torch.tensor([value, inside, inside * (step or 0), *pieces(digest, step is not None)], dtype=torch.int64)
         opts = AllreduceOptions()
         opts.reduceOp = ReduceOp.SUM
         self._wait(self.pg.allreduce([t], opts))
         total, k, steps, *sums = t.tolist()
-        same = all(k * sums[3 + i] == sums[i] ** 2 for i in range(3))
-        return Count(total, k, steps // k if k else 0, same)
+        return Count(total, k, steps // k if k else 0, same(k, sums))
 
     def all_gather(self, data: bytes) -> List[bytes]:
         size = torch.tensor([len(data)], dtype=torch.int64)
@@ -346,7 +341,7 @@ class Membership:
             if rank is None:
                 raise RuntimeError("this replica is not among the quorum's participants")
             self.comm.rank, self.comm.world = rank, world
-            count = self.comm.count(0 if healed or failed else 1, _digest(o._rust.state(), o.config),
+            count = self.comm.count(0 if healed or failed else 1, _digest(o._rust.state(shared=True), o.config),
                                     step=None if failed else o.inner_steps)
             if not count.same:
                 raise Diverged(f"gradcomp: step {o.inner_steps}: the replicas' shared state differs after the "
@@ -393,7 +388,7 @@ class Membership:
             if rank is None:
                 raise RuntimeError("this replica is not among the quorum's participants")
             self.comm.rank, self.comm.world = rank, world
-            count = self.comm.count(0 if healed or failed else 1, _digest(self.pending.snapshot, o.config),
+            count = self.comm.count(0 if healed or failed else 1, _digest(o._rust.state(shared=True), o.config),
                                     step=None if failed else step)
             if not count.same:
                 raise Diverged(f"gradcomp: step {step}: the replicas' shared state (θ_outer, the outer momentum, the plan) "
@@ -534,22 +529,6 @@ class Count(NamedTuple):
     in_sync: int
     step: int
     same: bool
-
-
-class Diverged(RuntimeError):
-    """The participants of a round hold different shared state after its
-    quorum (each round checks: `FtComm.count`'s digest)."""
-
-
-def _digest(state: Dict[str, Any], config: str) -> int:
-    """An 78-bit digest of the shared state (the keys a healer sends) and
-    the configuration (one plan on every replica)."""
-    h = hashlib.blake2b(digest_size=10)
-    h.update(config.encode())
-    for key in sorted(k for k in state if not k.startswith(_OWN)):
-        h.update(key.encode())
-        h.update(np.ascontiguousarray(state[key], dtype=np.float32).data)
-    return int.from_bytes(h.digest(), "little") >> 2
 
 
 class _Side(NamedTuple):
