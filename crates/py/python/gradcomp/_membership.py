@@ -311,6 +311,40 @@ class Membership:
         if (o.inner_steps == 0 and not o._rust.warming(0)) or o._rust.starts(o.inner_steps):
             self._start()
 
+    def _quorum(self, began: float) -> Optional["_Quorum"]:
+        """This step's quorum (a round's start, or a synchronous step):
+        torchft's, healing this replica where it is behind; None where the
+        quorum's group did not form here (torchft's error)."""
+        m = self.manager
+        self.heal_error = None
+        steps = m.state_dict()  # torchft's own step, which a heal moves before `_load` runs
+        m.start_quorum()  # may heal: `_load` sets the step, the model and the outer state
+        if getattr(m._pg, "_pg", True) is None:
+            return None
+        if self.heal_error is not None:
+            m.load_state_dict(steps)  # still behind, so the next quorum heals this replica again
+        healed, self.healed = self.healed, False
+        # A heal that failed (its transfer, torchft's error; or its state, `_load`'s) leaves
+        # this replica behind: it sits the step out, and the next quorum heals it again.
+        failed = self.heal_error or (None if healed else m.errored())
+        return _Quorum(healed, m.participating_rank(), m.num_participants(), failed, time.monotonic() - began)
+
+    def _check(self, q: "_Quorum", step: int) -> "Count":
+        """The quorum's first collective: how many contribute, and that every
+        participant in sync holds one shared state (θ_outer, the outer
+        momentum, the plan), else `Diverged`."""
+        if q.rank is None:
+            raise RuntimeError("this replica is not among the quorum's participants")
+        self.comm.rank, self.comm.world = q.rank, q.world
+        o = self.outer
+        count = self.comm.count(0 if q.healed or q.failed else 1, _digest(o._rust.state(shared=True), o.config),
+                                step=None if q.failed else step)
+        if not count.same:
+            raise Diverged(f"gradcomp: step {step}: the replicas' shared state (θ_outer, the outer momentum, the plan) "
+                           "differs after the quorum, which heals every replica behind: their rounds cannot "
+                           "go on; restart them from one replica's checkpoint")
+        return count
+
     def sync_step(self, grad: torch.Tensor) -> bool:
         """A step of the (dense) synchronous phase, a quorum of its own as
         torchft's DDP takes: the participants' mean gradient in `grad`, in
@@ -320,36 +354,23 @@ class Membership:
         counted; one whose heal failed skips the step and heals at the next."""
         m, o = self.manager, self.outer
         began = time.monotonic()
-        self.heal_error = None
-        steps = m.state_dict()
-        m.start_quorum()  # may heal: `_load` sets the step and the model (before the step's update)
-        event = {"step": o.inner_steps, "sync": True, "workers": 0, "healed": False, "committed": False,
-                 "error": None, "quorum_seconds": time.monotonic() - began, "heal_bytes": 0}
+        q = self._quorum(began)
+        event: Dict[str, Any] = {"step": o.inner_steps, "sync": True, "workers": 0, "healed": False,
+                                 "committed": False, "error": None, "quorum_seconds": time.monotonic() - began,
+                                 "heal_bytes": 0}
         self.events.append(event)
-        if getattr(m._pg, "_pg", True) is None:
+        if q is None:
             event.update(error=f"no group: the step's group did not form ({m.errored()})",
                          seconds=time.monotonic() - began)
             return False
-        if self.heal_error is not None:
-            m.load_state_dict(steps)
-        healed, self.healed = self.healed, False
-        rank, world = m.participating_rank(), m.num_participants()
-        failed = self.heal_error or (None if healed else m.errored())
-        event.update(workers=world, healed=healed, heal_bytes=self.heal_bytes if healed else 0)
+        event.update(workers=q.world, healed=q.healed, heal_bytes=self.heal_bytes if q.healed else 0)
         error: Optional[BaseException] = None
         try:
-            if rank is None:
-                raise RuntimeError("this replica is not among the quorum's participants")
-            self.comm.rank, self.comm.world = rank, world
-            count = self.comm.count(0 if healed or failed else 1, _digest(o._rust.state(shared=True), o.config),
-                                    step=None if failed else o.inner_steps)
-            if not count.same:
-                raise Diverged(f"gradcomp: step {o.inner_steps}: the replicas' shared state differs after the "
-                               "quorum; restart them from one replica's checkpoint")
-            o._count(o._rust.average_state(grad.numpy(), self.comm, rank, world,
-                                           contributes=not (healed or failed)))
-            if failed is not None:
-                error = RuntimeError(f"this replica's heal failed ({failed}); it skipped the step and heals at "
+            self._check(q, o.inner_steps)
+            o._count(o._rust.average_state(grad.numpy(), self.comm, q.rank, q.world,
+                                           contributes=not (q.healed or q.failed)))
+            if q.failed is not None:
+                error = RuntimeError(f"this replica's heal failed ({q.failed}); it skipped the step and heals at "
                                      "the next quorum")
         except (FloatingPointError, RuntimeError) as e:
             error = e
@@ -367,33 +388,18 @@ class Membership:
         return committed
 
     def _start(self) -> None:
-        m, o = self.manager, self.outer
+        o = self.outer
         began = time.monotonic()
-        self.heal_error = None
-        steps = m.state_dict()  # torchft's own step, which a heal moves before `_load` runs
-        m.start_quorum()  # may heal: `_load` sets the step, the model and the outer state
-        if getattr(m._pg, "_pg", True) is None:  # the quorum's group did not form here (torchft's error)
+        q = self._quorum(began)
+        if q is None:
             self._no_group(began)
             return
-        if self.heal_error is not None:
-            m.load_state_dict(steps)  # still behind, so the next quorum heals this replica again
-        step, healed, self.healed = o.inner_steps, self.healed, False
-        rank, world = m.participating_rank(), m.num_participants()
-        # A heal that failed (its transfer, torchft's error; or its state, `_load`'s) leaves
-        # this replica behind: it sits out the round, and the next quorum heals it again.
-        failed = self.heal_error or (None if healed else m.errored())
-        self.pending = _Round(step, healed, began, rank, world, o._rust.state(), time.monotonic() - began)
+        step, healed, failed, rank, world = o.inner_steps, q.healed, q.failed, q.rank, q.world
+        self.pending = _Round(step, healed, began, rank, world, o._rust.state(), q.seconds)
         flat = o._flat()
         try:
-            if rank is None:
-                raise RuntimeError("this replica is not among the quorum's participants")
-            self.comm.rank, self.comm.world = rank, world
-            count = self.comm.count(0 if healed or failed else 1, _digest(o._rust.state(shared=True), o.config),
-                                    step=None if failed else step)
-            if not count.same:
-                raise Diverged(f"gradcomp: step {step}: the replicas' shared state (θ_outer, the outer momentum, the plan) "
-                               "differs after the quorum, which heals every replica behind: their rounds cannot "
-                               "go on; restart them from one replica's checkpoint")
+            count = self._check(q, step)
+            assert rank is not None  # (`_check` refuses a replica outside the quorum)
             # The buffers' and the inner state's means among the round's in-sync
             # participants, applied at its commit (every participant takes part).
             self.pending = self.pending._replace(sides=self._sides(count, healed or failed is not None, rank, world))
@@ -529,6 +535,17 @@ class Count(NamedTuple):
     in_sync: int
     step: int
     same: bool
+
+
+class _Quorum(NamedTuple):
+    """What a quorum settled for this replica: whether it healed, its rank
+    among the participants (None: not one of them) and their number, why
+    its heal failed (if it did), and the seconds it took."""
+    healed: bool
+    rank: Optional[int]
+    world: int
+    failed: Optional[BaseException]
+    seconds: float
 
 
 class _Side(NamedTuple):
