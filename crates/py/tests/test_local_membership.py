@@ -102,7 +102,9 @@ W = torch.arange(32, dtype=torch.float32).reshape(4, 8) / 32
 losses = []
 out = {}
 while lu.inner_steps < %(steps)d:
-    time.sleep(0.15)
+    # "slowN": worker 2 a straggler, each of its steps N times as long for a stretch.
+    slow = int(fault[4:]) if fault.startswith("slow") and rank == 2 and 8 <= lu.inner_steps < 24 else 1
+    time.sleep(0.15 * slow)
     x = torch.randn(16, 8, generator=g)
     model.seen.mul_(0.9).add_(0.1 * x.mean(0))
     loss = ((model(x) - x @ W.T) ** 2).mean()
@@ -313,6 +315,31 @@ def test_plan_auto_under_a_manager_leaves_one_plan_on_every_replica_the_returnin
     assert any(r["plan_lines"][-1].startswith("adopted") for r in survivors[:2]), "one replica took another's plan"
     returned = survivors[2]
     assert returned["events"][0]["healed"] and returned["plan_lines"][-1].startswith("adopted"), returned["plan_lines"]
+
+
+@pytest.mark.parametrize("slow", [3, 10])
+def test_a_straggler_holds_a_round_at_most_the_join_timeout_and_past_it_is_left_out_and_healed(slow: int) -> None:
+    """Worker 2 `slow` times slower for steps 8–24. 3x (0.45 s a step, 1.8 s a
+    period, inside the lighthouse's 3 s join timeout): its peers' quorums
+    wait for it, each at most the join timeout. 10x (6 s a period): they
+    wait the join timeout, then form without it; the straggler, behind, is
+    healed at a later quorum (its steps of the stretch dropped, its state its
+    peers'). Either way every round is committed (none discarded for all)
+    and all finish with one θ_outer."""
+    results = run(f"slow{slow}")
+    anchor = results[0]["anchor"]
+    for res in results:
+        check_finished(res, anchor, results[0]["losses"])
+        assert all(e["committed"] for e in res["events"]), [e for e in res["events"] if not e["committed"]]
+    for res in results[:2]:
+        stretch = [e for e in res["events"] if 8 < e["step"] <= 28]
+        assert max(e["quorum_seconds"] for e in stretch) < 3.0 + 2.0, stretch  # at most the join timeout
+        assert res["events"][-1]["workers"] == 3, "the straggler takes part again"
+        if slow == 10:
+            assert any(e["workers"] == 2 for e in stretch), stretch  # left out of rounds it missed
+    healed = any(e["healed"] for e in after(results[2], 8))
+    assert healed if slow == 10 else not healed, results[2]["events"]
+    print(slow, [(e["step"], e["workers"], round(e["quorum_seconds"], 2)) for e in results[0]["events"]])
 
 
 # "+state": SGD's momentum, so a worker healed in the phase (its momentum
