@@ -42,6 +42,7 @@ from ._comm import Comm, bounded_group, check_group, payload_device
 from ._config import OUTER, OVERLAP, flag, number, one_of, seconds, whole, whole_positive
 from ._liveness import Liveness
 from ._membership import Membership
+from ._tensors import flatten, views, write_back
 
 
 def _check_under_manager(period: int, delay: int, fragments: int, overlap: str, sync_steps: int,
@@ -328,8 +329,9 @@ class LocalUpdates:
             self.rank, self.world = dist.get_rank(process_group), dist.get_world_size(process_group)
         else:  # a replica group of one; the rounds' ranks are the quorum's
             self.rank, self.world = 0, whole_positive("max_workers", max_workers)
-        self._rust = _core.LocalUpdates(self.config, [list(p.shape) or [1] for p in self.params],
-                                         self.rank, self.world, membership=manager is not None)
+        self._shapes = [list(p.shape) or [1] for p in self.params]  # as the core takes them (a scalar: one value)
+        self._rust = _core.LocalUpdates(self.config, self._shapes, self.rank, self.world,
+                                         membership=manager is not None)
         # Over NCCL the payloads cross as CUDA tensors on the model's device
         # (the round's arithmetic stays on the host, in Rust). Delayed rounds
         # run on the core's round thread, over a group of their own that the
@@ -348,8 +350,7 @@ class LocalUpdates:
         self._step_end: Optional[float] = None
         self._step_times: List[float] = []
         self.average_buffers = average_buffers
-        # Each round checks that the ranks hold one shared state, except under eager
-        # steps, where each worker's θ_outer takes its own fresh change (ALGORITHMS.md §2.3).
+        # Rounds check the ranks hold one shared state (not under eager steps: each θ_outer its own).
         self._agrees = manager is None and overlap != "eager"
         # The synchronous phase: the gradients exchanged before the inner step.
         self._warmup = optimizer.register_step_pre_hook(self._warm_up) if self._rust.warming(0) else None
@@ -395,8 +396,7 @@ class LocalUpdates:
         one heals from (its configuration and decisions) in place of its own
         choice, so that every replica runs one plan. A plan with another
         synchronous phase is refused (the phase's hook is set up already)."""
-        rust = _core.LocalUpdates(config, [list(p.shape) or [1] for p in self.params], self.rank, self.world,
-                                  membership=True)
+        rust = _core.LocalUpdates(config, self._shapes, self.rank, self.world, membership=True)
         if rust.warming(0) != self._rust.warming(0):
             raise ValueError("the peer's plan has another synchronous phase than this replica's")
         strategy = json.loads(config)["strategy"]
@@ -432,7 +432,7 @@ class LocalUpdates:
         if not self._rust.warming(self.inner_steps):
             return
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
-        flat = torch.cat([g.detach().reshape(-1).to("cpu", torch.float32) for g in grads])
+        flat = flatten(grads)
         if self._membership is not None:
             if not self._membership.sync_step(flat):
                 for p in self.params:  # discarded: the optimizer skips every parameter
@@ -443,11 +443,8 @@ class LocalUpdates:
             with self._liveness.watch(self.inner_steps, "the synchronous phase's exchange"):
                 record = self._rust.sync_step(self.inner_steps, flat.numpy(), self._comm, lr=lr)
             self._count(record)
-        offset = 0
-        for p, g in zip(self.params, grads):
-            n = g.numel()
-            p.grad = flat[offset:offset + n].view_as(g).to(g.device, g.dtype)
-            offset += n
+        for p, g, v in zip(self.params, grads, views(flat, grads)):
+            p.grad = v.to(g.device, g.dtype)
 
     def _average_tensors(self, tensors: List[torch.Tensor]) -> None:
         """The ranks' mean of `tensors`, in place, through the core (one
@@ -456,14 +453,9 @@ class LocalUpdates:
         optimizer's state (`inner_state_every`)."""
         if not tensors:
             return
-        with torch.no_grad():
-            flat = torch.cat([t.detach().reshape(-1).to("cpu", torch.float32) for t in tensors])
-            self._count(self._rust.average_state(flat.numpy(), self._comm))
-            offset = 0
-            for t in tensors:
-                n = t.numel()
-                t.copy_(flat[offset:offset + n].view_as(t))
-                offset += n
+        flat = flatten(tensors)
+        self._count(self._rust.average_state(flat.numpy(), self._comm))
+        write_back(tensors, flat)
 
     def _inner_state(self) -> List[torch.Tensor]:
         """The inner optimizer's per-parameter state tensors (Adam's moments,
@@ -474,15 +466,10 @@ class LocalUpdates:
                 if isinstance(v, torch.Tensor) and v.is_floating_point() and v.shape == p.shape]
 
     def _flat(self) -> torch.Tensor:
-        return torch.cat([p.detach().reshape(-1).to("cpu", torch.float32) for p in self.params])
+        return flatten(self.params)
 
     def _write(self, flat: torch.Tensor) -> None:
-        offset = 0
-        with torch.no_grad():
-            for p in self.params:
-                n = p.numel()
-                p.copy_(flat[offset:offset + n].reshape(p.shape))
-                offset += n
+        write_back(self.params, flat)
 
     def _round(self) -> None:
         """The core's round work at this inner step on the model: a round

@@ -36,6 +36,7 @@ from . import _core
 from ._agreement import Diverged, digest as _digest, pieces, same
 from ._comm import _DTYPES, _bytes_tensor, _split
 from ._config import OUTER, number, one_of, seconds, whole, whole_positive
+from ._tensors import flatten, write_back
 
 # State keys a healer does not send: a worker's own error-feedback memories.
 _OWN = "change."
@@ -374,15 +375,7 @@ class Membership:
                                      "the next quorum")
         except (FloatingPointError, RuntimeError) as e:
             error = e
-        if isinstance(error, Diverged):
-            m.report_error(error)
-            raise error
-        if error is not None:
-            m.report_error(error)
-        committed = m.should_commit() and error is None
-        if not committed and error is None:
-            seen = m.errored()
-            error = getattr(seen, "original_exception", seen) or RuntimeError("torchft's should_commit refused the step")
+        committed, error = self._verdict(error, q.rank, "step")
         event.update(committed=committed, error=None if error is None else str(error),
                      seconds=time.monotonic() - began)
         return committed
@@ -454,8 +447,7 @@ class Membership:
             length = int(np.frombuffer(agreed, dtype=np.int32)[0])
             if length == 0:
                 continue
-            own = torch.cat([t.detach().reshape(-1).to("cpu", torch.float32) for t in tensors]) if mine == length \
-                else torch.zeros(length)
+            own = flatten(tensors) if mine == length else torch.zeros(length)
             mean = own.clone()
             o._count(o._rust.average_state(mean.numpy(), self.comm, rank, world,
                                            contributes=not behind and mine == length))
@@ -481,20 +473,18 @@ class Membership:
         self._commit(RuntimeError(f"this replica's heal failed ({failed}); it sat the round out and heals at "
                                   "the next quorum"))
 
-    def _commit(self, error: Optional[BaseException], record: Optional[Dict[str, Any]] = None,
-                flat: Optional[torch.Tensor] = None) -> None:
-        m, o, r = self.manager, self.outer, self.pending
-        assert r is not None
-        self.pending = None
-        if error is None and record is None:  # in flight on the round thread: land it
-            try:
-                o._rust.wait()
-            except (FloatingPointError, RuntimeError) as e:
-                error = e
+    def _verdict(self, error: Optional[BaseException], rank: Optional[int],
+                 what: str) -> Tuple[bool, Optional[BaseException]]:
+        """torchft's verdict on this replica's `what` (a round, a synchronous
+        step) that ended with `error` (None: it went through): whether to
+        commit it, and why not. Raises where this replica cannot go on: the
+        participants' shared state differs (every one raises), or its own
+        model is not finite (its peers go on without it)."""
+        m = self.manager
         if isinstance(error, Diverged):  # every participant raises it: none goes on alone
             m.report_error(error)
             raise error
-        if isinstance(error, FloatingPointError) and r.rank in getattr(error, "ranks", ()):
+        if isinstance(error, FloatingPointError) and rank in getattr(error, "ranks", ()):
             # This replica's own model is not finite; its peers discard the
             # round and go on without it.
             m.report_error(error)
@@ -504,13 +494,26 @@ class Membership:
             m.report_error(error)
         committed = m.should_commit()
         if not committed and error is None:
-            # Refused though this replica's round went through: its group's
+            # Refused though this replica's part went through: its group's
             # error (noted by should_commit), else a peer's or too few.
             seen = m.errored()
             error = getattr(seen, "original_exception", seen) or RuntimeError(
-                "torchft's should_commit refused the round: a peer's round failed, or fewer than min_replicas "
+                f"torchft's should_commit refused the {what}: a peer's {what} failed, or fewer than min_replicas "
                 "took part")
-        if committed and error is None:
+        return committed and error is None, error
+
+    def _commit(self, error: Optional[BaseException], record: Optional[Dict[str, Any]] = None,
+                flat: Optional[torch.Tensor] = None) -> None:
+        o, r = self.outer, self.pending
+        assert r is not None
+        self.pending = None
+        if error is None and record is None:  # in flight on the round thread: land it
+            try:
+                o._rust.wait()
+            except (FloatingPointError, RuntimeError) as e:
+                error = e
+        committed, error = self._verdict(error, r.rank, "round")
+        if committed:
             if record is None:  # the merge, due at this step
                 flat = o._flat()
                 record = o._rust.average(o.inner_steps, flat.numpy(), self.comm, r.rank, r.world)
@@ -521,7 +524,6 @@ class Membership:
                 side.apply()
         else:
             o._rust.load(r.snapshot)  # θ_outer, the outer momentum and the memories as they were
-            committed = False
         self.events.append({"step": r.step, "sync": False, "workers": r.world, "healed": r.healed,
                             "committed": committed,
                             "error": None if error is None else str(error),
@@ -559,14 +561,7 @@ class _Side(NamedTuple):
         """At the commit: each tensor set to the mean plus what this replica
         moved it by since the start (nothing, without a delay; its τ steps'
         updates with one, as the round's merge keeps the model's)."""
-        offset = 0
-        with torch.no_grad():
-            for t in self.tensors:
-                n = t.numel()
-                now = t.detach().reshape(-1).to("cpu", torch.float32)
-                value = self.mean[offset:offset + n] + (now - self.own[offset:offset + n])
-                t.copy_(value.view_as(t).to(t.device, t.dtype))
-                offset += n
+        write_back(self.tensors, self.mean + (flatten(self.tensors) - self.own))
 
 
 class _Round(NamedTuple):
