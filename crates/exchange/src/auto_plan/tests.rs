@@ -140,6 +140,13 @@ fn the_plan_applies_and_freezes_to_overrides() {
     assert!(o.contains("strategy.sync.compressor={ name = \"powersgd\""), "{o}");
 }
 
+#[test]
+fn nesterov_min_rounds_follows_the_outer_momentum() {
+    // Two horizons of DiLoCo's momentum (1/(1 − μ) rounds each) after its warm-up.
+    let horizon = (1.0 / (1.0 - crate::config::OuterConfig::nesterov().momentum())).round() as u64;
+    assert_eq!(NESTEROV_MIN_ROUNDS, OUTER_WARMUP_ROUNDS + 2 * horizon);
+}
+
 /// Every decision is one line naming its key and its reason; a run of
 /// fewer rounds than NESTEROV_MIN_ROUNDS averages, one of that many
 /// takes Nesterov warmed up.
